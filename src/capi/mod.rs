@@ -1,0 +1,132 @@
+//! The `extern "C"` boundary. Every exported function runs its body through [`boundary`]:
+//! panics are caught, errors go to the calling thread's last-error slot, and the status says
+//! which kind. Bodies only translate C arguments and call safe Rust below this module.
+
+mod error;
+mod func;
+mod tensor;
+mod value;
+
+pub use error::*;
+pub use func::*;
+pub use tensor::*;
+pub use value::*;
+
+use std::ffi::{CStr, c_char};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::ptr::NonNull;
+
+use crate::abi::DVMObject;
+use crate::object::error::set_last;
+use crate::object::{AnyObject, Error, ErrorKind, ObjectRef, ObjectType, Result, type_key};
+
+/// A status code: `DVM_OK` (0) or one of the failure codes below. Codes are never renumbered.
+#[allow(non_camel_case_types)]
+pub type dvm_status = i32;
+
+/// Success.
+pub const DVM_OK: dvm_status = 0;
+/// `ValueError`: an argument has the right type but a bad value (NULL, negative, too large).
+pub const DVM_VALUE_ERROR: dvm_status = 1;
+/// `TypeError`: a value of the wrong type (the message names expected and actual types).
+pub const DVM_TYPE_ERROR: dvm_status = 2;
+/// `IndexError`: an index (e.g. a worker id) out of range.
+pub const DVM_INDEX_ERROR: dvm_status = 3;
+/// `KeyError`: a name that is not registered.
+pub const DVM_KEY_ERROR: dvm_status = 4;
+/// `RuntimeError`: an operation failed at run time.
+pub const DVM_RUNTIME_ERROR: dvm_status = 5;
+/// `WorkerError`: a call on a worker failed; the message names the worker and the function.
+pub const DVM_WORKER_ERROR: dvm_status = 6;
+/// `SessionClosed`: the session was shut down.
+pub const DVM_SESSION_CLOSED: dvm_status = 7;
+/// `DeviceUnavailable`: the device or its driver is not present.
+pub const DVM_DEVICE_UNAVAILABLE: dvm_status = 8;
+/// `TimeoutError`: a wait ran past its timeout.
+pub const DVM_TIMEOUT: dvm_status = 9;
+/// `Panic`: a bug inside the library or a Rust callback, caught before it reached C.
+pub const DVM_PANIC: dvm_status = 10;
+/// Any other kind raised by a callback (e.g. `AttributeError`); see `dvm_last_error_kind`.
+pub const DVM_OTHER_ERROR: dvm_status = 11;
+
+fn status_of(kind: &ErrorKind) -> dvm_status {
+    match kind {
+        ErrorKind::Value => DVM_VALUE_ERROR,
+        ErrorKind::Type => DVM_TYPE_ERROR,
+        ErrorKind::Index => DVM_INDEX_ERROR,
+        ErrorKind::Key => DVM_KEY_ERROR,
+        ErrorKind::Runtime => DVM_RUNTIME_ERROR,
+        ErrorKind::Worker => DVM_WORKER_ERROR,
+        ErrorKind::SessionClosed => DVM_SESSION_CLOSED,
+        ErrorKind::DeviceUnavailable => DVM_DEVICE_UNAVAILABLE,
+        ErrorKind::Timeout => DVM_TIMEOUT,
+        ErrorKind::Panic => DVM_PANIC,
+        ErrorKind::Other(_) => DVM_OTHER_ERROR,
+    }
+}
+
+/// Runs `body`; on error or panic stores the error for `dvm_last_error_*` and returns
+/// `on_error(status)`.
+pub(crate) fn boundary_or<T>(
+    on_error: impl FnOnce(dvm_status) -> T,
+    body: impl FnOnce() -> Result<T>,
+) -> T {
+    let error = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => return value,
+        Ok(Err(error)) => error,
+        Err(panic) => Error::from_panic(panic),
+    };
+    set_last(&error);
+    on_error(status_of(&error.kind))
+}
+
+/// [`boundary_or`] for functions that return a status.
+pub(crate) fn boundary(body: impl FnOnce() -> Result<()>) -> dvm_status {
+    boundary_or(|status| status, || body().map(|()| DVM_OK))
+}
+
+/// A non-NULL pointer argument, or a `ValueError` naming it.
+pub(crate) fn non_null<T>(ptr: *const T, name: &str) -> Result<NonNull<T>> {
+    NonNull::new(ptr.cast_mut()).ok_or_else(|| Error::value(format!("`{name}` is NULL")))
+}
+
+/// A NUL-terminated UTF-8 string argument.
+///
+/// # Safety
+/// `ptr` is NULL or points at a NUL-terminated string that outlives `'a`.
+pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str> {
+    let ptr = non_null(ptr, name)?;
+    // SAFETY: the caller vouches for the terminator.
+    unsafe { CStr::from_ptr(ptr.as_ptr()) }
+        .to_str()
+        .map_err(|e| Error::value(format!("`{name}` is not valid UTF-8: {e}")))
+}
+
+/// A new reference to the object behind a handle, after checking it is a `T`.
+///
+/// # Safety
+/// `handle` is NULL or points at a live object header.
+pub(crate) unsafe fn handle_ref<T: ObjectType, H>(
+    handle: *const H,
+    name: &str,
+    what: &str,
+) -> Result<ObjectRef<T>> {
+    let ptr = non_null(handle.cast::<DVMObject>(), name)?;
+    // SAFETY: the caller vouches for a live object; we add our own reference.
+    let object: ObjectRef<AnyObject> = unsafe { ObjectRef::from_borrowed(ptr) };
+    object.downcast::<T>().map_err(|other| {
+        Error::type_error(format!(
+            "`{name}` is not {what} (it is {})",
+            type_key::type_name(other.type_index())
+        ))
+    })
+}
+
+/// Writes an output after the work succeeded.
+///
+/// # Safety
+/// `out` was checked non-NULL and points at writable memory for a `T`.
+pub(crate) unsafe fn write_out<T>(out: NonNull<T>, value: T) {
+    // SAFETY: as the caller promises; outputs are plain data or owned handles.
+    unsafe { out.as_ptr().write(value) }
+}

@@ -1,0 +1,18 @@
+//! discovm: a runtime that drives worker threads and devices from one controller, behind a C ABI.
+//!
+//! Packed values use the binary layout of Apache TVM's FFI (16-byte tagged values, ref-counted
+//! objects with a 24-byte header, DLPack tensors), so functions and tensors cross into that
+//! ecosystem unchanged. The layers, from the bottom up:
+//!
+//! - [`abi`]: `#[repr(C)]` mirrors of the value, object and DLPack layouts, with layout asserts.
+//! - [`object`]: owned values ([`object::Any`], [`object::ObjectRef`]), strings, shapes,
+//!   tensors, functions, the global function registry and the error type.
+//! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread.
+
+/// cbindgen:ignore
+pub mod abi;
+pub mod capi;
+/// cbindgen:ignore
+pub mod object;
+
+pub use object::{Any, AnyView, Error, ErrorKind, Result};

@@ -1,0 +1,82 @@
+//! Shape objects: an immutable tuple of int64.
+
+use super::any::Any;
+use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use crate::abi::{DVMShapeCell, type_index as ti};
+
+/// The cell of a Shape object (type 69).
+#[repr(transparent)]
+pub struct ShapeCell(DVMShapeCell);
+
+// SAFETY: Shape objects have a shape cell.
+unsafe impl ObjectType for ShapeCell {
+    fn type_index() -> i32 {
+        ti::SHAPE
+    }
+}
+// SAFETY: the cell is immutable once made.
+unsafe impl Send for ShapeCell {}
+// SAFETY: as above.
+unsafe impl Sync for ShapeCell {}
+
+#[repr(C)]
+struct ShapeBody {
+    cell: DVMShapeCell,
+    dims: Box<[i64]>,
+}
+
+/// A Shape value.
+#[derive(Clone, Debug)]
+pub struct Shape(ObjectRef<ShapeCell>);
+
+impl Shape {
+    pub const TYPE_NAME: &'static str = "ffi.Shape";
+
+    pub fn new(dims: &[i64]) -> Shape {
+        let dims: Box<[i64]> = dims.into();
+        let cell = DVMShapeCell {
+            data: dims.as_ptr(),
+            size: dims.len(),
+        };
+        // SAFETY: ShapeBody starts with the shape cell.
+        Shape(unsafe { alloc_object(ti::SHAPE, ShapeBody { cell, dims }).cast() })
+    }
+
+    pub fn from_object(object: ObjectRef<ShapeCell>) -> Shape {
+        Shape(object)
+    }
+
+    pub fn object(&self) -> &ObjectRef<ShapeCell> {
+        &self.0
+    }
+
+    pub fn as_slice(&self) -> &[i64] {
+        let cell = &self.0.0;
+        if cell.size == 0 {
+            &[]
+        } else {
+            // SAFETY: a live Shape object's cell points at `size` dims.
+            unsafe { std::slice::from_raw_parts(cell.data, cell.size) }
+        }
+    }
+}
+
+impl From<Shape> for Any {
+    fn from(s: Shape) -> Any {
+        Any::from(s.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_keeps_its_dims_and_travels_as_a_value() {
+        let shape = Shape::new(&[2, 3, 4]);
+        let value = Any::from(shape.clone());
+        assert_eq!(value.type_index(), ti::SHAPE);
+        assert_eq!(value.view().as_shape().unwrap().as_slice(), &[2, 3, 4]);
+        assert!(Shape::new(&[]).as_slice().is_empty());
+    }
+}

@@ -1,0 +1,502 @@
+//! Tensor objects: a DLTensor after the object header, owning host memory or a DLPack tensor.
+
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::ffi::c_void;
+use std::ptr::NonNull;
+
+use super::any::Any;
+use super::error::{Error, ErrorKind, Result};
+use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use crate::abi::{
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
+    DLPackVersion, DLTensor, KDL_CPU, KDL_LAST_TYPE_CODE, type_index as ti,
+};
+
+/// Host tensors are aligned to this many bytes.
+pub const HOST_ALIGNMENT: usize = 64;
+/// The most dimensions a tensor may have.
+pub const MAX_NDIM: i32 = 64;
+
+/// The cell of a Tensor object (type 70): a DLTensor.
+#[repr(transparent)]
+pub struct TensorCell(DLTensor);
+
+// SAFETY: Tensor objects embed a DLTensor after the header.
+unsafe impl ObjectType for TensorCell {
+    fn type_index() -> i32 {
+        ti::TENSOR
+    }
+}
+// SAFETY: the DLTensor description is immutable; access to the data is the user's to order.
+unsafe impl Send for TensorCell {}
+// SAFETY: as above.
+unsafe impl Sync for TensorCell {}
+
+/// A readable dtype name: `float32`, `int8x4`, `bool`.
+pub fn dtype_name(dtype: DLDataType) -> String {
+    const NAMES: [&str; 18] = [
+        "int",
+        "uint",
+        "float",
+        "handle",
+        "bfloat",
+        "complex",
+        "bool",
+        "float8_e3m4",
+        "float8_e4m3",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3fn",
+        "float8_e4m3fnuz",
+        "float8_e5m2",
+        "float8_e5m2fnuz",
+        "float8_e8m0fnu",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+        "float4_e2m1fn",
+    ];
+    let base = match NAMES.get(usize::from(dtype.code)) {
+        Some(&"bool") if dtype.bits == 8 => "bool".to_string(),
+        Some(name) if dtype.code >= 7 => (*name).to_string(),
+        Some(name) => format!("{name}{}", dtype.bits),
+        None => format!("dtype(code={}, bits={})", dtype.code, dtype.bits),
+    };
+    if dtype.lanes > 1 {
+        format!("{base}x{}", dtype.lanes)
+    } else {
+        base
+    }
+}
+
+fn check_dtype(dtype: DLDataType) -> Result<()> {
+    if dtype.code > KDL_LAST_TYPE_CODE || dtype.bits == 0 || dtype.lanes == 0 {
+        return Err(Error::value(format!(
+            "invalid dtype (code {}, bits {}, lanes {})",
+            dtype.code, dtype.bits, dtype.lanes
+        )));
+    }
+    Ok(())
+}
+
+fn too_large(dims: &[i64], dtype: DLDataType) -> Error {
+    Error::value(format!(
+        "tensor of shape {dims:?} and dtype {} is too large to address",
+        dtype_name(dtype)
+    ))
+}
+
+/// Bytes of a compact tensor of this shape and dtype; sub-byte dtypes round up.
+pub fn compact_nbytes(dims: &[i64], dtype: DLDataType) -> Result<usize> {
+    check_dtype(dtype)?;
+    let mut elements: u64 = 1;
+    for (axis, &dim) in dims.iter().enumerate() {
+        let dim = u64::try_from(dim)
+            .map_err(|_| Error::value(format!("dimension {axis} of shape {dims:?} is negative")))?;
+        elements = elements
+            .checked_mul(dim)
+            .ok_or_else(|| too_large(dims, dtype))?;
+    }
+    let bits = elements
+        .checked_mul(u64::from(dtype.bits) * u64::from(dtype.lanes))
+        .ok_or_else(|| too_large(dims, dtype))?;
+    let bytes = bits.div_ceil(8);
+    usize::try_from(bytes)
+        .ok()
+        .filter(|&b| b <= isize::MAX as usize - HOST_ALIGNMENT)
+        .ok_or_else(|| too_large(dims, dtype))
+}
+
+/// The shape of a DLTensor, after checking `ndim` and the pointer.
+///
+/// # Safety
+/// `dl.shape` points at `dl.ndim` dims when `ndim > 0`.
+pub unsafe fn dl_shape(dl: &DLTensor) -> Result<&[i64]> {
+    if !(0..=MAX_NDIM).contains(&dl.ndim) {
+        return Err(Error::value(format!(
+            "ndim {} is out of range (0..={MAX_NDIM})",
+            dl.ndim
+        )));
+    }
+    if dl.ndim == 0 {
+        return Ok(&[]);
+    }
+    if dl.shape.is_null() {
+        return Err(Error::value(format!(
+            "shape is NULL but ndim is {}",
+            dl.ndim
+        )));
+    }
+    // SAFETY: the caller vouches for `ndim` dims.
+    Ok(unsafe { std::slice::from_raw_parts(dl.shape, dl.ndim as usize) })
+}
+
+/// Checks a DLTensor's description and returns the bytes its elements span.
+///
+/// # Safety
+/// `dl.shape` and `dl.strides` (when not NULL) point at `dl.ndim` values each.
+pub unsafe fn check_dltensor(dl: &DLTensor) -> Result<usize> {
+    // SAFETY: the caller vouches for the arrays.
+    let dims = unsafe { dl_shape(dl) }?;
+    let compact = compact_nbytes(dims, dl.dtype)?;
+    if dl.data.is_null() && compact > 0 {
+        return Err(Error::value(format!(
+            "data is NULL for a tensor of shape {dims:?}"
+        )));
+    }
+    if dl.strides.is_null() || compact == 0 {
+        return Ok(compact);
+    }
+    // SAFETY: as above; strides are counted in elements.
+    let strides = unsafe { std::slice::from_raw_parts(dl.strides, dims.len()) };
+    let mut last: u64 = 0;
+    for (axis, (&dim, &stride)) in dims.iter().zip(strides).enumerate() {
+        let stride = u64::try_from(stride).map_err(|_| {
+            Error::value(format!(
+                "stride {stride} of axis {axis} is negative (unsupported)"
+            ))
+        })?;
+        let reach = (dim as u64 - 1)
+            .checked_mul(stride)
+            .ok_or_else(|| too_large(dims, dl.dtype))?;
+        last = last
+            .checked_add(reach)
+            .ok_or_else(|| too_large(dims, dl.dtype))?;
+    }
+    let element_bits = u64::from(dl.dtype.bits) * u64::from(dl.dtype.lanes);
+    let span = (last + 1).checked_mul(element_bits).map(|b| b.div_ceil(8));
+    span.and_then(|s| usize::try_from(s).ok())
+        .ok_or_else(|| too_large(dims, dl.dtype))
+}
+
+/// Whether the DLTensor is compact row-major (NULL strides, or strides that say so).
+///
+/// # Safety
+/// As for [`check_dltensor`].
+pub unsafe fn is_contiguous(dl: &DLTensor) -> bool {
+    if dl.strides.is_null() || dl.ndim <= 0 {
+        return true;
+    }
+    // SAFETY: the caller vouches for the arrays.
+    let (dims, strides) = unsafe {
+        (
+            std::slice::from_raw_parts(dl.shape, dl.ndim as usize),
+            std::slice::from_raw_parts(dl.strides, dl.ndim as usize),
+        )
+    };
+    let mut expected = 1i64;
+    for (&dim, &stride) in dims.iter().zip(strides).rev() {
+        if dim != 1 && stride != expected {
+            return false;
+        }
+        expected = expected.saturating_mul(dim);
+    }
+    true
+}
+
+fn row_major_strides(dims: &[i64]) -> Box<[i64]> {
+    let mut strides = vec![1i64; dims.len()];
+    for axis in (0..dims.len().saturating_sub(1)).rev() {
+        strides[axis] = strides[axis + 1] * dims[axis + 1];
+    }
+    strides.into_boxed_slice()
+}
+
+/// What a tensor object owns besides its description.
+enum Storage {
+    Host { ptr: NonNull<u8>, layout: Layout },
+    Managed(NonNull<DLManagedTensorVersioned>),
+}
+
+impl Drop for Storage {
+    fn drop(&mut self) {
+        match self {
+            // SAFETY: allocated with this layout in `Tensor::empty`.
+            Storage::Host { ptr, layout } => unsafe { dealloc(ptr.as_ptr(), *layout) },
+            Storage::Managed(managed) => {
+                // SAFETY: we took ownership of the managed tensor; its deleter releases it.
+                if let Some(deleter) = unsafe { managed.as_ref() }.deleter {
+                    // SAFETY: called once, as DLPack prescribes.
+                    unsafe { deleter(managed.as_ptr()) };
+                }
+            }
+        }
+    }
+}
+
+#[repr(C)]
+struct TensorBody {
+    dl: DLTensor,
+    shape: Box<[i64]>,
+    strides: Box<[i64]>,
+    storage: Storage,
+}
+
+/// A Tensor value.
+#[derive(Clone, Debug)]
+pub struct Tensor(ObjectRef<TensorCell>);
+
+impl Tensor {
+    pub const TYPE_NAME: &'static str = "ffi.Tensor";
+
+    /// A compact, zero-filled host tensor, 64-byte aligned.
+    pub fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+        if device.device_type != KDL_CPU {
+            return Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!(
+                    "device type {} has no backend here (only kDLCPU = 1)",
+                    device.device_type
+                ),
+            ));
+        }
+        if dims.len() > MAX_NDIM as usize {
+            return Err(Error::value(format!(
+                "ndim {} exceeds {MAX_NDIM}",
+                dims.len()
+            )));
+        }
+        let nbytes = compact_nbytes(dims, dtype)?;
+        let layout = Layout::from_size_align(
+            nbytes.max(1).next_multiple_of(HOST_ALIGNMENT),
+            HOST_ALIGNMENT,
+        )
+        .map_err(|_| too_large(dims, dtype))?;
+        // SAFETY: the layout has a nonzero size.
+        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(|| {
+            Error::runtime(format!(
+                "out of memory allocating {nbytes} bytes for a tensor"
+            ))
+        })?;
+        let shape: Box<[i64]> = dims.into();
+        let strides = row_major_strides(dims);
+        Ok(Self::assemble(
+            ptr.as_ptr().cast(),
+            device,
+            dtype,
+            shape,
+            strides,
+            Storage::Host { ptr, layout },
+        ))
+    }
+
+    fn assemble(
+        data: *mut c_void,
+        device: DLDevice,
+        dtype: DLDataType,
+        mut shape: Box<[i64]>,
+        mut strides: Box<[i64]>,
+        storage: Storage,
+    ) -> Tensor {
+        let ndim = shape.len() as i32;
+        let dl = DLTensor {
+            data,
+            device,
+            ndim,
+            dtype,
+            shape: if ndim > 0 {
+                shape.as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            },
+            strides: if ndim > 0 {
+                strides.as_mut_ptr()
+            } else {
+                std::ptr::null_mut()
+            },
+            byte_offset: 0,
+        };
+        let body = TensorBody {
+            dl,
+            shape,
+            strides,
+            storage,
+        };
+        // SAFETY: TensorBody starts with the DLTensor cell.
+        Tensor(unsafe { alloc_object(ti::TENSOR, body).cast() })
+    }
+
+    /// Takes ownership of a DLPack tensor. On error nothing is taken: the caller still owns it.
+    ///
+    /// # Safety
+    /// `managed` points at a valid `DLManagedTensorVersioned` whose deleter may run on any thread.
+    pub unsafe fn from_dlpack(managed: NonNull<DLManagedTensorVersioned>) -> Result<Tensor> {
+        // SAFETY: the caller vouches for the managed tensor.
+        let mt = unsafe { managed.as_ref() };
+        if mt.version.major != DLPACK_MAJOR_VERSION {
+            return Err(Error::value(format!(
+                "DLPack major version {} is not supported (expected {DLPACK_MAJOR_VERSION})",
+                mt.version.major
+            )));
+        }
+        // SAFETY: the managed tensor's arrays are valid while it lives.
+        unsafe { check_dltensor(&mt.dl_tensor) }?;
+        let dl = mt.dl_tensor;
+        // SAFETY: checked above: `ndim` dims (and strides, if any) are readable.
+        let shape: Box<[i64]> = unsafe { dl_shape(&dl) }?.into();
+        let strides = if dl.strides.is_null() {
+            row_major_strides(&shape)
+        } else {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts(dl.strides, shape.len()) }.into()
+        };
+        // SAFETY: byte_offset stays within the allocation the producer described.
+        let data = unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize) }.cast();
+        Ok(Self::assemble(
+            data,
+            dl.device,
+            dl.dtype,
+            shape,
+            strides,
+            Storage::Managed(managed),
+        ))
+    }
+
+    /// Exports the tensor through DLPack; the consumer calls the deleter when done.
+    pub fn to_dlpack(&self) -> NonNull<DLManagedTensorVersioned> {
+        #[repr(C)]
+        struct Export {
+            managed: DLManagedTensorVersioned,
+            keep: Tensor,
+        }
+        unsafe extern "C" fn release(managed: *mut DLManagedTensorVersioned) {
+            // SAFETY: `managed` is the first field of an Export made by Box below.
+            drop(unsafe { Box::from_raw(managed.cast::<Export>()) });
+        }
+        let managed = DLManagedTensorVersioned {
+            version: DLPackVersion {
+                major: DLPACK_MAJOR_VERSION,
+                minor: DLPACK_MINOR_VERSION,
+            },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(release),
+            flags: 0,
+            dl_tensor: *self.dl(),
+        };
+        let export = Box::new(Export {
+            managed,
+            keep: self.clone(),
+        });
+        NonNull::from(Box::leak(export)).cast()
+    }
+
+    pub fn from_object(object: ObjectRef<TensorCell>) -> Tensor {
+        Tensor(object)
+    }
+
+    pub fn object(&self) -> &ObjectRef<TensorCell> {
+        &self.0
+    }
+
+    /// The DLTensor, valid while this tensor lives.
+    pub fn dl(&self) -> &DLTensor {
+        &self.0.0
+    }
+
+    pub fn shape(&self) -> &[i64] {
+        // SAFETY: a live tensor's description is consistent (checked when it was made).
+        unsafe { dl_shape(self.dl()) }.unwrap_or(&[])
+    }
+
+    /// Bytes the elements occupy when compact.
+    pub fn nbytes(&self) -> usize {
+        compact_nbytes(self.shape(), self.dl().dtype).unwrap_or(0)
+    }
+
+    pub fn is_contiguous(&self) -> bool {
+        // SAFETY: as in `shape`.
+        unsafe { is_contiguous(self.dl()) }
+    }
+}
+
+impl From<Tensor> for Any {
+    fn from(t: Tensor) -> Any {
+        Any::from(t.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{KDL_FLOAT, KDL_INT};
+
+    const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+
+    #[test]
+    fn empty_tensors_are_aligned_compact_and_zeroed() {
+        let t = Tensor::empty(&[2, 3], F32, DLDevice::cpu()).unwrap();
+        let dl = t.dl();
+        assert_eq!(dl.data as usize % HOST_ALIGNMENT, 0);
+        assert_eq!(t.shape(), &[2, 3]);
+        assert!(t.is_contiguous());
+        assert_eq!(t.nbytes(), 24);
+        // SAFETY: the tensor owns 24 readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(dl.data.cast::<u8>(), 24) };
+        assert!(bytes.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn overflowing_and_invalid_shapes_are_value_errors() {
+        let err = Tensor::empty(&[i64::MAX, 4], F32, DLDevice::cpu()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(err.message.contains("too large"), "{}", err.message);
+        let err = Tensor::empty(&[2, -1], F32, DLDevice::cpu()).unwrap_err();
+        assert_eq!(err.message, "dimension 1 of shape [2, -1] is negative");
+        let err = Tensor::empty(&[2], DLDataType::new(KDL_INT, 0, 1), DLDevice::cpu()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        let gpu = DLDevice {
+            device_type: 2,
+            device_id: 0,
+        };
+        assert_eq!(
+            Tensor::empty(&[2], F32, gpu).unwrap_err().kind,
+            ErrorKind::DeviceUnavailable
+        );
+    }
+
+    #[test]
+    fn sub_byte_dtypes_round_up() {
+        let int4 = DLDataType::new(KDL_INT, 4, 1);
+        assert_eq!(compact_nbytes(&[3], int4).unwrap(), 2);
+        assert_eq!(dtype_name(int4), "int4");
+        assert_eq!(dtype_name(DLDataType::new(KDL_FLOAT, 16, 4)), "float16x4");
+    }
+
+    #[test]
+    fn dlpack_round_trip_keeps_the_data_and_releases_once() {
+        let t = Tensor::empty(&[4], F32, DLDevice::cpu()).unwrap();
+        let managed = t.to_dlpack();
+        assert_eq!(t.object().strong_count(), 2);
+        // SAFETY: the export is a valid managed tensor; ownership passes to `back`.
+        let back = unsafe { Tensor::from_dlpack(managed) }.unwrap();
+        assert_eq!(back.dl().data, t.dl().data);
+        assert_eq!(back.shape(), &[4]);
+        drop(back);
+        assert_eq!(t.object().strong_count(), 1);
+    }
+
+    #[test]
+    fn strided_views_are_checked() {
+        let mut shape = [2i64, 3];
+        let mut strides = [1i64, 2];
+        let mut data = [0f32; 6];
+        let dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: DLDevice::cpu(),
+            ndim: 2,
+            dtype: F32,
+            shape: shape.as_mut_ptr(),
+            strides: strides.as_mut_ptr(),
+            byte_offset: 0,
+        };
+        // SAFETY: the arrays above outlive the checks.
+        unsafe {
+            assert!(!is_contiguous(&dl));
+            assert_eq!(check_dltensor(&dl).unwrap(), 24);
+        }
+        // SAFETY: as above; the strides array is rewritten in place.
+        unsafe {
+            dl.strides.write(3);
+            dl.strides.add(1).write(1);
+            assert!(is_contiguous(&dl));
+        }
+    }
+}

@@ -1,0 +1,86 @@
+//! Type keys and the indices of object types allocated at run time (128 and up).
+
+use std::sync::{Mutex, PoisonError};
+
+use crate::abi::type_index as ti;
+
+static DYNAMIC_KEYS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// The index for `key`, allocated on first use; the same key always gets the same index.
+pub fn dynamic_index(key: &'static str) -> i32 {
+    let mut keys = DYNAMIC_KEYS.lock().unwrap_or_else(PoisonError::into_inner);
+    let position = match keys.iter().position(|k| *k == key) {
+        Some(position) => position,
+        None => {
+            keys.push(key);
+            keys.len() - 1
+        }
+    };
+    ti::DYN_OBJECT_BEGIN + position as i32
+}
+
+/// A readable name for a type index, for error messages ("expected int but got ffi.String").
+pub fn type_name(index: i32) -> String {
+    let name = match index {
+        ti::NONE => "None",
+        ti::INT => "int",
+        ti::BOOL => "bool",
+        ti::FLOAT => "float",
+        ti::OPAQUE_PTR => "void*",
+        ti::DATA_TYPE => "DataType",
+        ti::DEVICE => "Device",
+        ti::DL_TENSOR_PTR => "DLTensor*",
+        ti::RAW_STR => "const char*",
+        ti::BYTE_ARRAY_PTR => "ByteArray*",
+        ti::OBJECT_RVALUE_REF => "ObjectRValueRef",
+        ti::SMALL_STR => "ffi.SmallStr",
+        ti::SMALL_BYTES => "ffi.SmallBytes",
+        ti::UNCHANGED => "Unchanged",
+        ti::OBJECT => "ffi.Object",
+        ti::STR => "ffi.String",
+        ti::BYTES => "ffi.Bytes",
+        ti::ERROR => "ffi.Error",
+        ti::FUNCTION => "ffi.Function",
+        ti::SHAPE => "ffi.Shape",
+        ti::TENSOR => "ffi.Tensor",
+        ti::ARRAY => "ffi.Array",
+        ti::MAP => "ffi.Map",
+        ti::MODULE => "ffi.Module",
+        ti::OPAQUE_PY_OBJECT => "ffi.OpaquePyObject",
+        ti::LIST => "ffi.List",
+        ti::DICT => "ffi.Dict",
+        ti::VISIT_INTERRUPT => "ffi.VisitInterrupt",
+        ti::BIG_INT => "ffi.BigInt",
+        dynamic if dynamic >= ti::DYN_OBJECT_BEGIN => {
+            let keys = DYNAMIC_KEYS.lock().unwrap_or_else(PoisonError::into_inner);
+            return match keys.get((dynamic - ti::DYN_OBJECT_BEGIN) as usize) {
+                Some(key) => (*key).to_string(),
+                None => format!("object type {dynamic}"),
+            };
+        }
+        other => return format!("unknown type index {other}"),
+    };
+    name.to_string()
+}
+
+/// Whether a value with this type index may appear in packed arguments.
+pub fn is_known(index: i32) -> bool {
+    (ti::NONE..=ti::UNCHANGED).contains(&index) || index >= ti::STATIC_OBJECT_BEGIN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dynamic_indices_are_stable_per_key() {
+        let a = dynamic_index("test.TypeKeyA");
+        let b = dynamic_index("test.TypeKeyB");
+        assert!(a >= ti::DYN_OBJECT_BEGIN && b >= ti::DYN_OBJECT_BEGIN);
+        assert_ne!(a, b);
+        assert_eq!(dynamic_index("test.TypeKeyA"), a);
+        assert_eq!(type_name(a), "test.TypeKeyA");
+        assert_eq!(type_name(ti::STR), "ffi.String");
+        assert_eq!(type_name(42), "unknown type index 42");
+    }
+}
