@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Session benchmark: TVM's Disco against discovm, with floors measured in the same run.
+#
+# Usage: benches/run.sh [session_bench options, e.g. --quick, --rounds 5, --workers 1,4]
+#   DVM_BENCH_VENV       venv holding the Disco baseline (default: <repo>/target/bench-venv)
+#   DVM_BENCH_BUILD_LIB  set to 1 to run `cargo build --release` first
+#   CC                   C compiler (default: gcc)
+#
+# 1. sets up the venv with apache-tvm and apache-tvm-ffi (benches/setup_disco_venv.sh);
+# 2. compiles benches/session_bench/*.c into target/bench/session_bench, with the discovm
+#    column when include/discovm.h, target/release/libdiscovm.so and
+#    benches/session_bench/discovm.c all exist (otherwise Disco and the floors only);
+# 3. runs it: the table goes to stdout, progress to stderr, and the numbers (ns) to
+#    target/bench/session_bench.csv.
+# The whole run takes about a minute on a 2-CPU machine.
+set -euo pipefail
+
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+src="$repo/benches/session_bench"
+out="$repo/target/bench"
+cc="${CC:-gcc}"
+mkdir -p "$out"
+
+eval "$("$repo/benches/setup_disco_venv.sh")"
+
+if [ "${DVM_BENCH_BUILD_LIB:-0}" = 1 ]; then
+    (cd "$repo" && cargo build --release >&2)
+fi
+
+sources=("$src/main.c" "$src/floors.c" "$src/disco.c")
+flags=(-O2 -std=gnu11 -Wall -Wextra -DHAVE_DISCO -I"$TVM_FFI_INCLUDE")
+libs=(-L"$TVM_FFI_LIB" -L"$TVM_LIB"
+      -Wl,--no-as-needed -ltvm_ffi -ltvm_runtime -ltvm_runtime_extra -Wl,--as-needed)
+rpath="$TVM_FFI_LIB:$TVM_LIB"
+
+if [ -f "$repo/include/discovm.h" ] && [ -f "$repo/target/release/libdiscovm.so" ] &&
+   [ -f "$src/discovm.c" ]; then
+    echo "run.sh: building with the discovm column" >&2
+    sources+=("$src/discovm.c")
+    flags+=(-DHAVE_DISCOVM -I"$repo/include")
+    libs+=(-L"$repo/target/release" -ldiscovm)
+    rpath="$repo/target/release:$rpath"
+else
+    echo "run.sh: discovm column left empty (needs include/discovm.h," \
+         "target/release/libdiscovm.so and benches/session_bench/discovm.c)" >&2
+fi
+
+"$cc" "${flags[@]}" "${sources[@]}" -o "$out/session_bench" \
+    "${libs[@]}" -Wl,-rpath,"$rpath" -lpthread -lm
+
+exec "$out/session_bench" --csv "$out/session_bench.csv" "$@"

@@ -1,0 +1,381 @@
+/*
+ * The baseline: Apache TVM's Disco threaded session, driven through the tvm-ffi C ABI only
+ * (libtvm_ffi.so; the runtime.disco.* globals are registered when libtvm_runtime_extra.so is
+ * loaded, which the link line forces with --no-as-needed).
+ *
+ * Globals used, with the argument conventions of the 0.27 wheel:
+ *   runtime.disco.SessionThreaded(num_workers: int, num_groups: int) -> Session
+ *   runtime.disco.SessionGetGlobalFunc(session, name: str) -> DRef
+ *   runtime.disco.SessionCallPacked(session, 0, 0, func: DRef, args...) -> DRef
+ *       (the two zeros are slots the session overwrites in place with the action code and
+ *       the new register; so the argument array is rebuilt for every call)
+ *   runtime.disco.SessionSyncWorker(session, worker: int)
+ *   runtime.disco.SessionCopyToWorker0(session, host: Tensor, remote: DRef)      asynchronous
+ *   runtime.disco.SessionCopyFromWorker0(session, host: Tensor, remote: DRef)    asynchronous
+ *   runtime.disco.SessionShutdown(session)
+ *   runtime.disco.DRefDebugGetFromRemote(dref, worker: int) -> value   (a check at open)
+ *   ffi.Shape(dims: int...) -> Shape
+ * and on the workers:
+ *   runtime.disco.worker_id() -> Shape([worker id])                     the cheap call
+ *   runtime.disco.empty(shape: Shape, dtype, device: None, worker0_only: bool,
+ *                       in_group: bool) -> Tensor on worker 0, None elsewhere
+ *
+ * Disco has no "sync all": it is one SessionSyncWorker per worker, in turn (what its own
+ * Python wrapper does). Its copy from worker 0 returns before the data has arrived, so
+ * copy_from_worker0 here is SessionCopyFromWorker0 followed by SessionSyncWorker(0).
+ * A call's result DRef is released at once; Disco then sends a register free to every worker.
+ */
+#include "bench.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <tvm/ffi/c_api.h>
+
+static _Thread_local char disco_error[1024];
+
+static const char *disco_last_error(void) { return disco_error; }
+
+/* Stores the error raised in this thread by a failed FFI call, prefixed with what failed. */
+static int fail_raised(const char *what) {
+    TVMFFIObjectHandle err = NULL;
+    TVMFFIErrorMoveFromRaised(&err);
+    if (err) {
+        const TVMFFIErrorCell *cell =
+            (const TVMFFIErrorCell *)((const char *)err + sizeof(TVMFFIObject));
+        snprintf(disco_error, sizeof disco_error, "%s: %.*s: %.*s", what, (int)cell->kind.size,
+                 cell->kind.data, (int)cell->message.size, cell->message.data);
+        TVMFFIObjectDecRef(err);
+    } else {
+        snprintf(disco_error, sizeof disco_error, "%s failed without raising an error", what);
+    }
+    return -1;
+}
+
+static int fail(const char *message) {
+    snprintf(disco_error, sizeof disco_error, "%s", message);
+    return -1;
+}
+
+/* ---- values ----------------------------------------------------------------------------------- */
+
+static TVMFFIAny any_none(void) {
+    TVMFFIAny v;
+    memset(&v, 0, sizeof v);
+    v.type_index = kTVMFFINone;
+    return v;
+}
+
+static TVMFFIAny any_int(int64_t x) {
+    TVMFFIAny v = any_none();
+    v.type_index = kTVMFFIInt;
+    v.v_int64 = x;
+    return v;
+}
+
+static TVMFFIAny any_bool(int x) {
+    TVMFFIAny v = any_none();
+    v.type_index = kTVMFFIBool;
+    v.v_int64 = x != 0;
+    return v;
+}
+
+static TVMFFIAny any_raw_str(const char *s) {
+    TVMFFIAny v = any_none();
+    v.type_index = kTVMFFIRawStr;
+    v.v_c_str = s;
+    return v;
+}
+
+static TVMFFIAny any_dtype(DLDataType dtype) {
+    TVMFFIAny v = any_none();
+    v.type_index = kTVMFFIDataType;
+    v.v_dtype = dtype;
+    return v;
+}
+
+static TVMFFIAny any_object(int32_t type_index, TVMFFIObjectHandle obj) {
+    TVMFFIAny v = any_none();
+    v.type_index = type_index;
+    v.v_obj = (TVMFFIObject *)obj;
+    return v;
+}
+
+static void any_release(TVMFFIAny *v) {
+    if (v->type_index >= kTVMFFIStaticObjectBegin && v->v_obj) TVMFFIObjectDecRef(v->v_obj);
+    *v = any_none();
+}
+
+/* Calls f; on success *out holds an owned value (None for functions returning nothing). */
+static int call(TVMFFIObjectHandle f, TVMFFIAny *args, int32_t num_args, TVMFFIAny *out,
+                const char *what) {
+    *out = any_none();
+    if (TVMFFIFunctionCall(f, args, num_args, out) != 0) return fail_raised(what);
+    return 0;
+}
+
+/* Calls f and drops its result. */
+static int call_void(TVMFFIObjectHandle f, TVMFFIAny *args, int32_t num_args, const char *what) {
+    TVMFFIAny out;
+    if (call(f, args, num_args, &out, what) != 0) return -1;
+    any_release(&out);
+    return 0;
+}
+
+/* ---- globals ---------------------------------------------------------------------------------- */
+
+static struct {
+    int ready;
+    TVMFFIObjectHandle session_threaded, get_global_func, call_packed, sync_worker, copy_to,
+        copy_from, shutdown, debug_get, make_shape;
+} g;
+
+static int lookup(const char *name, TVMFFIObjectHandle *out) {
+    TVMFFIByteArray key = {name, strlen(name)};
+    *out = NULL;
+    if (TVMFFIFunctionGetGlobal(&key, out) != 0) return fail_raised(name);
+    if (!*out) {
+        snprintf(disco_error, sizeof disco_error,
+                 "global function %s not found (is libtvm_runtime_extra.so linked with "
+                 "--no-as-needed?)",
+                 name);
+        return -1;
+    }
+    return 0;
+}
+
+static int load_globals(void) {
+    if (g.ready) return 0;
+    if (lookup("runtime.disco.SessionThreaded", &g.session_threaded) ||
+        lookup("runtime.disco.SessionGetGlobalFunc", &g.get_global_func) ||
+        lookup("runtime.disco.SessionCallPacked", &g.call_packed) ||
+        lookup("runtime.disco.SessionSyncWorker", &g.sync_worker) ||
+        lookup("runtime.disco.SessionCopyToWorker0", &g.copy_to) ||
+        lookup("runtime.disco.SessionCopyFromWorker0", &g.copy_from) ||
+        lookup("runtime.disco.SessionShutdown", &g.shutdown) ||
+        lookup("runtime.disco.DRefDebugGetFromRemote", &g.debug_get) ||
+        lookup("ffi.Shape", &g.make_shape))
+        return -1;
+    g.ready = 1;
+    return 0;
+}
+
+static const char *disco_version(void) {
+    static char text[96];
+    TVMFFIVersion v;
+    TVMFFIGetVersion(&v);
+    snprintf(text, sizeof text, "TVM Disco threaded session (tvm-ffi %u.%u.%u)", v.major,
+             v.minor, v.patch);
+    return text;
+}
+
+/* ---- session ---------------------------------------------------------------------------------- */
+
+struct bench_session {
+    int32_t num_workers;
+    TVMFFIAny session;   /* runtime.disco.ThreadedSession */
+    TVMFFIAny worker_id; /* DRef to runtime.disco.worker_id on every worker */
+    TVMFFIAny empty;     /* DRef to runtime.disco.empty on every worker */
+};
+
+static int session_get_func(bench_session *s, const char *name, TVMFFIAny *out) {
+    TVMFFIAny args[2] = {s->session, any_raw_str(name)};
+    return call(g.get_global_func, args, 2, out, "SessionGetGlobalFunc");
+}
+
+/* Broadcasts func(extra...) to every worker; the result DRef goes to *out. */
+static int session_call(bench_session *s, const TVMFFIAny *func, const TVMFFIAny *extra,
+                        int32_t num_extra, TVMFFIAny *out) {
+    TVMFFIAny args[16];
+    if (num_extra > 12) return fail("too many call arguments");
+    args[0] = s->session;
+    args[1] = any_int(0);
+    args[2] = any_int(0);
+    args[3] = *func;
+    for (int32_t i = 0; i < num_extra; i++) args[4 + i] = extra[i];
+    return call(g.call_packed, args, 4 + num_extra, out, "SessionCallPacked");
+}
+
+static int session_sync(bench_session *s, int32_t worker) {
+    TVMFFIAny args[2] = {s->session, any_int(worker)};
+    return call_void(g.sync_worker, args, 2, "SessionSyncWorker");
+}
+
+static void disco_close(bench_session *s) {
+    if (!s) return;
+    /* Every DRef holds the session; drop them first so that the last reference below shuts
+     * the session down and joins its worker threads. */
+    any_release(&s->worker_id);
+    any_release(&s->empty);
+    if (s->session.type_index >= kTVMFFIStaticObjectBegin) {
+        TVMFFIAny args[1] = {s->session};
+        call_void(g.shutdown, args, 1, "SessionShutdown");
+    }
+    any_release(&s->session);
+    free(s);
+}
+
+/* Checks that the cheap worker function runs on every worker and returns its id. */
+static int check_worker_ids(bench_session *s) {
+    TVMFFIAny ids;
+    if (session_call(s, &s->worker_id, NULL, 0, &ids) != 0) return -1;
+    int rc = 0;
+    for (int32_t w = 0; w < s->num_workers && rc == 0; w++) {
+        TVMFFIAny args[2] = {ids, any_int(w)}, value;
+        if (call(g.debug_get, args, 2, &value, "DRefDebugGetFromRemote") != 0) {
+            rc = -1;
+            break;
+        }
+        const TVMFFIShapeCell *shape =
+            value.type_index == kTVMFFIShape
+                ? (const TVMFFIShapeCell *)((const char *)value.v_obj + sizeof(TVMFFIObject))
+                : NULL;
+        if (!shape || shape->size != 1 || shape->data[0] != w) {
+            snprintf(disco_error, sizeof disco_error,
+                     "runtime.disco.worker_id on worker %d did not return Shape([%d])", (int)w,
+                     (int)w);
+            rc = -1;
+        }
+        any_release(&value);
+    }
+    any_release(&ids);
+    return rc;
+}
+
+static bench_session *disco_open(int32_t num_workers) {
+    if (load_globals() != 0) return NULL;
+    bench_session *s = calloc(1, sizeof *s);
+    if (!s) {
+        fail("out of memory");
+        return NULL;
+    }
+    s->num_workers = num_workers;
+    s->session = s->worker_id = s->empty = any_none();
+    TVMFFIAny args[2] = {any_int(num_workers), any_int(1)};
+    if (call(g.session_threaded, args, 2, &s->session, "SessionThreaded") != 0 ||
+        session_get_func(s, "runtime.disco.worker_id", &s->worker_id) != 0 ||
+        session_get_func(s, "runtime.disco.empty", &s->empty) != 0 || check_worker_ids(s) != 0) {
+        disco_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int disco_sync_worker0(bench_session *s) { return session_sync(s, 0); }
+
+static int disco_call(bench_session *s) {
+    TVMFFIAny result;
+    if (session_call(s, &s->worker_id, NULL, 0, &result) != 0) return -1;
+    any_release(&result);
+    return 0;
+}
+
+static int disco_sync_all(bench_session *s) {
+    for (int32_t w = 0; w < s->num_workers; w++)
+        if (session_sync(s, w) != 0) return -1;
+    return 0;
+}
+
+/* ---- copies ----------------------------------------------------------------------------------- */
+
+/* A host buffer seen as a 1-D float32 tensor, without copying: the DLPack wrapper below is
+ * freed when the tensor object dies; the data stays with the harness. */
+struct host_tensor {
+    DLManagedTensorVersioned managed;
+    int64_t shape[1];
+};
+
+static void host_tensor_deleter(DLManagedTensorVersioned *self) { free(self->manager_ctx); }
+
+static int make_host_tensor(void *data, int64_t elems, TVMFFIObjectHandle *out) {
+    struct host_tensor *t = calloc(1, sizeof *t);
+    if (!t) return fail("out of memory");
+    t->shape[0] = elems;
+    t->managed.version.major = DLPACK_MAJOR_VERSION;
+    t->managed.version.minor = DLPACK_MINOR_VERSION;
+    t->managed.manager_ctx = t;
+    t->managed.deleter = host_tensor_deleter;
+    t->managed.dl_tensor.data = data;
+    t->managed.dl_tensor.device.device_type = kDLCPU;
+    t->managed.dl_tensor.device.device_id = 0;
+    t->managed.dl_tensor.ndim = 1;
+    t->managed.dl_tensor.dtype.code = kDLFloat;
+    t->managed.dl_tensor.dtype.bits = 32;
+    t->managed.dl_tensor.dtype.lanes = 1;
+    t->managed.dl_tensor.shape = t->shape;
+    if (TVMFFITensorFromDLPackVersioned(&t->managed, 0, 1, out) != 0) {
+        free(t);
+        return fail_raised("TVMFFITensorFromDLPackVersioned");
+    }
+    return 0;
+}
+
+struct bench_copy {
+    bench_session *s;
+    TVMFFIObjectHandle host_src, host_dst; /* ffi.Tensor views of the harness's buffers */
+    TVMFFIAny remote;                      /* DRef: the tensor on worker 0 */
+};
+
+static void disco_copy_release(bench_copy *c) {
+    if (!c) return;
+    if (c->host_src) TVMFFIObjectDecRef(c->host_src);
+    if (c->host_dst) TVMFFIObjectDecRef(c->host_dst);
+    any_release(&c->remote);
+    free(c);
+}
+
+static bench_copy *disco_copy_prepare(bench_session *s, void *host_src, void *host_dst,
+                                      size_t nbytes) {
+    bench_copy *c = calloc(1, sizeof *c);
+    if (!c) {
+        fail("out of memory");
+        return NULL;
+    }
+    c->s = s;
+    c->remote = any_none();
+    int64_t elems = (int64_t)(nbytes / sizeof(float));
+    TVMFFIAny dims[1] = {any_int(elems)}, shape;
+    if (make_host_tensor(host_src, elems, &c->host_src) != 0 ||
+        make_host_tensor(host_dst, elems, &c->host_dst) != 0 ||
+        call(g.make_shape, dims, 1, &shape, "ffi.Shape") != 0) {
+        disco_copy_release(c);
+        return NULL;
+    }
+    DLDataType f32 = {kDLFloat, 32, 1};
+    /* empty(shape, float32, device None = the worker's default, worker0_only, in_group) */
+    TVMFFIAny extra[5] = {shape, any_dtype(f32), any_none(), any_bool(1), any_bool(1)};
+    int rc = session_call(s, &s->empty, extra, 5, &c->remote);
+    any_release(&shape);
+    if (rc != 0) {
+        disco_copy_release(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int disco_copy_to_worker0(bench_copy *c) {
+    TVMFFIAny args[3] = {c->s->session, any_object(kTVMFFITensor, c->host_src), c->remote};
+    return call_void(g.copy_to, args, 3, "SessionCopyToWorker0");
+}
+
+static int disco_copy_from_worker0(bench_copy *c) {
+    TVMFFIAny args[3] = {c->s->session, any_object(kTVMFFITensor, c->host_dst), c->remote};
+    if (call_void(g.copy_from, args, 3, "SessionCopyFromWorker0") != 0) return -1;
+    return session_sync(c->s, 0); /* the copy above is only queued */
+}
+
+const bench_backend bench_disco_backend = {
+    .name = "disco",
+    .version = disco_version,
+    .open = disco_open,
+    .sync_worker0 = disco_sync_worker0,
+    .call = disco_call,
+    .sync_all = disco_sync_all,
+    .copy_prepare = disco_copy_prepare,
+    .copy_to_worker0 = disco_copy_to_worker0,
+    .copy_from_worker0 = disco_copy_from_worker0,
+    .copy_release = disco_copy_release,
+    .close = disco_close,
+    .last_error = disco_last_error,
+};
