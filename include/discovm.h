@@ -10,9 +10,19 @@
 #include "discovm_abi.h"
 
 /**
+ * A remote reference (an object: it may travel inside `DVMAny` arguments of session calls).
+ */
+typedef struct dvm_dref dvm_dref;
+
+/**
  * A packed function (a Function object; `dvm_object_*` work on it).
  */
 typedef struct dvm_func dvm_func;
+
+/**
+ * A threaded session (an object; `dvm_object_*` work on it).
+ */
+typedef struct dvm_session dvm_session;
 
 /**
  * A tensor (a Tensor object: its DLTensor sits right after the object header, as in tvm-ffi).
@@ -20,9 +30,47 @@ typedef struct dvm_func dvm_func;
 typedef struct dvm_tensor dvm_tensor;
 
 /**
+ * One worker of a session (an object; `dvm_object_*` work on it).
+ */
+typedef struct dvm_worker dvm_worker;
+
+/**
  * A status code: `DVM_OK` (0) or one of the failure codes below. Codes are never renumbered.
  */
 typedef int32_t dvm_status;
+
+/**
+ * Session options. A zero-initialised struct (`dvm_session_options o = {0};`) gives the
+ * defaults; passing NULL does too.
+ */
+typedef struct {
+  /**
+   * Upper bound of every wait (sync, copy, register read, room in a full queue, shutdown), in
+   * milliseconds; a wait that runs past it fails with `TimeoutError`. 0: no bound.
+   */
+  int64_t timeout_ms;
+  /**
+   * How long waiting threads spin, then yield, before they park, in microseconds. 0: the
+   * default (200 µs, best measured for more workers than cores); negative: park at once.
+   */
+  int32_t spin_us;
+  /**
+   * Entries in `cpu_affinity`: 0 (no pinning) or the number of workers.
+   */
+  int32_t num_cpu_affinity;
+  /**
+   * The CPU each worker is pinned to; -1 leaves a worker unpinned.
+   */
+  const int32_t *cpu_affinity;
+  /**
+   * Entries in `devices`: 0 (every worker on the CPU) or the number of workers.
+   */
+  int32_t num_devices;
+  /**
+   * The device of each worker (only `kDLCPU` for now).
+   */
+  const DLDevice *devices;
+} dvm_session_options;
 
 /**
  * Success.
@@ -87,6 +135,36 @@ typedef int32_t dvm_status;
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Reads the value the register holds on `worker`, after every call sent before.
+ *
+ * Ownership: `*out` is an owned copy (objects gain a reference); release it with
+ * `dvm_any_release`.
+ * Errors: `IndexError` for a worker out of range; `WorkerError` if the call that should have
+ * filled the register failed (its cause in the message) or the register is empty there;
+ * `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_dref_get(const dvm_dref *r, int32_t worker, DVMAny *out);
+
+/**
+ * Sets the value of the register on `worker`, after every call sent before (returns at once).
+ *
+ * Ownership: `value` is borrowed and copied (objects gain a reference).
+ * Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
+ * (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_dref_set(const dvm_dref *r, int32_t worker, const DVMAny *value);
+
+/**
+ * Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
+ * freed on every worker, after every call sent before.
+ *
+ * Thread safety: any thread.
+ */
+void dvm_dref_free(dvm_dref *r);
 
 /**
  * The kind of the calling thread's most recent error (`"ValueError"`, `"WorkerError"`, ...),
@@ -192,6 +270,127 @@ dvm_status dvm_func_list_global_names(DVMAny *out);
 dvm_status dvm_func_remove_global(const char *name);
 
 /**
+ * Starts `num_workers` worker threads in `num_groups` groups of equal size.
+ *
+ * Ownership: `*out` is a new reference; release it with `dvm_session_free` (which shuts the
+ * session down once no DRef or worker handle keeps it alive).
+ * Errors: `ValueError` if `num_workers` is not in 1..=1024, `num_groups` not in
+ * 1..=num_workers, `num_workers % num_groups != 0`, or an option is malformed (a CPU id out of
+ * range, array lengths that differ from `num_workers`); `DeviceUnavailable` for a device
+ * without a backend.
+ * Thread safety: any thread. The session may then be used from several threads at once.
+ */
+dvm_status dvm_session_new_threaded(int32_t num_workers,
+                                    int32_t num_groups,
+                                    const dvm_session_options *opts,
+                                    dvm_session **out);
+
+/**
+ * The number of workers, or -1 if `s` is not a session.
+ *
+ * Thread safety: any thread.
+ */
+int32_t dvm_session_num_workers(const dvm_session *s);
+
+/**
+ * Looks up a global function for use on the workers. The name is resolved now, so a missing
+ * function fails here rather than later on the workers.
+ *
+ * Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
+ * Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after
+ * shutdown; `ValueError` for NULL arguments.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_get_global_func(dvm_session *s, const char *name, dvm_dref **out);
+
+/**
+ * Broadcasts a call of the function in `func` to every worker. Arguments are copied once and
+ * shared by all workers; a DRef argument becomes each worker's own register value. Returns at
+ * once; failures on the workers are reported by the next wait (sync, copy, register read).
+ *
+ * Ownership: arguments are borrowed; `*out` is a new DRef to the results.
+ * Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
+ * argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
+ * type index; `SessionClosed` after shutdown.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_call(dvm_session *s,
+                            const dvm_dref *func,
+                            const DVMAny *args,
+                            int32_t num_args,
+                            dvm_dref **out);
+
+/**
+ * Waits until every call sent so far to `worker` has finished.
+ *
+ * Errors: `IndexError` if `worker` is out of range; `WorkerError` if a call on that worker
+ * failed since the last wait (the message names the worker, the function and the cause);
+ * `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_sync_worker(dvm_session *s, int32_t worker);
+
+/**
+ * Waits until every call sent so far to every worker has finished (syncs go out to all
+ * workers first, then the replies are collected).
+ *
+ * Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_sync_all(dvm_session *s);
+
+/**
+ * Copies a compact CPU host tensor into the tensor `dst` holds on worker 0, after every call
+ * sent before. Returns when the copy is done.
+ *
+ * Ownership: both borrowed.
+ * Errors: `ValueError` for NULL pointers, a non-CPU or non-contiguous host tensor, or a shape
+ * or dtype that differs from the remote tensor's; `WorkerError` if `dst` does not hold a
+ * tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_copy_to_worker0(dvm_session *s, const DLTensor *host, const dvm_dref *dst);
+
+/**
+ * Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
+ * sent before. Returns with the host buffer filled (Disco's copy is asynchronous; this one is
+ * not).
+ *
+ * Ownership: both borrowed.
+ * Errors: as `dvm_session_copy_to_worker0`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_copy_from_worker0(dvm_session *s, DLTensor *host, const dvm_dref *src);
+
+/**
+ * How many registers hold a value on `worker`, after every call sent before (0 once every DRef
+ * is released: a way to check for leaks).
+ *
+ * Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_live_registers(dvm_session *s, int32_t worker, int64_t *out);
+
+/**
+ * Stops the workers once the work already sent has run, and joins their threads. Every later
+ * call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
+ * again does nothing.
+ *
+ * Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
+ * left running); `ValueError` for NULL.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_shutdown(dvm_session *s);
+
+/**
+ * Drops a reference to a session. NULL is fine. The workers stop when the last reference to
+ * the session (including those held by its DRefs and worker handles) goes, if not before.
+ *
+ * Thread safety: any thread.
+ */
+void dvm_session_free(dvm_session *s);
+
+/**
  * Allocates a compact, zero-filled tensor, 64-byte aligned. Only `kDLCPU` devices for now.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
@@ -290,6 +489,76 @@ dvm_status dvm_bytes_new(const void *data, size_t len, DVMAny *out);
  * Thread safety: any thread.
  */
 dvm_status dvm_shape_new(const int64_t *dims, int32_t ndim, DVMAny *out);
+
+/**
+ * A handle to worker `worker` of the session.
+ *
+ * Ownership: `*out` is a new reference (it keeps the session alive); free it with
+ * `dvm_worker_free`.
+ * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_worker(dvm_session *s, int32_t worker, dvm_worker **out);
+
+/**
+ * Drops a reference to a worker handle. NULL is fine.
+ *
+ * Thread safety: any thread.
+ */
+void dvm_worker_free(dvm_worker *w);
+
+/**
+ * Calls the function in `func` on this worker only. The result DRef holds a value on this
+ * worker alone.
+ *
+ * Ownership and errors: as `dvm_session_call`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_worker_call(dvm_worker *w,
+                           const dvm_dref *func,
+                           const DVMAny *args,
+                           int32_t num_args,
+                           dvm_dref **out);
+
+/**
+ * Waits until every call sent so far to this worker has finished.
+ *
+ * Errors: as `dvm_session_sync_worker`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_worker_sync(dvm_worker *w);
+
+/**
+ * The worker's id (0-based), or -1 if `w` is not a worker.
+ *
+ * Thread safety: any thread.
+ */
+int32_t dvm_worker_id(const dvm_worker *w);
+
+/**
+ * The worker's device.
+ *
+ * Errors: `ValueError` for NULL pointers; `TypeError` if `w` is not a worker.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_worker_device(const dvm_worker *w, DLDevice *out);
+
+/**
+ * The id of the worker running the calling thread, or -1 off worker threads.
+ *
+ * Thread safety: any thread.
+ */
+int32_t dvm_current_worker_id(void);
+
+/**
+ * The worker running the calling thread, for functions that run on workers.
+ *
+ * Ownership: `*out` is borrowed: valid while the function runs (do not free it; take a
+ * reference with `dvm_object_inc_ref` to keep it).
+ * Errors: `RuntimeError` when called off a worker thread; `ValueError` if `out` is NULL.
+ * Thread safety: worker threads.
+ */
+dvm_status dvm_current_worker(dvm_worker **out);
 
 #ifdef __cplusplus
 }  // extern "C"

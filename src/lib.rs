@@ -7,12 +7,18 @@
 //! - [`abi`]: `#[repr(C)]` mirrors of the value, object and DLPack layouts, with layout asserts.
 //! - [`object`]: owned values ([`object::Any`], [`object::ObjectRef`]), strings, shapes,
 //!   tensors, functions, the global function registry and the error type.
+//! - [`device`]: host memory copies and thread placement.
+//! - [`session`]: threaded sessions: controller, workers, channels, registers, DRefs.
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread.
 
 /// cbindgen:ignore
 pub mod abi;
 pub mod capi;
 /// cbindgen:ignore
+pub mod device;
+/// cbindgen:ignore
 pub mod object;
+/// cbindgen:ignore
+pub mod session;
 
 pub use object::{Any, AnyView, Error, ErrorKind, Result};

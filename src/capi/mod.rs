@@ -2,15 +2,21 @@
 //! panics are caught, errors go to the calling thread's last-error slot, and the status says
 //! which kind. Bodies only translate C arguments and call safe Rust below this module.
 
+mod dref;
 mod error;
 mod func;
+mod session;
 mod tensor;
 mod value;
+mod worker;
 
+pub use dref::*;
 pub use error::*;
 pub use func::*;
+pub use session::*;
 pub use tensor::*;
 pub use value::*;
+pub use worker::*;
 
 use std::ffi::{CStr, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -1,0 +1,90 @@
+//! DRefs: remote references to a register on every worker of a session.
+
+use super::{boundary, dvm_status, handle_ref, non_null, write_out};
+use crate::abi::DVMAny;
+use crate::object::{Any, AnyView};
+use crate::session::{DRef, DRefCell};
+
+/// A remote reference (an object: it may travel inside `DVMAny` arguments of session calls).
+#[allow(non_camel_case_types)]
+pub struct dvm_dref {
+    _opaque: [u8; 0],
+}
+
+/// A new reference to the DRef behind a handle.
+///
+/// # Safety
+/// `r` is NULL or a live object handle.
+pub(crate) unsafe fn dref_arg(r: *const dvm_dref, name: &str) -> crate::Result<DRef> {
+    // SAFETY: as the caller promises.
+    Ok(DRef::from_object(unsafe {
+        handle_ref::<DRefCell, _>(r, name, "a DRef")
+    }?))
+}
+
+pub(crate) fn dref_handle(dref: DRef) -> *mut dvm_dref {
+    dref.object().clone().into_raw().as_ptr().cast()
+}
+
+/// Reads the value the register holds on `worker`, after every call sent before.
+///
+/// Ownership: `*out` is an owned copy (objects gain a reference); release it with
+/// `dvm_any_release`.
+/// Errors: `IndexError` for a worker out of range; `WorkerError` if the call that should have
+/// filled the register failed (its cause in the message) or the register is empty there;
+/// `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_dref_get(
+    r: *const dvm_dref,
+    worker: i32,
+    out: *mut DVMAny,
+) -> dvm_status {
+    boundary(|| {
+        let out = non_null(out, "out")?;
+        // SAFETY: NULL or a live handle, by contract.
+        let dref = unsafe { dref_arg(r, "dref") }?;
+        let session = dref.session();
+        let value = session.get_register(dref.reg(), session.worker_index(worker.into())?)?;
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(out, value.into_raw()) };
+        Ok(())
+    })
+}
+
+/// Sets the value of the register on `worker`, after every call sent before (returns at once).
+///
+/// Ownership: `value` is borrowed and copied (objects gain a reference).
+/// Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
+/// (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_dref_set(
+    r: *const dvm_dref,
+    worker: i32,
+    value: *const DVMAny,
+) -> dvm_status {
+    boundary(|| {
+        let value = non_null(value, "value")?;
+        // SAFETY: NULL or a live handle, by contract.
+        let dref = unsafe { dref_arg(r, "dref") }?;
+        // SAFETY: the caller vouches for the value for the duration of the call.
+        let view = unsafe { AnyView::from_raw(*value.as_ptr()) };
+        view.validate()?;
+        let owned: Any = view.to_owned()?;
+        let session = dref.session();
+        session.set_register(dref.reg(), session.worker_index(worker.into())?, owned)
+    })
+}
+
+/// Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
+/// freed on every worker, after every call sent before.
+///
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_dref_free(r: *mut dvm_dref) {
+    if !r.is_null() {
+        // SAFETY: the caller gives up a reference it owns.
+        unsafe { super::dvm_object_dec_ref(r.cast()) };
+    }
+}

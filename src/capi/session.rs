@@ -1,0 +1,345 @@
+//! Sessions: N worker threads driven by one controller (Disco's threaded session, with its
+//! defects fixed: worker errors come back as values, missing functions fail at once, calls after
+//! shutdown fail at once, waits can time out).
+
+use std::ffi::c_char;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::dref::{dref_arg, dref_handle, dvm_dref};
+use super::value::count_slice;
+use super::{boundary, boundary_or, c_str, dvm_status, handle_ref, non_null, write_out};
+use crate::abi::{DLDevice, DLTensor, DVMAny};
+use crate::device::cpu::HostTensor;
+use crate::object::{AnyView, Error};
+use crate::session::{
+    CopyDirection, Session, SessionCell, SessionOptions, SpinPolicy, Target, session_handle,
+};
+
+/// A threaded session (an object; `dvm_object_*` work on it).
+#[allow(non_camel_case_types)]
+pub struct dvm_session {
+    _opaque: [u8; 0],
+}
+
+/// Session options. A zero-initialised struct (`dvm_session_options o = {0};`) gives the
+/// defaults; passing NULL does too.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+pub struct dvm_session_options {
+    /// Upper bound of every wait (sync, copy, register read, room in a full queue, shutdown), in
+    /// milliseconds; a wait that runs past it fails with `TimeoutError`. 0: no bound.
+    pub timeout_ms: i64,
+    /// How long waiting threads spin, then yield, before they park, in microseconds. 0: the
+    /// default (200 µs, best measured for more workers than cores); negative: park at once.
+    pub spin_us: i32,
+    /// Entries in `cpu_affinity`: 0 (no pinning) or the number of workers.
+    pub num_cpu_affinity: i32,
+    /// The CPU each worker is pinned to; -1 leaves a worker unpinned.
+    pub cpu_affinity: *const i32,
+    /// Entries in `devices`: 0 (every worker on the CPU) or the number of workers.
+    pub num_devices: i32,
+    /// The device of each worker (only `kDLCPU` for now).
+    pub devices: *const DLDevice,
+}
+
+/// # Safety
+/// The arrays hold the counts they claim.
+unsafe fn session_options(opts: *const dvm_session_options) -> crate::Result<SessionOptions> {
+    let Some(opts) = std::ptr::NonNull::new(opts.cast_mut()) else {
+        return Ok(SessionOptions::default());
+    };
+    // SAFETY: the caller vouches for the struct.
+    let opts = unsafe { opts.as_ref() };
+    let timeout = match opts.timeout_ms {
+        0 => None,
+        ms if ms > 0 => Some(Duration::from_millis(ms as u64)),
+        ms => return Err(Error::value(format!("timeout_ms is negative ({ms})"))),
+    };
+    let budget = match opts.spin_us {
+        0 => SpinPolicy::DEFAULT_BUDGET,
+        us if us < 0 => Duration::ZERO,
+        us => Duration::from_micros(us as u64),
+    };
+    // SAFETY: as above.
+    let cpus = unsafe {
+        count_slice(
+            opts.cpu_affinity,
+            opts.num_cpu_affinity,
+            "cpu_affinity",
+            "num_cpu_affinity",
+        )
+    }?;
+    let cpu_affinity = cpus
+        .iter()
+        .enumerate()
+        .map(|(w, &cpu)| match cpu {
+            -1 => Ok(None),
+            cpu if cpu >= 0 => Ok(Some(cpu as usize)),
+            cpu => Err(Error::value(format!(
+                "cpu_affinity[{w}] is {cpu} (use -1 for no pinning)"
+            ))),
+        })
+        .collect::<crate::Result<_>>()?;
+    // SAFETY: as above.
+    let devices =
+        unsafe { count_slice(opts.devices, opts.num_devices, "devices", "num_devices") }?.to_vec();
+    Ok(SessionOptions {
+        timeout,
+        spin: SpinPolicy { budget },
+        cpu_affinity,
+        devices,
+    })
+}
+
+/// A new reference to the session behind a handle.
+///
+/// # Safety
+/// `s` is NULL or a live object handle.
+unsafe fn session_arg(s: *const dvm_session) -> crate::Result<Arc<Session>> {
+    // SAFETY: as the caller promises.
+    Ok(
+        unsafe { handle_ref::<SessionCell, _>(s, "session", "a session") }?
+            .0
+            .clone(),
+    )
+}
+
+/// # Safety
+/// As for [`session_arg`] and [`dref_arg`].
+pub(crate) unsafe fn call_with(
+    session: &Arc<Session>,
+    target: Target,
+    func: *const dvm_dref,
+    args: *const DVMAny,
+    num_args: i32,
+    out: *mut *mut dvm_dref,
+) -> crate::Result<()> {
+    let out = non_null(out, "out")?;
+    // SAFETY: NULL or a live handle, by contract.
+    let func = unsafe { dref_arg(func, "func") }?;
+    // SAFETY: the caller vouches for `num_args` values.
+    let raw = unsafe { count_slice(args, num_args, "args", "num_args") }?;
+    // SAFETY: the values outlive this call.
+    let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
+    AnyView::validate_all(views)?;
+    let result = session.call(target, &func, views)?;
+    // SAFETY: checked non-NULL above.
+    unsafe { write_out(out, dref_handle(result)) };
+    Ok(())
+}
+
+/// Starts `num_workers` worker threads in `num_groups` groups of equal size.
+///
+/// Ownership: `*out` is a new reference; release it with `dvm_session_free` (which shuts the
+/// session down once no DRef or worker handle keeps it alive).
+/// Errors: `ValueError` if `num_workers` is not in 1..=1024, `num_groups` not in
+/// 1..=num_workers, `num_workers % num_groups != 0`, or an option is malformed (a CPU id out of
+/// range, array lengths that differ from `num_workers`); `DeviceUnavailable` for a device
+/// without a backend.
+/// Thread safety: any thread. The session may then be used from several threads at once.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_new_threaded(
+    num_workers: i32,
+    num_groups: i32,
+    opts: *const dvm_session_options,
+    out: *mut *mut dvm_session,
+) -> dvm_status {
+    boundary(|| {
+        let out = non_null(out, "out")?;
+        // SAFETY: NULL or a valid options struct, by contract.
+        let options = unsafe { session_options(opts) }?;
+        let session = Session::new_threaded(num_workers.into(), num_groups.into(), options)?;
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(out, session_handle(session).into_raw().as_ptr().cast()) };
+        Ok(())
+    })
+}
+
+/// The number of workers, or -1 if `s` is not a session.
+///
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
+    // SAFETY: NULL or a live handle, by contract.
+    boundary_or(
+        |_| -1,
+        || Ok(unsafe { session_arg(s) }?.num_workers() as i32),
+    )
+}
+
+/// Looks up a global function for use on the workers. The name is resolved now, so a missing
+/// function fails here rather than later on the workers.
+///
+/// Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
+/// Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after
+/// shutdown; `ValueError` for NULL arguments.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_get_global_func(
+    s: *mut dvm_session,
+    name: *const c_char,
+    out: *mut *mut dvm_dref,
+) -> dvm_status {
+    boundary(|| {
+        let out = non_null(out, "out")?;
+        // SAFETY: NULL or a live handle / NUL-terminated string, by contract.
+        let (session, name) = unsafe { (session_arg(s)?, c_str(name, "name")?) };
+        let dref = session.get_global_func(name)?;
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(out, dref_handle(dref)) };
+        Ok(())
+    })
+}
+
+/// Broadcasts a call of the function in `func` to every worker. Arguments are copied once and
+/// shared by all workers; a DRef argument becomes each worker's own register value. Returns at
+/// once; failures on the workers are reported by the next wait (sync, copy, register read).
+///
+/// Ownership: arguments are borrowed; `*out` is a new DRef to the results.
+/// Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
+/// argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
+/// type index; `SessionClosed` after shutdown.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_call(
+    s: *mut dvm_session,
+    func: *const dvm_dref,
+    args: *const DVMAny,
+    num_args: i32,
+    out: *mut *mut dvm_dref,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle, by contract.
+        let session = unsafe { session_arg(s) }?;
+        // SAFETY: as documented above.
+        unsafe { call_with(&session, Target::All, func, args, num_args, out) }
+    })
+}
+
+/// Waits until every call sent so far to `worker` has finished.
+///
+/// Errors: `IndexError` if `worker` is out of range; `WorkerError` if a call on that worker
+/// failed since the last wait (the message names the worker, the function and the cause);
+/// `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_sync_worker(s: *mut dvm_session, worker: i32) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle, by contract.
+        let session = unsafe { session_arg(s) }?;
+        session.sync_worker(session.worker_index(worker.into())?)
+    })
+}
+
+/// Waits until every call sent so far to every worker has finished (syncs go out to all
+/// workers first, then the replies are collected).
+///
+/// Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status {
+    // SAFETY: NULL or a live handle, by contract.
+    boundary(|| unsafe { session_arg(s) }?.sync_all())
+}
+
+/// # Safety
+/// As for the two copy functions.
+unsafe fn copy_worker0(
+    s: *mut dvm_session,
+    host: *const DLTensor,
+    dref: *const dvm_dref,
+    direction: CopyDirection,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or live handles, by contract.
+        let (session, dref) = unsafe { (session_arg(s)?, dref_arg(dref, "dref")?) };
+        let host = non_null(host, "host")?;
+        // SAFETY: the caller vouches for the host buffer until this call returns, and the
+        // session waits for worker 0 (or for it to finish a copy it started) before returning.
+        let host = unsafe { HostTensor::new(host.as_ref()) }?;
+        session.copy_worker0(host, &dref, direction)
+    })
+}
+
+/// Copies a compact CPU host tensor into the tensor `dst` holds on worker 0, after every call
+/// sent before. Returns when the copy is done.
+///
+/// Ownership: both borrowed.
+/// Errors: `ValueError` for NULL pointers, a non-CPU or non-contiguous host tensor, or a shape
+/// or dtype that differs from the remote tensor's; `WorkerError` if `dst` does not hold a
+/// tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_copy_to_worker0(
+    s: *mut dvm_session,
+    host: *const DLTensor,
+    dst: *const dvm_dref,
+) -> dvm_status {
+    // SAFETY: as documented above.
+    unsafe { copy_worker0(s, host, dst, CopyDirection::ToWorker) }
+}
+
+/// Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
+/// sent before. Returns with the host buffer filled (Disco's copy is asynchronous; this one is
+/// not).
+///
+/// Ownership: both borrowed.
+/// Errors: as `dvm_session_copy_to_worker0`.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_copy_from_worker0(
+    s: *mut dvm_session,
+    host: *mut DLTensor,
+    src: *const dvm_dref,
+) -> dvm_status {
+    // SAFETY: as documented above.
+    unsafe { copy_worker0(s, host, src, CopyDirection::FromWorker) }
+}
+
+/// How many registers hold a value on `worker`, after every call sent before (0 once every DRef
+/// is released: a way to check for leaks).
+///
+/// Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_live_registers(
+    s: *mut dvm_session,
+    worker: i32,
+    out: *mut i64,
+) -> dvm_status {
+    boundary(|| {
+        let out = non_null(out, "out")?;
+        // SAFETY: NULL or a live handle, by contract.
+        let session = unsafe { session_arg(s) }?;
+        let live = session.live_registers(session.worker_index(worker.into())?)?;
+        // SAFETY: checked non-NULL above.
+        unsafe { write_out(out, live as i64) };
+        Ok(())
+    })
+}
+
+/// Stops the workers once the work already sent has run, and joins their threads. Every later
+/// call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
+/// again does nothing.
+///
+/// Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
+/// left running); `ValueError` for NULL.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_shutdown(s: *mut dvm_session) -> dvm_status {
+    // SAFETY: NULL or a live handle, by contract.
+    boundary(|| unsafe { session_arg(s) }?.shutdown())
+}
+
+/// Drops a reference to a session. NULL is fine. The workers stop when the last reference to
+/// the session (including those held by its DRefs and worker handles) goes, if not before.
+///
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_free(s: *mut dvm_session) {
+    if !s.is_null() {
+        // SAFETY: the caller gives up a reference it owns.
+        unsafe { super::dvm_object_dec_ref(s.cast()) };
+    }
+}

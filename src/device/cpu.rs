@@ -1,0 +1,128 @@
+//! The host: copies between host buffers and tensors, and pinning threads to cores.
+
+use crate::abi::{DLTensor, KDL_CPU};
+use crate::object::tensor::{check_dltensor, dl_shape, dtype_name, is_contiguous};
+use crate::object::{Error, ErrorKind, Result, Tensor};
+
+/// A compact host tensor whose memory the caller vouched for; copies into and out of it are
+/// safe to call.
+#[derive(Clone, Copy)]
+pub struct HostTensor {
+    dl: DLTensor,
+    nbytes: usize,
+}
+
+// SAFETY: the creator promised the memory stays valid and unshared until it is done with it.
+unsafe impl Send for HostTensor {}
+
+impl HostTensor {
+    /// Checks a host DLTensor: CPU, compact, a valid description.
+    ///
+    /// # Safety
+    /// `dl` describes readable and writable memory (and `shape`/`strides` arrays) that stay
+    /// valid, and are not used by anyone else, for as long as the returned value is used.
+    pub unsafe fn new(dl: &DLTensor) -> Result<HostTensor> {
+        if dl.device.device_type != KDL_CPU {
+            return Err(Error::value(format!(
+                "the host tensor must be on kDLCPU (1), not device type {}",
+                dl.device.device_type
+            )));
+        }
+        // SAFETY: as the caller promises.
+        let nbytes = unsafe { check_dltensor(dl) }?;
+        // SAFETY: as above.
+        if !unsafe { is_contiguous(dl) } {
+            return Err(Error::value(
+                "the host tensor is not contiguous (row-major compact)",
+            ));
+        }
+        Ok(HostTensor { dl: *dl, nbytes })
+    }
+
+    fn shape(&self) -> &[i64] {
+        // SAFETY: checked in `new`, valid while self is used.
+        unsafe { dl_shape(&self.dl) }.unwrap_or(&[])
+    }
+
+    fn check_against(&self, tensor: &Tensor) -> Result<()> {
+        let remote = tensor.dl();
+        if remote.device.device_type != KDL_CPU {
+            return Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!(
+                    "copies to device type {} are not supported yet",
+                    remote.device.device_type
+                ),
+            ));
+        }
+        if self.shape() != tensor.shape() || self.dl.dtype != remote.dtype {
+            return Err(Error::value(format!(
+                "host tensor {:?} {} does not match the remote tensor {:?} {}",
+                self.shape(),
+                dtype_name(self.dl.dtype),
+                tensor.shape(),
+                dtype_name(remote.dtype)
+            )));
+        }
+        if !tensor.is_contiguous() {
+            return Err(Error::value("the remote tensor is not contiguous"));
+        }
+        Ok(())
+    }
+
+    fn host_ptr(&self) -> *mut u8 {
+        // SAFETY: byte_offset lies within the buffer the caller described.
+        unsafe { self.dl.data.cast::<u8>().add(self.dl.byte_offset as usize) }
+    }
+
+    /// Copies this host buffer into `tensor` (same shape and dtype).
+    pub fn copy_into(&self, tensor: &Tensor) -> Result<()> {
+        self.check_against(tensor)?;
+        let dst = tensor.dl();
+        // SAFETY: both sides hold `nbytes` (same shape and dtype, both compact); the tensor's
+        // memory is its own and the host buffer is vouched for.
+        unsafe {
+            let dst = dst.data.cast::<u8>().add(dst.byte_offset as usize);
+            std::ptr::copy(self.host_ptr(), dst, self.nbytes);
+        }
+        Ok(())
+    }
+
+    /// Copies `tensor` (same shape and dtype) into this host buffer.
+    pub fn copy_from(&self, tensor: &Tensor) -> Result<()> {
+        self.check_against(tensor)?;
+        let src = tensor.dl();
+        // SAFETY: as in `copy_into`.
+        unsafe {
+            let src = src.data.cast::<u8>().add(src.byte_offset as usize);
+            std::ptr::copy(src, self.host_ptr(), self.nbytes);
+        }
+        Ok(())
+    }
+}
+
+/// The number of CPUs this process may run on.
+pub fn available_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(Error::value(format!("cpu {cpu} is out of range")));
+    }
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET stays within it (checked above);
+    // sched_setaffinity(0, ...) applies to the calling thread.
+    let rc = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if rc != 0 {
+        let os = std::io::Error::last_os_error();
+        return Err(Error::value(format!(
+            "cannot pin a worker to cpu {cpu}: {os}"
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! A bounded lock-free queue with one consumer thread that spins, yields, then parks; producers
+//! wake it only when it sleeps.
+
+use std::sync::OnceLock;
+use std::thread::Thread;
+use std::time::Instant;
+
+use crossbeam_queue::ArrayQueue;
+
+use super::wait::{Sleeper, SpinPolicy};
+use crate::object::Result;
+
+pub struct Channel<T> {
+    queue: ArrayQueue<T>,
+    consumer: OnceLock<Thread>,
+    sleeper: Sleeper,
+    /// Producers waiting for room wait on this.
+    room: Sleeper,
+}
+
+impl<T> Channel<T> {
+    pub fn new(capacity: usize) -> Self {
+        Channel {
+            queue: ArrayQueue::new(capacity.max(1)),
+            consumer: OnceLock::new(),
+            sleeper: Sleeper::default(),
+            room: Sleeper::default(),
+        }
+    }
+
+    /// Names the consumer thread; call once, from it, before it receives.
+    pub fn set_consumer(&self, thread: Thread) {
+        let _ = self.consumer.set(thread);
+    }
+
+    fn wake_consumer(&self) {
+        if let Some(consumer) = self.consumer.get() {
+            self.sleeper.wake(consumer);
+        }
+    }
+
+    /// Sends `value`. A full queue waits for room (spin, yield, short parks), ending with an
+    /// error when `check` says the consumer is gone or the deadline passes.
+    pub fn send(
+        &self,
+        value: T,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        check: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let mut pending = match self.queue.push(value) {
+            Ok(()) => {
+                self.wake_consumer();
+                return Ok(());
+            }
+            Err(back) => Some(back),
+        };
+        // Full: keep the consumer awake and retry. The consumer does not wake senders, so the
+        // wait below parks only in short slices (it re-polls at least every 20 ms).
+        self.room.wait(
+            policy,
+            deadline,
+            || "sending to a full worker queue".to_string(),
+            check,
+            || {
+                self.wake_consumer();
+                match self
+                    .queue
+                    .push(pending.take().expect("the value is still ours"))
+                {
+                    Ok(()) => Some(()),
+                    Err(back) => {
+                        pending = Some(back);
+                        None
+                    }
+                }
+            },
+        )?;
+        self.wake_consumer();
+        Ok(())
+    }
+
+    /// Receives the next value, waiting as long as it takes (the consumer thread only).
+    pub fn recv(&self, policy: SpinPolicy) -> T {
+        self.sleeper
+            .wait(policy, None, String::new, || Ok(()), || self.queue.pop())
+            .expect("a wait without deadline or failing check cannot fail")
+    }
+}

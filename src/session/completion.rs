@@ -1,0 +1,78 @@
+//! A one-shot reply from a worker to the thread that waits for it.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::thread::Thread;
+use std::time::Instant;
+
+use super::wait::{Sleeper, SpinPolicy};
+use crate::object::Result;
+
+const PENDING: u8 = 0;
+const CLAIMED: u8 = 1;
+const DONE: u8 = 2;
+const ABANDONED: u8 = 3;
+
+/// Filled once by a worker, waited for by the thread that made it.
+pub struct Completion<T> {
+    state: AtomicU8,
+    value: Mutex<Option<T>>,
+    waiter: Thread,
+    sleeper: Sleeper,
+}
+
+impl<T> Completion<T> {
+    /// A completion the calling thread will wait for.
+    pub fn new() -> Self {
+        Completion {
+            state: AtomicU8::new(PENDING),
+            value: Mutex::new(None),
+            waiter: std::thread::current(),
+            sleeper: Sleeper::default(),
+        }
+    }
+
+    /// The worker claims the request before acting on memory the waiter owns; false when the
+    /// waiter gave up (timed out), in which case the worker must not touch that memory.
+    pub fn claim(&self) -> bool {
+        self.state
+            .compare_exchange(PENDING, CLAIMED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Delivers the reply and wakes the waiter if it sleeps.
+    pub fn complete(&self, value: T) {
+        *self.value.lock().unwrap_or_else(|e| e.into_inner()) = Some(value);
+        self.state.store(DONE, Ordering::Release);
+        self.sleeper.wake(&self.waiter);
+    }
+
+    /// Waits for the reply. On timeout the request is abandoned unless a worker already claimed
+    /// it, in which case the wait goes on until that worker finishes (it is working on memory the
+    /// caller owns, and finishing is bounded).
+    pub fn wait(
+        &self,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        mut check: impl FnMut() -> Result<()>,
+    ) -> Result<T> {
+        let poll = || {
+            (self.state.load(Ordering::Acquire) == DONE)
+                .then(|| self.value.lock().unwrap_or_else(|e| e.into_inner()).take())
+                .flatten()
+        };
+        match self.sleeper.wait(policy, deadline, &what, &mut check, poll) {
+            Err(timeout)
+                if self
+                    .state
+                    .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok() =>
+            {
+                Err(timeout)
+            }
+            Err(_) => self.sleeper.wait(policy, None, what, check, poll),
+            Ok(value) => Ok(value),
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! The controller side of a threaded session: N worker threads, each with its own queue.
+//! Messages are typed values; a broadcast is built once and shared. Any host thread may use a
+//! session; a send gate makes shutdown wait for sends in progress, so nothing is queued after
+//! the final `Shutdown` and no wait can outlive its worker.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::builtins;
+use super::channel::Channel;
+use super::completion::Completion;
+use super::dref::DRef;
+use super::message::{Arg, CopyDirection, Instruction, Message, Reply};
+use super::registers::{Reg, RegisterIds};
+use super::wait::SpinPolicy;
+use super::worker::{self, WorkerInfo, WorkerShared};
+use crate::abi::{DLDevice, KDL_CPU};
+use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
+use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
+
+/// The most workers a threaded session may have.
+pub const MAX_WORKERS: usize = 1024;
+/// Each worker queue holds this many messages before senders wait for room.
+pub const QUEUE_CAPACITY: usize = 4096;
+
+/// How a session is set up.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// How long any wait may take; `None` waits as long as it takes.
+    pub timeout: Option<Duration>,
+    /// How long waiting threads (workers and controller) spin and yield before parking.
+    pub spin: SpinPolicy,
+    /// The CPU each worker is pinned to (`None`: not pinned); empty pins nobody.
+    pub cpu_affinity: Vec<Option<usize>>,
+    /// The device of each worker; empty means CPU for every worker.
+    pub devices: Vec<DLDevice>,
+}
+
+struct WorkerLink {
+    shared: Arc<WorkerShared>,
+    device: DLDevice,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// A threaded session.
+pub struct Session {
+    workers: Vec<WorkerLink>,
+    num_groups: usize,
+    registers: RegisterIds,
+    closed: AtomicBool,
+    /// Sends in progress; shutdown waits for them to drain.
+    senders: AtomicUsize,
+    timeout: Option<Duration>,
+    spin: SpinPolicy,
+}
+
+/// A send in progress (see `Session::enter`).
+struct SendGate<'a>(&'a AtomicUsize);
+
+impl Drop for SendGate<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Which workers a call goes to.
+#[derive(Clone, Copy, Debug)]
+pub enum Target {
+    All,
+    One(usize),
+}
+
+fn closed_error() -> Error {
+    Error::new(ErrorKind::SessionClosed, "the session has been shut down")
+}
+
+fn check_counts(num_workers: i64, num_groups: i64) -> Result<(usize, usize)> {
+    let workers = usize::try_from(num_workers)
+        .ok()
+        .filter(|n| (1..=MAX_WORKERS).contains(n))
+        .ok_or_else(|| {
+            Error::value(format!(
+                "num_workers {num_workers} is out of range (1..={MAX_WORKERS})"
+            ))
+        })?;
+    let groups = usize::try_from(num_groups)
+        .ok()
+        .filter(|g| (1..=workers).contains(g))
+        .ok_or_else(|| {
+            Error::value(format!(
+                "num_groups {num_groups} is out of range (1..={workers})"
+            ))
+        })?;
+    if workers % groups != 0 {
+        return Err(Error::value(format!(
+            "num_workers {workers} is not a multiple of num_groups {groups}"
+        )));
+    }
+    Ok((workers, groups))
+}
+
+fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevice>> {
+    if options.devices.is_empty() {
+        return Ok(vec![DLDevice::cpu(); workers]);
+    }
+    if options.devices.len() != workers {
+        return Err(Error::value(format!(
+            "{} devices given for {workers} workers",
+            options.devices.len()
+        )));
+    }
+    if let Some((w, d)) = options
+        .devices
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.device_type != KDL_CPU)
+    {
+        return Err(Error::new(
+            ErrorKind::DeviceUnavailable,
+            format!(
+                "worker {w}: device type {} has no backend here (only kDLCPU = 1)",
+                d.device_type
+            ),
+        ));
+    }
+    Ok(options.devices.clone())
+}
+
+fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
+    let given = options.cpu_affinity.len();
+    if given != 0 && given != workers {
+        return Err(Error::value(format!(
+            "{given} CPU ids given for {workers} workers"
+        )));
+    }
+    let cpus = available_cpus();
+    match options
+        .cpu_affinity
+        .iter()
+        .enumerate()
+        .find(|(_, c)| c.is_some_and(|c| c >= cpus))
+    {
+        Some((w, cpu)) => Err(Error::value(format!(
+            "worker {w}: cpu {} is out of range (this process may use {cpus} CPUs)",
+            cpu.unwrap_or_default()
+        ))),
+        None => Ok(()),
+    }
+}
+
+impl Session {
+    /// Starts `num_workers` worker threads in `num_groups` groups of equal size.
+    pub fn new_threaded(
+        num_workers: i64,
+        num_groups: i64,
+        options: SessionOptions,
+    ) -> Result<Arc<Session>> {
+        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
+        let devices = check_devices(&options, num_workers)?;
+        check_affinity(&options, num_workers)?;
+        builtins::register();
+        let mut workers = Vec::with_capacity(num_workers);
+        let mut started = Vec::with_capacity(num_workers);
+        for (id, device) in devices.into_iter().enumerate() {
+            let shared = Arc::new(WorkerShared {
+                channel: Channel::new(QUEUE_CAPACITY),
+                exited: AtomicBool::new(false),
+                session: OnceLock::new(),
+            });
+            let info = WorkerInfo {
+                id,
+                num_workers,
+                num_groups,
+                device,
+            };
+            let cpu = options.cpu_affinity.get(id).copied().flatten();
+            let ready: Reply<()> = Arc::new(Completion::new());
+            let (thread_shared, thread_ready, spin) = (shared.clone(), ready.clone(), options.spin);
+            let thread = std::thread::Builder::new()
+                .name(format!("discovm-worker-{id}"))
+                .spawn(move || {
+                    let pinned = cpu.map_or(Ok(()), pin_current_thread);
+                    let failed = pinned.is_err();
+                    thread_ready.complete(pinned);
+                    if !failed {
+                        worker::run(thread_shared, info, spin);
+                    } else {
+                        thread_shared.exited.store(true, Ordering::SeqCst);
+                    }
+                })
+                .map_err(|e| Error::runtime(format!("cannot start worker thread {id}: {e}")));
+            let thread = match thread {
+                Ok(thread) => thread,
+                Err(error) => {
+                    Self::stop_partial(&workers);
+                    return Err(error);
+                }
+            };
+            workers.push(WorkerLink {
+                shared,
+                device,
+                thread: Mutex::new(Some(thread)),
+            });
+            started.push(ready);
+        }
+        let session = Arc::new(Session {
+            workers,
+            num_groups,
+            registers: RegisterIds::default(),
+            closed: AtomicBool::new(false),
+            senders: AtomicUsize::new(0),
+            timeout: options.timeout,
+            spin: options.spin,
+        });
+        for link in &session.workers {
+            let _ = link.shared.session.set(Arc::downgrade(&session));
+        }
+        for ready in started {
+            ready.wait(session.spin, None, || "starting a worker".into(), || Ok(()))??;
+        }
+        Ok(session)
+    }
+
+    /// Stops workers started before a failure to start another.
+    fn stop_partial(workers: &[WorkerLink]) {
+        for link in workers {
+            let _ =
+                link.shared
+                    .channel
+                    .send(Message::Shutdown, SpinPolicy::default(), None, || Ok(()));
+        }
+        for link in workers {
+            if let Some(thread) = link
+                .thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                let _ = thread.join();
+            }
+        }
+    }
+
+    pub fn num_workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    pub fn worker_device(&self, worker: usize) -> DLDevice {
+        self.workers[worker].device
+    }
+
+    pub fn num_groups(&self) -> usize {
+        self.num_groups
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Checks a worker index from C.
+    pub fn worker_index(&self, worker: i64) -> Result<usize> {
+        usize::try_from(worker)
+            .ok()
+            .filter(|&w| w < self.workers.len())
+            .ok_or_else(|| {
+                Error::index(format!(
+                    "worker {worker} out of range (session has {} workers)",
+                    self.workers.len()
+                ))
+            })
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout.map(|t| Instant::now() + t)
+    }
+
+    fn enter(&self) -> Result<SendGate<'_>> {
+        self.senders.fetch_add(1, Ordering::SeqCst);
+        let gate = SendGate(&self.senders);
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(closed_error());
+        }
+        Ok(gate)
+    }
+
+    fn alive(&self, worker: usize) -> Result<()> {
+        if self.workers[worker].shared.exited.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::SessionClosed,
+                format!("worker {worker} has exited"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn push(&self, worker: usize, message: Message) -> Result<()> {
+        let channel = &self.workers[worker].shared.channel;
+        channel.send(message, self.spin, self.deadline(), || self.alive(worker))
+    }
+
+    fn send(&self, worker: usize, message: Message) -> Result<()> {
+        let _gate = self.enter()?;
+        self.push(worker, message)
+    }
+
+    fn run(&self, target: Target, instruction: Instruction) -> Result<()> {
+        let _gate = self.enter()?;
+        let instruction = Arc::new(instruction);
+        match target {
+            Target::One(worker) => self.push(worker, Message::Run(instruction)),
+            Target::All => (0..self.workers.len())
+                .try_for_each(|w| self.push(w, Message::Run(instruction.clone()))),
+        }
+    }
+
+    /// Waits for a worker's reply.
+    fn wait<T>(&self, worker: usize, reply: &Reply<T>, what: &str) -> Result<T> {
+        reply.wait(
+            self.spin,
+            self.deadline(),
+            || format!("{what} on worker {worker}"),
+            || self.alive(worker),
+        )?
+    }
+
+    /// Sends a request that carries `reply` to one worker and waits for the answer.
+    fn request<T>(
+        &self,
+        worker: usize,
+        what: &str,
+        make: impl FnOnce(Reply<T>) -> Message,
+    ) -> Result<T> {
+        let reply = Arc::new(Completion::new());
+        self.send(worker, make(reply.clone()))?;
+        self.wait(worker, &reply, what)
+    }
+
+    fn check_owner(self: &Arc<Self>, dref: &DRef, name: &str) -> Result<()> {
+        if Arc::ptr_eq(dref.session(), self) {
+            Ok(())
+        } else {
+            Err(Error::value(format!(
+                "`{name}` is a DRef of another session"
+            )))
+        }
+    }
+
+    /// Resolves a global function now (a missing name is a `KeyError` here, not later on the
+    /// workers) and stores it in a new register on every worker.
+    pub fn get_global_func(self: &Arc<Self>, name: &str) -> Result<DRef> {
+        if self.is_closed() {
+            return Err(closed_error());
+        }
+        let function = registry::get_global(name)?;
+        let dref = DRef::new(self.clone(), self.registers.allocate(), name.into());
+        self.run(
+            Target::All,
+            Instruction::Store {
+                reg: dref.reg(),
+                value: function.into(),
+            },
+        )?;
+        Ok(dref)
+    }
+
+    fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
+        if let Some(dref) = DRef::from_view(arg) {
+            self.check_owner(&dref, &format!("argument {position}"))?;
+            return Ok(Arg::Register(dref.reg()));
+        }
+        arg.to_owned()
+            .map(Arg::Value)
+            .map_err(|e| Error::new(e.kind, format!("argument {position}: {}", e.message)))
+    }
+
+    /// Calls the function in `func` with `args` on the target workers; DRef arguments become
+    /// each worker's register value. Returns at once with a DRef to the results.
+    pub fn call(
+        self: &Arc<Self>,
+        target: Target,
+        func: &DRef,
+        args: &[AnyView<'_>],
+    ) -> Result<DRef> {
+        self.check_owner(func, "func")?;
+        if self.is_closed() {
+            return Err(closed_error());
+        }
+        let args = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| self.encode(i, a))
+            .collect::<Result<Vec<_>>>()?;
+        let label = func.label().clone();
+        let out = DRef::new(
+            self.clone(),
+            self.registers.allocate(),
+            format!("result of `{label}`").into(),
+        );
+        self.run(
+            target,
+            Instruction::Call {
+                func: func.reg(),
+                label,
+                args,
+                out: out.reg(),
+            },
+        )?;
+        Ok(out)
+    }
+
+    /// Waits until everything sent to `worker` so far has run; reports the first failure there
+    /// since the last wait.
+    pub fn sync_worker(&self, worker: usize) -> Result<()> {
+        self.request(worker, "sync", Message::Sync)
+    }
+
+    /// Sends a sync to every worker first, then collects the replies (fan-out).
+    pub fn sync_all(&self) -> Result<()> {
+        let replies = {
+            let _gate = self.enter()?;
+            let mut replies = Vec::with_capacity(self.workers.len());
+            for worker in 0..self.workers.len() {
+                let reply: Reply<()> = Arc::new(Completion::new());
+                self.push(worker, Message::Sync(reply.clone()))?;
+                replies.push(reply);
+            }
+            replies
+        };
+        let mut first = None;
+        for (worker, reply) in replies.iter().enumerate() {
+            if let Err(error) = self.wait(worker, reply, "sync") {
+                first.get_or_insert(error);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+
+    /// An owned copy of a register's value on one worker.
+    pub fn get_register(&self, reg: Reg, worker: usize) -> Result<Any> {
+        self.request(worker, "reading a register", |reply| Message::Get {
+            reg,
+            reply,
+        })
+    }
+
+    /// Sets a register's value on one worker (ordered after earlier calls; returns at once).
+    pub fn set_register(&self, reg: Reg, worker: usize, value: Any) -> Result<()> {
+        self.run(Target::One(worker), Instruction::Store { reg, value })
+    }
+
+    /// How many registers hold something on `worker`, after everything sent before.
+    pub fn live_registers(&self, worker: usize) -> Result<usize> {
+        self.request(worker, "counting registers", Message::CountLive)
+    }
+
+    /// Copies between a host buffer and the tensor in `dref` on worker 0; returns when done.
+    pub fn copy_worker0(
+        self: &Arc<Self>,
+        host: HostTensor,
+        dref: &DRef,
+        direction: CopyDirection,
+    ) -> Result<()> {
+        self.check_owner(dref, "dref")?;
+        self.request(0, "copy", |reply| Message::Copy {
+            reg: dref.reg(),
+            host,
+            direction,
+            reply,
+        })
+    }
+
+    /// Frees a register on every worker (from a dropped DRef), after all earlier calls.
+    pub(crate) fn free_register(&self, reg: Reg) {
+        if self.run(Target::All, Instruction::Kill { reg }).is_ok() {
+            self.registers.release(reg);
+        }
+    }
+
+    /// Stops every worker after the work already queued and joins their threads. Later calls
+    /// fail with `SessionClosed`; shutting down again does nothing.
+    pub fn shutdown(&self) -> Result<()> {
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        while self.senders.load(Ordering::SeqCst) != 0 {
+            std::thread::yield_now();
+        }
+        let deadline = self.deadline();
+        let mut first = None;
+        for (worker, link) in self.workers.iter().enumerate() {
+            let pushed = link
+                .shared
+                .channel
+                .send(Message::Shutdown, self.spin, deadline, || {
+                    self.alive(worker)
+                });
+            if let Err(error) = pushed.or_else(|e| {
+                if self.alive(worker).is_err() {
+                    Ok(())
+                } else {
+                    Err(e)
+                }
+            }) {
+                first.get_or_insert(error);
+            }
+        }
+        let me = worker::current().map(|info| info.id);
+        for (worker, link) in self.workers.iter().enumerate() {
+            let Some(thread) = link
+                .thread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            else {
+                continue;
+            };
+            if me == Some(worker) && std::thread::current().id() == thread.thread().id() {
+                continue; // a worker dropping its own session: it exits when it returns to its loop
+            }
+            if let Some(deadline) = deadline {
+                while !thread.is_finished() {
+                    if Instant::now() >= deadline {
+                        first.get_or_insert(Error::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "worker {worker} did not stop in time; its thread is left running"
+                            ),
+                        ));
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+                if !thread.is_finished() {
+                    continue;
+                }
+            }
+            let _ = thread.join();
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}

@@ -1,0 +1,82 @@
+//! Remote references: a register id on every worker of one session. A DRef is an object, so it
+//! travels inside packed arguments; dropping the last reference frees the register everywhere,
+//! after every call queued before.
+
+use std::sync::{Arc, LazyLock};
+
+use super::controller::Session;
+use super::registers::Reg;
+use crate::object::{Any, AnyView, ObjectRef, ObjectType, alloc_object, type_key};
+
+pub struct DRefCell {
+    session: Arc<Session>,
+    reg: Reg,
+    /// What the register holds, for messages ("`my.func`", "result of `my.func`").
+    label: Arc<str>,
+}
+
+static DREF_INDEX: LazyLock<i32> = LazyLock::new(|| type_key::dynamic_index("discovm.DRef"));
+
+// SAFETY: objects with this dynamic index are only made by `DRef::new`.
+unsafe impl ObjectType for DRefCell {
+    fn type_index() -> i32 {
+        *DREF_INDEX
+    }
+}
+
+impl Drop for DRefCell {
+    fn drop(&mut self) {
+        self.session.free_register(self.reg);
+    }
+}
+
+/// A remote reference.
+#[derive(Clone, Debug)]
+pub struct DRef(ObjectRef<DRefCell>);
+
+impl DRef {
+    pub(crate) fn new(session: Arc<Session>, reg: Reg, label: Arc<str>) -> DRef {
+        DRef(alloc_object(
+            DRefCell::type_index(),
+            DRefCell {
+                session,
+                reg,
+                label,
+            },
+        ))
+    }
+
+    /// The DRef an argument holds, if it holds one.
+    pub fn from_view(view: &AnyView<'_>) -> Option<DRef> {
+        if view.type_index() != DRefCell::type_index() {
+            return None;
+        }
+        view.as_object().ok()?.downcast::<DRefCell>().ok().map(DRef)
+    }
+
+    pub fn from_object(object: ObjectRef<DRefCell>) -> DRef {
+        DRef(object)
+    }
+
+    pub fn object(&self) -> &ObjectRef<DRefCell> {
+        &self.0
+    }
+
+    pub fn session(&self) -> &Arc<Session> {
+        &self.0.session
+    }
+
+    pub fn reg(&self) -> Reg {
+        self.0.reg
+    }
+
+    pub fn label(&self) -> &Arc<str> {
+        &self.0.label
+    }
+}
+
+impl From<DRef> for Any {
+    fn from(d: DRef) -> Any {
+        Any::from(d.0)
+    }
+}

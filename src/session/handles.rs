@@ -1,0 +1,58 @@
+//! The objects behind the C handles of sessions and workers.
+
+use std::sync::{Arc, LazyLock, Weak};
+
+use super::controller::Session;
+use crate::object::{Error, ErrorKind, ObjectRef, ObjectType, Result, alloc_object, type_key};
+
+/// The cell of a session handle.
+pub struct SessionCell(pub Arc<Session>);
+
+/// How a worker handle reaches its session: handles the user asked for keep it alive (as
+/// DRefs do); a worker's own handle does not, so a session's threads never keep it alive.
+pub enum SessionLink {
+    Strong(Arc<Session>),
+    Weak(Weak<Session>),
+}
+
+/// The cell of a worker handle.
+pub struct WorkerCell {
+    pub session: SessionLink,
+    pub id: usize,
+}
+
+impl WorkerCell {
+    pub fn session(&self) -> Result<Arc<Session>> {
+        match &self.session {
+            SessionLink::Strong(session) => Ok(session.clone()),
+            SessionLink::Weak(session) => session.upgrade().ok_or_else(|| {
+                Error::new(ErrorKind::SessionClosed, "the worker's session is gone")
+            }),
+        }
+    }
+}
+
+static SESSION_INDEX: LazyLock<i32> = LazyLock::new(|| type_key::dynamic_index("discovm.Session"));
+static WORKER_INDEX: LazyLock<i32> = LazyLock::new(|| type_key::dynamic_index("discovm.Worker"));
+
+// SAFETY: objects with this dynamic index are only made by `session_handle`.
+unsafe impl ObjectType for SessionCell {
+    fn type_index() -> i32 {
+        *SESSION_INDEX
+    }
+}
+
+// SAFETY: objects with this dynamic index are only made by `worker_handle`.
+unsafe impl ObjectType for WorkerCell {
+    fn type_index() -> i32 {
+        *WORKER_INDEX
+    }
+}
+
+pub fn session_handle(session: Arc<Session>) -> ObjectRef<SessionCell> {
+    alloc_object(SessionCell::type_index(), SessionCell(session))
+}
+
+pub fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
+    alloc_object(WorkerCell::type_index(), WorkerCell { session, id })
+}

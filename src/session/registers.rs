@@ -1,0 +1,118 @@
+//! Registers: ids handed out by the controller, and each worker's file of values.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::object::{Any, Error};
+
+/// A register id. Register 0 is reserved (it never holds a value).
+pub type Reg = u32;
+
+/// The controller's allocator: lowest never-used id, then the most recently freed (LIFO).
+#[derive(Default)]
+pub struct RegisterIds {
+    state: Mutex<(Reg, Vec<Reg>)>,
+}
+
+impl RegisterIds {
+    pub fn allocate(&self) -> Reg {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(reg) = state.1.pop() {
+            return reg;
+        }
+        state.0 += 1;
+        state.0
+    }
+
+    /// Returns an id; call only after the kill for it was queued on every worker.
+    pub fn release(&self, reg: Reg) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .1
+            .push(reg);
+    }
+}
+
+/// What a register holds on one worker.
+#[derive(Default)]
+pub enum Slot {
+    #[default]
+    Empty,
+    Value(Any),
+    /// The call that should have filled it failed; later uses fail with the same cause.
+    Failed(Arc<Error>),
+}
+
+/// One worker's registers.
+#[derive(Default)]
+pub struct RegisterFile {
+    slots: Vec<Slot>,
+    live: usize,
+}
+
+impl RegisterFile {
+    pub fn get(&self, reg: Reg) -> &Slot {
+        self.slots.get(reg as usize).unwrap_or(&Slot::Empty)
+    }
+
+    pub fn set(&mut self, reg: Reg, slot: Slot) {
+        if reg == 0 {
+            return; // reserved: results sent to register 0 are dropped
+        }
+        let index = reg as usize;
+        if index >= self.slots.len() {
+            self.slots.resize_with(index + 1, Slot::default);
+        }
+        let filled = !matches!(slot, Slot::Empty);
+        let old = std::mem::replace(&mut self.slots[index], slot);
+        let was_filled = !matches!(old, Slot::Empty);
+        self.live = self.live + usize::from(filled) - usize::from(was_filled);
+    }
+
+    /// Empties a register, dropping its value.
+    pub fn kill(&mut self, reg: Reg) {
+        self.set(reg, Slot::Empty);
+    }
+
+    /// How many registers hold something.
+    pub fn live(&self) -> usize {
+        self.live
+    }
+
+    /// Drops every value (at shutdown, on the worker's own thread).
+    pub fn clear(&mut self) {
+        self.slots.clear();
+        self.live = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_start_at_one_and_reuse_the_last_freed() {
+        let ids = RegisterIds::default();
+        assert_eq!((ids.allocate(), ids.allocate(), ids.allocate()), (1, 2, 3));
+        ids.release(2);
+        ids.release(1);
+        assert_eq!((ids.allocate(), ids.allocate(), ids.allocate()), (1, 2, 4));
+    }
+
+    #[test]
+    fn the_file_counts_live_registers_and_ignores_register_zero() {
+        let mut file = RegisterFile::default();
+        file.set(0, Slot::Value(Any::Int(1)));
+        assert_eq!(file.live(), 0);
+        file.set(5, Slot::Value(Any::Int(5)));
+        file.set(5, Slot::Value(Any::Int(6)));
+        file.set(2, Slot::Failed(Arc::new(Error::runtime("x"))));
+        assert_eq!(file.live(), 2);
+        assert!(matches!(file.get(5), Slot::Value(Any::Int(6))));
+        assert!(matches!(file.get(100), Slot::Empty));
+        file.kill(5);
+        file.kill(2);
+        file.kill(7);
+        assert_eq!(file.live(), 0);
+    }
+}

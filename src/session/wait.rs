@@ -1,0 +1,110 @@
+//! How a thread waits for another on a 2-vCPU machine: a short PAUSE spin (enough for a
+//! cross-core round trip), then `yield_now` until the spin budget runs out (a yielding waiter
+//! hands its vCPU to runnable threads, which matters when workers outnumber cores), then park.
+//! The thread that makes progress wakes a waiter only when it announced that it sleeps.
+
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::object::{Error, ErrorKind, Result};
+
+/// Rounds of PAUSE before yielding: 1 + 2 + 4 + 8 + 16 = 31 PAUSEs, about 0.8 µs.
+const PAUSE_ROUNDS: u32 = 5;
+/// A parked waiter wakes at least this often to check that its peer is still there.
+const PARK_SLICE: Duration = Duration::from_millis(20);
+
+/// How long to spin and yield before parking.
+#[derive(Clone, Copy, Debug)]
+pub struct SpinPolicy {
+    /// Spin (PAUSE, then yield) for this long before parking; zero parks at once.
+    pub budget: Duration,
+}
+
+impl SpinPolicy {
+    pub const DEFAULT_BUDGET: Duration = Duration::from_micros(200);
+}
+
+impl Default for SpinPolicy {
+    fn default() -> Self {
+        SpinPolicy {
+            budget: Self::DEFAULT_BUDGET,
+        }
+    }
+}
+
+/// The "I am asleep" flag of one waiting thread.
+#[derive(Default)]
+pub struct Sleeper {
+    sleeping: CachePadded<AtomicBool>,
+}
+
+impl Sleeper {
+    /// Wakes `thread` if it announced that it sleeps on this flag; otherwise costs one load.
+    pub fn wake(&self, thread: &Thread) {
+        fence(Ordering::SeqCst); // pairs with the fence in `wait`: store-fence-load on both sides
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            thread.unpark();
+        }
+    }
+
+    /// Waits until `poll` gives a value. `check` runs while parked (at least every 20 ms) and
+    /// may end the wait with an error (the peer is gone); a deadline ends it with a timeout.
+    /// Only the thread `wake` is given may call this.
+    pub fn wait<T>(
+        &self,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        mut check: impl FnMut() -> Result<()>,
+        mut poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        loop {
+            if let Some(value) = poll() {
+                return Ok(value);
+            }
+            if !policy.budget.is_zero() {
+                for round in 0..PAUSE_ROUNDS {
+                    for _ in 0..(1u32 << round) {
+                        std::hint::spin_loop();
+                    }
+                    if let Some(value) = poll() {
+                        return Ok(value);
+                    }
+                }
+                let spin_end = Instant::now() + policy.budget;
+                while Instant::now() < spin_end {
+                    std::thread::yield_now();
+                    if let Some(value) = poll() {
+                        return Ok(value);
+                    }
+                }
+            }
+            self.sleeping.store(true, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            if let Some(value) = poll() {
+                self.sleeping.store(false, Ordering::Relaxed);
+                return Ok(value);
+            }
+            let slice = match deadline {
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        self.sleeping.store(false, Ordering::Relaxed);
+                        return Err(Error::new(
+                            ErrorKind::Timeout,
+                            format!("{} timed out", what()),
+                        ));
+                    }
+                    (deadline - now).min(PARK_SLICE)
+                }
+                None => PARK_SLICE,
+            };
+            std::thread::park_timeout(slice);
+            self.sleeping.store(false, Ordering::Relaxed);
+            check()?;
+        }
+    }
+}

@@ -1,0 +1,237 @@
+//! The worker thread: runs its queue in order, keeps its register file, reports failures as
+//! values, and exposes its identity to the functions it runs.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
+
+use super::channel::Channel;
+use super::controller::Session;
+use super::message::{Arg, CopyDirection, Instruction, Message, worker_error};
+use super::registers::{Reg, RegisterFile, Slot};
+use super::wait::SpinPolicy;
+use crate::abi::DLDevice;
+use crate::device::cpu::HostTensor;
+use crate::object::{Any, AnyView, Error, ErrorKind, Result};
+
+/// What a worker shares with the controller.
+pub struct WorkerShared {
+    pub channel: Channel<Message>,
+    /// Set when the worker thread has left its loop (normally or not).
+    pub exited: AtomicBool,
+    /// The session, once it exists (for the worker's own handle; weak, so no cycle).
+    pub session: OnceLock<Weak<Session>>,
+}
+
+/// Who a worker is, as the functions it runs see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WorkerInfo {
+    pub id: usize,
+    pub num_workers: usize,
+    pub num_groups: usize,
+    pub device: DLDevice,
+}
+
+impl WorkerInfo {
+    pub fn workers_per_group(&self) -> usize {
+        self.num_workers / self.num_groups
+    }
+    /// The worker's index within its group.
+    pub fn local_id(&self) -> usize {
+        self.id % self.workers_per_group()
+    }
+}
+
+thread_local! {
+    static CURRENT: RefCell<Option<(WorkerInfo, Arc<WorkerShared>, Any)>> = const { RefCell::new(None) };
+}
+
+/// The worker running on this thread, if any.
+pub fn current() -> Option<WorkerInfo> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|(info, _, _)| *info))
+}
+
+/// The worker's handle object, made once per thread by `make` from the worker and a weak
+/// reference to its session, and kept while the worker runs.
+pub fn current_handle(make: impl FnOnce(WorkerInfo, Weak<Session>) -> Any) -> Option<Any> {
+    CURRENT.with(|c| {
+        let mut current = c.borrow_mut();
+        let (info, shared, handle) = current.as_mut()?;
+        if matches!(handle, Any::None) {
+            *handle = make(*info, shared.session.get().cloned().unwrap_or_default());
+        }
+        Some(handle.clone())
+    })
+}
+
+/// Marks the worker as gone however its thread ends.
+struct ExitGuard(Arc<WorkerShared>);
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.borrow_mut().take());
+        self.0.exited.store(true, Ordering::SeqCst);
+    }
+}
+
+struct Worker {
+    info: WorkerInfo,
+    registers: RegisterFile,
+    /// The first failure since the last sync, and how many followed it.
+    failure: Option<(Error, usize)>,
+}
+
+/// Runs worker `info.id` until it receives `Shutdown`.
+pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
+    let _guard = ExitGuard(shared.clone());
+    CURRENT.with(|c| *c.borrow_mut() = Some((info, shared.clone(), Any::None)));
+    shared.channel.set_consumer(std::thread::current());
+    let mut worker = Worker {
+        info,
+        registers: RegisterFile::default(),
+        failure: None,
+    };
+    loop {
+        match shared.channel.recv(policy) {
+            Message::Run(instruction) => worker.run(&instruction),
+            Message::Sync(reply) => reply.complete(worker.take_failure()),
+            Message::Get { reg, reply } => {
+                reply.complete(worker.value(reg, "reading").map(|v| v.clone()))
+            }
+            Message::CountLive(reply) => reply.complete(Ok(worker.registers.live())),
+            Message::Copy {
+                reg,
+                host,
+                direction,
+                reply,
+            } => {
+                if reply.claim() {
+                    reply.complete(worker.copy(reg, host, direction));
+                }
+            }
+            Message::Shutdown => break,
+        }
+    }
+    // Values die on their own worker's thread, as they were made there.
+    worker.registers.clear();
+}
+
+impl Worker {
+    fn run(&mut self, instruction: &Instruction) {
+        match instruction {
+            Instruction::Store { reg, value } => {
+                self.registers.set(*reg, Slot::Value(value.clone()))
+            }
+            Instruction::Kill { reg } => self.registers.kill(*reg),
+            Instruction::Call {
+                func,
+                label,
+                args,
+                out,
+            } => {
+                let slot = match self.call(*func, label, args) {
+                    Ok(value) => Slot::Value(value),
+                    Err(error) => {
+                        let error = Arc::new(error);
+                        self.note_failure(&error);
+                        Slot::Failed(error)
+                    }
+                };
+                self.registers.set(*out, slot);
+            }
+        }
+    }
+
+    fn call(&self, func: Reg, label: &str, args: &[Arg]) -> Result<Any> {
+        let not_run = |cause: Error| worker_error(self.info.id, &format!("`{label}`"), &cause);
+        let function = self
+            .value(func, "calling")
+            .map_err(&not_run)?
+            .view()
+            .as_function()
+            .map_err(&not_run)?;
+        let views = args
+            .iter()
+            .enumerate()
+            .map(|(position, arg)| match arg {
+                Arg::Value(value) => Ok(value.view()),
+                Arg::Register(reg) => self
+                    .value(*reg, &format!("argument {position}"))
+                    .map(Any::view),
+            })
+            .collect::<Result<Vec<AnyView<'_>>>>()
+            .map_err(|cause| {
+                Error::new(
+                    ErrorKind::Worker,
+                    format!(
+                        "worker {}: `{label}` was not run: {}",
+                        self.info.id, cause.message
+                    ),
+                )
+            })?;
+        function
+            .call(&views)
+            .map_err(|cause| worker_error(self.info.id, &format!("`{label}`"), &cause))
+    }
+
+    /// The value in `reg`, or why there is none (`use_` says what it was wanted for).
+    fn value(&self, reg: Reg, use_: &str) -> Result<&Any> {
+        match self.registers.get(reg) {
+            Slot::Value(value) => Ok(value),
+            Slot::Failed(cause) => Err(Error::new(
+                ErrorKind::Worker,
+                format!(
+                    "{use_}: register {reg} holds the failure of an earlier call ({})",
+                    cause.message
+                ),
+            )),
+            Slot::Empty => Err(Error::new(
+                ErrorKind::Worker,
+                format!("{use_}: register {reg} is empty on worker {}", self.info.id),
+            )),
+        }
+    }
+
+    fn note_failure(&mut self, error: &Error) {
+        match &mut self.failure {
+            Some((_, more)) => *more += 1,
+            None => self.failure = Some((error.clone(), 0)),
+        }
+    }
+
+    fn take_failure(&mut self) -> Result<()> {
+        match self.failure.take() {
+            None => Ok(()),
+            Some((error, 0)) => Err(error),
+            Some((error, more)) => {
+                let s = if more == 1 { "" } else { "s" };
+                Err(Error::new(
+                    error.kind,
+                    format!(
+                        "{} (and {more} more failure{s} since the last sync)",
+                        error.message
+                    ),
+                ))
+            }
+        }
+    }
+
+    fn copy(&self, reg: Reg, host: HostTensor, direction: CopyDirection) -> Result<()> {
+        let what = match direction {
+            CopyDirection::ToWorker => "copy to worker 0",
+            CopyDirection::FromWorker => "copy from worker 0",
+        };
+        let attribute = |cause: Error| worker_error(self.info.id, what, &cause);
+        let tensor = self
+            .value(reg, "the copy's tensor")
+            .map_err(&attribute)?
+            .view()
+            .as_tensor()
+            .map_err(&attribute)?;
+        match direction {
+            CopyDirection::ToWorker => host.copy_into(&tensor),
+            CopyDirection::FromWorker => host.copy_from(&tensor),
+        }
+        .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
+    }
+}

@@ -1,0 +1,437 @@
+//! Threaded sessions from Rust: broadcast, order, registers, errors, shutdown, concurrency.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::time::Duration;
+
+use discovm::abi::{DLDataType, DLDevice, DLTensor, KDL_FLOAT};
+use discovm::device::cpu::HostTensor;
+use discovm::object::{Function, Shape, registry};
+use discovm::session::{CopyDirection, DRef, Session, SessionOptions, Target, current_worker};
+use discovm::{Any, Error, ErrorKind};
+
+const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+
+fn session(n: i64) -> Arc<Session> {
+    Session::new_threaded(n, 1, SessionOptions::default()).expect("session starts")
+}
+
+/// Registers a test function once per process under `name`.
+fn global(
+    name: &str,
+    f: impl Fn(&[discovm::AnyView<'_>]) -> discovm::Result<Any> + Send + Sync + 'static,
+) {
+    registry::register_global(name, Function::from_closure(f), true).unwrap();
+}
+
+fn call(s: &Arc<Session>, func: &DRef, args: &[Any]) -> DRef {
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    s.call(Target::All, func, &views).expect("call is sent")
+}
+
+fn int(value: Any) -> i64 {
+    match value {
+        Any::Int(v) => v,
+        other => panic!("expected an int, got {other:?}"),
+    }
+}
+
+#[test]
+fn broadcast_reaches_every_worker_with_its_own_identity() {
+    let s = session(4);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let size = s.get_global_func("runtime.disco.world_size").unwrap();
+    let id = s.get_global_func("runtime.disco.worker_id").unwrap();
+    let (ranks, sizes, ids) = (
+        call(&s, &rank, &[]),
+        call(&s, &size, &[]),
+        call(&s, &id, &[]),
+    );
+    for w in 0..4 {
+        assert_eq!(int(s.get_register(ranks.reg(), w).unwrap()), w as i64);
+        assert_eq!(int(s.get_register(sizes.reg(), w).unwrap()), 4);
+        let shape = s.get_register(ids.reg(), w).unwrap();
+        assert_eq!(shape.view().as_shape().unwrap().as_slice(), &[w as i64]);
+    }
+    assert_eq!(current_worker(), None, "the controller is not a worker");
+}
+
+#[test]
+fn dref_arguments_become_each_workers_register_value() {
+    global("test.session.add", |args| {
+        Ok(Any::Int(args[0].as_i64()? + args[1].as_i64()?))
+    });
+    let s = session(3);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let add = s.get_global_func("test.session.add").unwrap();
+    let ranks = call(&s, &rank, &[]);
+    let sums = call(&s, &add, &[Any::from(ranks.clone()), Any::Int(100)]);
+    for w in 0..3 {
+        assert_eq!(int(s.get_register(sums.reg(), w).unwrap()), 100 + w as i64);
+    }
+}
+
+#[test]
+fn a_call_on_one_worker_runs_there_only() {
+    let s = session(2);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let only = s.call(Target::One(1), &rank, &[]).unwrap();
+    assert_eq!(int(s.get_register(only.reg(), 1).unwrap()), 1);
+    let err = s.get_register(only.reg(), 0).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Worker);
+    assert!(
+        err.message.contains("is empty on worker 0"),
+        "{}",
+        err.message
+    );
+}
+
+#[test]
+fn a_hundred_thousand_calls_keep_per_worker_order() {
+    thread_local! { static NEXT: std::cell::Cell<i64> = const { std::cell::Cell::new(0) }; }
+    global("test.session.expect_next", |args| {
+        let seen = args[0].as_i64()?;
+        let expected = NEXT.with(|n| n.replace(seen + 1));
+        if seen != expected {
+            return Err(Error::value(format!(
+                "call {seen} ran where {expected} was due"
+            )));
+        }
+        Ok(Any::None)
+    });
+    let s = session(2);
+    let f = s.get_global_func("test.session.expect_next").unwrap();
+    for i in 0..100_000i64 {
+        drop(call(&s, &f, &[Any::Int(i)]));
+    }
+    s.sync_all().expect("every worker saw the calls in order");
+    drop(f);
+    for w in 0..2 {
+        assert_eq!(
+            s.live_registers(w).unwrap(),
+            0,
+            "worker {w} still holds registers"
+        );
+    }
+}
+
+#[test]
+fn registers_are_empty_once_every_dref_is_dropped() {
+    let s = session(2);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let kept: Vec<DRef> = (0..50).map(|_| call(&s, &rank, &[])).collect();
+    assert_eq!(s.live_registers(0).unwrap(), 51);
+    drop(kept);
+    drop(rank);
+    assert_eq!(
+        (s.live_registers(0).unwrap(), s.live_registers(1).unwrap()),
+        (0, 0)
+    );
+}
+
+#[test]
+fn eight_host_threads_lose_no_call() {
+    static COUNT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+    global("test.session.count", |_| {
+        COUNT[current_worker().unwrap().id].fetch_add(1, Ordering::Relaxed);
+        Ok(Any::None)
+    });
+    let s = session(2);
+    let f = s.get_global_func("test.session.count").unwrap();
+    std::thread::scope(|scope| {
+        for _ in 0..8 {
+            scope.spawn(|| {
+                for i in 0..10_000 {
+                    drop(call(&s, &f, &[]));
+                    if i % 1000 == 0 {
+                        s.sync_worker(i % 2).unwrap();
+                    }
+                }
+                s.sync_all().unwrap();
+            });
+        }
+    });
+    s.sync_all().unwrap();
+    for w in 0..2 {
+        assert_eq!(COUNT[w].load(Ordering::Relaxed), 80_000, "worker {w}");
+    }
+    drop(f);
+    assert_eq!(s.live_registers(0).unwrap(), 0);
+}
+
+#[test]
+fn shutdown_during_load_is_clean_and_later_calls_fail_at_once() {
+    let s = session(4);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let start = Barrier::new(5);
+    let closed_seen = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                start.wait();
+                for _ in 0..1_000_000 {
+                    match s
+                        .call(Target::All, &rank, &[])
+                        .and_then(|_| s.sync_worker(0))
+                    {
+                        Ok(()) => {}
+                        Err(e) => {
+                            assert_eq!(e.kind, ErrorKind::SessionClosed, "{e}");
+                            closed_seen.fetch_add(1, Ordering::SeqCst);
+                            return;
+                        }
+                    }
+                }
+            });
+        }
+        start.wait();
+        s.shutdown().unwrap();
+    });
+    assert_eq!(
+        closed_seen.load(Ordering::SeqCst),
+        4,
+        "every thread saw the session close"
+    );
+    assert!(s.is_closed());
+    for result in [
+        s.sync_all(),
+        s.sync_worker(1),
+        s.get_global_func("runtime.disco.worker_rank").map(drop),
+    ] {
+        assert_eq!(result.unwrap_err().kind, ErrorKind::SessionClosed);
+    }
+    s.shutdown().expect("shutting down twice is fine");
+}
+
+#[test]
+fn a_failing_worker_function_is_reported_and_the_session_goes_on() {
+    global("test.session.fail_on_1", |args| {
+        if current_worker().unwrap().id == 1 {
+            return Err(Error::value("boom on purpose"));
+        }
+        args[0].as_i64().map(Any::Int)
+    });
+    global("test.session.panic", |_| panic!("a deliberate panic"));
+    global("test.session.identity", |args| args[0].to_owned());
+    let s = session(2);
+    let fail = s.get_global_func("test.session.fail_on_1").unwrap();
+    let identity = s.get_global_func("test.session.identity").unwrap();
+    let out = call(&s, &fail, &[Any::Int(7)]);
+    s.sync_worker(0).expect("worker 0 is fine");
+    let err = s.sync_worker(1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Worker);
+    assert_eq!(
+        err.message,
+        "worker 1: `test.session.fail_on_1` failed: ValueError: boom on purpose"
+    );
+    s.sync_worker(1).expect("the error is reported once");
+
+    // A call that depends on the failed register fails with the same cause; worker 0 goes on.
+    let dependent = call(&s, &identity, &[Any::from(out.clone())]);
+    assert_eq!(int(s.get_register(dependent.reg(), 0).unwrap()), 7);
+    let err = s.sync_worker(1).unwrap_err();
+    assert!(err.message.contains("boom on purpose"), "{}", err.message);
+    assert!(
+        err.message.contains("`test.session.identity` was not run"),
+        "{}",
+        err.message
+    );
+    let err = s.get_register(dependent.reg(), 1).unwrap_err();
+    assert!(err.message.contains("boom on purpose"), "{}", err.message);
+
+    let panics = s.get_global_func("test.session.panic").unwrap();
+    drop(call(&s, &panics, &[]));
+    let err = s.sync_all().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Worker);
+    assert!(
+        err.message
+            .contains("worker 0: `test.session.panic` failed: Panic: panic: a deliberate panic"),
+        "{}",
+        err.message
+    );
+    s.sync_all().expect("both workers reported and go on");
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let ranks = call(&s, &rank, &[]);
+    assert_eq!(int(s.get_register(ranks.reg(), 1).unwrap()), 1);
+}
+
+#[test]
+fn missing_global_functions_fail_at_lookup() {
+    let s = session(1);
+    let err = s
+        .get_global_func("test.session.no_such_function")
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Key);
+    assert!(err.message.contains("test.session.no_such_function"));
+    s.sync_all().unwrap();
+}
+
+#[test]
+fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
+    let (s, other) = (session(2), session(1));
+    let rank = other.get_global_func("runtime.disco.worker_rank").unwrap();
+    let err = s.call(Target::All, &rank, &[]).unwrap_err();
+    assert_eq!(
+        (err.kind, err.message.as_str()),
+        (ErrorKind::Value, "`func` is a DRef of another session")
+    );
+    let err = s.worker_index(2).unwrap_err();
+    assert_eq!(
+        (err.kind, err.message.as_str()),
+        (
+            ErrorKind::Index,
+            "worker 2 out of range (session has 2 workers)"
+        )
+    );
+    assert_eq!(s.worker_index(-1).unwrap_err().kind, ErrorKind::Index);
+    for (workers, groups, message) in [
+        (0, 1, "num_workers 0 is out of range (1..=1024)"),
+        (-3, 1, "num_workers -3 is out of range (1..=1024)"),
+        (100_000, 1, "num_workers 100000 is out of range (1..=1024)"),
+        (4, 3, "num_workers 4 is not a multiple of num_groups 3"),
+        (4, 0, "num_groups 0 is out of range (1..=4)"),
+    ] {
+        let err = Session::new_threaded(workers, groups, SessionOptions::default())
+            .err()
+            .expect("rejected");
+        assert_eq!(
+            (err.kind, err.message.as_str()),
+            (ErrorKind::Value, message)
+        );
+    }
+    s.sync_all().unwrap();
+}
+
+fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
+    let dl = DLTensor {
+        data: data.as_mut_ptr().cast(),
+        device: DLDevice::cpu(),
+        ndim: shape.len() as i32,
+        dtype: F32,
+        shape: shape.as_mut_ptr(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    // SAFETY: the buffers outlive every copy in these tests.
+    unsafe { HostTensor::new(&dl) }.unwrap()
+}
+
+#[test]
+fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
+    let s = session(2);
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let remote = call(
+        &s,
+        &empty,
+        &[
+            Shape::new(&[2, 3]).into(),
+            Any::DataType(F32),
+            Any::None,
+            Any::Bool(true),
+        ],
+    );
+    assert!(
+        matches!(s.get_register(remote.reg(), 1).unwrap(), Any::None),
+        "worker0_only"
+    );
+    let (mut input, mut output) = ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [0.0f32; 6]);
+    let (mut shape_in, mut shape_out) = ([2i64, 3], [2i64, 3]);
+    s.copy_worker0(
+        host_tensor(&mut input, &mut shape_in),
+        &remote,
+        CopyDirection::ToWorker,
+    )
+    .unwrap();
+    s.copy_worker0(
+        host_tensor(&mut output, &mut shape_out),
+        &remote,
+        CopyDirection::FromWorker,
+    )
+    .unwrap();
+    assert_eq!(output, input);
+
+    let (mut wrong, mut wrong_shape) = ([0.0f32; 6], [3i64, 2]);
+    let err = s
+        .copy_worker0(
+            host_tensor(&mut wrong, &mut wrong_shape),
+            &remote,
+            CopyDirection::ToWorker,
+        )
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert!(
+        err.message
+            .contains("host tensor [3, 2] float32 does not match the remote tensor [2, 3] float32"),
+        "{}",
+        err.message
+    );
+
+    let mut strides = [1i64, 2];
+    let strided = DLTensor {
+        data: wrong.as_mut_ptr().cast(),
+        device: DLDevice::cpu(),
+        ndim: 2,
+        dtype: F32,
+        shape: shape_in.as_mut_ptr(),
+        strides: strides.as_mut_ptr(),
+        byte_offset: 0,
+    };
+    // SAFETY: the buffers outlive the check.
+    let err = unsafe { HostTensor::new(&strided) }
+        .err()
+        .expect("rejected");
+    assert_eq!(
+        err.message,
+        "the host tensor is not contiguous (row-major compact)"
+    );
+    s.copy_worker0(
+        host_tensor(&mut output, &mut shape_out),
+        &remote,
+        CopyDirection::FromWorker,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_wait_with_a_timeout_returns_instead_of_hanging() {
+    static RELEASE: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    let release = RELEASE
+        .get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone();
+    global("test.session.block", |_| {
+        let release = RELEASE.get().unwrap();
+        while !release.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        Ok(Any::None)
+    });
+    let options = SessionOptions {
+        timeout: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let s = Session::new_threaded(1, 1, options).unwrap();
+    let block = s.get_global_func("test.session.block").unwrap();
+    drop(call(&s, &block, &[]));
+    let err = s.sync_worker(0).unwrap_err();
+    assert_eq!(
+        (err.kind, err.message.as_str()),
+        (ErrorKind::Timeout, "sync on worker 0 timed out")
+    );
+    release.store(true, Ordering::SeqCst);
+    s.sync_worker(0)
+        .expect("usable again once the worker is free");
+}
+
+#[test]
+fn dropping_a_session_without_shutdown_is_safe() {
+    let s = session(2);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let ranks = call(&s, &rank, &[]);
+    drop(s);
+    // The DRefs keep the session alive, as Disco's do.
+    assert_eq!(
+        int(ranks.session().get_register(ranks.reg(), 1).unwrap()),
+        1
+    );
+    drop((rank, ranks));
+}
