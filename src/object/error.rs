@@ -120,7 +120,8 @@ impl std::error::Error for Error {}
 struct Slot {
     kind: CString,
     message: CString,
-    /// Set by [`raise`] (a callback signalling failure), cleared by [`take_raised`].
+    /// Set by [`raise`] and [`set_last`] (an error a packed function may pass on by returning
+    /// -1), cleared by [`take_raised`] and by [`clear_raised`] before each packed call.
     pending: bool,
 }
 
@@ -141,9 +142,11 @@ fn store(error: &Error, pending: bool) {
     LAST_ERROR.with(|cell| *cell.borrow_mut() = Some(slot));
 }
 
-/// Records `error` as the calling thread's last error (what `dvm_last_error_*` report).
+/// Records `error` as the calling thread's last error (what `dvm_last_error_*` report). As in
+/// tvm-ffi, it also counts as raised: a callback whose library call failed passes that error
+/// on to its own caller by returning -1.
 pub fn set_last(error: &Error) {
-    store(error, false);
+    store(error, true);
 }
 
 /// Raises `error` in the calling thread: a packed function does this, then returns -1.
