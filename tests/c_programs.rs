@@ -1,0 +1,229 @@
+//! Compiles the C tests in `tests/c/` and the examples in `examples-c/` against the built
+//! shared library, runs them, and expects exit status 0.
+//!
+//! Programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude` and linked with
+//! `-ldiscovm` (rpath set to the library's directory), except the `dlopen` example, which links
+//! only `-ldl` and receives the library's path. Exit status 77 means "skipped: needs a GPU"; it
+//! is accepted, with a message, only from programs marked as needing one.
+//!
+//! Every file in `examples-c/` must have a test here, and every C file in `tests/c/` must be
+//! run by some test file, so a new program cannot be forgotten.
+
+#[path = "support/built_library.rs"]
+mod built_library;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use built_library::{shared_library, shared_library_dir};
+
+/// The flags every program is compiled with.
+const CFLAGS: [&str; 4] = ["-std=c11", "-Wall", "-Wextra", "-Werror"];
+
+/// The exit status that means "skipped: this program needs a GPU".
+const EXIT_SKIP: i32 = 77;
+
+/// How a program reaches the library.
+#[derive(Clone, Copy, PartialEq)]
+enum Link {
+    /// Linked with `-ldiscovm`.
+    Library,
+    /// Loads it with `dlopen`: linked with `-ldl`, given the path as its first argument (and,
+    /// in a second run, through `DVM_LIBRARY`).
+    Dlopen,
+}
+
+/// A C program to build and run.
+struct Program {
+    /// The source, relative to the repository root.
+    source: &'static str,
+    link: Link,
+    /// Whether it needs a GPU (and may exit 77 without one).
+    needs_gpu: bool,
+}
+
+impl Program {
+    const fn new(source: &'static str) -> Self {
+        Program {
+            source,
+            link: Link::Library,
+            needs_gpu: false,
+        }
+    }
+
+    const fn dlopen(self) -> Self {
+        Program {
+            link: Link::Dlopen,
+            ..self
+        }
+    }
+
+    #[allow(dead_code)] // for the GPU programs to come
+    const fn needs_gpu(self) -> Self {
+        Program {
+            needs_gpu: true,
+            ..self
+        }
+    }
+}
+
+/// Declares one `#[test]` per program, and the list of them all.
+macro_rules! programs {
+    ($($name:ident: $program:expr;)*) => {
+        $(
+            #[test]
+            fn $name() {
+                build_and_run(&$program);
+            }
+        )*
+        const PROGRAMS: &[Program] = &[$($program),*];
+    };
+}
+
+programs! {
+    func_call_values: Program::new("tests/c/func_call_values.c");
+    func_errors: Program::new("tests/c/func_errors.c");
+    capi_bad_inputs: Program::new("tests/c/capi_bad_inputs.c");
+    object_ref_counting: Program::new("tests/c/object_ref_counting.c");
+    example_hello_function: Program::new("examples-c/hello_function.c");
+    example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where compiled programs go.
+fn out_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_programs");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// Everything a failed command printed, for assertion messages.
+fn describe(command: &Command, output: &Output) -> String {
+    format!(
+        "{command:?} exited with {}\n--- stdout\n{}--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn compile(program: &Program) -> PathBuf {
+    let source = repo().join(program.source);
+    let stem = source.file_stem().unwrap().to_string_lossy().into_owned();
+    let binary = out_dir().join(stem);
+    let mut gcc = Command::new("gcc");
+    gcc.args(CFLAGS)
+        .arg("-I")
+        .arg(repo().join("include"))
+        .arg(&source)
+        .arg("-o")
+        .arg(&binary);
+    match program.link {
+        Link::Library => {
+            let dir = shared_library_dir();
+            gcc.arg("-L")
+                .arg(dir)
+                .arg("-ldiscovm")
+                .arg(format!("-Wl,-rpath,{}", dir.display()));
+        }
+        Link::Dlopen => {
+            gcc.arg("-ldl");
+        }
+    }
+    let output = gcc
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
+    assert!(output.status.success(), "{}", describe(&gcc, &output));
+    binary
+}
+
+/// Runs a compiled program and checks how it ended; prints what it printed.
+fn run(program: &Program, command: &mut Command) {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    match output.status.code() {
+        Some(0) => {}
+        Some(EXIT_SKIP) if program.needs_gpu => {
+            eprintln!("skipped: {} needs a GPU (exit {EXIT_SKIP})", program.source);
+        }
+        Some(EXIT_SKIP) => panic!(
+            "{} exited {EXIT_SKIP} (skipped: needs a GPU), but it is not marked as needing \
+             one\n{}",
+            program.source,
+            describe(command, &output)
+        ),
+        _ => panic!("{}", describe(command, &output)),
+    }
+}
+
+fn build_and_run(program: &Program) {
+    let binary = compile(program);
+    match program.link {
+        Link::Library => run(program, &mut Command::new(&binary)),
+        Link::Dlopen => {
+            // The path both ways the program accepts it: as its argument, and from the
+            // environment.
+            run(program, Command::new(&binary).arg(shared_library()));
+            run(
+                program,
+                Command::new(&binary).env("DVM_LIBRARY", shared_library()),
+            );
+        }
+    }
+}
+
+/// The `.c` files directly in `dir` (relative to the repository root), sorted.
+fn c_files(dir: &str) -> Vec<String> {
+    let mut files: Vec<String> = fs::read_dir(repo().join(dir))
+        .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".c"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn every_example_has_a_test() {
+    let missing: Vec<String> = c_files("examples-c")
+        .into_iter()
+        .map(|name| format!("examples-c/{name}"))
+        .filter(|path| !PROGRAMS.iter().any(|p| p.source == path))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "these examples have no test: add them to `programs!` in tests/c_programs.rs: \
+         {missing:?}"
+    );
+}
+
+#[test]
+fn every_c_test_is_run() {
+    // A C file in tests/c/ counts as run when a Rust test file names it (this one through
+    // `programs!`, the header tests by their own lists).
+    let rust_sources: Vec<String> = fs::read_dir(repo().join("tests"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "rs"))
+        .map(|path| fs::read_to_string(path).unwrap())
+        .collect();
+    let missing: Vec<String> = c_files("tests/c")
+        .into_iter()
+        .filter(|name| {
+            let stem = format!("{}.", name.trim_end_matches(".c"));
+            !rust_sources.iter().any(|source| source.contains(&stem))
+        })
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "no test runs these C files in tests/c/: add them to `programs!` in \
+         tests/c_programs.rs: {missing:?}"
+    );
+}
