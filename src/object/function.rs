@@ -117,6 +117,39 @@ unsafe extern "C" fn c_trampoline(
     unsafe { (body.call)(target, args, num_args, result) }
 }
 
+/// Calls the function object at `handle` through its cell's `safe_call`.
+///
+/// # Safety
+/// `handle` is a live Function object; `args` points at `num_args` valid values.
+unsafe fn invoke(
+    handle: *mut crate::abi::DVMObject,
+    args: *const DVMAny,
+    num_args: i32,
+) -> Result<Any> {
+    if handle.is_null() {
+        return Err(Error::value("the function value holds a NULL object"));
+    }
+    // SAFETY: Function objects have a function cell after the header.
+    let cell = unsafe {
+        &*handle
+            .cast::<u8>()
+            .add(OBJECT_HEADER_SIZE)
+            .cast::<DVMFunctionCell>()
+    };
+    let safe_call = cell
+        .safe_call
+        .ok_or_else(|| Error::runtime("function has no safe_call"))?;
+    error::clear_raised();
+    let mut result = DVMAny::none();
+    // SAFETY: the packed convention; the handle is the function object itself.
+    let rc = unsafe { safe_call(handle.cast(), args, num_args, &mut result) };
+    if rc != 0 {
+        return Err(error::take_raised(rc));
+    }
+    // SAFETY: a successful call leaves an owned value in `result`.
+    unsafe { Any::from_raw(result) }
+}
+
 /// A packed function (a Function object).
 #[derive(Clone, Debug)]
 pub struct Function(ObjectRef<FunctionCell>);
@@ -195,20 +228,24 @@ impl Function {
     /// # Safety
     /// `args` points at `num_args` valid values (any pointer if 0) that outlive the call.
     pub unsafe fn call_raw(&self, args: *const DVMAny, num_args: i32) -> Result<Any> {
-        let safe_call = self
-            .0
-            .0
-            .safe_call
-            .ok_or_else(|| Error::runtime("function has no safe_call"))?;
-        error::clear_raised();
-        let mut result = DVMAny::none();
-        // SAFETY: the packed convention; the handle is the function object itself.
-        let rc = unsafe { safe_call(self.0.as_ptr().cast(), args, num_args, &mut result) };
-        if rc != 0 {
-            return Err(error::take_raised(rc));
+        // SAFETY: a live function object; the caller vouches for the arguments.
+        unsafe { invoke(self.0.as_ptr(), args, num_args) }
+    }
+
+    /// Calls the function a borrowed value holds, without taking a reference to it (a worker
+    /// calls the function in its register this way, so workers never touch a shared count).
+    pub fn call_view(callee: &AnyView<'_>, args: &[AnyView<'_>]) -> Result<Any> {
+        if callee.type_index() != ti::FUNCTION {
+            return Err(Error::type_error(format!(
+                "expected {} but got {}",
+                Self::TYPE_NAME,
+                callee.type_name()
+            )));
         }
-        // SAFETY: a successful call leaves an owned value in `result`.
-        unsafe { Any::from_raw(result) }
+        let count = i32::try_from(args.len())
+            .map_err(|_| Error::value(format!("too many arguments ({})", args.len())))?;
+        // SAFETY: a Function value holds a live function object while the view is borrowed.
+        unsafe { invoke(callee.raw().v.v_obj, AnyView::as_raw_slice(args), count) }
     }
 }
 

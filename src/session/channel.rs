@@ -39,9 +39,18 @@ impl<T> Channel<T> {
         }
     }
 
-    /// Sends `value`. A full queue waits for room (spin, yield, short parks), ending with an
-    /// error when `check` says the consumer is gone or the deadline passes.
-    pub fn send(
+    /// Wakes the consumer if it sleeps; the caller issued `fence(SeqCst)` after its pushes.
+    pub fn wake_fenced(&self) {
+        if let Some(consumer) = self.consumer.get() {
+            self.sleeper.wake_fenced(consumer);
+        }
+    }
+
+    /// Queues `value` without waking the consumer: follow with a fence and `wake_fenced`, or
+    /// leave it for the next message that wakes the consumer. A full queue waits for room
+    /// (spin, yield, short parks), ending with an error when `check` says the consumer is gone
+    /// or the deadline passes.
+    pub fn push(
         &self,
         value: T,
         policy: SpinPolicy,
@@ -49,10 +58,7 @@ impl<T> Channel<T> {
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let mut pending = match self.queue.push(value) {
-            Ok(()) => {
-                self.wake_consumer();
-                return Ok(());
-            }
+            Ok(()) => return Ok(()),
             Err(back) => Some(back),
         };
         // Full: keep the consumer awake and retry. The consumer does not wake senders, so the
@@ -76,6 +82,19 @@ impl<T> Channel<T> {
                 }
             },
         )?;
+        self.wake_consumer();
+        Ok(())
+    }
+
+    /// Queues `value` and wakes the consumer if it sleeps.
+    pub fn send(
+        &self,
+        value: T,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        check: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        self.push(value, policy, deadline, check)?;
         self.wake_consumer();
         Ok(())
     }

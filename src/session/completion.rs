@@ -1,7 +1,7 @@
 //! A one-shot reply from a worker to the thread that waits for it.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::Instant;
 
@@ -29,6 +29,21 @@ impl<T> Completion<T> {
             value: Mutex::new(None),
             waiter: std::thread::current(),
             sleeper: Sleeper::default(),
+        }
+    }
+
+    /// A fresh completion, reusing `old` when nobody else holds it any more.
+    pub fn reuse(old: Option<Arc<Self>>) -> Arc<Self> {
+        match old {
+            Some(mut old) => match Arc::get_mut(&mut old) {
+                Some(slot) => {
+                    *slot.state.get_mut() = PENDING;
+                    *slot.value.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
+                    old
+                }
+                None => Arc::new(Self::new()),
+            },
+            None => Arc::new(Self::new()),
         }
     }
 

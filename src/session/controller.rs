@@ -3,7 +3,7 @@
 //! session; a send gate makes shutdown wait for sends in progress, so nothing is queued after
 //! the final `Shutdown` and no wait can outlive its worker.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering, fence};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -12,13 +12,18 @@ use super::builtins;
 use super::channel::Channel;
 use super::completion::Completion;
 use super::dref::DRef;
-use super::message::{Arg, CopyDirection, Instruction, Message, Reply};
+use super::message::{Arg, CopyDirection, Message, Reply, Store};
 use super::registers::{Reg, RegisterIds};
 use super::wait::SpinPolicy;
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::{DLDevice, KDL_CPU};
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
+
+thread_local! {
+    /// Each host thread reuses one reply slot for its syncs.
+    static SYNC_REPLY: std::cell::Cell<Option<Reply<()>>> = const { std::cell::Cell::new(None) };
+}
 
 /// The most workers a threaded session may have.
 pub const MAX_WORKERS: usize = 1024;
@@ -50,19 +55,8 @@ pub struct Session {
     num_groups: usize,
     registers: RegisterIds,
     closed: AtomicBool,
-    /// Sends in progress; shutdown waits for them to drain.
-    senders: AtomicUsize,
     timeout: Option<Duration>,
     spin: SpinPolicy,
-}
-
-/// A send in progress (see `Session::enter`).
-struct SendGate<'a>(&'a AtomicUsize);
-
-impl Drop for SendGate<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-    }
 }
 
 /// Which workers a call goes to.
@@ -210,7 +204,6 @@ impl Session {
             num_groups,
             registers: RegisterIds::default(),
             closed: AtomicBool::new(false),
-            senders: AtomicUsize::new(0),
             timeout: options.timeout,
             spin: options.spin,
         });
@@ -276,13 +269,12 @@ impl Session {
         self.timeout.map(|t| Instant::now() + t)
     }
 
-    fn enter(&self) -> Result<SendGate<'_>> {
-        self.senders.fetch_add(1, Ordering::SeqCst);
-        let gate = SendGate(&self.senders);
+    fn open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
-            return Err(closed_error());
+            Err(closed_error())
+        } else {
+            Ok(())
         }
-        Ok(gate)
     }
 
     fn alive(&self, worker: usize) -> Result<()> {
@@ -295,24 +287,43 @@ impl Session {
         Ok(())
     }
 
+    /// Queues a message for `worker` without waking it.
     fn push(&self, worker: usize, message: Message) -> Result<()> {
         let channel = &self.workers[worker].shared.channel;
-        channel.send(message, self.spin, self.deadline(), || self.alive(worker))
+        channel.push(message, self.spin, self.deadline(), || self.alive(worker))
     }
 
-    fn send(&self, worker: usize, message: Message) -> Result<()> {
-        let _gate = self.enter()?;
-        self.push(worker, message)
-    }
-
-    fn run(&self, target: Target, instruction: Instruction) -> Result<()> {
-        let _gate = self.enter()?;
-        let instruction = Arc::new(instruction);
-        match target {
-            Target::One(worker) => self.push(worker, Message::Run(instruction)),
-            Target::All => (0..self.workers.len())
-                .try_for_each(|w| self.push(w, Message::Run(instruction.clone()))),
+    /// Wakes the sleeping workers among `workers` after one fence for all the pushes before.
+    fn wake(&self, workers: impl Iterator<Item = usize>) {
+        fence(Ordering::SeqCst);
+        for worker in workers {
+            self.workers[worker].shared.channel.wake_fenced();
         }
+    }
+
+    fn targets(&self, target: Target) -> std::ops::Range<usize> {
+        match target {
+            Target::All => 0..self.workers.len(),
+            Target::One(worker) => worker..worker + 1,
+        }
+    }
+
+    /// Queues `message()` for every targeted worker and wakes those that sleep.
+    ///
+    /// Nothing here orders sends against a concurrent shutdown: a message queued after the
+    /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
+    fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
+        self.open()?;
+        let pushed = self
+            .targets(target)
+            .try_for_each(|w| self.push(w, message()));
+        self.wake(self.targets(target));
+        pushed
+    }
+
+    fn store(&self, target: Target, reg: Reg, value: Any, name: Option<Arc<str>>) -> Result<()> {
+        let store = Arc::new(Store { reg, value, name });
+        self.run(target, || Message::Store(store.clone()))
     }
 
     /// Waits for a worker's reply.
@@ -332,8 +343,19 @@ impl Session {
         what: &str,
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
-        let reply = Arc::new(Completion::new());
-        self.send(worker, make(reply.clone()))?;
+        self.request_with(worker, what, Arc::new(Completion::new()), make)
+    }
+
+    fn request_with<T>(
+        &self,
+        worker: usize,
+        what: &str,
+        reply: Reply<T>,
+        make: impl FnOnce(Reply<T>) -> Message,
+    ) -> Result<T> {
+        self.open()?;
+        self.push(worker, make(reply.clone()))?;
+        self.wake(worker..worker + 1);
         self.wait(worker, &reply, what)
     }
 
@@ -354,14 +376,9 @@ impl Session {
             return Err(closed_error());
         }
         let function = registry::get_global(name)?;
-        let dref = DRef::new(self.clone(), self.registers.allocate(), name.into());
-        self.run(
-            Target::All,
-            Instruction::Store {
-                reg: dref.reg(),
-                value: function.into(),
-            },
-        )?;
+        let name: Arc<str> = name.into();
+        let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
+        self.store(Target::All, dref.reg(), function.into(), Some(name))?;
         Ok(dref)
     }
 
@@ -392,42 +409,40 @@ impl Session {
             .enumerate()
             .map(|(i, a)| self.encode(i, a))
             .collect::<Result<Vec<_>>>()?;
-        let label = func.label().clone();
-        let out = DRef::new(
-            self.clone(),
-            self.registers.allocate(),
-            format!("result of `{label}`").into(),
-        );
-        self.run(
-            target,
-            Instruction::Call {
-                func: func.reg(),
-                label,
-                args,
-                out: out.reg(),
-            },
-        )?;
+        let args: Option<Arc<[Arg]>> = (!args.is_empty()).then(|| args.into());
+        let out = DRef::new(self.clone(), self.registers.allocate(), None);
+        let (func, reg) = (func.reg(), out.reg());
+        self.run(target, || Message::Call {
+            func,
+            out: reg,
+            args: args.clone(),
+        })?;
         Ok(out)
     }
 
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
-        self.request(worker, "sync", Message::Sync)
+        SYNC_REPLY.with(|cached| {
+            let reply = Completion::reuse(cached.take());
+            let result = self.request_with(worker, "sync", reply.clone(), Message::Sync);
+            cached.set(Some(reply));
+            result
+        })
     }
 
     /// Sends a sync to every worker first, then collects the replies (fan-out).
     pub fn sync_all(&self) -> Result<()> {
-        let replies = {
-            let _gate = self.enter()?;
-            let mut replies = Vec::with_capacity(self.workers.len());
-            for worker in 0..self.workers.len() {
-                let reply: Reply<()> = Arc::new(Completion::new());
-                self.push(worker, Message::Sync(reply.clone()))?;
-                replies.push(reply);
-            }
-            replies
-        };
+        self.open()?;
+        let mut replies = Vec::with_capacity(self.workers.len());
+        let pushed = (0..self.workers.len()).try_for_each(|worker| {
+            let reply: Reply<()> = Arc::new(Completion::new());
+            self.push(worker, Message::Sync(reply.clone()))?;
+            replies.push(reply);
+            Ok(())
+        });
+        self.wake(0..replies.len());
+        pushed?;
         let mut first = None;
         for (worker, reply) in replies.iter().enumerate() {
             if let Err(error) = self.wait(worker, reply, "sync") {
@@ -447,7 +462,8 @@ impl Session {
 
     /// Sets a register's value on one worker (ordered after earlier calls; returns at once).
     pub fn set_register(&self, reg: Reg, worker: usize, value: Any) -> Result<()> {
-        self.run(Target::One(worker), Instruction::Store { reg, value })
+        // Fails (nothing queued) after shutdown, like every call.
+        self.store(Target::One(worker), reg, value, None)
     }
 
     /// How many registers hold something on `worker`, after everything sent before.
@@ -473,7 +489,13 @@ impl Session {
 
     /// Frees a register on every worker (from a dropped DRef), after all earlier calls.
     pub(crate) fn free_register(&self, reg: Reg) {
-        if self.run(Target::All, Instruction::Kill { reg }).is_ok() {
+        if self.open().is_err() {
+            return;
+        }
+        if (0..self.workers.len())
+            .try_for_each(|w| self.push(w, Message::Kill(reg)))
+            .is_ok()
+        {
             self.registers.release(reg);
         }
     }
@@ -483,9 +505,6 @@ impl Session {
     pub fn shutdown(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
-        }
-        while self.senders.load(Ordering::SeqCst) != 0 {
-            std::thread::yield_now();
         }
         let deadline = self.deadline();
         let mut first = None;

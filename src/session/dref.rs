@@ -11,8 +11,8 @@ use crate::object::{Any, AnyView, ObjectRef, ObjectType, alloc_object, type_key}
 pub struct DRefCell {
     session: Arc<Session>,
     reg: Reg,
-    /// What the register holds, for messages ("`my.func`", "result of `my.func`").
-    label: Arc<str>,
+    /// The global function's name for DRefs made by `get_global_func`; None for results.
+    name: Option<Arc<str>>,
 }
 
 static DREF_INDEX: LazyLock<i32> = LazyLock::new(|| type_key::dynamic_index("discovm.DRef"));
@@ -35,14 +35,10 @@ impl Drop for DRefCell {
 pub struct DRef(ObjectRef<DRefCell>);
 
 impl DRef {
-    pub(crate) fn new(session: Arc<Session>, reg: Reg, label: Arc<str>) -> DRef {
+    pub(crate) fn new(session: Arc<Session>, reg: Reg, name: Option<Arc<str>>) -> DRef {
         DRef(alloc_object(
             DRefCell::type_index(),
-            DRefCell {
-                session,
-                reg,
-                label,
-            },
+            DRefCell { session, reg, name },
         ))
     }
 
@@ -70,8 +66,12 @@ impl DRef {
         self.0.reg
     }
 
-    pub fn label(&self) -> &Arc<str> {
-        &self.0.label
+    /// How messages name the function this DRef holds: its global name, or its register.
+    pub fn label(&self) -> Arc<str> {
+        match &self.0.name {
+            Some(name) => name.clone(),
+            None => format!("register {}", self.0.reg).into(),
+        }
     }
 }
 

@@ -1,5 +1,6 @@
-//! What the controller sends to workers. A broadcast is one `Arc<Instruction>` shared by every
-//! worker: built once, never serialised, reference-counted.
+//! What the controller sends to workers: typed values, never serialised. A broadcast's
+//! arguments are built once and shared by every worker through one `Arc`; a call without
+//! arguments travels inline, with nothing to allocate.
 
 use std::sync::Arc;
 
@@ -14,19 +15,12 @@ pub enum Arg {
     Register(Reg),
 }
 
-/// Work that every addressed worker runs in order.
-pub enum Instruction {
-    /// Stores a value (a resolved global function, a value set by the controller).
-    Store { reg: Reg, value: Any },
-    /// Calls the function in `func` with `args`, storing the result in `out`.
-    Call {
-        func: Reg,
-        label: Arc<str>,
-        args: Vec<Arg>,
-        out: Reg,
-    },
-    /// Empties a register.
-    Kill { reg: Reg },
+/// A value to store in a register (shared by the workers it is sent to).
+pub struct Store {
+    pub reg: Reg,
+    pub value: Any,
+    /// The global function's name, when the value is one (for messages).
+    pub name: Option<Arc<str>>,
 }
 
 /// The direction of a copy between the host and worker 0.
@@ -41,7 +35,16 @@ pub type Reply<T> = Arc<Completion<Result<T>>>;
 
 /// One entry of a worker's queue.
 pub enum Message {
-    Run(Arc<Instruction>),
+    /// Calls the function in `func` with `args`, storing the result in `out`.
+    Call {
+        func: Reg,
+        out: Reg,
+        args: Option<Arc<[Arg]>>,
+    },
+    Store(Arc<Store>),
+    /// Empties a register. Queued without waking the worker: nobody waits for it, and the
+    /// next message that needs the worker wakes it.
+    Kill(Reg),
     /// Reply once everything before it ran, with the first error since the last sync, if any.
     Sync(Reply<()>),
     /// Reply with an owned copy of a register's value.

@@ -47,6 +47,8 @@ pub enum Slot {
 #[derive(Default)]
 pub struct RegisterFile {
     slots: Vec<Slot>,
+    /// The global function's name, for registers that hold one (for messages).
+    names: Vec<Option<Arc<str>>>,
     live: usize,
 }
 
@@ -55,14 +57,20 @@ impl RegisterFile {
         self.slots.get(reg as usize).unwrap_or(&Slot::Empty)
     }
 
-    pub fn set(&mut self, reg: Reg, slot: Slot) {
+    pub fn name(&self, reg: Reg) -> Option<&Arc<str>> {
+        self.names.get(reg as usize)?.as_ref()
+    }
+
+    pub fn set(&mut self, reg: Reg, slot: Slot, name: Option<Arc<str>>) {
         if reg == 0 {
             return; // reserved: results sent to register 0 are dropped
         }
         let index = reg as usize;
         if index >= self.slots.len() {
             self.slots.resize_with(index + 1, Slot::default);
+            self.names.resize(index + 1, None);
         }
+        self.names[index] = name;
         let filled = !matches!(slot, Slot::Empty);
         let old = std::mem::replace(&mut self.slots[index], slot);
         let was_filled = !matches!(old, Slot::Empty);
@@ -71,7 +79,7 @@ impl RegisterFile {
 
     /// Empties a register, dropping its value.
     pub fn kill(&mut self, reg: Reg) {
-        self.set(reg, Slot::Empty);
+        self.set(reg, Slot::Empty, None);
     }
 
     /// How many registers hold something.
@@ -82,6 +90,7 @@ impl RegisterFile {
     /// Drops every value (at shutdown, on the worker's own thread).
     pub fn clear(&mut self) {
         self.slots.clear();
+        self.names.clear();
         self.live = 0;
     }
 }
@@ -102,11 +111,13 @@ mod tests {
     #[test]
     fn the_file_counts_live_registers_and_ignores_register_zero() {
         let mut file = RegisterFile::default();
-        file.set(0, Slot::Value(Any::Int(1)));
+        file.set(0, Slot::Value(Any::Int(1)), None);
         assert_eq!(file.live(), 0);
-        file.set(5, Slot::Value(Any::Int(5)));
-        file.set(5, Slot::Value(Any::Int(6)));
-        file.set(2, Slot::Failed(Arc::new(Error::runtime("x"))));
+        file.set(5, Slot::Value(Any::Int(5)), Some("five".into()));
+        assert_eq!(file.name(5).map(|n| &**n), Some("five"));
+        file.set(5, Slot::Value(Any::Int(6)), None);
+        assert_eq!(file.name(5), None);
+        file.set(2, Slot::Failed(Arc::new(Error::runtime("x"))), None);
         assert_eq!(file.live(), 2);
         assert!(matches!(file.get(5), Slot::Value(Any::Int(6))));
         assert!(matches!(file.get(100), Slot::Empty));

@@ -42,9 +42,16 @@ pub struct Sleeper {
 }
 
 impl Sleeper {
-    /// Wakes `thread` if it announced that it sleeps on this flag; otherwise costs one load.
+    /// Wakes `thread` if it announced that it sleeps on this flag; otherwise costs a fence and
+    /// one load.
     pub fn wake(&self, thread: &Thread) {
         fence(Ordering::SeqCst); // pairs with the fence in `wait`: store-fence-load on both sides
+        self.wake_fenced(thread);
+    }
+
+    /// [`Sleeper::wake`] for a caller that already issued `fence(SeqCst)` after making its
+    /// progress visible (one fence may cover several sleepers).
+    pub fn wake_fenced(&self, thread: &Thread) {
         if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
             thread.unpark();
         }

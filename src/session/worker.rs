@@ -7,12 +7,12 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use super::channel::Channel;
 use super::controller::Session;
-use super::message::{Arg, CopyDirection, Instruction, Message, worker_error};
+use super::message::{Arg, CopyDirection, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
 use super::wait::SpinPolicy;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
-use crate::object::{Any, AnyView, Error, ErrorKind, Result};
+use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 
 /// What a worker shares with the controller.
 pub struct WorkerShared {
@@ -93,7 +93,16 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
     };
     loop {
         match shared.channel.recv(policy) {
-            Message::Run(instruction) => worker.run(&instruction),
+            Message::Call { func, out, args } => {
+                worker.call(func, out, args.as_deref().unwrap_or(&[]))
+            }
+            Message::Store(store) => {
+                let Store { reg, value, name } = &*store;
+                worker
+                    .registers
+                    .set(*reg, Slot::Value(value.clone()), name.clone());
+            }
+            Message::Kill(reg) => worker.registers.kill(reg),
             Message::Sync(reply) => reply.complete(worker.take_failure()),
             Message::Get { reg, reply } => {
                 reply.complete(worker.value(reg, "reading").map(|v| v.clone()))
@@ -117,39 +126,29 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
 }
 
 impl Worker {
-    fn run(&mut self, instruction: &Instruction) {
-        match instruction {
-            Instruction::Store { reg, value } => {
-                self.registers.set(*reg, Slot::Value(value.clone()))
+    fn call(&mut self, func: Reg, out: Reg, args: &[Arg]) {
+        let slot = match self.try_call(func, args) {
+            Ok(value) => Slot::Value(value),
+            Err(error) => {
+                let error = Arc::new(error);
+                self.note_failure(&error);
+                Slot::Failed(error)
             }
-            Instruction::Kill { reg } => self.registers.kill(*reg),
-            Instruction::Call {
-                func,
-                label,
-                args,
-                out,
-            } => {
-                let slot = match self.call(*func, label, args) {
-                    Ok(value) => Slot::Value(value),
-                    Err(error) => {
-                        let error = Arc::new(error);
-                        self.note_failure(&error);
-                        Slot::Failed(error)
-                    }
-                };
-                self.registers.set(*out, slot);
-            }
+        };
+        self.registers.set(out, slot, None);
+    }
+
+    /// How messages name the function in `func`.
+    fn label(&self, func: Reg) -> String {
+        match self.registers.name(func) {
+            Some(name) => format!("`{name}`"),
+            None => format!("the function in register {func}"),
         }
     }
 
-    fn call(&self, func: Reg, label: &str, args: &[Arg]) -> Result<Any> {
-        let not_run = |cause: Error| worker_error(self.info.id, &format!("`{label}`"), &cause);
-        let function = self
-            .value(func, "calling")
-            .map_err(&not_run)?
-            .view()
-            .as_function()
-            .map_err(&not_run)?;
+    fn try_call(&self, func: Reg, args: &[Arg]) -> Result<Any> {
+        let attribute = |cause: Error| worker_error(self.info.id, &self.label(func), &cause);
+        let callee = self.value(func, "calling").map_err(attribute)?.view();
         let views = args
             .iter()
             .enumerate()
@@ -161,17 +160,13 @@ impl Worker {
             })
             .collect::<Result<Vec<AnyView<'_>>>>()
             .map_err(|cause| {
+                let (id, label) = (self.info.id, self.label(func));
                 Error::new(
                     ErrorKind::Worker,
-                    format!(
-                        "worker {}: `{label}` was not run: {}",
-                        self.info.id, cause.message
-                    ),
+                    format!("worker {id}: {label} was not run: {}", cause.message),
                 )
             })?;
-        function
-            .call(&views)
-            .map_err(|cause| worker_error(self.info.id, &format!("`{label}`"), &cause))
+        Function::call_view(&callee, &views).map_err(attribute)
     }
 
     /// The value in `reg`, or why there is none (`use_` says what it was wanted for).

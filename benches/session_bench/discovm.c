@@ -1,0 +1,153 @@
+/*
+ * The discovm backend of the session benchmark: the same primitives as disco.c, through
+ * include/discovm.h.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "bench.h"
+#include "discovm.h"
+
+struct bench_session {
+    dvm_session *session;
+    dvm_dref *worker_id; /* runtime.disco.worker_id: the cheap function call() runs */
+    dvm_dref *empty;     /* runtime.disco.empty: allocates the worker-0 tensor */
+};
+
+struct bench_copy {
+    bench_session *s;
+    dvm_dref *remote;
+    int64_t shape[1];
+    DLTensor src;
+    DLTensor dst;
+};
+
+static char error_text[512];
+
+static int fail(const char *what) {
+    const char *kind = dvm_last_error_kind();
+    const char *message = dvm_last_error_message();
+    snprintf(error_text, sizeof error_text, "%s: %s: %s", what, kind ? kind : "?",
+             message ? message : "?");
+    return 1;
+}
+
+static const char *discovm_version(void) {
+    static char text[64];
+    snprintf(text, sizeof text, "discovm %s (threaded session)", dvm_version());
+    return text;
+}
+
+static void discovm_close(bench_session *s) {
+    if (!s) return;
+    dvm_dref_free(s->worker_id);
+    dvm_dref_free(s->empty);
+    if (s->session) dvm_session_shutdown(s->session);
+    dvm_session_free(s->session);
+    free(s);
+}
+
+static bench_session *discovm_open(int32_t num_workers) {
+    bench_session *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    if (dvm_session_new_threaded(num_workers, 1, NULL, &s->session) != DVM_OK ||
+        dvm_session_get_global_func(s->session, "runtime.disco.worker_id", &s->worker_id) != DVM_OK ||
+        dvm_session_get_global_func(s->session, "runtime.disco.empty", &s->empty) != DVM_OK) {
+        fail("open");
+        discovm_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int discovm_sync_worker0(bench_session *s) {
+    return dvm_session_sync_worker(s->session, 0) == DVM_OK ? 0 : fail("sync worker 0");
+}
+
+static int discovm_call(bench_session *s) {
+    dvm_dref *result = NULL;
+    if (dvm_session_call(s->session, s->worker_id, NULL, 0, &result) != DVM_OK) return fail("call");
+    dvm_dref_free(result);
+    return 0;
+}
+
+static int discovm_sync_all(bench_session *s) {
+    return dvm_session_sync_all(s->session) == DVM_OK ? 0 : fail("sync all");
+}
+
+static DLTensor host_tensor(void *data, int64_t *shape) {
+    DLTensor t = {0};
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = 1;
+    t.dtype.code = kDLFloat;
+    t.dtype.bits = 32;
+    t.dtype.lanes = 1;
+    t.shape = shape;
+    return t;
+}
+
+static void discovm_copy_release(bench_copy *c) {
+    if (!c) return;
+    dvm_dref_free(c->remote);
+    free(c);
+}
+
+static bench_copy *discovm_copy_prepare(bench_session *s, void *host_src, void *host_dst,
+                                        size_t nbytes) {
+    bench_copy *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->s = s;
+    c->shape[0] = (int64_t)(nbytes / 4);
+    DVMAny args[2];
+    if (dvm_shape_new(c->shape, 1, &args[0]) != DVM_OK) {
+        fail("shape");
+        free(c);
+        return NULL;
+    }
+    args[1].type_index = kDVMDataType;
+    args[1].zero_padding = 0;
+    args[1].v_int64 = 0;
+    args[1].v_dtype.code = kDLFloat;
+    args[1].v_dtype.bits = 32;
+    args[1].v_dtype.lanes = 1;
+    dvm_status status = dvm_session_call(s->session, s->empty, args, 2, &c->remote);
+    dvm_any_release(&args[0]);
+    if (status != DVM_OK) {
+        fail("empty");
+        free(c);
+        return NULL;
+    }
+    c->src = host_tensor(host_src, c->shape);
+    c->dst = host_tensor(host_dst, c->shape);
+    return c;
+}
+
+static int discovm_copy_to_worker0(bench_copy *c) {
+    return dvm_session_copy_to_worker0(c->s->session, &c->src, c->remote) == DVM_OK
+               ? 0
+               : fail("copy to worker 0");
+}
+
+static int discovm_copy_from_worker0(bench_copy *c) {
+    return dvm_session_copy_from_worker0(c->s->session, &c->dst, c->remote) == DVM_OK
+               ? 0
+               : fail("copy from worker 0");
+}
+
+static const char *discovm_last_error(void) { return error_text; }
+
+const bench_backend bench_discovm_backend = {
+    .name = "discovm",
+    .version = discovm_version,
+    .open = discovm_open,
+    .sync_worker0 = discovm_sync_worker0,
+    .call = discovm_call,
+    .sync_all = discovm_sync_all,
+    .copy_prepare = discovm_copy_prepare,
+    .copy_to_worker0 = discovm_copy_to_worker0,
+    .copy_from_worker0 = discovm_copy_from_worker0,
+    .copy_release = discovm_copy_release,
+    .close = discovm_close,
+    .last_error = discovm_last_error,
+};
