@@ -3,7 +3,8 @@
 //!
 //! Programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude` and linked with
 //! `-ldiscovm` (rpath set to the library's directory), except the `dlopen` example, which links
-//! only `-ldl` and receives the library's path. Exit status 77 means "skipped: needs a GPU"; it
+//! only `-ldl` and receives the library's path. A program may add linker flags of its own
+//! (`-lpthread` for the tests that start threads). Exit status 77 means "skipped: needs a GPU"; it
 //! is accepted, with a message, only from programs marked as needing one.
 //!
 //! Every file in `examples-c/` must have a test here, and every C file in `tests/c/` must be
@@ -41,6 +42,8 @@ struct Program {
     link: Link,
     /// Whether it needs a GPU (and may exit 77 without one).
     needs_gpu: bool,
+    /// Extra linker flags, after the library.
+    libs: &'static [&'static str],
 }
 
 impl Program {
@@ -49,7 +52,12 @@ impl Program {
             source,
             link: Link::Library,
             needs_gpu: false,
+            libs: &[],
         }
+    }
+
+    const fn libs(self, libs: &'static [&'static str]) -> Self {
+        Program { libs, ..self }
     }
 
     const fn dlopen(self) -> Self {
@@ -86,7 +94,15 @@ programs! {
     func_errors: Program::new("tests/c/func_errors.c");
     capi_bad_inputs: Program::new("tests/c/capi_bad_inputs.c");
     object_ref_counting: Program::new("tests/c/object_ref_counting.c");
+    session_calls: Program::new("tests/c/session_calls.c");
+    session_failures: Program::new("tests/c/session_failures.c");
+    session_bad_inputs: Program::new("tests/c/session_bad_inputs.c");
+    session_load: Program::new("tests/c/session_load.c").libs(&["-lpthread"]);
+    session_timeout_keeps_failures: Program::new("tests/c/session_timeout_keeps_failures.c");
+    session_sync_all_timeout: Program::new("tests/c/session_sync_all_timeout.c");
+    session_waits_report_failures: Program::new("tests/c/session_waits_report_failures.c");
     example_hello_function: Program::new("examples-c/hello_function.c");
+    example_session_broadcast: Program::new("examples-c/session_broadcast.c");
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();
 }
 
@@ -134,6 +150,7 @@ fn compile(program: &Program) -> PathBuf {
             gcc.arg("-ldl");
         }
     }
+    gcc.args(program.libs);
     let output = gcc
         .output()
         .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));

@@ -1,0 +1,122 @@
+/*
+ * session_check.h: helpers shared by the session tests (tests/c/session_*.c), on top of check.h.
+ *
+ *   CELL(type, obj)                  an object's cell, right after its 24-byte header
+ *   any_int(x), any_bool(b), ...     DVMAny values to pass as arguments (zeroed first)
+ *   any_dref(r)                      a DRef as an argument (its type index read from its header)
+ *   register_c(name, call)           registers a C callback as a global function
+ *   new_session(n)                   a session of n workers in one group, default options
+ *   session_func(s, name)            dvm_session_get_global_func, which must succeed
+ *   broadcast(s, f, args, n)         dvm_session_call, which must succeed
+ *   int_on(r, worker)                the Int a DRef holds on a worker (records a failure and
+ *                                    returns INT64_MIN if it holds anything else)
+ *   expect_no_live_registers(s)      every worker's register file is empty
+ */
+#ifndef DISCOVM_TESTS_SESSION_CHECK_H
+#define DISCOVM_TESTS_SESSION_CHECK_H
+
+#include <stdint.h>
+
+#include "check.h"
+
+#define CELL(type, obj) ((const type*)((const DVMObject*)(obj) + 1))
+
+static inline DVMAny any_of(int32_t type_index) {
+  DVMAny v;
+  memset(&v, 0, sizeof v); /* padding and unused payload bytes must be 0 */
+  v.type_index = type_index;
+  return v;
+}
+
+static inline DVMAny any_none(void) { return any_of(kDVMNone); }
+
+static inline DVMAny any_int(int64_t x) {
+  DVMAny v = any_of(kDVMInt);
+  v.v_int64 = x;
+  return v;
+}
+
+static inline DVMAny any_bool(int b) {
+  DVMAny v = any_of(kDVMBool);
+  v.v_int64 = b ? 1 : 0;
+  return v;
+}
+
+static inline DVMAny any_dtype(DLDataType dtype) {
+  DVMAny v = any_of(kDVMDataType);
+  v.v_dtype = dtype;
+  return v;
+}
+
+static inline DVMAny any_object(void* obj) {
+  DVMAny v = any_of(((const DVMObject*)obj)->type_index);
+  v.v_obj = (DVMObject*)obj;
+  return v;
+}
+
+/* A DRef is an object, so it travels as one; its type index is assigned at run time. */
+static inline DVMAny any_dref(const dvm_dref* r) { return any_object((void*)r); }
+
+/* A value that must stay as it is when a call fails. */
+static inline DVMAny any_sentinel(void) { return any_int(0x5e5e5e5e); }
+
+static inline int is_sentinel(const DVMAny* v) {
+  return v->type_index == kDVMInt && v->v_int64 == 0x5e5e5e5e;
+}
+
+static inline void register_c(const char* name, DVMSafeCall call) {
+  dvm_func* f;
+  CHECK_OK(dvm_func_new(NULL, call, NULL, &f));
+  CHECK_OK(dvm_func_register_global(name, f, 1));
+  dvm_func_free(f); /* the registry keeps its own reference */
+}
+
+static inline dvm_session* new_session(int32_t num_workers) {
+  dvm_session* s;
+  CHECK_OK(dvm_session_new_threaded(num_workers, 1, NULL, &s));
+  return s;
+}
+
+static inline dvm_dref* session_func(dvm_session* s, const char* name) {
+  dvm_dref* f;
+  CHECK_OK(dvm_session_get_global_func(s, name, &f));
+  return f;
+}
+
+static inline dvm_dref* broadcast(dvm_session* s, const dvm_dref* f, const DVMAny* args,
+                                  int32_t num_args) {
+  dvm_dref* out;
+  CHECK_OK(dvm_session_call(s, f, args, num_args, &out));
+  return out;
+}
+
+static inline int64_t check_int_on(const dvm_dref* r, int32_t worker, const char* file,
+                                   int line) {
+  DVMAny v = any_none();
+  check_ok(dvm_dref_get(r, worker, &v), file, line, "dvm_dref_get");
+  if (v.type_index != kDVMInt) {
+    fprintf(stderr, "%s:%d: FAILED: worker %d holds type index %d, expected an Int\n", file,
+            line, (int)worker, (int)v.type_index);
+    check_failures++;
+    dvm_any_release(&v);
+    return INT64_MIN;
+  }
+  return v.v_int64;
+}
+#define int_on(r, worker) check_int_on((r), (worker), __FILE__, __LINE__)
+
+static inline void check_no_live_registers(dvm_session* s, const char* file, int line) {
+  for (int32_t w = 0; w < dvm_session_num_workers(s); w++) {
+    int64_t live = -1;
+    check_ok(dvm_session_live_registers(s, w, &live), file, line, "dvm_session_live_registers");
+    check_count++;
+    if (live != 0) {
+      fprintf(stderr, "%s:%d: FAILED: worker %d still holds %lld registers\n", file, line,
+              (int)w, (long long)live);
+      check_failures++;
+    }
+  }
+}
+#define expect_no_live_registers(s) check_no_live_registers((s), __FILE__, __LINE__)
+
+#endif /* DISCOVM_TESTS_SESSION_CHECK_H */
