@@ -1,7 +1,7 @@
 # Shortcuts for the common tasks. Everything is driven by cargo; these targets add the steps
 # that need a C compiler.
 #
-#   make demo     build the library, then compile and run examples-c/hello_function.c
+#   make demo     build the library, then compile and run examples-c/session_broadcast.c
 #   make test     run every test (Rust, C, headers, Python): the same as `cargo test`
 #   make header   regenerate include/discovm.h from the Rust sources
 
@@ -10,7 +10,7 @@ CC := gcc
 CFLAGS := -std=c11 -Wall -Wextra -Werror -Iinclude
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 LIB_DIR := $(TARGET_DIR)/debug
-DEMO := $(TARGET_DIR)/c/hello_function
+DEMO := $(TARGET_DIR)/c/session_broadcast
 
 .PHONY: demo test header lib
 
@@ -19,7 +19,7 @@ lib:
 
 demo: lib
 	@mkdir -p $(dir $(DEMO))
-	$(CC) $(CFLAGS) examples-c/hello_function.c -o $(DEMO) \
+	$(CC) $(CFLAGS) examples-c/session_broadcast.c -o $(DEMO) \
 		-L$(LIB_DIR) -ldiscovm -Wl,-rpath,$(LIB_DIR)
 	@echo "--- running $(DEMO)"
 	@$(DEMO)
