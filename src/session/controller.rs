@@ -327,10 +327,16 @@ impl Session {
     }
 
     /// Waits for a worker's reply.
-    fn wait<T>(&self, worker: usize, reply: &Reply<T>, what: &str) -> Result<T> {
+    fn wait<T>(
+        &self,
+        worker: usize,
+        reply: &Reply<T>,
+        what: &str,
+        deadline: Option<Instant>,
+    ) -> Result<T> {
         reply.wait(
             self.spin,
-            self.deadline(),
+            deadline,
             || format!("{what} on worker {worker}"),
             || self.alive(worker),
         )?
@@ -356,7 +362,7 @@ impl Session {
         self.open()?;
         self.push(worker, make(reply.clone()))?;
         self.wake(worker..worker + 1);
-        self.wait(worker, &reply, what)
+        self.wait(worker, &reply, what, self.deadline())
     }
 
     fn check_owner(self: &Arc<Self>, dref: &DRef, name: &str) -> Result<()> {
@@ -431,7 +437,8 @@ impl Session {
         })
     }
 
-    /// Sends a sync to every worker first, then collects the replies (fan-out).
+    /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
+    /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
         self.open()?;
         let mut replies = Vec::with_capacity(self.workers.len());
@@ -443,13 +450,22 @@ impl Session {
         });
         self.wake(0..replies.len());
         pushed?;
-        let mut first = None;
-        for (worker, reply) in replies.iter().enumerate() {
-            if let Err(error) = self.wait(worker, reply, "sync") {
-                first.get_or_insert(error);
-            }
+        let deadline = self.deadline();
+        let errors: Vec<Error> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(worker, reply)| self.wait(worker, reply, "sync", deadline).err())
+            .collect();
+        // Every worker's report is consumed here, so all of them go into the one error.
+        let mut errors = errors.into_iter();
+        match errors.next() {
+            None => Ok(()),
+            Some(first) => Err(errors.fold(first, |mut all, next| {
+                all.message.push_str("; ");
+                all.message.push_str(&next.message);
+                all
+            })),
         }
-        first.map_or(Ok(()), Err)
     }
 
     /// An owned copy of a register's value on one worker.

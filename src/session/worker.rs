@@ -103,11 +103,24 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
                     .set(*reg, Slot::Value(value.clone()), name.clone());
             }
             Message::Kill(reg) => worker.registers.kill(reg),
-            Message::Sync(reply) => reply.complete(worker.take_failure()),
-            Message::Get { reg, reply } => {
-                reply.complete(worker.value(reg, "reading").map(|v| v.clone()))
+            // A request is answered only if its waiter has not given up (timed out): a reply
+            // nobody reads must not swallow a failure the next wait should report.
+            Message::Sync(reply) => {
+                if reply.claim() {
+                    reply.complete(worker.take_failure());
+                }
             }
-            Message::CountLive(reply) => reply.complete(Ok(worker.registers.live())),
+            Message::Get { reg, reply } => {
+                if reply.claim() {
+                    let value = worker.value(reg, "reading").map(Any::clone);
+                    reply.complete(worker.take_failure().and(value));
+                }
+            }
+            Message::CountLive(reply) => {
+                if reply.claim() {
+                    reply.complete(Ok(worker.registers.live()));
+                }
+            }
             Message::Copy {
                 reg,
                 host,
@@ -115,7 +128,10 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
                 reply,
             } => {
                 if reply.claim() {
-                    reply.complete(worker.copy(reg, host, direction));
+                    let copied = worker
+                        .take_failure()
+                        .and_then(|()| worker.copy(reg, host, direction));
+                    reply.complete(copied);
                 }
             }
             Message::Shutdown => break,
