@@ -2,9 +2,10 @@
  * Session benchmark: TVM's Disco and discovm side by side, against floors measured in the
  * same run.
  *
- * For N = 1, 2, 4 workers, every round opens a fresh session per runtime (the order of the
- * runtimes rotates from round to round, so slow drift of the machine spreads evenly), warms it
- * up, and measures each metric many times; a round keeps the median of its samples. The table
+ * For N = 1, 2, 4 workers, every round opens a fresh session per runtime, in a child process
+ * of its own (the order of the runtimes rotates from round to round, so slow drift of the
+ * machine spreads evenly; the separate processes keep either runtime's leftovers, such as
+ * thread placement, from touching the other's numbers), warms it up, and measures each metric many times; a round keeps the median of its samples. The table
  * shows the median of the rounds' medians and, in brackets, the best round. Absolute times on
  * small shared machines drift a lot between runs; the ratios within one run do not.
  *
@@ -26,6 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* ---- shared helpers --------------------------------------------------------------------------- */
@@ -60,10 +63,16 @@ void *bench_alloc(size_t nbytes) {
     return p;
 }
 
+/* CPU seconds of this process and of its finished children (each runtime is measured in a
+ * child process). */
 static double process_cpu_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+    struct rusage children;
+    getrusage(RUSAGE_CHILDREN, &children);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (double)children.ru_utime.tv_sec +
+           (double)children.ru_utime.tv_usec * 1e-6 + (double)children.ru_stime.tv_sec +
+           (double)children.ru_stime.tv_usec * 1e-6;
 }
 
 /* CPU seconds all CPUs spent busy since boot (from /proc/stat), or NAN where unavailable. */
@@ -414,6 +423,52 @@ failed:
 #undef OUT
 }
 
+/* Measures one runtime in a child process, so that nothing it leaves behind (threads, thread
+ * placement, allocator state) touches the other runtime's numbers, and reads the results
+ * back through a pipe. */
+static void measure_column_isolated(struct column *col, int wi, int round) {
+    struct report {
+        double values[M_COUNT];
+        int failed;
+        char error[sizeof col->error];
+    } report;
+    int fds[2];
+    if (pipe(fds) != 0) {
+        measure_column(col, wi, round);
+        return;
+    }
+    fflush(NULL);
+    pid_t child = fork();
+    if (child == 0) {
+        close(fds[0]);
+        measure_column(col, wi, round);
+        for (int m = 0; m < M_COUNT; m++) report.values[m] = results[col - columns][wi][m][round];
+        report.failed = col->failed;
+        memcpy(report.error, col->error, sizeof report.error);
+        ssize_t written = write(fds[1], &report, sizeof report);
+        fflush(NULL);
+        _exit(written == (ssize_t)sizeof report ? 0 : 1);
+    }
+    close(fds[1]);
+    size_t got = 0;
+    while (child > 0 && got < sizeof report) {
+        ssize_t n = read(fds[0], (char *)&report + got, sizeof report - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fds[0]);
+    if (child > 0) waitpid(child, NULL, 0);
+    if (child < 0 || got != sizeof report) {
+        col->failed = 1;
+        snprintf(col->error, sizeof col->error, "the measuring process ended early");
+        fprintf(stderr, "session_bench: %s: %s\n", col->name, col->error);
+        return;
+    }
+    for (int m = 0; m < M_COUNT; m++) results[col - columns][wi][m][round] = report.values[m];
+    col->failed = report.failed;
+    memcpy(col->error, report.error, sizeof col->error);
+}
+
 static void measure_floors(int round) {
     int n = floor_spin_pingpong(samples, opt.samples, opt.metric_ns);
     floor_results[F_SPIN][round] = n > 0 ? median_of(samples, n) : NAN;
@@ -736,7 +791,7 @@ int main(int argc, char **argv) {
         for (int wi = 0; wi < opt.num_worker_counts; wi++)
             for (int k = 0; k < NUM_COLUMNS; k++) {
                 struct column *col = &columns[(k + round) % NUM_COLUMNS];
-                if (col->impl && !col->failed) measure_column(col, wi, round);
+                if (col->impl && !col->failed) measure_column_isolated(col, wi, round);
             }
         rounds_done = round + 1;
         double round_s = (double)(bench_now_ns() - t0) * 1e-9;
