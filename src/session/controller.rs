@@ -173,7 +173,7 @@ impl Session {
             let ready: Reply<()> = Arc::new(Completion::new());
             let (thread_shared, thread_ready, spin) = (shared.clone(), ready.clone(), options.spin);
             let thread = std::thread::Builder::new()
-                .name(format!("discovm-worker-{id}"))
+                .name(format!("dvm-worker-{id}"))
                 .spawn(move || {
                     let pinned = cpu.map_or(Ok(()), pin_current_thread);
                     let failed = pinned.is_err();
