@@ -106,6 +106,38 @@ pub fn available_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
+/// The CPU the calling thread runs on (it may move at any time), if the system says.
+pub fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    usize::try_from(unsafe { libc::sched_getcpu() }).ok()
+}
+
+/// Moves the calling thread off the CPU it runs on, leaving it free to run anywhere it could
+/// before: the scheduler places it on another allowed CPU right away. Does nothing when the
+/// thread may run on only one CPU. Returns whether it moved.
+pub fn move_off_current_cpu() -> bool {
+    let Some(cpu) = current_cpu() else {
+        return false;
+    };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; the calls read and write whole sets of
+    // the size given, for the calling thread (pid 0); CPU_* stay within CPU_SETSIZE.
+    unsafe {
+        let mut allowed: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size, &mut allowed) != 0 || libc::CPU_COUNT(&allowed) < 2 {
+            return false;
+        }
+        if cpu >= libc::CPU_SETSIZE as usize || !libc::CPU_ISSET(cpu, &allowed) {
+            return false;
+        }
+        let mut elsewhere = allowed;
+        libc::CPU_CLR(cpu, &mut elsewhere);
+        let moved = libc::sched_setaffinity(0, size, &elsewhere) == 0;
+        libc::sched_setaffinity(0, size, &allowed);
+        moved
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {

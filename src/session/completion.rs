@@ -6,6 +6,7 @@ use std::thread::Thread;
 use std::time::Instant;
 
 use super::wait::{Sleeper, SpinPolicy};
+use crate::device::cpu::current_cpu;
 use crate::object::Result;
 
 const PENDING: u8 = 0;
@@ -18,6 +19,8 @@ pub struct Completion<T> {
     state: AtomicU8,
     value: Mutex<Option<T>>,
     waiter: Thread,
+    /// The CPU the waiter ran on when it made (or reused) the request.
+    waiter_cpu: Option<usize>,
     sleeper: Sleeper,
 }
 
@@ -28,6 +31,7 @@ impl<T> Completion<T> {
             state: AtomicU8::new(PENDING),
             value: Mutex::new(None),
             waiter: std::thread::current(),
+            waiter_cpu: current_cpu(),
             sleeper: Sleeper::default(),
         }
     }
@@ -38,6 +42,7 @@ impl<T> Completion<T> {
             Some(mut old) => match Arc::get_mut(&mut old) {
                 Some(slot) => {
                     *slot.state.get_mut() = PENDING;
+                    slot.waiter_cpu = current_cpu();
                     *slot.value.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
                     old
                 }
@@ -45,6 +50,11 @@ impl<T> Completion<T> {
             },
             None => Arc::new(Self::new()),
         }
+    }
+
+    /// The CPU the waiter ran on when it made the request.
+    pub fn waiter_cpu(&self) -> Option<usize> {
+        self.waiter_cpu
     }
 
     /// The worker claims the request before acting on memory the waiter owns; false when the

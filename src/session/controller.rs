@@ -179,7 +179,7 @@ impl Session {
                     let failed = pinned.is_err();
                     thread_ready.complete(pinned);
                     if !failed {
-                        worker::run(thread_shared, info, spin);
+                        worker::run(thread_shared, info, spin, cpu.is_some());
                     } else {
                         thread_shared.exited.store(true, Ordering::SeqCst);
                     }

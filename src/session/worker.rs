@@ -11,7 +11,7 @@ use super::message::{Arg, CopyDirection, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
 use super::wait::SpinPolicy;
 use crate::abi::DLDevice;
-use crate::device::cpu::HostTensor;
+use crate::device::cpu::{HostTensor, current_cpu, move_off_current_cpu};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 
 /// What a worker shares with the controller.
@@ -74,20 +74,30 @@ impl Drop for ExitGuard {
     }
 }
 
+/// After this many requests in a row from a thread on the worker's own CPU, an unpinned worker
+/// moves to another CPU (see `Worker::share_less`).
+const SHARED_CPU_REQUESTS: u32 = 32;
+
 struct Worker {
     info: WorkerInfo,
+    /// Whether the user pinned this worker (then it never moves itself).
+    pinned: bool,
+    /// Requests in a row whose waiter ran on this worker's CPU.
+    shared_cpu_requests: u32,
     registers: RegisterFile,
     /// The first failure since the last sync, and how many followed it.
     failure: Option<(Error, usize)>,
 }
 
 /// Runs worker `info.id` until it receives `Shutdown`.
-pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
+pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinned: bool) {
     let _guard = ExitGuard(shared.clone());
     CURRENT.with(|c| *c.borrow_mut() = Some((info, shared.clone(), Any::None)));
     shared.channel.set_consumer(std::thread::current());
     let mut worker = Worker {
         info,
+        pinned,
+        shared_cpu_requests: 0,
         registers: RegisterFile::default(),
         failure: None,
     };
@@ -106,6 +116,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
             // A request is answered only if its waiter has not given up (timed out): a reply
             // nobody reads must not swallow a failure the next wait should report.
             Message::Sync(reply) => {
+                worker.share_less(reply.waiter_cpu());
                 if reply.claim() {
                     reply.complete(worker.take_failure());
                 }
@@ -142,6 +153,22 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy) {
 }
 
 impl Worker {
+    /// A waiter that spins on this worker's CPU takes turns with it (a few us per reply, two
+    /// context switches) while another CPU may sit idle, and the scheduler does not always
+    /// separate two busy threads. After a run of such requests an unpinned worker moves itself
+    /// to another CPU it may use.
+    fn share_less(&mut self, waiter_cpu: Option<usize>) {
+        if self.pinned || waiter_cpu.is_none() || waiter_cpu != current_cpu() {
+            self.shared_cpu_requests = 0;
+            return;
+        }
+        self.shared_cpu_requests += 1;
+        if self.shared_cpu_requests >= SHARED_CPU_REQUESTS {
+            self.shared_cpu_requests = 0;
+            move_off_current_cpu();
+        }
+    }
+
     fn call(&mut self, func: Reg, out: Reg, args: &[Arg]) {
         let slot = match self.try_call(func, args) {
             Ok(value) => Slot::Value(value),
