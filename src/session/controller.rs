@@ -497,7 +497,7 @@ impl Session {
         self.check_owner(dref, "dref")?;
         self.request(0, "copy", |reply| Message::Copy {
             reg: dref.reg(),
-            host,
+            host: Box::new(host),
             direction,
             reply,
         })

@@ -56,7 +56,8 @@ pub enum Message {
     CountLive(Reply<usize>),
     Copy {
         reg: Reg,
-        host: HostTensor,
+        /// Boxed: it is large and rare, and every queue slot is as large as its largest message.
+        host: Box<HostTensor>,
         direction: CopyDirection,
         reply: Reply<()>,
     },
@@ -74,3 +75,8 @@ pub fn worker_error(worker: usize, what: &str, cause: &Error) -> Error {
         ),
     )
 }
+
+const _: () = assert!(
+    std::mem::size_of::<Message>() <= 32,
+    "queue slots stay small"
+);

@@ -141,7 +141,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
                 if reply.claim() {
                     let copied = worker
                         .take_failure()
-                        .and_then(|()| worker.copy(reg, host, direction));
+                        .and_then(|()| worker.copy(reg, &host, direction));
                     reply.complete(copied);
                 }
             }
@@ -254,7 +254,7 @@ impl Worker {
         }
     }
 
-    fn copy(&self, reg: Reg, host: HostTensor, direction: CopyDirection) -> Result<()> {
+    fn copy(&self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
         let what = match direction {
             CopyDirection::ToWorker => "copy to worker 0",
             CopyDirection::FromWorker => "copy from worker 0",
