@@ -1,6 +1,8 @@
 //! DRefs: remote references to a register on every worker of a session.
 
-use super::{boundary, dvm_status, handle_ref, non_null, write_out};
+use std::mem::ManuallyDrop;
+
+use super::{boundary, dvm_status, handle_ref, lend, non_null, write_out};
 use crate::abi::DVMAny;
 use crate::object::{Any, AnyView};
 use crate::session::{DRef, DRefCell};
@@ -11,19 +13,18 @@ pub struct dvm_dref {
     _opaque: [u8; 0],
 }
 
-/// A new reference to the DRef behind a handle.
+/// The DRef behind a handle, lent for the call.
 ///
 /// # Safety
 /// `r` is NULL or a live object handle.
-pub(crate) unsafe fn dref_arg(r: *const dvm_dref, name: &str) -> crate::Result<DRef> {
+pub(crate) unsafe fn dref_arg(r: *const dvm_dref, name: &str) -> crate::Result<ManuallyDrop<DRef>> {
     // SAFETY: as the caller promises.
-    Ok(DRef::from_object(unsafe {
-        handle_ref::<DRefCell, _>(r, name, "a DRef")
-    }?))
+    let object = unsafe { handle_ref::<DRefCell, _>(r, name, "a DRef") }?;
+    Ok(lend(object, DRef::from_object))
 }
 
 pub(crate) fn dref_handle(dref: DRef) -> *mut dvm_dref {
-    dref.object().clone().into_raw().as_ptr().cast()
+    dref.into_object().into_raw().as_ptr().cast()
 }
 
 /// Reads the value the register holds on `worker`, after every call sent before.

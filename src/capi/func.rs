@@ -2,9 +2,10 @@
 //! global registry.
 
 use std::ffi::{c_char, c_void};
+use std::mem::ManuallyDrop;
 
 use super::value::count_slice;
-use super::{boundary, c_str, dvm_status, handle_ref, non_null, write_out};
+use super::{boundary, c_str, dvm_status, handle_ref, lend, non_null, write_out};
 use crate::abi::DVMAny;
 use crate::object::{Any, AnyView, Array, Function, FunctionCell, Str, registry};
 
@@ -14,15 +15,17 @@ pub struct dvm_func {
     _opaque: [u8; 0],
 }
 
-/// A new reference to the function behind a handle.
+/// The function behind a handle, lent for the call.
 ///
 /// # Safety
 /// `f` is NULL or a live object handle.
-pub(crate) unsafe fn function_arg(f: *const dvm_func, name: &str) -> crate::Result<Function> {
+pub(crate) unsafe fn function_arg(
+    f: *const dvm_func,
+    name: &str,
+) -> crate::Result<ManuallyDrop<Function>> {
     // SAFETY: as the caller promises.
-    Ok(Function::from_object(unsafe {
-        handle_ref::<FunctionCell, _>(f, name, "a function")
-    }?))
+    let object = unsafe { handle_ref::<FunctionCell, _>(f, name, "a function") }?;
+    Ok(lend(object, Function::from_object))
 }
 
 fn into_handle(f: Function) -> *mut dvm_func {
@@ -112,7 +115,7 @@ pub unsafe extern "C" fn dvm_func_register_global(
         let name = unsafe { c_str(name, "name") }?;
         // SAFETY: NULL or a live handle, by contract.
         let function = unsafe { function_arg(f, "f") }?;
-        registry::register_global(name, function, allow_override != 0)
+        registry::register_global(name, (*function).clone(), allow_override != 0)
     })
 }
 

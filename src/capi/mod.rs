@@ -19,12 +19,13 @@ pub use value::*;
 pub use worker::*;
 
 use std::ffi::{CStr, c_char};
+use std::mem::ManuallyDrop;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 
 use crate::abi::DVMObject;
 use crate::object::error::set_last;
-use crate::object::{AnyObject, Error, ErrorKind, ObjectRef, ObjectType, Result, type_key};
+use crate::object::{Error, ErrorKind, ObjectRef, ObjectType, Result, type_key};
 
 /// A status code: `DVM_OK` (0) or one of the failure codes below. Codes are never renumbered.
 #[allow(non_camel_case_types)]
@@ -108,24 +109,35 @@ pub(crate) unsafe fn c_str<'a>(ptr: *const c_char, name: &str) -> Result<&'a str
         .map_err(|e| Error::value(format!("`{name}` is not valid UTF-8: {e}")))
 }
 
-/// A new reference to the object behind a handle, after checking it is a `T`.
+/// The object behind a handle, lent by the C caller for the duration of the call, after
+/// checking it is a `T`. No reference is taken or dropped: the caller's own keeps it alive.
 ///
 /// # Safety
-/// `handle` is NULL or points at a live object header.
+/// `handle` is NULL or points at a live object header that outlives the call.
 pub(crate) unsafe fn handle_ref<T: ObjectType, H>(
     handle: *const H,
     name: &str,
     what: &str,
-) -> Result<ObjectRef<T>> {
+) -> Result<ManuallyDrop<ObjectRef<T>>> {
     let ptr = non_null(handle.cast::<DVMObject>(), name)?;
-    // SAFETY: the caller vouches for a live object; we add our own reference.
-    let object: ObjectRef<AnyObject> = unsafe { ObjectRef::from_borrowed(ptr) };
-    object.downcast::<T>().map_err(|other| {
-        Error::type_error(format!(
+    // SAFETY: the caller vouches for a live object header.
+    let type_index = unsafe { ptr.as_ref() }.type_index;
+    if type_index != T::type_index() {
+        return Err(Error::type_error(format!(
             "`{name}` is not {what} (it is {})",
-            type_key::type_name(other.type_index())
-        ))
-    })
+            type_key::type_name(type_index)
+        )));
+    }
+    // SAFETY: a live object of the checked type; ManuallyDrop keeps the caller's reference.
+    Ok(ManuallyDrop::new(unsafe { ObjectRef::from_raw(ptr) }))
+}
+
+/// Wraps a lent object in its typed handle, still lent: nothing is released when it goes.
+pub(crate) fn lend<T, U>(
+    object: ManuallyDrop<ObjectRef<T>>,
+    wrap: impl FnOnce(ObjectRef<T>) -> U,
+) -> ManuallyDrop<U> {
+    ManuallyDrop::new(wrap(ManuallyDrop::into_inner(object)))
 }
 
 /// Writes an output after the work succeeded.

@@ -3,6 +3,7 @@
 //! shutdown fail at once, waits can time out).
 
 use std::ffi::c_char;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use super::value::count_slice;
 use super::{boundary, boundary_or, c_str, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DLTensor, DVMAny};
 use crate::device::cpu::HostTensor;
-use crate::object::{AnyView, Error};
+use crate::object::{AnyView, Error, ObjectRef};
 use crate::session::{
     CopyDirection, Session, SessionCell, SessionOptions, SpinPolicy, Target, session_handle,
 };
@@ -92,17 +93,15 @@ unsafe fn session_options(opts: *const dvm_session_options) -> crate::Result<Ses
     })
 }
 
-/// A new reference to the session behind a handle.
+/// The session behind a handle, lent for the call (`&session.0` is the session).
 ///
 /// # Safety
 /// `s` is NULL or a live object handle.
-unsafe fn session_arg(s: *const dvm_session) -> crate::Result<Arc<Session>> {
+unsafe fn session_arg(
+    s: *const dvm_session,
+) -> crate::Result<ManuallyDrop<ObjectRef<SessionCell>>> {
     // SAFETY: as the caller promises.
-    Ok(
-        unsafe { handle_ref::<SessionCell, _>(s, "session", "a session") }?
-            .0
-            .clone(),
-    )
+    unsafe { handle_ref::<SessionCell, _>(s, "session", "a session") }
 }
 
 /// # Safety
@@ -213,7 +212,7 @@ pub unsafe extern "C" fn dvm_session_call(
         // SAFETY: NULL or a live handle, by contract.
         let session = unsafe { session_arg(s) }?;
         // SAFETY: as documented above.
-        unsafe { call_with(&session, Target::All, func, args, num_args, out) }
+        unsafe { call_with(&session.0, Target::All, func, args, num_args, out) }
     })
 }
 

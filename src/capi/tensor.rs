@@ -1,7 +1,9 @@
 //! Tensors: host allocation, the DLTensor view, DLPack exchange.
 
+use std::mem::ManuallyDrop;
+
 use super::value::count_slice;
-use super::{boundary, boundary_or, dvm_status, handle_ref, non_null, write_out};
+use super::{boundary, boundary_or, dvm_status, handle_ref, lend, non_null, write_out};
 use crate::abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor};
 use crate::object::{Tensor, TensorCell};
 
@@ -11,19 +13,21 @@ pub struct dvm_tensor {
     _opaque: [u8; 0],
 }
 
-/// A new reference to the tensor behind a handle.
+/// The tensor behind a handle, lent for the call.
 ///
 /// # Safety
 /// `t` is NULL or a live object handle.
-pub(crate) unsafe fn tensor_arg(t: *const dvm_tensor, name: &str) -> crate::Result<Tensor> {
+pub(crate) unsafe fn tensor_arg(
+    t: *const dvm_tensor,
+    name: &str,
+) -> crate::Result<ManuallyDrop<Tensor>> {
     // SAFETY: as the caller promises.
-    Ok(Tensor::from_object(unsafe {
-        handle_ref::<TensorCell, _>(t, name, "a tensor")
-    }?))
+    let object = unsafe { handle_ref::<TensorCell, _>(t, name, "a tensor") }?;
+    Ok(lend(object, Tensor::from_object))
 }
 
 fn into_handle(t: Tensor) -> *mut dvm_tensor {
-    t.object().clone().into_raw().as_ptr().cast()
+    t.into_object().into_raw().as_ptr().cast()
 }
 
 /// Allocates a compact, zero-filled tensor, 64-byte aligned. Only `kDLCPU` devices for now.

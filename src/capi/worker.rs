@@ -1,6 +1,8 @@
 //! Workers: one worker of a session, from the controller's side or from inside a function
 //! running on it.
 
+use std::mem::ManuallyDrop;
+
 use super::dref::dvm_dref;
 use super::session::{call_with, dvm_session};
 use super::{boundary, dvm_status, handle_ref, non_null, write_out};
@@ -19,7 +21,7 @@ pub struct dvm_worker {
 
 /// # Safety
 /// `w` is NULL or a live object handle.
-unsafe fn worker_arg(w: *const dvm_worker) -> crate::Result<ObjectRef<WorkerCell>> {
+unsafe fn worker_arg(w: *const dvm_worker) -> crate::Result<ManuallyDrop<ObjectRef<WorkerCell>>> {
     // SAFETY: as the caller promises.
     unsafe { handle_ref::<WorkerCell, _>(w, "worker", "a worker") }
 }

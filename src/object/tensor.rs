@@ -382,6 +382,10 @@ impl Tensor {
         Tensor(object)
     }
 
+    pub fn into_object(self) -> ObjectRef<TensorCell> {
+        self.0
+    }
+
     pub fn object(&self) -> &ObjectRef<TensorCell> {
         &self.0
     }

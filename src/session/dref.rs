@@ -54,6 +54,10 @@ impl DRef {
         DRef(object)
     }
 
+    pub fn into_object(self) -> ObjectRef<DRefCell> {
+        self.0
+    }
+
     pub fn object(&self) -> &ObjectRef<DRefCell> {
         &self.0
     }

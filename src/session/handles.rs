@@ -8,6 +8,13 @@ use crate::object::{Error, ErrorKind, ObjectRef, ObjectType, Result, alloc_objec
 /// The cell of a session handle.
 pub struct SessionCell(pub Arc<Session>);
 
+impl std::ops::Deref for SessionCell {
+    type Target = Arc<Session>;
+    fn deref(&self) -> &Arc<Session> {
+        &self.0
+    }
+}
+
 /// How a worker handle reaches its session: handles the user asked for keep it alive (as
 /// DRefs do); a worker's own handle does not, so a session's threads never keep it alive.
 pub enum SessionLink {
