@@ -25,6 +25,13 @@ typedef struct dvm_func dvm_func;
 typedef struct dvm_session dvm_session;
 
 /**
+ * A stream (an object; `dvm_object_*` work on it). Work submitted to one stream runs in
+ * submission order; work on different streams is ordered only through the tensors it uses
+ * (and `dvm_stream_wait`).
+ */
+typedef struct dvm_stream dvm_stream;
+
+/**
  * A tensor (a Tensor object: its DLTensor sits right after the object header, as in tvm-ffi).
  */
 typedef struct dvm_tensor dvm_tensor;
@@ -391,6 +398,49 @@ dvm_status dvm_session_shutdown(dvm_session *s);
 void dvm_session_free(dvm_session *s);
 
 /**
+ * Creates a stream on `device`. All streams of a device are run by one executor thread of
+ * the library, in the order work was submitted.
+ *
+ * Ownership: `*out` is a new reference; free it with `dvm_stream_free`.
+ * Errors: `ValueError` if `out` is NULL or the device id is out of range;
+ * `DeviceUnavailable` for devices without a backend (only `kDLCPU` device 0 for now).
+ * Thread safety: any thread.
+ */
+dvm_status dvm_stream_new(DLDevice device, dvm_stream **out);
+
+/**
+ * Waits until everything submitted to `s` so far has run, then reports the first failure on
+ * `s` since its last sync (a failed callback, or an instruction skipped because its input was
+ * not written), with a count of the others. Reporting clears them.
+ *
+ * Ownership: `s` is borrowed.
+ * Errors: `ValueError` if `s` is NULL; `TypeError` if it is not a stream; the kind of the
+ * first failure; `RuntimeError` when called from a callback running on the same executor.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_stream_sync(dvm_stream *s);
+
+/**
+ * Makes work submitted to `waiter` from now on wait until everything submitted to
+ * `signaler` so far has run (soft sync: the calling thread does not wait).
+ *
+ * Ownership: both are borrowed.
+ * Errors: `ValueError` if either is NULL; `TypeError` if either is not a stream.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_stream_wait(dvm_stream *waiter, dvm_stream *signaler);
+
+/**
+ * Drops a reference to a stream. NULL is fine. When the last reference goes, the stream first
+ * finishes the work submitted to it (this call then waits for it); failures not yet reported
+ * by `dvm_stream_sync` are dropped, so sync first to see them. Tensors in use by that work stay
+ * alive until it finishes.
+ *
+ * Thread safety: any thread.
+ */
+void dvm_stream_free(dvm_stream *s);
+
+/**
  * Allocates a compact, zero-filled tensor, 64-byte aligned. Only `kDLCPU` devices for now.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
@@ -405,7 +455,8 @@ dvm_status dvm_tensor_empty(const int64_t *shape,
                             dvm_tensor **out);
 
 /**
- * Drops a reference to a tensor. NULL is fine.
+ * Drops a reference to a tensor. NULL is fine. Work still queued on a stream that uses the
+ * tensor keeps it alive until that work finishes (a DLPack tensor's deleter runs then).
  *
  * Thread safety: any thread.
  */
@@ -438,6 +489,51 @@ dvm_status dvm_tensor_from_dlpack(DLManagedTensorVersioned *managed, dvm_tensor 
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_to_dlpack(dvm_tensor *t, DLManagedTensorVersioned **out);
+
+/**
+ * Copies the first `nbytes` bytes of `t` into `dst` and returns when they are there. The read
+ * is ordered after every earlier use of `t` on any stream (an earlier `dvm_tensor_copy` into
+ * `t` has landed). `nbytes` may be less than the tensor's size (the first bytes are read) and
+ * 0 (nothing is copied, but the read still waits for earlier writers and reports their
+ * failure). Meant for small reads (a scalar, a flag): it runs on the stream that last wrote
+ * `t`, and its hot path allocates nothing.
+ *
+ * Ownership: `t` is borrowed; `dst` must hold `nbytes` bytes.
+ * Errors: `ValueError` if `t` is NULL, `dst` is NULL with `nbytes` > 0, `nbytes` exceeds the
+ * tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor;
+ * `DeviceUnavailable` for a device without a backend; the failure that should have written
+ * `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
+ * running on the executor that would run the read.
+ * Thread safety: any thread; reads from several threads do not order among themselves.
+ */
+dvm_status dvm_tensor_read(dvm_tensor *t, void *dst, size_t nbytes);
+
+/**
+ * Copies `nbytes` bytes from `src` into the start of `t` and returns when they are there.
+ * The write is ordered after every earlier use of `t` on any stream, and later uses see it.
+ * `nbytes` may be less than the tensor's size (the rest is left as it was) and 0 (nothing
+ * happens). A write of the whole tensor clears the failure of an earlier producer.
+ *
+ * Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
+ * Errors: as for `dvm_tensor_read`, with `src` for `dst`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
+
+/**
+ * Queues a copy of `src` into `dst` on stream `s` and returns at once. The copy runs after
+ * everything submitted to `s` before it and after every earlier use of either tensor on other
+ * streams (later reads of `dst` and writes of either wait for it). Both tensors are kept alive
+ * until the copy has run, even if the caller frees them at once.
+ *
+ * Ownership: all three are borrowed.
+ * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, or either is a
+ * strided view; `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
+ * on a device the stream cannot reach. A failure while the copy runs (its source was never
+ * written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_tensor_copy(dvm_tensor *dst, dvm_tensor *src, dvm_stream *s);
 
 /**
  * Adds a reference to any object (every handle of this library is one).

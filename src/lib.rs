@@ -8,6 +8,7 @@
 //! - [`object`]: owned values ([`object::Any`], [`object::ObjectRef`]), strings, shapes,
 //!   tensors, functions, the global function registry and the error type.
 //! - [`device`]: host memory copies and thread placement.
+//! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
 //! - [`session`]: threaded sessions: controller, workers, channels, registers, DRefs.
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread.
 
@@ -20,5 +21,7 @@ pub mod device;
 pub mod object;
 /// cbindgen:ignore
 pub mod session;
+/// cbindgen:ignore
+pub mod vm;
 
 pub use object::{Any, AnyView, Error, ErrorKind, Result};

@@ -1,11 +1,15 @@
-//! Tensors: host allocation, the DLTensor view, DLPack exchange.
+//! Tensors: host allocation, the DLTensor view, DLPack exchange, and the VM's ordered access:
+//! synchronous small reads and writes, asynchronous copies on a stream.
 
+use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 
+use super::stream::{dvm_stream, stream_arg};
 use super::value::count_slice;
 use super::{boundary, boundary_or, dvm_status, handle_ref, lend, non_null, write_out};
 use crate::abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor};
 use crate::object::{Tensor, TensorCell};
+use crate::vm;
 
 /// A tensor (a Tensor object: its DLTensor sits right after the object header, as in tvm-ffi).
 #[allow(non_camel_case_types)]
@@ -55,7 +59,8 @@ pub unsafe extern "C" fn dvm_tensor_empty(
     })
 }
 
-/// Drops a reference to a tensor. NULL is fine.
+/// Drops a reference to a tensor. NULL is fine. Work still queued on a stream that uses the
+/// tensor keeps it alive until that work finishes (a DLPack tensor's deleter runs then).
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
@@ -123,5 +128,97 @@ pub unsafe extern "C" fn dvm_tensor_to_dlpack(
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, tensor.to_dlpack().as_ptr()) };
         Ok(())
+    })
+}
+
+/// A C buffer of `nbytes` as a byte pointer; NULL is accepted only when `nbytes` is 0.
+fn buffer(ptr: *const c_void, nbytes: usize, name: &str) -> crate::Result<*mut u8> {
+    if nbytes == 0 {
+        return Ok(std::ptr::NonNull::<u8>::dangling().as_ptr());
+    }
+    Ok(non_null(ptr, name)?.as_ptr().cast())
+}
+
+/// Copies the first `nbytes` bytes of `t` into `dst` and returns when they are there. The read
+/// is ordered after every earlier use of `t` on any stream (an earlier `dvm_tensor_copy` into
+/// `t` has landed). `nbytes` may be less than the tensor's size (the first bytes are read) and
+/// 0 (nothing is copied, but the read still waits for earlier writers and reports their
+/// failure). Meant for small reads (a scalar, a flag): it runs on the stream that last wrote
+/// `t`, and its hot path allocates nothing.
+///
+/// Ownership: `t` is borrowed; `dst` must hold `nbytes` bytes.
+/// Errors: `ValueError` if `t` is NULL, `dst` is NULL with `nbytes` > 0, `nbytes` exceeds the
+/// tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor;
+/// `DeviceUnavailable` for a device without a backend; the failure that should have written
+/// `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
+/// running on the executor that would run the read.
+/// Thread safety: any thread; reads from several threads do not order among themselves.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_tensor_read(
+    t: *mut dvm_tensor,
+    dst: *mut c_void,
+    nbytes: usize,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle, by contract.
+        let tensor = unsafe { tensor_arg(t, "t") }?;
+        let dst = buffer(dst, nbytes, "dst")?;
+        // SAFETY: the caller vouches for `nbytes` writable bytes at `dst`.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, nbytes) };
+        vm::read(&tensor, dst)
+    })
+}
+
+/// Copies `nbytes` bytes from `src` into the start of `t` and returns when they are there.
+/// The write is ordered after every earlier use of `t` on any stream, and later uses see it.
+/// `nbytes` may be less than the tensor's size (the rest is left as it was) and 0 (nothing
+/// happens). A write of the whole tensor clears the failure of an earlier producer.
+///
+/// Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
+/// Errors: as for `dvm_tensor_read`, with `src` for `dst`.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_tensor_write(
+    t: *mut dvm_tensor,
+    src: *const c_void,
+    nbytes: usize,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle, by contract.
+        let tensor = unsafe { tensor_arg(t, "t") }?;
+        let src = buffer(src, nbytes, "src")?;
+        // SAFETY: the caller vouches for `nbytes` readable bytes at `src`.
+        let src = unsafe { std::slice::from_raw_parts(src.cast_const(), nbytes) };
+        vm::write(&tensor, src)
+    })
+}
+
+/// Queues a copy of `src` into `dst` on stream `s` and returns at once. The copy runs after
+/// everything submitted to `s` before it and after every earlier use of either tensor on other
+/// streams (later reads of `dst` and writes of either wait for it). Both tensors are kept alive
+/// until the copy has run, even if the caller frees them at once.
+///
+/// Ownership: all three are borrowed.
+/// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, or either is a
+/// strided view; `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
+/// on a device the stream cannot reach. A failure while the copy runs (its source was never
+/// written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_tensor_copy(
+    dst: *mut dvm_tensor,
+    src: *mut dvm_tensor,
+    s: *mut dvm_stream,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or live handles, by contract.
+        let (dst, src, stream) = unsafe {
+            (
+                tensor_arg(dst, "dst")?,
+                tensor_arg(src, "src")?,
+                stream_arg(s, "s")?,
+            )
+        };
+        stream.0.copy(&dst, &src)
     })
 }

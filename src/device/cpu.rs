@@ -1,8 +1,117 @@
-//! The host: copies between host buffers and tensors, and pinning threads to cores.
+//! The host: the CPU backend of the VM, copies between host buffers and tensors, and pinning
+//! threads to cores.
 
-use crate::abi::{DLTensor, KDL_CPU};
+use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::any::Any as StdAny;
+use std::ptr::NonNull;
+use std::sync::{Arc, LazyLock};
+
+use super::{Device, DeviceStream, Marker, MemPtr};
+use crate::abi::{DLDevice, DLTensor, KDL_CPU};
+use crate::object::tensor::HOST_ALIGNMENT;
 use crate::object::tensor::{check_dltensor, dl_shape, dtype_name, is_contiguous};
 use crate::object::{Error, ErrorKind, Result, Tensor};
+
+/// The host as a VM device: 64-byte aligned memory, streams whose work is done when the call
+/// that issued it returns.
+pub struct CpuDevice;
+
+impl CpuDevice {
+    /// The one host device.
+    pub fn shared() -> Arc<dyn Device> {
+        static HOST: LazyLock<Arc<dyn Device>> = LazyLock::new(|| Arc::new(CpuDevice));
+        HOST.clone()
+    }
+
+    fn layout(nbytes: usize) -> Result<Layout> {
+        nbytes
+            .max(1)
+            .checked_next_multiple_of(HOST_ALIGNMENT)
+            .and_then(|size| Layout::from_size_align(size, HOST_ALIGNMENT).ok())
+            .ok_or_else(|| Error::value(format!("{nbytes} bytes is too large to allocate")))
+    }
+}
+
+impl Device for CpuDevice {
+    fn dl_device(&self) -> DLDevice {
+        DLDevice::cpu()
+    }
+
+    fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
+        let layout = Self::layout(nbytes)?;
+        // SAFETY: the layout has a nonzero size.
+        NonNull::new(unsafe { alloc_zeroed(layout) })
+            .ok_or_else(|| Error::runtime(format!("out of memory allocating {nbytes} bytes")))
+    }
+
+    unsafe fn free(&self, ptr: NonNull<u8>, nbytes: usize) {
+        let layout = Self::layout(nbytes).expect("the layout was valid when allocated");
+        // SAFETY: allocated with this layout by `allocate`, as the caller promises.
+        unsafe { dealloc(ptr.as_ptr(), layout) }
+    }
+
+    fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
+        Ok(Box::new(CpuStream))
+    }
+}
+
+/// A host stream: copies run on the calling thread, so issuing is finishing.
+struct CpuStream;
+
+/// Host markers carry nothing: the VM's own sequence numbers order host streams.
+struct CpuMarker;
+
+impl Marker for CpuMarker {
+    fn as_any(&self) -> &dyn StdAny {
+        self
+    }
+}
+
+fn check_host(side: &str, mem: MemPtr) -> Result<()> {
+    if mem.device.device_type == KDL_CPU {
+        Ok(())
+    } else {
+        Err(Error::new(
+            ErrorKind::DeviceUnavailable,
+            format!(
+                "a host stream cannot copy {side} device type {} memory",
+                mem.device.device_type
+            ),
+        ))
+    }
+}
+
+impl DeviceStream for CpuStream {
+    unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()> {
+        check_host("to", dst)?;
+        check_host("from", src)?;
+        if nbytes > 0 {
+            // SAFETY: both ranges are valid for `nbytes` and disjoint, as the caller promises.
+            unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast_const(), dst.ptr, nbytes) };
+        }
+        Ok(())
+    }
+
+    fn completes_on_host(&self) -> bool {
+        true
+    }
+
+    fn new_marker(&self) -> Result<Box<dyn Marker>> {
+        Ok(Box::new(CpuMarker))
+    }
+
+    fn record(&self, _marker: &dyn Marker) -> Result<()> {
+        Ok(())
+    }
+
+    fn wait(&self, _marker: &dyn Marker) -> Result<()> {
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}
 
 /// A compact host tensor whose memory the caller vouched for; copies into and out of it are
 /// safe to call.

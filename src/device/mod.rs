@@ -1,3 +1,90 @@
-//! Devices and memory: host copies and thread placement (CUDA arrives with its own backend).
+//! Devices and memory: the [`Device`] trait the VM drives, and its backends (the host now;
+//! CUDA arrives with its own backend and plugs in through [`backend`] without changes to `vm/`).
+//!
+//! A backend gives the VM three things: memory (allocate, free), streams on which copies are
+//! issued in order, and markers that order one stream after a point on another. The VM keeps
+//! the instruction order, the dependence tracking and the host-side waits; a backend only says
+//! how to issue work and whether finishing it on the host means the device finished it too.
+
+use std::any::Any as StdAny;
+use std::ptr::NonNull;
+use std::sync::Arc;
+
+use crate::abi::{DLDevice, KDL_CPU};
+use crate::object::{Error, ErrorKind, Result};
 
 pub mod cpu;
+
+/// A place tensors live and work runs: the host, one GPU, ...
+pub trait Device: Send + Sync + 'static {
+    /// The DLPack device this backend serves.
+    fn dl_device(&self) -> DLDevice;
+
+    /// Allocates `nbytes` (at least one byte is reserved) of this device's memory.
+    fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>>;
+
+    /// Frees memory from [`Device::allocate`].
+    ///
+    /// # Safety
+    /// `ptr` came from `allocate(nbytes)` on this device and is no longer used.
+    unsafe fn free(&self, ptr: NonNull<u8>, nbytes: usize);
+
+    /// Creates a stream: work issued on it runs in issue order.
+    fn new_stream(&self) -> Result<Box<dyn DeviceStream>>;
+}
+
+/// One side of a copy: an address and the device whose memory it is.
+#[derive(Clone, Copy, Debug)]
+pub struct MemPtr {
+    pub ptr: *mut u8,
+    pub device: DLDevice,
+}
+
+/// An ordered queue of device work, owned by one VM stream and used only from the thread that
+/// executes that stream's instructions.
+pub trait DeviceStream: Send + Sync {
+    /// Issues a copy of `nbytes` from `src` to `dst`; either side may be host memory or this
+    /// stream's device memory.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `nbytes` until the copy finished (see
+    /// [`DeviceStream::synchronize`]) and do not overlap.
+    unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()>;
+
+    /// Whether work is finished once the host-side call that issued it returned (the host: yes;
+    /// an asynchronous GPU stream: no, it needs markers).
+    fn completes_on_host(&self) -> bool;
+
+    /// A marker that [`DeviceStream::record`] can place on this stream.
+    fn new_marker(&self) -> Result<Box<dyn Marker>>;
+
+    /// Places `marker` after the work issued so far.
+    fn record(&self, marker: &dyn Marker) -> Result<()>;
+
+    /// Makes later work on this stream wait until the device passed `marker` (recorded on any
+    /// stream of a backend that understands it).
+    fn wait(&self, marker: &dyn Marker) -> Result<()>;
+
+    /// Blocks the calling thread until all work issued so far has finished.
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// A point on a device stream that other streams can wait for.
+pub trait Marker: Send + Sync {
+    fn as_any(&self) -> &dyn StdAny;
+}
+
+/// The backend for `device`, or `DeviceUnavailable`.
+pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
+    match device.device_type {
+        KDL_CPU if device.device_id == 0 => Ok(cpu::CpuDevice::shared()),
+        KDL_CPU => Err(Error::value(format!(
+            "CPU device id {} is out of range (the host is device 0)",
+            device.device_id
+        ))),
+        other => Err(Error::new(
+            ErrorKind::DeviceUnavailable,
+            format!("device type {other} has no backend here (only kDLCPU = 1)"),
+        )),
+    }
+}

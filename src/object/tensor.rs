@@ -1,8 +1,10 @@
 //! Tensor objects: a DLTensor after the object header, owning host memory or a DLPack tensor.
 
 use std::alloc::{Layout, alloc_zeroed, dealloc};
+use std::any::Any as StdAny;
 use std::ffi::c_void;
 use std::ptr::NonNull;
+use std::sync::OnceLock;
 
 use super::any::Any;
 use super::error::{Error, ErrorKind, Result};
@@ -228,6 +230,8 @@ struct TensorBody {
     shape: Box<[i64]>,
     strides: Box<[i64]>,
     storage: Storage,
+    /// State a layer above keeps per tensor (the VM's dependence record), made on first use.
+    extension: OnceLock<Box<dyn StdAny + Send + Sync>>,
 }
 
 /// A Tensor value.
@@ -309,6 +313,7 @@ impl Tensor {
             shape,
             strides,
             storage,
+            extension: OnceLock::new(),
         };
         // SAFETY: TensorBody starts with the DLTensor cell.
         Tensor(unsafe { alloc_object(ti::TENSOR, body).cast() })
@@ -408,6 +413,38 @@ impl Tensor {
     pub fn is_contiguous(&self) -> bool {
         // SAFETY: as in `shape`.
         unsafe { is_contiguous(self.dl()) }
+    }
+
+    /// The strides in elements (row-major ones when the tensor is compact).
+    pub fn strides(&self) -> &[i64] {
+        &self.body().strides
+    }
+
+    /// The address of the first element.
+    pub fn data_ptr(&self) -> *mut u8 {
+        let dl = self.dl();
+        dl.data.cast::<u8>().wrapping_add(dl.byte_offset as usize)
+    }
+
+    /// Whether both values refer to the same tensor object.
+    pub fn same(&self, other: &Tensor) -> bool {
+        self.0.as_ptr() == other.0.as_ptr()
+    }
+
+    fn body(&self) -> &TensorBody {
+        // SAFETY: tensors made by this library are `TensorBody` cells (their DLTensor first);
+        // handles of type 70 reach here only from this library's own constructors.
+        unsafe { &*std::ptr::from_ref(self.dl()).cast::<TensorBody>() }
+    }
+
+    /// The per-tensor state of type `T` a layer above keeps, made by `T::default()` on first
+    /// use. One type per tensor: the first caller's type wins, and another type panics.
+    pub fn extension<T: Default + Send + Sync + 'static>(&self) -> &T {
+        self.body()
+            .extension
+            .get_or_init(|| Box::new(T::default()))
+            .downcast_ref::<T>()
+            .expect("a tensor extension holds one type")
     }
 }
 

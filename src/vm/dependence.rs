@@ -1,0 +1,147 @@
+//! Dependence tracking per tensor: which stream last wrote it and which streams read it since,
+//! each with the sequence number of that use. An access on another stream first waits for those
+//! uses (soft sync): reads wait for the last writer, writes wait for the last writer and every
+//! reader since; two reads never wait for each other. Execution-time state rides along: a tensor
+//! that a failed instruction should have written is poisoned, and whatever reads it fails too.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::stream::StreamCore;
+use crate::object::{Error, Tensor};
+
+/// How an instruction uses a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// A point on a stream: its instruction number `seq`.
+#[derive(Clone)]
+pub(crate) struct Use {
+    pub stream: Arc<StreamCore>,
+    pub seq: u64,
+}
+
+impl Use {
+    pub fn is_done(&self) -> bool {
+        self.stream.progress.done() >= self.seq
+    }
+}
+
+/// The uses an instruction waits for before it runs, at most one per stream.
+pub(crate) type Waits = Vec<Use>;
+
+/// Adds `u` to `waits`, keeping the later point per stream.
+fn add_wait(waits: &mut Waits, u: &Use) {
+    if u.is_done() {
+        return;
+    }
+    match waits.iter_mut().find(|w| Arc::ptr_eq(&w.stream, &u.stream)) {
+        Some(w) => w.seq = w.seq.max(u.seq),
+        None => waits.push(u.clone()),
+    }
+}
+
+/// The uses of one tensor that later accesses must follow.
+#[derive(Default)]
+pub(crate) struct AccessRecord {
+    writer: Option<Use>,
+    readers: Vec<Use>,
+}
+
+impl AccessRecord {
+    /// Adds to `waits` what an access on `stream` must wait for.
+    pub fn needs(&self, stream: &Arc<StreamCore>, access: Access, waits: &mut Waits) {
+        let other = |u: &&Use| !Arc::ptr_eq(&u.stream, stream);
+        if let Some(writer) = self.writer.as_ref().filter(other) {
+            add_wait(waits, writer);
+        }
+        if access == Access::Write {
+            for reader in self.readers.iter().filter(other) {
+                add_wait(waits, reader);
+            }
+        }
+    }
+
+    /// Records an access at `seq` on `stream`.
+    pub fn record(&mut self, stream: &Arc<StreamCore>, seq: u64, access: Access) {
+        match access {
+            Access::Write => {
+                self.readers.clear();
+                match &mut self.writer {
+                    Some(w) if Arc::ptr_eq(&w.stream, stream) => w.seq = seq,
+                    w => {
+                        *w = Some(Use {
+                            stream: stream.clone(),
+                            seq,
+                        })
+                    }
+                }
+            }
+            Access::Read => match self
+                .readers
+                .iter_mut()
+                .find(|r| Arc::ptr_eq(&r.stream, stream))
+            {
+                Some(r) => r.seq = seq,
+                None => self.readers.push(Use {
+                    stream: stream.clone(),
+                    seq,
+                }),
+            },
+        }
+    }
+
+    /// The stream of the last write, if it still takes instructions.
+    pub fn writer_stream(&self) -> Option<&Arc<StreamCore>> {
+        self.writer
+            .as_ref()
+            .map(|w| &w.stream)
+            .filter(|s| !s.is_closed())
+    }
+}
+
+/// The VM's per-tensor state.
+#[derive(Default)]
+pub(crate) struct TensorDeps {
+    record: Mutex<AccessRecord>,
+    poisoned: AtomicBool,
+    poison: Mutex<Option<Error>>,
+}
+
+impl TensorDeps {
+    pub fn of(tensor: &Tensor) -> &TensorDeps {
+        tensor.extension::<TensorDeps>()
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, AccessRecord> {
+        self.record.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The error of the failure that should have written this tensor, if any.
+    pub fn poison(&self) -> Option<Error> {
+        if !self.poisoned.load(Ordering::Acquire) {
+            return None;
+        }
+        self.poison
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Marks the tensor as holding no valid value because of `error`.
+    pub fn set_poison(&self, error: &Error) {
+        *self.poison.lock().unwrap_or_else(PoisonError::into_inner) = Some(error.clone());
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// The tensor was overwritten completely: it holds a valid value again.
+    pub fn clear_poison(&self) {
+        if self.poisoned.load(Ordering::Acquire) {
+            *self.poison.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            self.poisoned.store(false, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Instructions: what a stream runs, and how a failure poisons what depends on it.
+
+use std::sync::Arc;
+
+use super::dependence::{TensorDeps, Use, Waits};
+use super::stream::StreamCore;
+use crate::device::MemPtr;
+use crate::object::{Any, AnyView, Error, Function, Result, Tensor};
+
+/// Host memory the submitter vouched for (see the `unsafe` copy functions of `Stream`).
+pub(crate) struct HostPtr(pub *mut u8);
+
+// SAFETY: the submitter promised the memory stays valid and untouched until the copy finished.
+unsafe impl Send for HostPtr {}
+
+/// An argument of a callback run on a stream.
+pub enum Arg {
+    /// A tensor the callback only reads.
+    Read(Tensor),
+    /// A tensor the callback writes (and may read).
+    Write(Tensor),
+    /// Any other value.
+    Value(Any),
+}
+
+pub(crate) enum Op {
+    /// Tensor to tensor, `nbytes` each (checked equal when submitted).
+    Copy {
+        dst: Tensor,
+        src: Tensor,
+        nbytes: usize,
+    },
+    /// Tensor to host memory.
+    ToHost {
+        src: Tensor,
+        dst: HostPtr,
+        nbytes: usize,
+    },
+    /// Host memory to tensor.
+    FromHost {
+        dst: Tensor,
+        src: HostPtr,
+        nbytes: usize,
+    },
+    /// A packed function with its arguments.
+    Call { func: Function, args: Vec<Arg> },
+    /// Nothing but the waits (a cross-stream wait).
+    Mark,
+}
+
+pub(crate) struct Instruction {
+    pub stream: Arc<StreamCore>,
+    pub seq: u64,
+    pub waits: Waits,
+    pub op: Op,
+}
+
+/// The error of the first poisoned tensor among `tensors`.
+fn first_poison<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Option<Error> {
+    tensors.into_iter().find_map(|t| TensorDeps::of(t).poison())
+}
+
+/// The error an instruction reports when it skipped because an input was poisoned.
+fn skipped(what: &str, cause: &Error) -> Error {
+    let message = if cause.message.starts_with("skipped") {
+        cause.message.clone()
+    } else {
+        format!(
+            "skipped {what}: an input was not written because an earlier instruction failed: {}",
+            cause
+        )
+    };
+    Error::new(cause.kind.clone(), message)
+}
+
+fn mem(tensor: &Tensor) -> MemPtr {
+    MemPtr {
+        ptr: tensor.data_ptr(),
+        device: tensor.dl().device,
+    }
+}
+
+fn host(ptr: *mut u8) -> MemPtr {
+    MemPtr {
+        ptr,
+        device: crate::abi::DLDevice::cpu(),
+    }
+}
+
+/// Waits (on the host, then on the device when the device needs it) for every use in `waits`.
+pub(crate) fn wait_all(stream: &StreamCore, waits: &[Use]) -> Result<()> {
+    for w in waits {
+        w.stream.progress.wait_for(w.seq);
+        if !w.stream.device_stream().completes_on_host() {
+            stream.device_stream().wait(w.stream.marker())?;
+        }
+    }
+    Ok(())
+}
+
+impl Op {
+    fn run(&self, stream: &StreamCore) -> Result<()> {
+        let dev = stream.device_stream();
+        match self {
+            Op::Copy { dst, src, nbytes } => {
+                if let Some(cause) = first_poison([src]) {
+                    TensorDeps::of(dst).set_poison(&cause);
+                    return Err(skipped("a copy", &cause));
+                }
+                // SAFETY: both tensors are alive (held here), compact, `nbytes` long, and the
+                // dependence tracking keeps other instructions off them until this one finishes.
+                if !src.same(dst) {
+                    unsafe { dev.copy(mem(dst), mem(src), *nbytes) }?;
+                }
+                TensorDeps::of(dst).clear_poison();
+            }
+            Op::ToHost { src, dst, nbytes } => {
+                if let Some(cause) = first_poison([src]) {
+                    return Err(skipped("a copy to host memory", &cause));
+                }
+                // SAFETY: as above; the host side is vouched for by the submitter.
+                unsafe { dev.copy(host(dst.0), mem(src), *nbytes) }?;
+            }
+            Op::FromHost { dst, src, nbytes } => {
+                // SAFETY: as above.
+                unsafe { dev.copy(mem(dst), host(src.0), *nbytes) }?;
+                if *nbytes == dst.nbytes() {
+                    TensorDeps::of(dst).clear_poison();
+                }
+            }
+            Op::Call { func, args } => {
+                let tensors = args.iter().filter_map(|a| match a {
+                    Arg::Read(t) | Arg::Write(t) => Some(t),
+                    Arg::Value(_) => None,
+                });
+                let poisoned = first_poison(tensors);
+                let result = match &poisoned {
+                    Some(cause) => Err(skipped("a callback", cause)),
+                    None => call(func, args),
+                };
+                if let Err(error) = &result {
+                    for arg in args {
+                        if let Arg::Write(t) = arg {
+                            TensorDeps::of(t).set_poison(error);
+                        }
+                    }
+                }
+                return result;
+            }
+            Op::Mark => {}
+        }
+        Ok(())
+    }
+}
+
+fn call(func: &Function, args: &[Arg]) -> Result<()> {
+    let owned: Vec<Any> = args
+        .iter()
+        .map(|a| match a {
+            Arg::Read(t) | Arg::Write(t) => Any::from(t.clone()),
+            Arg::Value(v) => v.clone(),
+        })
+        .collect();
+    let views: Vec<AnyView<'_>> = owned.iter().map(Any::view).collect();
+    func.call(&views).map(drop)
+}
+
+impl Instruction {
+    /// Runs the instruction on its stream's executor; a failure goes to the stream's error.
+    pub fn execute(self: Box<Self>) {
+        let Instruction {
+            stream,
+            seq,
+            waits,
+            op,
+        } = *self;
+        let result = wait_all(&stream, &waits).and_then(|()| op.run(&stream));
+        // Release the tensors before the stream says it got here: a sync that returns has
+        // seen every reference its instructions held go.
+        drop(op);
+        drop(waits);
+        if let Err(error) = result {
+            stream.report(error);
+        }
+        stream.finish(seq);
+    }
+}

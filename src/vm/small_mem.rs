@@ -1,0 +1,261 @@
+//! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`): the caller queues
+//! one instruction on the stream that last wrote the tensor, ordered after every earlier use
+//! on any stream, and waits for it.
+//!
+//! The instruction is the calling thread's own and is reused, so the hot path allocates
+//! nothing. The caller waits in two phases on one state word: while the executor has other
+//! work queued, it may park until the executor *starts* the access (the executor wakes it just
+//! before copying, so the wake-up overlaps the copy); then it spins until the access is done.
+//! When the executor has nothing else queued, the caller skips the first phase and only spins,
+//! so the executor finds nobody asleep and wakes nobody.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::Thread;
+
+use super::dependence::{Access, TensorDeps, Waits};
+use super::executor::Task;
+use super::instruction::wait_all;
+use super::stream::{StreamCore, check_compact, check_range, default_stream};
+use super::wait::{Sleeper, SpinPolicy};
+use crate::device::MemPtr;
+use crate::object::{Error, Result, Tensor};
+
+const PENDING: u32 = 0;
+const STARTED: u32 = 1;
+const DONE: u32 = 2;
+
+/// The executor has at most this many instructions in flight (the access itself included) for
+/// the caller to skip the blocking phase.
+const SKIP_BLOCKING_THRESHOLD: usize = 1;
+
+/// One thread's reusable access instruction. Its fields are set only while the caller holds
+/// the sole reference (`Arc::get_mut`), so the executor sees them read-only.
+pub(crate) struct SmallMemAccess {
+    state: AtomicU32,
+    waiter: Thread,
+    sleeper: Sleeper,
+    stream: Option<Arc<StreamCore>>,
+    seq: u64,
+    waits: Waits,
+    access: Access,
+    /// The caller's buffer (read) or bytes (write).
+    host: *mut u8,
+    /// The tensor's first byte.
+    data: *mut u8,
+    device: crate::abi::DLDevice,
+    nbytes: usize,
+    full: bool,
+    /// The tensor, for its poison state; taken (and released) by the executor.
+    tensor: Mutex<Option<Tensor>>,
+    error: Mutex<Option<Error>>,
+}
+
+// SAFETY: the raw pointers are the caller's buffer and the tensor's memory; the caller blocks
+// until the executor is done with them, and the tensor is held alive meanwhile.
+unsafe impl Send for SmallMemAccess {}
+// SAFETY: as above; the executor only reads the plain fields.
+unsafe impl Sync for SmallMemAccess {}
+
+impl SmallMemAccess {
+    fn new() -> Self {
+        SmallMemAccess {
+            state: AtomicU32::new(DONE),
+            waiter: std::thread::current(),
+            sleeper: Sleeper::default(),
+            stream: None,
+            seq: 0,
+            waits: Waits::new(),
+            access: Access::Read,
+            host: std::ptr::null_mut(),
+            data: std::ptr::null_mut(),
+            device: crate::abi::DLDevice::cpu(),
+            nbytes: 0,
+            full: false,
+            tensor: Mutex::new(None),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// Runs on the executor.
+    pub fn execute(self: Arc<Self>) {
+        let stream = self.stream.as_ref().expect("a queued access has a stream");
+        let waited = wait_all(stream, &self.waits);
+        self.state.store(STARTED, Ordering::Release);
+        self.sleeper.wake(&self.waiter);
+        let tensor = self
+            .tensor
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let result = waited.and_then(|()| self.copy(stream, tensor.as_ref()));
+        drop(tensor);
+        if let Err(error) = result {
+            *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+        }
+        stream.finish(self.seq);
+        self.state.store(DONE, Ordering::Release);
+        self.sleeper.wake(&self.waiter);
+    }
+
+    fn copy(&self, stream: &StreamCore, tensor: Option<&Tensor>) -> Result<()> {
+        let deps = tensor.map(TensorDeps::of);
+        let host = MemPtr {
+            ptr: self.host,
+            device: crate::abi::DLDevice::cpu(),
+        };
+        let data = MemPtr {
+            ptr: self.data,
+            device: self.device,
+        };
+        let dev = stream.device_stream();
+        match self.access {
+            Access::Read => {
+                if let Some(cause) = deps.and_then(TensorDeps::poison) {
+                    return Err(Error::new(
+                        cause.kind.clone(),
+                        format!(
+                            "the tensor holds no valid value: an instruction that should have \
+                             written it failed: {cause}"
+                        ),
+                    ));
+                }
+                // SAFETY: the caller's buffer holds `nbytes` and the caller is blocked; the
+                // tensor (alive, compact) holds at least `nbytes` (checked when queued).
+                unsafe { dev.copy(host, data, self.nbytes) }?;
+            }
+            Access::Write => {
+                // SAFETY: as above, the other way round.
+                unsafe { dev.copy(data, host, self.nbytes) }?;
+                if self.full
+                    && let Some(deps) = deps
+                {
+                    deps.clear_poison();
+                }
+            }
+        }
+        dev.synchronize()
+    }
+}
+
+thread_local! {
+    static ACCESS: RefCell<Option<Arc<SmallMemAccess>>> = const { RefCell::new(None) };
+}
+
+/// Copies the first `dst.len()` bytes of `tensor` into `dst`, after every earlier use of the
+/// tensor on any stream. Errors: `ValueError` if `dst` is longer than the tensor or the tensor
+/// is a strided view; the failure that poisoned the tensor, if one did.
+pub fn read(tensor: &Tensor, dst: &mut [u8]) -> Result<()> {
+    access(tensor, dst.as_mut_ptr(), dst.len(), Access::Read)
+}
+
+/// Copies `src` into the first `src.len()` bytes of `tensor`, after every earlier use of the
+/// tensor on any stream. Errors as for [`read`].
+pub fn write(tensor: &Tensor, src: &[u8]) -> Result<()> {
+    access(tensor, src.as_ptr().cast_mut(), src.len(), Access::Write)
+}
+
+fn access(tensor: &Tensor, host: *mut u8, nbytes: usize, access: Access) -> Result<()> {
+    check_compact(tensor, "t")?;
+    let size = tensor.nbytes();
+    let verb = match access {
+        Access::Read => "read from",
+        Access::Write => "written to",
+    };
+    check_range(nbytes, size, verb)?;
+    if nbytes == 0 && access == Access::Write {
+        // Nothing to write. (A read of 0 bytes still waits for the last writer and reports
+        // its failure.)
+        return Ok(());
+    }
+    ACCESS.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let request = slot.get_or_insert_with(|| Arc::new(SmallMemAccess::new()));
+        // The executor drops its reference right after it marks the access done.
+        let mut spins = 0u32;
+        while Arc::strong_count(request) > 1 {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        run(request, tensor, host, nbytes, size, access)
+    })
+}
+
+fn run(
+    request: &mut Arc<SmallMemAccess>,
+    tensor: &Tensor,
+    host: *mut u8,
+    nbytes: usize,
+    size: usize,
+    access: Access,
+) -> Result<()> {
+    let deps = TensorDeps::of(tensor);
+    let mut record = deps.lock();
+    let stream = match record.writer_stream() {
+        Some(stream) => stream.clone(),
+        None => default_stream(tensor.dl().device)?,
+    };
+    if stream.executor().is_current() {
+        return Err(Error::runtime(
+            "a synchronous tensor read or write would wait for the thread it runs on (it \
+             was called from a callback running on a stream of the same executor)",
+        ));
+    }
+    {
+        let job = Arc::get_mut(request).expect("the executor released the access");
+        job.waits.clear();
+        record.needs(&stream, access, &mut job.waits);
+        job.access = access;
+        job.host = host;
+        job.data = tensor.data_ptr();
+        job.device = tensor.dl().device;
+        job.nbytes = nbytes;
+        job.full = nbytes == size;
+        *job.state.get_mut() = PENDING;
+        *job.tensor.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(tensor.clone());
+        *job.error.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+        match &job.stream {
+            Some(s) if Arc::ptr_eq(s, &stream) => {}
+            _ => job.stream = Some(stream.clone()),
+        }
+    }
+    let executor = stream.executor().clone();
+    let seq = executor.submit(&stream, |seq| {
+        Arc::get_mut(request)
+            .expect("the executor released the access")
+            .seq = seq;
+        Task::Access(request.clone())
+    })?;
+    record.record(&stream, seq, access);
+    drop(record);
+
+    let policy = SpinPolicy::default();
+    let poll_done = || (request.state.load(Ordering::Acquire) == DONE).then_some(());
+    if executor.in_flight() > SKIP_BLOCKING_THRESHOLD {
+        // Busy: block (spin, yield, then park) until the executor starts the access.
+        request.sleeper.wait(
+            policy,
+            None,
+            String::new,
+            || Ok(()),
+            || (request.state.load(Ordering::Acquire) >= STARTED).then_some(()),
+        )?;
+    }
+    request
+        .sleeper
+        .wait(policy, None, String::new, || Ok(()), poll_done)?;
+    match request
+        .error
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take()
+    {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}

@@ -1,0 +1,433 @@
+//! Streams: ordered instruction queues on a device, each run by an executor thread.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+
+use super::dependence::{Access, TensorDeps, Use, Waits};
+use super::executor::{Executor, Task};
+use super::instruction::{Arg, HostPtr, Instruction, Op};
+use super::progress::Progress;
+use crate::abi::{DLDevice, KDL_CPU};
+use crate::device::{DeviceStream, Marker, backend};
+use crate::object::tensor::dtype_name;
+use crate::object::{Error, ErrorKind, Function, Result, Tensor};
+
+/// Which thread runs a stream's instructions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Placement {
+    /// One executor per device, shared by all its streams (the default; see the module docs).
+    #[default]
+    SharedPerDevice,
+    /// A thread of the stream's own.
+    OwnThread,
+}
+
+pub(crate) struct StreamCore {
+    device: DLDevice,
+    dev: Box<dyn DeviceStream>,
+    /// Recorded after each instruction on devices whose work outlives the host call.
+    marker: Box<dyn Marker>,
+    executor: Arc<Executor>,
+    own_executor: bool,
+    issued: AtomicU64,
+    pub(crate) progress: Progress,
+    /// The first failure since the last sync, and how many followed it.
+    error: Mutex<Option<(Error, usize)>>,
+    closed: AtomicBool,
+}
+
+impl StreamCore {
+    pub fn device_stream(&self) -> &dyn DeviceStream {
+        &*self.dev
+    }
+
+    pub fn marker(&self) -> &dyn Marker {
+        &*self.marker
+    }
+
+    pub fn executor(&self) -> &Arc<Executor> {
+        &self.executor
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    pub fn issued(&self) -> u64 {
+        self.issued.load(Ordering::Acquire)
+    }
+
+    pub fn set_issued(&self, seq: u64) {
+        self.issued.store(seq, Ordering::Release);
+    }
+
+    /// Keeps a failure for the next sync.
+    pub fn report(&self, error: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+        match &mut *slot {
+            Some((_, more)) => *more += 1,
+            None => *slot = Some((error, 0)),
+        }
+    }
+
+    /// Called by the executor after instruction `seq`.
+    pub fn finish(&self, seq: u64) {
+        if !self.dev.completes_on_host()
+            && let Err(error) = self.dev.record(&*self.marker)
+        {
+            self.report(error);
+        }
+        self.progress.advance(seq);
+    }
+
+    fn check_not_on_executor(&self, what: &str) -> Result<()> {
+        if self.executor.is_current() {
+            return Err(Error::runtime(format!(
+                "{what} would wait for the thread it runs on (it was called from a callback \
+                 running on a stream of the same executor)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Waits for everything issued so far, then reports the failures since the last sync.
+    pub fn sync(&self) -> Result<()> {
+        self.check_not_on_executor("a stream sync")?;
+        self.progress.wait_for(self.issued());
+        let first = self
+            .error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match first {
+            None => Ok(()),
+            Some((error, 0)) => Err(error),
+            Some((error, more)) => Err(Error::new(
+                error.kind,
+                format!(
+                    "{} (and {more} more failures on this stream)",
+                    error.message
+                ),
+            )),
+        }
+    }
+
+    /// Locks the tensors' records in address order, works out the waits, queues the op, and
+    /// records the uses.
+    fn submit(self: &Arc<Self>, uses: &[(&Tensor, Access)], op: Op) -> Result<u64> {
+        let mut order: Vec<(&Tensor, Access)> = Vec::with_capacity(uses.len());
+        for &(tensor, access) in uses {
+            match order.iter_mut().find(|(t, _)| t.same(tensor)) {
+                Some(entry) if access == Access::Write => entry.1 = Access::Write,
+                Some(_) => {}
+                None => order.push((tensor, access)),
+            }
+        }
+        order.sort_by_key(|(t, _)| t.object().as_ptr() as usize);
+        let mut records: Vec<_> = order
+            .iter()
+            .map(|(t, _)| TensorDeps::of(t).lock())
+            .collect();
+        let mut waits = Waits::new();
+        for (record, (_, access)) in records.iter().zip(&order) {
+            record.needs(self, *access, &mut waits);
+        }
+        let stream = self.clone();
+        let seq = self.executor.submit(self, |seq| {
+            Task::Run(Box::new(Instruction {
+                stream,
+                seq,
+                waits,
+                op,
+            }))
+        })?;
+        for (record, (_, access)) in records.iter_mut().zip(&order) {
+            record.record(self, seq, *access);
+        }
+        Ok(seq)
+    }
+
+    /// Checks that a tensor can be used on this stream and returns its size in bytes.
+    fn check_tensor(&self, tensor: &Tensor, name: &str) -> Result<usize> {
+        check_compact(tensor, name)?;
+        let device = tensor.dl().device;
+        if device != self.device && device.device_type != KDL_CPU {
+            return Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!(
+                    "`{name}` is on device ({}, {}), which a stream on ({}, {}) cannot reach",
+                    device.device_type,
+                    device.device_id,
+                    self.device.device_type,
+                    self.device.device_id
+                ),
+            ));
+        }
+        Ok(tensor.nbytes())
+    }
+}
+
+/// Checks that a tensor is compact (the VM moves whole, dense buffers).
+pub(crate) fn check_compact(tensor: &Tensor, name: &str) -> Result<()> {
+    if !tensor.is_contiguous() {
+        return Err(Error::value(format!(
+            "`{name}` is a strided view (shape {:?}, strides {:?}); only compact row-major \
+             tensors can be copied or accessed",
+            tensor.shape(),
+            tensor.strides()
+        )));
+    }
+    Ok(())
+}
+
+/// A stream: instructions submitted to it run in order, after whatever the tensors they use
+/// were last used for on other streams. Dropping it finishes its pending work first.
+pub struct Stream {
+    core: Arc<StreamCore>,
+}
+
+/// A point on a stream that another stream can wait for.
+#[derive(Clone)]
+pub struct StreamPoint(Use);
+
+static SHARED_EXECUTORS: LazyLock<Mutex<Vec<(DLDevice, Arc<Executor>)>>> =
+    LazyLock::new(|| Mutex::new(Vec::new()));
+
+fn shared_executor(device: DLDevice) -> Result<Arc<Executor>> {
+    let mut executors = SHARED_EXECUTORS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, executor)) = executors.iter().find(|(d, _)| *d == device) {
+        return Ok(executor.clone());
+    }
+    let executor = Executor::start(format!(
+        "dvm-vm-{}-{}",
+        device.device_type, device.device_id
+    ))?;
+    executors.push((device, executor.clone()));
+    Ok(executor)
+}
+
+static DEFAULT_STREAMS: LazyLock<Mutex<Vec<Stream>>> = LazyLock::new(|| Mutex::new(Vec::new()));
+
+/// The device's default stream: it runs small-memory accesses on tensors no open stream wrote.
+pub(crate) fn default_stream(device: DLDevice) -> Result<Arc<StreamCore>> {
+    let mut streams = DEFAULT_STREAMS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    if let Some(stream) = streams.iter().find(|s| s.core.device == device) {
+        return Ok(stream.core.clone());
+    }
+    let stream = Stream::new(device)?;
+    let core = stream.core.clone();
+    streams.push(stream);
+    Ok(core)
+}
+
+impl Stream {
+    /// A stream on `device`, run by the device's shared executor.
+    pub fn new(device: DLDevice) -> Result<Stream> {
+        Self::with_placement(device, Placement::default())
+    }
+
+    /// A stream on `device`, run where `placement` says.
+    pub fn with_placement(device: DLDevice, placement: Placement) -> Result<Stream> {
+        let backend = backend(device)?;
+        let dev = backend.new_stream()?;
+        let marker = dev.new_marker()?;
+        let (executor, own_executor) = match placement {
+            Placement::SharedPerDevice => (shared_executor(device)?, false),
+            Placement::OwnThread => (
+                Executor::start(format!(
+                    "dvm-stream-{}-{}",
+                    device.device_type, device.device_id
+                ))?,
+                true,
+            ),
+        };
+        Ok(Stream {
+            core: Arc::new(StreamCore {
+                device,
+                dev,
+                marker,
+                executor,
+                own_executor,
+                issued: AtomicU64::new(0),
+                progress: Progress::default(),
+                error: Mutex::new(None),
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    pub fn device(&self) -> DLDevice {
+        self.core.device
+    }
+
+    /// Queues a copy of `src` into `dst`: same shape, dtype and size, both compact.
+    pub fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
+        let dst_bytes = self.core.check_tensor(dst, "dst")?;
+        let src_bytes = self.core.check_tensor(src, "src")?;
+        if dst.shape() != src.shape() || dst.dl().dtype != src.dl().dtype || dst_bytes != src_bytes
+        {
+            return Err(Error::value(format!(
+                "cannot copy a {:?} {} tensor ({src_bytes} bytes) into a {:?} {} tensor \
+                 ({dst_bytes} bytes): shapes, dtypes and sizes must match",
+                src.shape(),
+                dtype_name(src.dl().dtype),
+                dst.shape(),
+                dtype_name(dst.dl().dtype),
+            )));
+        }
+        let op = Op::Copy {
+            dst: dst.clone(),
+            src: src.clone(),
+            nbytes: dst_bytes,
+        };
+        self.core
+            .submit(&[(src, Access::Read), (dst, Access::Write)], op)
+            .map(drop)
+    }
+
+    /// Queues a copy of the first `nbytes` of `src` into host memory at `dst`.
+    ///
+    /// # Safety
+    /// `dst` is valid for `nbytes` writes, and nothing else touches it, until a sync of this
+    /// stream returned.
+    pub unsafe fn copy_to_host(&self, src: &Tensor, dst: *mut u8, nbytes: usize) -> Result<()> {
+        let size = self.core.check_tensor(src, "src")?;
+        check_range(nbytes, size, "read from")?;
+        let op = Op::ToHost {
+            src: src.clone(),
+            dst: HostPtr(dst),
+            nbytes,
+        };
+        self.core.submit(&[(src, Access::Read)], op).map(drop)
+    }
+
+    /// Queues a copy of `nbytes` from host memory at `src` into the start of `dst`.
+    ///
+    /// # Safety
+    /// `src` is valid for `nbytes` reads, and nobody writes it, until a sync of this stream
+    /// returned.
+    pub unsafe fn copy_from_host(&self, dst: &Tensor, src: *const u8, nbytes: usize) -> Result<()> {
+        let size = self.core.check_tensor(dst, "dst")?;
+        check_range(nbytes, size, "written to")?;
+        let op = Op::FromHost {
+            dst: dst.clone(),
+            src: HostPtr(src.cast_mut()),
+            nbytes,
+        };
+        self.core.submit(&[(dst, Access::Write)], op).map(drop)
+    }
+
+    /// Queues a call of `func` with `args`; tensors among them are ordered as read or written.
+    /// A failure is reported by the next sync, and poisons the tensors passed as written: later
+    /// instructions that use them skip and fail too, until they are overwritten whole.
+    pub fn call(&self, func: &Function, args: Vec<Arg>) -> Result<()> {
+        let mut uses: Vec<(Tensor, Access)> = Vec::new();
+        for (i, arg) in args.iter().enumerate() {
+            let (tensor, access) = match arg {
+                Arg::Read(t) => (t, Access::Read),
+                Arg::Write(t) => (t, Access::Write),
+                Arg::Value(_) => continue,
+            };
+            self.core.check_tensor(tensor, &format!("args[{i}]"))?;
+            uses.push((tensor.clone(), access));
+        }
+        let borrowed: Vec<(&Tensor, Access)> = uses.iter().map(|(t, a)| (t, *a)).collect();
+        let op = Op::Call {
+            func: func.clone(),
+            args,
+        };
+        self.core.submit(&borrowed, op).map(drop)
+    }
+
+    /// The point after everything submitted to this stream so far.
+    pub fn record(&self) -> StreamPoint {
+        StreamPoint(Use {
+            stream: self.core.clone(),
+            seq: self.core.issued(),
+        })
+    }
+
+    /// Makes later instructions of this stream wait until `point` was passed (soft sync).
+    pub fn wait(&self, point: &StreamPoint) -> Result<()> {
+        if Arc::ptr_eq(&point.0.stream, &self.core) || point.0.is_done() {
+            return Ok(());
+        }
+        let stream = self.core.clone();
+        let waits = vec![point.0.clone()];
+        self.core
+            .executor
+            .submit(&self.core, |seq| {
+                Task::Run(Box::new(Instruction {
+                    stream,
+                    seq,
+                    waits,
+                    op: Op::Mark,
+                }))
+            })
+            .map(drop)
+    }
+
+    /// Makes later instructions of this stream wait for everything submitted to `other` so far.
+    pub fn wait_for(&self, other: &Stream) -> Result<()> {
+        self.wait(&other.record())
+    }
+
+    /// Waits until everything submitted so far has run; returns the first failure since the
+    /// last sync (with a count of the others), if any.
+    pub fn sync(&self) -> Result<()> {
+        self.core.sync()
+    }
+
+    /// Finishes the pending work and stops taking more; failures not yet reported are dropped.
+    /// Dropping the stream does this.
+    pub fn close(&self) {
+        if self.core.is_closed() {
+            return;
+        }
+        let _ = self.core.sync();
+        self.core.closed.store(true, Ordering::Release);
+        if self.core.own_executor {
+            self.core.executor.stop();
+        }
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+pub(crate) fn check_range(nbytes: usize, size: usize, verb: &str) -> Result<()> {
+    if nbytes > size {
+        return Err(Error::value(format!(
+            "{nbytes} bytes cannot be {verb} a tensor of {size} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// The cell of a stream handle: dropping the last reference finishes the stream's work.
+pub struct StreamCell(pub Stream);
+
+static STREAM_INDEX: LazyLock<i32> =
+    LazyLock::new(|| crate::object::type_key::dynamic_index("discovm.Stream"));
+
+// SAFETY: objects with this dynamic index are only made by `stream_handle`.
+unsafe impl crate::object::ObjectType for StreamCell {
+    fn type_index() -> i32 {
+        *STREAM_INDEX
+    }
+}
+
+/// A new handle (an object) owning `stream`.
+pub fn stream_handle(stream: Stream) -> crate::object::ObjectRef<StreamCell> {
+    crate::object::alloc_object(
+        <StreamCell as crate::object::ObjectType>::type_index(),
+        StreamCell(stream),
+    )
+}

@@ -1,0 +1,489 @@
+//! The stream VM from Rust: ordering within and across streams, soft sync, small-memory
+//! access, failure poisoning, stream teardown, lifetimes and bad inputs.
+
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use discovm::abi::{
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor, KDL_FLOAT, KDL_INT,
+};
+use discovm::object::{Any, Error, ErrorKind, Function, Tensor};
+use discovm::vm::{self, Arg, Placement, Stream};
+
+const I64: DLDataType = DLDataType::new(KDL_INT, 64, 1);
+const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+const CPU: DLDevice = DLDevice::cpu();
+const PLACEMENTS: [Placement; 2] = [Placement::SharedPerDevice, Placement::OwnThread];
+
+fn tensor(dims: &[i64], dtype: DLDataType) -> Tensor {
+    Tensor::empty(dims, dtype, CPU).unwrap()
+}
+
+fn read_i64(t: &Tensor) -> i64 {
+    let mut out = [0u8; 8];
+    vm::read(t, &mut out).unwrap();
+    i64::from_ne_bytes(out)
+}
+
+fn write_i64s(t: &Tensor, values: &[i64]) {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    vm::write(t, &bytes).unwrap();
+}
+
+/// A callback that adds 1 to the first int64 of its first argument (a read-modify-write, so
+/// two of them racing would lose an increment).
+fn increment() -> Function {
+    Function::from_closure(|args| {
+        let t = args[0].as_tensor()?;
+        let p = t.data_ptr().cast::<i64>();
+        // SAFETY: the tensor holds at least one int64 and the VM orders its writers.
+        unsafe { p.write(p.read() + 1) };
+        Ok(Any::None)
+    })
+}
+
+fn failing(kind: &str, message: &'static str) -> Function {
+    let kind = ErrorKind::from_name(kind);
+    Function::from_closure(move |_| Err(Error::new(kind.clone(), message)))
+}
+
+/// A callback that holds its stream until `gate` opens (bounded: it gives up after 10 s).
+fn gate_callback(gate: Arc<AtomicBool>) -> Function {
+    Function::from_closure(move |_| {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gate.load(Ordering::Acquire) {
+            if Instant::now() > deadline {
+                return Err(Error::runtime("the gate never opened"));
+            }
+            std::thread::yield_now();
+        }
+        Ok(Any::None)
+    })
+}
+
+#[test]
+fn two_streams_ping_ponging_writes_end_exact() {
+    for placement in PLACEMENTS {
+        let t = tensor(&[1], I64);
+        let a = Stream::with_placement(CPU, placement).unwrap();
+        let b = Stream::with_placement(CPU, placement).unwrap();
+        let inc = increment();
+        for _ in 0..10_000 {
+            a.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+            b.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+        }
+        assert_eq!(read_i64(&t), 20_000, "{placement:?}");
+        a.sync().unwrap();
+        b.sync().unwrap();
+    }
+}
+
+#[test]
+fn two_host_threads_writing_through_two_streams_lose_nothing() {
+    for placement in PLACEMENTS {
+        let t = tensor(&[1], I64);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                let t = t.clone();
+                scope.spawn(move || {
+                    let stream = Stream::with_placement(CPU, placement).unwrap();
+                    let inc = increment();
+                    for _ in 0..10_000 {
+                        stream.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+                    }
+                    stream.sync().unwrap();
+                });
+            }
+        });
+        assert_eq!(read_i64(&t), 20_000, "{placement:?}");
+    }
+}
+
+#[test]
+fn synchronous_writes_interleave_with_stream_writes_in_order() {
+    for placement in PLACEMENTS {
+        let t = tensor(&[1], I64);
+        let a = Stream::with_placement(CPU, placement).unwrap();
+        let inc = increment();
+        for round in 0..2_000i64 {
+            a.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+            assert_eq!(read_i64(&t), 2 * round + 1);
+            write_i64s(&t, &[2 * round + 2]);
+        }
+        assert_eq!(read_i64(&t), 4_000);
+    }
+}
+
+#[test]
+fn a_read_after_an_async_copy_sees_the_copied_bytes() {
+    for placement in PLACEMENTS {
+        let src = tensor(&[256], I64);
+        let values: Vec<i64> = (0..256).map(|i| i * 7 - 3).collect();
+        write_i64s(&src, &values);
+        let a = Stream::with_placement(CPU, placement).unwrap();
+        let b = Stream::with_placement(CPU, placement).unwrap();
+        let mid = tensor(&[256], I64);
+        let dst = tensor(&[256], I64);
+        a.copy(&mid, &src).unwrap();
+        b.copy(&dst, &mid).unwrap(); // soft sync: b waits for a's copy into `mid`
+        let mut out = vec![0u8; 256 * 8];
+        vm::read(&dst, &mut out).unwrap();
+        let got: Vec<i64> = out
+            .chunks(8)
+            .map(|c| i64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        assert_eq!(got, values, "{placement:?}");
+        // A partial read gives the first bytes.
+        let mut first = [0u8; 8];
+        vm::read(&dst, &mut first).unwrap();
+        assert_eq!(i64::from_ne_bytes(first), -3);
+    }
+}
+
+#[test]
+fn a_write_waits_for_reads_on_other_streams() {
+    // WAR across streams: b overwrites `src` only after a's copy out of it has read it.
+    let gate = Arc::new(AtomicBool::new(false));
+    let a = Stream::with_placement(CPU, Placement::OwnThread).unwrap();
+    let b = Stream::with_placement(CPU, Placement::OwnThread).unwrap();
+    let src = tensor(&[4], I64);
+    let dst = tensor(&[4], I64);
+    let zeros = tensor(&[4], I64);
+    write_i64s(&src, &[1, 2, 3, 4]);
+    a.call(&gate_callback(gate.clone()), vec![]).unwrap();
+    a.copy(&dst, &src).unwrap();
+    b.copy(&src, &zeros).unwrap();
+    gate.store(true, Ordering::Release);
+    a.sync().unwrap();
+    b.sync().unwrap();
+    assert_eq!(read_i64(&dst), 1);
+    assert_eq!(read_i64(&src), 0);
+}
+
+#[test]
+fn copies_to_and_from_host_memory_are_ordered() {
+    let stream = Stream::new(CPU).unwrap();
+    let t = tensor(&[3], I64);
+    let input = [5i64, 6, 7];
+    let mut output = [0i64; 3];
+    // SAFETY: both arrays outlive the sync below and nobody else touches them.
+    unsafe {
+        stream
+            .copy_from_host(&t, input.as_ptr().cast(), 24)
+            .unwrap();
+        stream
+            .copy_to_host(&t, output.as_mut_ptr().cast(), 16)
+            .unwrap();
+    }
+    stream.sync().unwrap();
+    assert_eq!(output, [5, 6, 0]);
+    // SAFETY: not reached: the size check fails first.
+    let err = unsafe { stream.copy_to_host(&t, output.as_mut_ptr().cast(), 25) }.unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert_eq!(
+        err.message,
+        "25 bytes cannot be read from a tensor of 24 bytes"
+    );
+}
+
+#[test]
+fn stream_wait_orders_without_shared_tensors() {
+    let a = Stream::with_placement(CPU, Placement::OwnThread).unwrap();
+    let b = Stream::with_placement(CPU, Placement::OwnThread).unwrap();
+    let gate = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(AtomicUsize::new(0));
+    a.call(&gate_callback(gate.clone()), vec![]).unwrap();
+    let flag = seen.clone();
+    let check_gate = gate.clone();
+    let after = Function::from_closure(move |_| {
+        if !check_gate.load(Ordering::Acquire) {
+            return Err(Error::runtime("ran before the stream it waits for"));
+        }
+        flag.fetch_add(1, Ordering::AcqRel);
+        Ok(Any::None)
+    });
+    b.wait_for(&a).unwrap();
+    b.call(&after, vec![]).unwrap();
+    gate.store(true, Ordering::Release);
+    b.sync().unwrap();
+    a.sync().unwrap();
+    assert_eq!(seen.load(Ordering::Acquire), 1);
+}
+
+#[test]
+fn a_failing_callback_poisons_only_what_depends_on_it() {
+    let a = Stream::new(CPU).unwrap();
+    let b = Stream::new(CPU).unwrap();
+    let bad = tensor(&[1], I64);
+    let good = tensor(&[1], I64);
+    let from_bad = tensor(&[1], I64);
+    let from_good = tensor(&[1], I64);
+    write_i64s(&good, &[41]);
+    a.call(
+        &failing("ValueError", "the kernel rejected its input"),
+        vec![Arg::Write(bad.clone()), Arg::Value(Any::from(3i64))],
+    )
+    .unwrap();
+    a.call(&increment(), vec![Arg::Write(good.clone())])
+        .unwrap();
+    b.copy(&from_bad, &bad).unwrap();
+    b.copy(&from_good, &good).unwrap();
+
+    // Independent work went on.
+    assert_eq!(read_i64(&from_good), 42);
+    // The failure is reported by the next sync of its stream, once.
+    let err = a.sync().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert_eq!(err.message, "the kernel rejected its input");
+    a.sync().unwrap();
+    // The dependent copy on the other stream skipped, and its stream says so.
+    let err = b.sync().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert!(
+        err.message.starts_with("skipped a copy") && err.message.contains("rejected its input"),
+        "{}",
+        err.message
+    );
+    // Reading a poisoned tensor fails with the cause; so does reading what was copied from it.
+    for t in [&bad, &from_bad] {
+        let mut out = [0u8; 8];
+        let err = vm::read(t, &mut out).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(
+            err.message.contains("rejected its input"),
+            "{}",
+            err.message
+        );
+    }
+    // A callback that reads the poisoned tensor skips, and poisons what it writes.
+    let out = tensor(&[1], I64);
+    a.call(
+        &increment(),
+        vec![Arg::Write(out.clone()), Arg::Read(bad.clone())],
+    )
+    .unwrap();
+    assert!(
+        a.sync()
+            .unwrap_err()
+            .message
+            .starts_with("skipped a callback")
+    );
+    // Overwriting the whole tensor heals it.
+    write_i64s(&bad, &[9]);
+    assert_eq!(read_i64(&bad), 9);
+    b.copy(&from_bad, &bad).unwrap();
+    assert_eq!(read_i64(&from_bad), 9);
+    b.sync().unwrap();
+}
+
+#[test]
+fn several_failures_are_counted_in_one_report() {
+    let a = Stream::new(CPU).unwrap();
+    for _ in 0..3 {
+        a.call(&failing("RuntimeError", "boom"), vec![]).unwrap();
+    }
+    let err = a.sync().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Runtime);
+    assert_eq!(err.message, "boom (and 2 more failures on this stream)");
+    a.sync().unwrap();
+}
+
+#[test]
+fn dropping_a_stream_finishes_its_pending_work() {
+    for placement in PLACEMENTS {
+        let gate = Arc::new(AtomicBool::new(false));
+        let t = tensor(&[1], I64);
+        let stream = Stream::with_placement(CPU, placement).unwrap();
+        stream.call(&gate_callback(gate.clone()), vec![]).unwrap();
+        let inc = increment();
+        for _ in 0..1_000 {
+            stream.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+        }
+        let opener = {
+            let gate = gate.clone();
+            std::thread::spawn(move || gate.store(true, Ordering::Release))
+        };
+        drop(stream);
+        opener.join().unwrap();
+        // The drop returned after the work: its result is there without any other wait.
+        // SAFETY: no instruction uses the tensor any more.
+        assert_eq!(unsafe { t.data_ptr().cast::<i64>().read() }, 1_000);
+    }
+}
+
+static DELETED: AtomicUsize = AtomicUsize::new(0);
+
+#[repr(C)]
+struct Managed {
+    managed: DLManagedTensorVersioned,
+    shape: [i64; 1],
+    strides: [i64; 1],
+    data: Vec<i64>,
+}
+
+unsafe extern "C" fn count_delete(managed: *mut DLManagedTensorVersioned) {
+    DELETED.fetch_add(1, Ordering::AcqRel);
+    // SAFETY: made by Box in `managed_tensor`.
+    drop(unsafe { Box::from_raw(managed.cast::<Managed>()) });
+}
+
+/// A DLPack tensor of `n` int64s counting 0, 1, ..., with the given stride.
+fn managed_tensor(n: usize, stride: i64) -> NonNull<DLManagedTensorVersioned> {
+    let mut boxed = Box::new(Managed {
+        managed: DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 3 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(count_delete),
+            flags: 0,
+            dl_tensor: DLTensor {
+                data: std::ptr::null_mut(),
+                device: CPU,
+                ndim: 1,
+                dtype: I64,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 0,
+            },
+        },
+        shape: [n as i64],
+        strides: [stride],
+        data: (0..n as i64 * stride).collect(),
+    });
+    boxed.managed.dl_tensor.data = boxed.data.as_mut_ptr().cast();
+    boxed.managed.dl_tensor.shape = boxed.shape.as_mut_ptr();
+    boxed.managed.dl_tensor.strides = boxed.strides.as_mut_ptr();
+    NonNull::from(Box::leak(boxed)).cast()
+}
+
+#[test]
+fn a_released_tensor_lives_until_its_instructions_finish() {
+    let gate = Arc::new(AtomicBool::new(false));
+    let stream = Stream::new(CPU).unwrap();
+    let dst = tensor(&[8], I64);
+    // SAFETY: a valid managed tensor whose deleter may run on any thread.
+    let src = unsafe { Tensor::from_dlpack(managed_tensor(8, 1)) }.unwrap();
+    let before = DELETED.load(Ordering::Acquire);
+    stream.call(&gate_callback(gate.clone()), vec![]).unwrap();
+    stream.copy(&dst, &src).unwrap();
+    drop(src);
+    assert_eq!(
+        DELETED.load(Ordering::Acquire),
+        before,
+        "deleted while in use"
+    );
+    gate.store(true, Ordering::Release);
+    stream.sync().unwrap();
+    assert_eq!(DELETED.load(Ordering::Acquire), before + 1);
+    let mut out = [0u8; 64];
+    vm::read(&dst, &mut out).unwrap();
+    assert_eq!(i64::from_ne_bytes(out[56..].try_into().unwrap()), 7);
+}
+
+#[test]
+fn bad_inputs_give_clear_errors() {
+    let stream = Stream::new(CPU).unwrap();
+    let a = tensor(&[2, 3], F32);
+    // Sizes out of range.
+    let mut big = [0u8; 25];
+    let err = vm::read(&a, &mut big).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert_eq!(
+        err.message,
+        "25 bytes cannot be read from a tensor of 24 bytes"
+    );
+    let err = vm::write(&a, &big).unwrap_err();
+    assert_eq!(
+        err.message,
+        "25 bytes cannot be written to a tensor of 24 bytes"
+    );
+    // Dtype, shape and size mismatches.
+    let cases = [
+        (
+            tensor(&[2, 3], I64),
+            "a [2, 3] float32 tensor (24 bytes) into a [2, 3] int64",
+        ),
+        (
+            tensor(&[3, 2], F32),
+            "a [2, 3] float32 tensor (24 bytes) into a [3, 2] float32",
+        ),
+        (tensor(&[6], F32), "into a [6] float32 tensor (24 bytes)"),
+    ];
+    for (dst, text) in &cases {
+        let err = stream.copy(dst, &a).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(err.message.contains(text), "{}", err.message);
+        assert!(err.message.ends_with("shapes, dtypes and sizes must match"));
+    }
+    // Strided views.
+    // SAFETY: a valid managed tensor.
+    let strided = unsafe { Tensor::from_dlpack(managed_tensor(4, 2)) }.unwrap();
+    let mut out = [0u8; 8];
+    let err = vm::read(&strided, &mut out).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert_eq!(
+        err.message,
+        "`t` is a strided view (shape [4], strides [2]); only compact row-major tensors can \
+         be copied or accessed"
+    );
+    let compact = tensor(&[4], I64);
+    let err = stream.copy(&compact, &strided).unwrap_err();
+    assert!(
+        err.message.starts_with("`src` is a strided view"),
+        "{}",
+        err.message
+    );
+    // Overflowing shapes never become tensors.
+    let err = Tensor::empty(&[i64::MAX, 2], F32, CPU).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert!(err.message.contains("too large"));
+    // Devices without a backend.
+    let gpu = DLDevice {
+        device_type: 2,
+        device_id: 0,
+    };
+    assert_eq!(
+        Stream::new(gpu).err().unwrap().kind,
+        ErrorKind::DeviceUnavailable
+    );
+    stream.sync().unwrap();
+}
+
+#[test]
+fn zero_sized_tensors_work() {
+    let stream = Stream::new(CPU).unwrap();
+    let a = tensor(&[0, 3], F32);
+    let b = tensor(&[0, 3], F32);
+    stream.copy(&b, &a).unwrap();
+    vm::read(&b, &mut []).unwrap();
+    vm::write(&b, &[]).unwrap();
+    let mut one = [0u8; 1];
+    let err = vm::read(&b, &mut one).unwrap_err();
+    assert_eq!(
+        err.message,
+        "1 bytes cannot be read from a tensor of 0 bytes"
+    );
+    stream.sync().unwrap();
+}
+
+#[test]
+fn waiting_from_a_callback_on_the_same_executor_fails_instead_of_hanging() {
+    let stream = Stream::new(CPU).unwrap();
+    let t = tensor(&[1], I64);
+    let t2 = t.clone();
+    let reads_inside = Function::from_closure(move |_| {
+        let mut out = [0u8; 8];
+        vm::read(&t2, &mut out).map(|()| Any::None)
+    });
+    stream
+        .call(&reads_inside, vec![Arg::Write(t.clone())])
+        .unwrap();
+    let err = stream.sync().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Runtime);
+    assert!(
+        err.message.contains("would wait for the thread it runs on"),
+        "{}",
+        err.message
+    );
+}
