@@ -101,9 +101,12 @@ programs! {
     session_timeout_keeps_failures: Program::new("tests/c/session_timeout_keeps_failures.c");
     session_sync_all_timeout: Program::new("tests/c/session_sync_all_timeout.c");
     session_waits_report_failures: Program::new("tests/c/session_waits_report_failures.c");
+    stream_ordering: Program::new("tests/c/stream_ordering.c");
+    stream_bad_inputs: Program::new("tests/c/stream_bad_inputs.c");
     example_hello_function: Program::new("examples-c/hello_function.c");
     example_session_broadcast: Program::new("examples-c/session_broadcast.c");
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();
+    example_stream_copy: Program::new("examples-c/stream_copy.c");
 }
 
 fn repo() -> &'static Path {

@@ -163,7 +163,9 @@ pub unsafe extern "C" fn dvm_tensor_read(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let dst = buffer(dst, nbytes, "dst")?;
-        // SAFETY: the caller vouches for `nbytes` writable bytes at `dst`.
+        vm::check_access(&tensor, nbytes, vm::Access::Read)?;
+        // SAFETY: the caller vouches for `nbytes` writable bytes at `dst`; `nbytes` fits in the
+        // tensor, so it is at most isize::MAX.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, nbytes) };
         vm::read(&tensor, dst)
     })
@@ -187,7 +189,9 @@ pub unsafe extern "C" fn dvm_tensor_write(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let src = buffer(src, nbytes, "src")?;
-        // SAFETY: the caller vouches for `nbytes` readable bytes at `src`.
+        vm::check_access(&tensor, nbytes, vm::Access::Write)?;
+        // SAFETY: the caller vouches for `nbytes` readable bytes at `src`; `nbytes` fits in the
+        // tensor, so it is at most isize::MAX.
         let src = unsafe { std::slice::from_raw_parts(src.cast_const(), nbytes) };
         vm::write(&tensor, src)
     })

@@ -156,14 +156,21 @@ pub fn write(tensor: &Tensor, src: &[u8]) -> Result<()> {
     access(tensor, src.as_ptr().cast_mut(), src.len(), Access::Write)
 }
 
-fn access(tensor: &Tensor, host: *mut u8, nbytes: usize, access: Access) -> Result<()> {
+/// Checks that `nbytes` can be read from (or written to) `tensor`: a compact tensor of at
+/// least that many bytes. [`read`] and [`write`] check this too; a caller that holds a raw
+/// buffer checks it before making a slice of it.
+pub fn check_access(tensor: &Tensor, nbytes: usize, access: Access) -> Result<()> {
     check_compact(tensor, "t")?;
-    let size = tensor.nbytes();
     let verb = match access {
         Access::Read => "read from",
         Access::Write => "written to",
     };
-    check_range(nbytes, size, verb)?;
+    check_range(nbytes, tensor.nbytes(), verb)
+}
+
+fn access(tensor: &Tensor, host: *mut u8, nbytes: usize, access: Access) -> Result<()> {
+    check_access(tensor, nbytes, access)?;
+    let size = tensor.nbytes();
     if nbytes == 0 && access == Access::Write {
         // Nothing to write. (A read of 0 bytes still waits for the last writer and reports
         // its failure.)
