@@ -1,5 +1,7 @@
-//! Runs the Python tests in `tests/python/` against the built shared library. They need only
-//! python3 and its standard library (ctypes); a missing python3 fails this test.
+//! Runs the Python tests in `tests/python/` against the built shared library. The ctypes test
+//! needs only python3 and its standard library; the DLPack test needs numpy, and runs in the
+//! virtual environment `tests/support/numpy_venv.sh` makes (the first run needs PyPI). A
+//! missing python3, or an environment that cannot be made, fails these tests.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -8,9 +10,13 @@ use std::path::Path;
 use std::process::Command;
 
 fn run_python_test(script: &str) {
+    run_python_test_with("python3", script);
+}
+
+fn run_python_test_with(interpreter: &str, script: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     let library = built_library::shared_library();
-    let mut python = Command::new("python3");
+    let mut python = Command::new(interpreter);
     python.arg(&script).arg(library);
     let output = python.output().unwrap_or_else(|e| {
         panic!("cannot run python3 (it is needed for the Python tests; install it): {e}")
@@ -27,4 +33,31 @@ fn run_python_test(script: &str) {
 #[test]
 fn ctypes_calls_and_errors() {
     run_python_test("tests/python/test_ctypes.py");
+}
+
+/// The python of the virtual environment with numpy, made (once) by the support script.
+fn numpy_python() -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/numpy_venv.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "{} failed, so the DLPack tests cannot run (they need numpy; the script's message \
+         says how to fix it):\n{}",
+        script.display(),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout)
+        .expect("the script prints a path")
+        .lines()
+        .last()
+        .expect("the script prints the python path last")
+        .to_string()
+}
+
+#[test]
+fn dlpack_round_trips_with_numpy() {
+    run_python_test_with(&numpy_python(), "tests/python/test_dlpack_numpy.py");
 }

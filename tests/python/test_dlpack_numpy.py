@@ -1,0 +1,289 @@
+"""DLPack round trips between libdiscovm.so and numpy, driven with ctypes.
+
+- numpy reads our tensor without a copy (np.from_dlpack on a versioned capsule holding
+  dvm_tensor_to_dlpack's export); the export keeps our tensor alive until numpy lets go, and
+  its deleter runs exactly once (our tensor's reference count goes back down by exactly one).
+- we wrap a numpy array without a copy (dvm_tensor_from_dlpack on numpy's own capsule); its
+  deleter runs exactly once, after the last use, even when queued copies still use the tensor
+  after we freed it (counted by wrapping numpy's deleter).
+- strided numpy views are accepted as tensors but refused by reads and copies, with the error.
+
+Usage: python tests/python/test_dlpack_numpy.py path/to/libdiscovm.so
+Needs numpy (tests/support/numpy_venv.sh makes an environment with it). Exits 1 on failure.
+"""
+
+import ctypes
+import gc
+import sys
+
+import numpy as np
+
+# ---- DLPack and the object header, as ctypes structures --------------------------------------
+
+
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensorVersioned(ctypes.Structure):
+    pass
+
+
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
+DLManagedTensorVersioned._fields_ = [
+    ("major", ctypes.c_uint32),
+    ("minor", ctypes.c_uint32),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.c_void_p),
+    ("flags", ctypes.c_uint64),
+    ("dl_tensor", DLTensor),
+]
+
+
+class DVMObject(ctypes.Structure):
+    _fields_ = [
+        ("combined_ref_count", ctypes.c_uint64),
+        ("type_index", ctypes.c_int32),
+        ("padding", ctypes.c_uint32),
+        ("deleter", ctypes.c_void_p),
+    ]
+
+
+KDL_CPU, KDL_FLOAT = 1, 2
+CPU = DLDevice(KDL_CPU, 0)
+F32 = DLDataType(KDL_FLOAT, 32, 1)
+DVM_OK, DVM_VALUE_ERROR = 0, 1
+
+# ---- The library -------------------------------------------------------------------------------
+
+lib = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "libdiscovm.so")
+P = ctypes.c_void_p
+lib.dvm_tensor_empty.argtypes = [
+    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, DLDataType, DLDevice, ctypes.POINTER(P)
+]
+lib.dvm_tensor_free.argtypes = [P]
+lib.dvm_tensor_free.restype = None
+lib.dvm_tensor_read.argtypes = [P, P, ctypes.c_size_t]
+lib.dvm_tensor_write.argtypes = [P, P, ctypes.c_size_t]
+lib.dvm_tensor_copy.argtypes = [P, P, P]
+lib.dvm_tensor_to_dlpack.argtypes = [P, ctypes.POINTER(P)]
+lib.dvm_tensor_from_dlpack.argtypes = [P, ctypes.POINTER(P)]
+lib.dvm_stream_new.argtypes = [DLDevice, ctypes.POINTER(P)]
+lib.dvm_stream_sync.argtypes = [P]
+lib.dvm_stream_free.argtypes = [P]
+lib.dvm_stream_free.restype = None
+lib.dvm_object_inc_ref.argtypes = [P]
+lib.dvm_last_error_kind.restype = ctypes.c_char_p
+lib.dvm_last_error_message.restype = ctypes.c_char_p
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print(f"FAILED: {what}", file=sys.stderr)
+
+
+def ok(status, what):
+    if status != DVM_OK:
+        kind = lib.dvm_last_error_kind().decode()
+        message = lib.dvm_last_error_message().decode()
+        raise SystemExit(f"FAILED: {what} returned {status}: {kind}: {message}")
+
+
+def strong_count(handle):
+    return DVMObject.from_address(handle).combined_ref_count & 0xFFFFFFFF
+
+
+def empty(shape):
+    dims = (ctypes.c_int64 * len(shape))(*shape)
+    out = P()
+    ok(lib.dvm_tensor_empty(dims, len(shape), F32, CPU, ctypes.byref(out)), "dvm_tensor_empty")
+    return out.value
+
+
+def read_f32(handle, count):
+    out = (ctypes.c_float * count)()
+    ok(lib.dvm_tensor_read(handle, out, ctypes.sizeof(out)), "dvm_tensor_read")
+    return list(out)
+
+
+def write_f32(handle, values):
+    data = (ctypes.c_float * len(values))(*values)
+    ok(lib.dvm_tensor_write(handle, data, ctypes.sizeof(data)), "dvm_tensor_write")
+
+
+# ---- PyCapsules through the C API of Python ----------------------------------------------------
+
+api = ctypes.pythonapi
+# The destructor gets a capsule that is being destroyed: take it as a bare pointer (a
+# py_object would touch its reference count) and use the raw forms of the capsule functions.
+CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, P)
+raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, P, ctypes.c_char_p)(("PyCapsule_IsValid", api))
+raw_get_pointer = ctypes.PYFUNCTYPE(P, P, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
+api.PyCapsule_New.restype = ctypes.py_object
+api.PyCapsule_New.argtypes = [P, ctypes.c_char_p, CAPSULE_DESTRUCTOR]
+api.PyCapsule_IsValid.restype = ctypes.c_int
+api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_GetPointer.restype = P
+api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+api.PyCapsule_SetName.restype = ctypes.c_int
+api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+VERSIONED = b"dltensor_versioned"
+USED = b"used_dltensor_versioned"
+
+
+@CAPSULE_DESTRUCTOR
+def drop_unconsumed(capsule):
+    # A capsule nobody consumed still owns the export: release it (DLPack's rule).
+    if raw_is_valid(capsule, VERSIONED):
+        managed = ctypes.cast(raw_get_pointer(capsule, VERSIONED),
+                              ctypes.POINTER(DLManagedTensorVersioned))
+        DELETER(managed.contents.deleter)(managed)
+
+
+class Export:
+    """Hands numpy one export of our tensor through the __dlpack__ protocol."""
+
+    def __init__(self, handle):
+        managed = P()
+        ok(lib.dvm_tensor_to_dlpack(handle, ctypes.byref(managed)), "dvm_tensor_to_dlpack")
+        self.capsule = api.PyCapsule_New(managed, VERSIONED, drop_unconsumed)
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        check(max_version is not None and max_version[0] >= 1,
+              f"numpy asks for a versioned capsule (max_version={max_version})")
+        capsule, self.capsule = self.capsule, None
+        return capsule
+
+    def __dlpack_device__(self):
+        return (KDL_CPU, 0)
+
+
+def numpy_reads_our_tensor():
+    t = empty([2, 3])
+    write_f32(t, [1, 2, 3, 4, 5, 6])
+    check(strong_count(t) == 1, "a new tensor has one reference")
+    unused = Export(t)
+    check(strong_count(t) == 2, "an export holds a reference")
+    del unused
+    gc.collect()
+    check(strong_count(t) == 1, "an export nobody consumed is released with its capsule")
+    array = np.from_dlpack(Export(t))
+    check(strong_count(t) == 2, "the export holds a reference")
+    check(array.shape == (2, 3) and array.dtype == np.float32, f"shape/dtype: {array!r}")
+    check(array.tolist() == [[1, 2, 3], [4, 5, 6]], f"values: {array.tolist()}")
+    # Zero copy, both ways.
+    array[1, 2] = 60
+    check(read_f32(t, 6)[5] == 60, "a numpy write is seen by dvm_tensor_read")
+    write_f32(t, [10])
+    check(array[0, 0] == 10, "dvm_tensor_write is seen by numpy")
+    # Our handle can go first: the export keeps the memory alive for numpy.
+    view = array[:, 1]
+    del array
+    gc.collect()
+    check(strong_count(t) == 2, "a numpy view keeps the export alive")
+    ok(lib.dvm_object_inc_ref(t), "dvm_object_inc_ref")  # to watch the count
+    lib.dvm_tensor_free(t)
+    check(view.tolist() == [2, 5], f"view after dvm_tensor_free: {view.tolist()}")
+    del view
+    gc.collect()
+    check(strong_count(t) == 1, "numpy released the export exactly once")
+    lib.dvm_tensor_free(t)
+
+
+def numpy_tensor_through_our_streams():
+    array = np.arange(12, dtype=np.float32).reshape(3, 4)
+    capsule = array.__dlpack__(max_version=(1, 0))
+    check(api.PyCapsule_IsValid(capsule, VERSIONED) == 1, "numpy made a versioned capsule")
+    managed = ctypes.cast(api.PyCapsule_GetPointer(capsule, VERSIONED),
+                          ctypes.POINTER(DLManagedTensorVersioned))
+    # Count numpy's deleter: wrap it.
+    original = DELETER(managed.contents.deleter)
+    calls = []
+
+    @DELETER
+    def counting(m):
+        calls.append(1)
+        original(m)
+
+    managed.contents.deleter = ctypes.cast(counting, P).value
+    t = P()
+    ok(lib.dvm_tensor_from_dlpack(managed, ctypes.byref(t)), "dvm_tensor_from_dlpack")
+    api.PyCapsule_SetName(capsule, USED)  # we own it now: the capsule must not delete it
+    del capsule
+    t = t.value
+    check(read_f32(t, 12) == list(range(12)), "dvm_tensor_read sees numpy's values")
+    write_f32(t, [100, 101])
+    check(array[0, :3].tolist() == [100, 101, 2], "numpy sees dvm_tensor_write (zero copy)")
+
+    # Queue copies that use it on two streams, free it at once: it lives until they ran.
+    a, b = P(), P()
+    ok(lib.dvm_stream_new(CPU, ctypes.byref(a)), "dvm_stream_new")
+    ok(lib.dvm_stream_new(CPU, ctypes.byref(b)), "dvm_stream_new")
+    mid, dst = empty([3, 4]), empty([3, 4])
+    for _ in range(50):
+        ok(lib.dvm_tensor_copy(mid, t, a), "dvm_tensor_copy")
+        ok(lib.dvm_tensor_copy(dst, mid, b), "dvm_tensor_copy")
+    lib.dvm_tensor_free(t)
+    ok(lib.dvm_stream_sync(a), "dvm_stream_sync")
+    ok(lib.dvm_stream_sync(b), "dvm_stream_sync")
+    check(len(calls) == 1, f"numpy's deleter ran {len(calls)} times, expected 1")
+    check(read_f32(dst, 3) == [100, 101, 2], "the copies moved numpy's values")
+
+    # Back to numpy: the copy's export, read with np.from_dlpack.
+    back = np.from_dlpack(Export(dst))
+    check(back.reshape(-1).tolist()[:4] == [100, 101, 2, 3], f"round trip: {back.tolist()}")
+    del back
+    gc.collect()
+    check(strong_count(dst) == 1, "the second export was released exactly once")
+    for h in (mid, dst):
+        lib.dvm_tensor_free(h)
+    for s in (a, b):
+        lib.dvm_stream_free(s)
+    check(len(calls) == 1, "numpy's deleter never ran twice")
+
+
+def strided_views_are_refused():
+    array = np.zeros((4, 4), dtype=np.float32)
+    view = array[:, ::2]
+    capsule = view.__dlpack__(max_version=(1, 0))
+    managed = api.PyCapsule_GetPointer(capsule, VERSIONED)
+    t = P()
+    ok(lib.dvm_tensor_from_dlpack(managed, ctypes.byref(t)), "dvm_tensor_from_dlpack (strided)")
+    api.PyCapsule_SetName(capsule, USED)
+    out = (ctypes.c_float * 2)()
+    status = lib.dvm_tensor_read(t, out, 8)
+    check(status == DVM_VALUE_ERROR, f"reading a strided view returned {status}")
+    check(lib.dvm_last_error_kind() == b"ValueError", "the kind is ValueError")
+    message = lib.dvm_last_error_message().decode()
+    check("strided view (shape [4, 2], strides [4, 2])" in message, message)
+    lib.dvm_tensor_free(t)
+
+
+numpy_reads_our_tensor()
+numpy_tensor_through_our_streams()
+strided_views_are_refused()
+if failures:
+    print(f"{failures} checks FAILED", file=sys.stderr)
+    sys.exit(1)
+print("dlpack with numpy: all checks passed")
