@@ -515,7 +515,8 @@ dvm_status dvm_tensor_read(dvm_tensor *t, void *dst, size_t nbytes);
  * happens). A write of the whole tensor clears the failure of an earlier producer.
  *
  * Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
- * Errors: as for `dvm_tensor_read`, with `src` for `dst`.
+ * Errors: as for `dvm_tensor_read`, with `src` for `dst`; also `ValueError` if `t` is
+ * read-only (a DLPack tensor whose producer set the read-only flag).
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
@@ -527,13 +528,15 @@ dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
  * until the copy has run, even if the caller frees them at once.
  *
  * Ownership: all three are borrowed.
- * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, or either is a
- * strided view; `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
+ * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
+ * strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
  * on a device the stream cannot reach. A failure while the copy runs (its source was never
  * written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
  * Thread safety: any thread.
  */
-dvm_status dvm_tensor_copy(dvm_tensor *dst, dvm_tensor *src, dvm_stream *s);
+dvm_status dvm_tensor_copy(dvm_tensor *dst,
+                           dvm_tensor *src,
+                           dvm_stream *s);
 
 /**
  * Adds a reference to any object (every handle of this library is one).

@@ -434,6 +434,34 @@ fn bad_inputs_give_clear_errors() {
         "{}",
         err.message
     );
+    // Read-only DLPack tensors can be read and copied from, never written.
+    let managed = managed_tensor(4, 1);
+    // SAFETY: a valid managed tensor we still own; DLPack's read-only flag is bit 0.
+    let read_only = unsafe {
+        (*managed.as_ptr()).flags = 1;
+        Tensor::from_dlpack(managed)
+    }
+    .unwrap();
+    let mut out = [0u8; 8];
+    vm::read(&read_only, &mut out).unwrap();
+    stream.copy(&compact, &read_only).unwrap();
+    let message = "`t` is read-only (its DLPack producer set the read-only flag)";
+    assert_eq!(vm::write(&read_only, &out).unwrap_err().message, message);
+    let err = stream.copy(&read_only, &compact).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Value);
+    assert!(
+        err.message.starts_with("`dst` is read-only"),
+        "{}",
+        err.message
+    );
+    let err = stream
+        .call(&increment(), vec![Arg::Write(read_only.clone())])
+        .unwrap_err();
+    assert!(
+        err.message.starts_with("`args[0]` is read-only"),
+        "{}",
+        err.message
+    );
     // Overflowing shapes never become tensors.
     let err = Tensor::empty(&[i64::MAX, 2], F32, CPU).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Value);

@@ -177,7 +177,8 @@ pub unsafe extern "C" fn dvm_tensor_read(
 /// happens). A write of the whole tensor clears the failure of an earlier producer.
 ///
 /// Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
-/// Errors: as for `dvm_tensor_read`, with `src` for `dst`.
+/// Errors: as for `dvm_tensor_read`, with `src` for `dst`; also `ValueError` if `t` is
+/// read-only (a DLPack tensor whose producer set the read-only flag).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_write(
@@ -203,8 +204,8 @@ pub unsafe extern "C" fn dvm_tensor_write(
 /// until the copy has run, even if the caller frees them at once.
 ///
 /// Ownership: all three are borrowed.
-/// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, or either is a
-/// strided view; `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
+/// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
+/// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
 /// on a device the stream cannot reach. A failure while the copy runs (its source was never
 /// written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
 /// Thread safety: any thread.

@@ -10,8 +10,9 @@ use super::any::Any;
 use super::error::{Error, ErrorKind, Result};
 use super::object_ref::{ObjectRef, ObjectType, alloc_object};
 use crate::abi::{
-    DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION,
-    DLPackVersion, DLTensor, KDL_CPU, KDL_LAST_TYPE_CODE, type_index as ti,
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, KDL_CPU,
+    KDL_LAST_TYPE_CODE, type_index as ti,
 };
 
 /// Host tensors are aligned to this many bytes.
@@ -230,6 +231,8 @@ struct TensorBody {
     shape: Box<[i64]>,
     strides: Box<[i64]>,
     storage: Storage,
+    /// The producer marked the memory read-only (a DLPack flag).
+    read_only: bool,
     /// State a layer above keeps per tensor (the VM's dependence record), made on first use.
     extension: OnceLock<Box<dyn StdAny + Send + Sync>>,
 }
@@ -279,6 +282,7 @@ impl Tensor {
             shape,
             strides,
             Storage::Host { ptr, layout },
+            false,
         ))
     }
 
@@ -289,6 +293,7 @@ impl Tensor {
         mut shape: Box<[i64]>,
         mut strides: Box<[i64]>,
         storage: Storage,
+        read_only: bool,
     ) -> Tensor {
         let ndim = shape.len() as i32;
         let dl = DLTensor {
@@ -313,6 +318,7 @@ impl Tensor {
             shape,
             strides,
             storage,
+            read_only,
             extension: OnceLock::new(),
         };
         // SAFETY: TensorBody starts with the DLTensor cell.
@@ -352,6 +358,7 @@ impl Tensor {
             shape,
             strides,
             Storage::Managed(managed),
+            mt.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0,
         ))
     }
 
@@ -418,6 +425,12 @@ impl Tensor {
     /// The strides in elements (row-major ones when the tensor is compact).
     pub fn strides(&self) -> &[i64] {
         &self.body().strides
+    }
+
+    /// Whether the producer marked the memory read-only (DLPack's read-only flag): the VM
+    /// refuses to write it.
+    pub fn is_read_only(&self) -> bool {
+        self.body().read_only
     }
 
     /// The address of the first element.

@@ -17,7 +17,7 @@ use std::thread::Thread;
 use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
 use super::instruction::wait_all;
-use super::stream::{StreamCore, check_compact, check_range, default_stream};
+use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
 use super::wait::{Sleeper, SpinPolicy};
 use crate::device::MemPtr;
 use crate::object::{Error, Result, Tensor};
@@ -157,13 +157,16 @@ pub fn write(tensor: &Tensor, src: &[u8]) -> Result<()> {
 }
 
 /// Checks that `nbytes` can be read from (or written to) `tensor`: a compact tensor of at
-/// least that many bytes. [`read`] and [`write`] check this too; a caller that holds a raw
+/// least that many bytes (and, to be written, not read-only). [`read`] and [`write`] check this too; a caller that holds a raw
 /// buffer checks it before making a slice of it.
 pub fn check_access(tensor: &Tensor, nbytes: usize, access: Access) -> Result<()> {
     check_compact(tensor, "t")?;
     let verb = match access {
         Access::Read => "read from",
-        Access::Write => "written to",
+        Access::Write => {
+            check_writable(tensor, "t")?;
+            "written to"
+        }
     };
     check_range(nbytes, tensor.nbytes(), verb)
 }

@@ -180,6 +180,16 @@ pub(crate) fn check_compact(tensor: &Tensor, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Checks that the VM may write a tensor: compact, and not marked read-only by its producer.
+pub(crate) fn check_writable(tensor: &Tensor, name: &str) -> Result<()> {
+    if tensor.is_read_only() {
+        return Err(Error::value(format!(
+            "`{name}` is read-only (its DLPack producer set the read-only flag)"
+        )));
+    }
+    Ok(())
+}
+
 /// A stream: instructions submitted to it run in order, after whatever the tensors they use
 /// were last used for on other streams. Dropping it finishes its pending work first.
 pub struct Stream {
@@ -267,6 +277,7 @@ impl Stream {
     /// Queues a copy of `src` into `dst`: same shape, dtype and size, both compact.
     pub fn copy(&self, dst: &Tensor, src: &Tensor) -> Result<()> {
         let dst_bytes = self.core.check_tensor(dst, "dst")?;
+        check_writable(dst, "dst")?;
         let src_bytes = self.core.check_tensor(src, "src")?;
         if dst.shape() != src.shape() || dst.dl().dtype != src.dl().dtype || dst_bytes != src_bytes
         {
@@ -312,6 +323,7 @@ impl Stream {
     /// returned.
     pub unsafe fn copy_from_host(&self, dst: &Tensor, src: *const u8, nbytes: usize) -> Result<()> {
         let size = self.core.check_tensor(dst, "dst")?;
+        check_writable(dst, "dst")?;
         check_range(nbytes, size, "written to")?;
         let op = Op::FromHost {
             dst: dst.clone(),
@@ -333,6 +345,9 @@ impl Stream {
                 Arg::Value(_) => continue,
             };
             self.core.check_tensor(tensor, &format!("args[{i}]"))?;
+            if access == Access::Write {
+                check_writable(tensor, &format!("args[{i}]"))?;
+            }
             uses.push((tensor.clone(), access));
         }
         let borrowed: Vec<(&Tensor, Access)> = uses.iter().map(|(t, a)| (t, *a)).collect();

@@ -280,8 +280,29 @@ def strided_views_are_refused():
     lib.dvm_tensor_free(t)
 
 
+def read_only_arrays_stay_unwritten():
+    array = np.arange(4, dtype=np.float32)
+    array.flags.writeable = False
+    capsule = array.__dlpack__(max_version=(1, 0))
+    managed = ctypes.cast(api.PyCapsule_GetPointer(capsule, VERSIONED),
+                          ctypes.POINTER(DLManagedTensorVersioned))
+    check(managed.contents.flags & 1 == 1, "numpy marks a read-only export")
+    t = P()
+    ok(lib.dvm_tensor_from_dlpack(managed, ctypes.byref(t)), "dvm_tensor_from_dlpack (read-only)")
+    api.PyCapsule_SetName(capsule, USED)
+    check(read_f32(t.value, 4) == [0, 1, 2, 3], "a read-only tensor can be read")
+    data = (ctypes.c_float * 1)(9)
+    status = lib.dvm_tensor_write(t, data, 4)
+    check(status == DVM_VALUE_ERROR, f"writing a read-only tensor returned {status}")
+    message = lib.dvm_last_error_message().decode()
+    check("read-only" in message, message)
+    check(array[0] == 0, "the read-only array is unchanged")
+    lib.dvm_tensor_free(t)
+
+
 numpy_reads_our_tensor()
 numpy_tensor_through_our_streams()
+read_only_arrays_stay_unwritten()
 strided_views_are_refused()
 if failures:
     print(f"{failures} checks FAILED", file=sys.stderr)
