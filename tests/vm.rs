@@ -515,3 +515,24 @@ fn waiting_from_a_callback_on_the_same_executor_fails_instead_of_hanging() {
         err.message
     );
 }
+
+#[test]
+fn a_callback_may_queue_work_on_its_own_stream() {
+    let stream = Arc::new(Stream::new(CPU).unwrap());
+    let t = tensor(&[1], I64);
+    let inner = Arc::downgrade(&stream);
+    let t2 = t.clone();
+    let enqueue = Function::from_closure(move |_| {
+        let stream = inner
+            .upgrade()
+            .ok_or_else(|| Error::runtime("stream gone"))?;
+        for _ in 0..10 {
+            stream.call(&increment(), vec![Arg::Write(t2.clone())])?;
+        }
+        Ok(Any::None)
+    });
+    stream.call(&enqueue, vec![]).unwrap();
+    stream.sync().unwrap();
+    stream.sync().unwrap();
+    assert_eq!(read_i64(&t), 10);
+}

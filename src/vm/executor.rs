@@ -92,6 +92,14 @@ impl Executor {
         if stream.is_closed() {
             return Err(Error::value("the stream was freed"));
         }
+        // A callback that queues onto its own executor must not wait for room: only it could
+        // make some.
+        if self.is_current() && self.in_flight() > QUEUE_CAPACITY {
+            return Err(Error::runtime(format!(
+                "the stream queue is full ({QUEUE_CAPACITY} instructions) and a callback running \
+                 on its executor cannot wait for room"
+            )));
+        }
         let seq = stream.issued() + 1;
         let task = make(seq);
         self.in_flight.fetch_add(1, Ordering::AcqRel);

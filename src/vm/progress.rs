@@ -10,10 +10,12 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-/// PAUSEs before yielding.
+use super::wait::SpinPolicy;
+
+/// PAUSEs before yielding (as the single-waiter policy does).
 const PAUSES: u32 = 31;
 /// Yield for this long before parking.
-const YIELD_BUDGET: Duration = Duration::from_micros(200);
+const YIELD_BUDGET: Duration = SpinPolicy::DEFAULT_BUDGET;
 /// A parked waiter re-checks at least this often.
 const PARK_SLICE: Duration = Duration::from_millis(20);
 
