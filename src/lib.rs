@@ -7,14 +7,18 @@
 //! - [`abi`]: `#[repr(C)]` mirrors of the value, object and DLPack layouts, with layout asserts.
 //! - [`object`]: owned values ([`object::Any`], [`object::ObjectRef`]), strings, shapes,
 //!   tensors, functions, the global function registry and the error type.
+//! - [`channel`]: the lock-free queue between threads and how a waiting thread waits (a short
+//!   PAUSE spin, then yields, then park), shared by sessions and streams.
 //! - [`device`]: host memory copies and thread placement.
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
-//! - [`session`]: threaded sessions: controller, workers, channels, registers, DRefs.
+//! - [`session`]: threaded sessions: controller, workers, registers, DRefs.
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread.
 
 /// cbindgen:ignore
 pub mod abi;
 pub mod capi;
+/// cbindgen:ignore
+pub mod channel;
 /// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::Instant;
 
-use super::wait::{Sleeper, SpinPolicy};
+use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::object::Result;
 

@@ -9,14 +9,14 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::builtins;
-use super::channel::Channel;
 use super::completion::Completion;
 use super::dref::DRef;
 use super::message::{Arg, CopyDirection, Message, Reply, Store};
 use super::registers::{Reg, RegisterIds};
-use super::wait::SpinPolicy;
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::{DLDevice, KDL_CPU};
+use crate::channel::Channel;
+use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
 

@@ -2,20 +2,18 @@
 //! results in register files, addressed by remote references (DRefs).
 
 mod builtins;
-mod channel;
 mod completion;
 mod controller;
 mod dref;
 mod handles;
 mod message;
 mod registers;
-mod wait;
 mod worker;
 
+pub use crate::channel::SpinPolicy;
 pub use controller::{MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
 pub use dref::{DRef, DRefCell};
 pub use handles::{SessionCell, SessionLink, WorkerCell, session_handle, worker_handle};
 pub use message::CopyDirection;
 pub use registers::Reg;
-pub use wait::SpinPolicy;
 pub use worker::{WorkerInfo, current as current_worker, current_handle as current_worker_handle};

@@ -5,12 +5,12 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
-use super::channel::Channel;
 use super::controller::Session;
 use super::message::{Arg, CopyDirection, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
-use super::wait::SpinPolicy;
 use crate::abi::DLDevice;
+use crate::channel::Channel;
+use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, current_cpu, move_off_current_cpu};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 

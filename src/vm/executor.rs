@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
-use super::channel::Channel;
 use super::instruction::Instruction;
 use super::small_mem::SmallMemAccess;
 use super::stream::StreamCore;
-use super::wait::SpinPolicy;
+use crate::channel::Channel;
+use crate::channel::SpinPolicy;
 use crate::object::{Error, ErrorKind, Result};
 
 /// Instructions an executor's queue holds before submitters wait for room.

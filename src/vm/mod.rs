@@ -19,14 +19,6 @@
 //! this project targets, the shared executor was faster for cross-stream ping-pong, since soft
 //! syncs between streams of one executor never block and no thread switch is needed.
 
-#[path = "../session/wait.rs"]
-#[allow(dead_code)]
-mod wait;
-
-#[path = "../session/channel.rs"]
-#[allow(dead_code)]
-mod channel;
-
 mod dependence;
 mod executor;
 mod instruction;

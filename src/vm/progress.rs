@@ -10,7 +10,7 @@ use std::sync::{Mutex, PoisonError};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use super::wait::SpinPolicy;
+use crate::channel::SpinPolicy;
 
 /// PAUSEs before yielding (as the single-waiter policy does).
 const PAUSES: u32 = 31;

@@ -18,7 +18,7 @@ use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
 use super::instruction::wait_all;
 use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
-use super::wait::{Sleeper, SpinPolicy};
+use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::MemPtr;
 use crate::object::{Error, Result, Tensor};
 

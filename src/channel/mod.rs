@@ -7,8 +7,10 @@ use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 
-use super::wait::{Sleeper, SpinPolicy};
+mod wait;
+
 use crate::object::Result;
+pub use wait::{Sleeper, SpinPolicy};
 
 pub struct Channel<T> {
     queue: ArrayQueue<T>,
