@@ -1,23 +1,13 @@
 //! Array objects: an immutable sequence of values.
 
 use super::any::{Any, AnyView};
-use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use super::object_ref::{ObjectRef, alloc_object, object_cell};
 use crate::abi::{DVMAny, DVMSeqCell, type_index as ti};
 
-/// The cell of an Array object (type 71).
-#[repr(transparent)]
-pub struct ArrayCell(DVMSeqCell);
-
-// SAFETY: Array objects have a sequence cell.
-unsafe impl ObjectType for ArrayCell {
-    fn type_index() -> i32 {
-        ti::ARRAY
-    }
+object_cell! {
+    /// The cell of an Array object (type 71).
+    ArrayCell(DVMSeqCell) = ti::ARRAY
 }
-// SAFETY: arrays made here are immutable; their items are Send + Sync values.
-unsafe impl Send for ArrayCell {}
-// SAFETY: as above.
-unsafe impl Sync for ArrayCell {}
 
 /// The items, kept in packed form so the cell can point at them.
 struct Items(Box<[DVMAny]>);

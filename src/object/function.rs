@@ -5,23 +5,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use super::any::{Any, AnyView};
 use super::error::{self, Error, Result};
-use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use super::object_ref::{ObjectRef, alloc_object, object_cell};
 use crate::abi::{DVMAny, DVMFunctionCell, DVMSafeCall, OBJECT_HEADER_SIZE, type_index as ti};
 
-/// The cell of a Function object (type 68).
-#[repr(transparent)]
-pub struct FunctionCell(DVMFunctionCell);
-
-// SAFETY: Function objects have a function cell.
-unsafe impl ObjectType for FunctionCell {
-    fn type_index() -> i32 {
-        ti::FUNCTION
-    }
+object_cell! {
+    /// The cell of a Function object (type 68).
+    FunctionCell(DVMFunctionCell) = ti::FUNCTION
 }
-// SAFETY: the cell is immutable; functions may be called from any thread by contract.
-unsafe impl Send for FunctionCell {}
-// SAFETY: as above.
-unsafe impl Sync for FunctionCell {}
 
 /// The body of a closure signature.
 pub type Closure = dyn Fn(&[AnyView<'_>]) -> Result<Any> + Send + Sync;

@@ -31,6 +31,30 @@ pub unsafe trait ObjectType: 'static {
     fn type_index() -> i32;
 }
 
+/// Declares the view of a static object type's cell: a `#[repr(transparent)]` wrapper of the C
+/// cell, its type index, and `Send + Sync`: cells of these types are immutable once made, and
+/// what they point at is either immutable (strings, shapes, array items) or, for tensor data and
+/// function callbacks, shared under the rules of the library that made them.
+macro_rules! object_cell {
+    ($(#[$doc:meta])* $name:ident($cell:ty) = $index:expr) => {
+        $(#[$doc])*
+        #[repr(transparent)]
+        pub struct $name($cell);
+
+        // SAFETY: objects with this static type index have this cell (tvm-ffi's layout).
+        unsafe impl $crate::object::ObjectType for $name {
+            fn type_index() -> i32 {
+                $index
+            }
+        }
+        // SAFETY: see the macro's documentation.
+        unsafe impl Send for $name {}
+        // SAFETY: as above.
+        unsafe impl Sync for $name {}
+    };
+}
+pub(crate) use object_cell;
+
 /// An object of any type: only its header is known (an untyped reference touches nothing else).
 pub enum AnyObject {}
 

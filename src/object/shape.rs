@@ -1,23 +1,13 @@
 //! Shape objects: an immutable tuple of int64.
 
 use super::any::Any;
-use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use super::object_ref::{ObjectRef, alloc_object, object_cell};
 use crate::abi::{DVMShapeCell, type_index as ti};
 
-/// The cell of a Shape object (type 69).
-#[repr(transparent)]
-pub struct ShapeCell(DVMShapeCell);
-
-// SAFETY: Shape objects have a shape cell.
-unsafe impl ObjectType for ShapeCell {
-    fn type_index() -> i32 {
-        ti::SHAPE
-    }
+object_cell! {
+    /// The cell of a Shape object (type 69).
+    ShapeCell(DVMShapeCell) = ti::SHAPE
 }
-// SAFETY: the cell is immutable once made.
-unsafe impl Send for ShapeCell {}
-// SAFETY: as above.
-unsafe impl Sync for ShapeCell {}
 
 #[repr(C)]
 struct ShapeBody {

@@ -2,39 +2,20 @@
 
 use std::ffi::c_char;
 
-use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use super::object_ref::{ObjectRef, ObjectType, alloc_object, object_cell};
 use crate::abi::{DVMAny, DVMAnyPayload, DVMByteArray, type_index as ti};
 
 /// The most bytes a small string holds inline (one byte of the payload stays for the NUL).
 pub const SMALL_STR_MAX: usize = 7;
 
-/// The cell of a String object (type 65).
-#[repr(transparent)]
-pub struct StrCell(DVMByteArray);
-/// The cell of a Bytes object (type 66).
-#[repr(transparent)]
-pub struct BytesCell(DVMByteArray);
-
-// SAFETY: String objects have a byte-array cell.
-unsafe impl ObjectType for StrCell {
-    fn type_index() -> i32 {
-        ti::STR
-    }
+object_cell! {
+    /// The cell of a String object (type 65).
+    StrCell(DVMByteArray) = ti::STR
 }
-// SAFETY: Bytes objects have a byte-array cell.
-unsafe impl ObjectType for BytesCell {
-    fn type_index() -> i32 {
-        ti::BYTES
-    }
+object_cell! {
+    /// The cell of a Bytes object (type 66).
+    BytesCell(DVMByteArray) = ti::BYTES
 }
-// SAFETY: the cell is immutable once made.
-unsafe impl Send for StrCell {}
-// SAFETY: as above.
-unsafe impl Sync for StrCell {}
-// SAFETY: as above.
-unsafe impl Send for BytesCell {}
-// SAFETY: as above.
-unsafe impl Sync for BytesCell {}
 
 /// Reads the bytes a byte-array cell points at.
 ///

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use super::any::Any;
 use super::error::{Error, ErrorKind, Result};
-use super::object_ref::{ObjectRef, ObjectType, alloc_object};
+use super::object_ref::{ObjectRef, alloc_object, object_cell};
 use crate::abi::{
     DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY,
     DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, KDL_CPU,
@@ -20,20 +20,10 @@ pub const HOST_ALIGNMENT: usize = 64;
 /// The most dimensions a tensor may have.
 pub const MAX_NDIM: i32 = 64;
 
-/// The cell of a Tensor object (type 70): a DLTensor.
-#[repr(transparent)]
-pub struct TensorCell(DLTensor);
-
-// SAFETY: Tensor objects embed a DLTensor after the header.
-unsafe impl ObjectType for TensorCell {
-    fn type_index() -> i32 {
-        ti::TENSOR
-    }
+object_cell! {
+    /// The cell of a Tensor object (type 70): a DLTensor.
+    TensorCell(DLTensor) = ti::TENSOR
 }
-// SAFETY: the DLTensor description is immutable; access to the data is the user's to order.
-unsafe impl Send for TensorCell {}
-// SAFETY: as above.
-unsafe impl Sync for TensorCell {}
 
 /// A readable dtype name: `float32`, `int8x4`, `bool`.
 pub fn dtype_name(dtype: DLDataType) -> String {
