@@ -123,7 +123,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             }
             Message::Get { reg, reply } => {
                 if reply.claim() {
-                    let value = worker.value(reg, "reading").map(Any::clone);
+                    let value = worker.value(reg, "reading").cloned();
                     reply.complete(worker.take_failure().and(value));
                 }
             }

@@ -67,7 +67,7 @@ impl Executor {
         self.channel.set_consumer(std::thread::current());
         loop {
             match self.channel.recv(SpinPolicy::default()) {
-                Task::Run(instruction) => instruction.execute(),
+                Task::Run(instruction) => (*instruction).execute(),
                 Task::Access(access) => access.execute(),
                 Task::Exit => break,
             }

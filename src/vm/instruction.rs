@@ -167,13 +167,13 @@ fn call(func: &Function, args: &[Arg]) -> Result<()> {
 
 impl Instruction {
     /// Runs the instruction on its stream's executor; a failure goes to the stream's error.
-    pub fn execute(self: Box<Self>) {
+    pub fn execute(self) {
         let Instruction {
             stream,
             seq,
             waits,
             op,
-        } = *self;
+        } = self;
         let result = wait_all(&stream, &waits).and_then(|()| op.run(&stream));
         // Release the tensors before the stream says it got here: a sync that returns has
         // seen every reference its instructions held go.

@@ -200,8 +200,10 @@ pub struct Stream {
 #[derive(Clone)]
 pub struct StreamPoint(Use);
 
-static SHARED_EXECUTORS: LazyLock<Mutex<Vec<(DLDevice, Arc<Executor>)>>> =
-    LazyLock::new(|| Mutex::new(Vec::new()));
+/// The shared executor of each device that has one.
+type ExecutorTable = Mutex<Vec<(DLDevice, Arc<Executor>)>>;
+
+static SHARED_EXECUTORS: LazyLock<ExecutorTable> = LazyLock::new(|| Mutex::new(Vec::new()));
 
 fn shared_executor(device: DLDevice) -> Result<Arc<Executor>> {
     let mut executors = SHARED_EXECUTORS
