@@ -536,3 +536,107 @@ fn a_callback_may_queue_work_on_its_own_stream() {
     stream.sync().unwrap();
     assert_eq!(read_i64(&t), 10);
 }
+
+#[test]
+fn an_inline_stream_runs_each_instruction_before_the_submission_returns() {
+    let inline = Stream::with_placement(CPU, Placement::Inline).unwrap();
+    let t = tensor(&[1], I64);
+    for _ in 0..1000 {
+        inline
+            .call(&increment(), vec![Arg::Write(t.clone())])
+            .unwrap();
+    }
+    // No sync: the work is already done, on this thread.
+    // SAFETY: the tensor holds one int64 and nothing else uses it now.
+    assert_eq!(unsafe { t.data_ptr().cast::<i64>().read() }, 1000);
+    inline.sync().unwrap();
+}
+
+#[test]
+fn an_inline_stream_is_ordered_after_other_streams() {
+    let inline = Stream::with_placement(CPU, Placement::Inline).unwrap();
+    let threaded = Stream::new(CPU).unwrap();
+    let gate = Arc::new(AtomicBool::new(false));
+    let t = tensor(&[1], I64);
+    threaded
+        .call(&gate_callback(gate.clone()), vec![Arg::Write(t.clone())])
+        .unwrap();
+    threaded
+        .call(&increment(), vec![Arg::Write(t.clone())])
+        .unwrap();
+    let opener = {
+        let gate = gate.clone();
+        std::thread::spawn(move || gate.store(true, Ordering::Release))
+    };
+    // Waits on this thread for the threaded stream's two writes, then adds its own.
+    inline
+        .call(&increment(), vec![Arg::Write(t.clone())])
+        .unwrap();
+    opener.join().unwrap();
+    assert_eq!(read_i64(&t), 2);
+    // And a threaded stream waits for what the inline stream wrote.
+    threaded
+        .call(&increment(), vec![Arg::Write(t.clone())])
+        .unwrap();
+    threaded.sync().unwrap();
+    assert_eq!(read_i64(&t), 3);
+}
+
+#[test]
+fn an_inline_stream_takes_work_only_from_its_thread_and_is_read_from_any() {
+    let inline = Arc::new(Stream::with_placement(CPU, Placement::Inline).unwrap());
+    let t = tensor(&[1], I64);
+    write_i64s(&t, &[41]);
+    inline
+        .call(&increment(), vec![Arg::Write(t.clone())])
+        .unwrap();
+    let (other, t2) = (inline.clone(), t.clone());
+    let from_another_thread = std::thread::spawn(move || {
+        let err = other
+            .call(&increment(), vec![Arg::Write(t2.clone())])
+            .unwrap_err();
+        // A small read of what the inline stream wrote still works from here.
+        (err, read_i64(&t2))
+    });
+    let (err, seen) = from_another_thread.join().unwrap();
+    assert_eq!(err.kind, ErrorKind::Runtime);
+    assert_eq!(
+        err.message,
+        "an inline stream takes work only from the thread that made it"
+    );
+    assert_eq!(seen, 42);
+}
+
+#[test]
+fn a_callback_on_an_inline_stream_may_read_tensors_but_not_queue_on_its_stream() {
+    let inline = Arc::new(Stream::with_placement(CPU, Placement::Inline).unwrap());
+    let (t, other) = (tensor(&[1], I64), tensor(&[1], I64));
+    write_i64s(&other, &[7]);
+    let (weak, other2) = (Arc::downgrade(&inline), other.clone());
+    let reads_then_queues = Function::from_closure(move |args| {
+        let mut out = [0u8; 8];
+        vm::read(&other2, &mut out)?;
+        let t = args[0].as_tensor()?;
+        // SAFETY: the tensor holds one int64 and this callback is its writer.
+        unsafe { t.data_ptr().cast::<i64>().write(i64::from_ne_bytes(out)) };
+        let stream = weak
+            .upgrade()
+            .ok_or_else(|| Error::runtime("stream gone"))?;
+        stream.call(&increment(), vec![]).map(|()| Any::None)
+    });
+    inline
+        .call(&reads_then_queues, vec![Arg::Write(t.clone())])
+        .unwrap();
+    let err = inline.sync().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Runtime);
+    assert!(
+        err.message.contains("cannot queue work on it"),
+        "{}",
+        err.message
+    );
+    assert!(
+        vm::read(&t, &mut [0u8; 8]).is_err(),
+        "the failed callback poisoned its output"
+    );
+    assert_eq!(read_i64(&other), 7);
+}

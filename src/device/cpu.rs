@@ -113,8 +113,8 @@ impl DeviceStream for CpuStream {
     }
 }
 
-/// A compact host tensor whose memory the caller vouched for; copies into and out of it are
-/// safe to call.
+/// A compact host tensor whose memory the caller vouched for: valid, and used by nobody else,
+/// for as long as the value is used (a stream copies into and out of it safely).
 #[derive(Clone, Copy)]
 pub struct HostTensor {
     dl: DLTensor,
@@ -153,17 +153,10 @@ impl HostTensor {
         unsafe { dl_shape(&self.dl) }.unwrap_or(&[])
     }
 
-    fn check_against(&self, tensor: &Tensor) -> Result<()> {
+    /// Checks that `tensor` has this host tensor's shape and dtype and is compact, so the two
+    /// hold the same bytes.
+    pub fn check_matches(&self, tensor: &Tensor) -> Result<()> {
         let remote = tensor.dl();
-        if remote.device.device_type != KDL_CPU {
-            return Err(Error::new(
-                ErrorKind::DeviceUnavailable,
-                format!(
-                    "copies to device type {} are not supported yet",
-                    remote.device.device_type
-                ),
-            ));
-        }
         if self.shape() != tensor.shape() || self.dl.dtype != remote.dtype {
             return Err(Error::value(format!(
                 "host tensor {:?} {} does not match the remote tensor {:?} {}",
@@ -179,34 +172,15 @@ impl HostTensor {
         Ok(())
     }
 
-    fn host_ptr(&self) -> *mut u8 {
+    /// The first byte of the host buffer.
+    pub fn ptr(&self) -> *mut u8 {
         // SAFETY: byte_offset lies within the buffer the caller described.
         unsafe { self.dl.data.cast::<u8>().add(self.dl.byte_offset as usize) }
     }
 
-    /// Copies this host buffer into `tensor` (same shape and dtype).
-    pub fn copy_into(&self, tensor: &Tensor) -> Result<()> {
-        self.check_against(tensor)?;
-        let dst = tensor.dl();
-        // SAFETY: both sides hold `nbytes` (same shape and dtype, both compact); the tensor's
-        // memory is its own and the host buffer is vouched for.
-        unsafe {
-            let dst = dst.data.cast::<u8>().add(dst.byte_offset as usize);
-            std::ptr::copy(self.host_ptr(), dst, self.nbytes);
-        }
-        Ok(())
-    }
-
-    /// Copies `tensor` (same shape and dtype) into this host buffer.
-    pub fn copy_from(&self, tensor: &Tensor) -> Result<()> {
-        self.check_against(tensor)?;
-        let src = tensor.dl();
-        // SAFETY: as in `copy_into`.
-        unsafe {
-            let src = src.data.cast::<u8>().add(src.byte_offset as usize);
-            std::ptr::copy(src, self.host_ptr(), self.nbytes);
-        }
-        Ok(())
+    /// Bytes the host tensor holds.
+    pub fn nbytes(&self) -> usize {
+        self.nbytes
     }
 }
 

@@ -13,6 +13,7 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, current_cpu, move_off_current_cpu};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
+use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
 pub struct WorkerShared {
@@ -85,6 +86,9 @@ struct Worker {
     /// Requests in a row whose waiter ran on this worker's CPU.
     shared_cpu_requests: u32,
     registers: RegisterFile,
+    /// The worker's stream on its device, made on first use: copies go through it. It runs
+    /// inline, on the worker's own thread, in the worker's order.
+    stream: Option<Stream>,
     /// The first failure since the last sync, and how many followed it.
     failure: Option<(Error, usize)>,
 }
@@ -99,6 +103,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
         pinned,
         shared_cpu_requests: 0,
         registers: RegisterFile::default(),
+        stream: None,
         failure: None,
     };
     loop {
@@ -230,6 +235,13 @@ impl Worker {
         }
     }
 
+    fn stream(&mut self) -> Result<&Stream> {
+        if self.stream.is_none() {
+            self.stream = Some(Stream::with_placement(self.info.device, Placement::Inline)?);
+        }
+        Ok(self.stream.as_ref().expect("made above"))
+    }
+
     fn note_failure(&mut self, error: &Error) {
         match &mut self.failure {
             Some((_, more)) => *more += 1,
@@ -254,22 +266,23 @@ impl Worker {
         }
     }
 
-    fn copy(&self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
+    fn copy(&mut self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
         let what = match direction {
             CopyDirection::ToWorker => "copy to worker 0",
             CopyDirection::FromWorker => "copy from worker 0",
         };
-        let attribute = |cause: Error| worker_error(self.info.id, what, &cause);
+        let id = self.info.id;
+        let attribute = |cause: Error| worker_error(id, what, &cause);
         let tensor = self
             .value(reg, "the copy's tensor")
             .map_err(&attribute)?
             .view()
             .as_tensor()
             .map_err(&attribute)?;
-        match direction {
-            CopyDirection::ToWorker => host.copy_into(&tensor),
-            CopyDirection::FromWorker => host.copy_from(&tensor),
-        }
-        .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
+        self.stream()
+            .and_then(|stream| {
+                stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
+            })
+            .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
     }
 }

@@ -5,8 +5,8 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::{JoinHandle, ThreadId};
 
 use super::instruction::Instruction;
 use super::small_mem::SmallMemAccess;
@@ -33,6 +33,31 @@ pub(crate) struct Executor {
     in_flight: AtomicUsize,
     exited: AtomicBool,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// Runs each task on the thread that submits it instead of a thread of its own; only the
+    /// thread that made it may submit (so no other thread ever waits for its order lock while
+    /// its tasks, which may take tensor records, run).
+    inline: Option<ThreadId>,
+}
+
+/// A task an inline executor runs on the submitting thread, once the submitter has recorded
+/// it and let go of the tensors' records. It holds the executor's order until it has run, so
+/// tasks run in number order.
+pub(crate) struct InlineRun<'a> {
+    executor: &'a Executor,
+    task: Task,
+    _order: MutexGuard<'a, ()>,
+}
+
+impl InlineRun<'_> {
+    pub fn run(self) {
+        let previous = CURRENT.with(|c| c.replace(std::ptr::from_ref(self.executor) as usize));
+        match self.task {
+            Task::Run(instruction) => (*instruction).execute(),
+            Task::Access(access) => access.execute(),
+            Task::Exit => {}
+        }
+        CURRENT.with(|c| c.set(previous));
+    }
 }
 
 thread_local! {
@@ -41,15 +66,32 @@ thread_local! {
 }
 
 impl Executor {
-    /// Starts an executor thread named `name`.
-    pub fn start(name: String) -> Result<Arc<Executor>> {
-        let executor = Arc::new(Executor {
-            channel: Channel::new(QUEUE_CAPACITY),
+    fn new(capacity: usize, inline: Option<ThreadId>) -> Executor {
+        Executor {
+            channel: Channel::new(capacity),
             submit: Mutex::new(()),
             in_flight: AtomicUsize::new(0),
             exited: AtomicBool::new(false),
             thread: Mutex::new(None),
-        });
+            inline,
+        }
+    }
+
+    /// An executor without a thread: each task runs on the calling thread, the only one that
+    /// may submit to it.
+    pub fn inline() -> Arc<Executor> {
+        Arc::new(Self::new(1, Some(std::thread::current().id())))
+    }
+
+    /// Whether the calling thread may submit tasks here.
+    pub fn accepts_calling_thread(&self) -> bool {
+        self.inline
+            .is_none_or(|owner| owner == std::thread::current().id())
+    }
+
+    /// Starts an executor thread named `name`.
+    pub fn start(name: String) -> Result<Arc<Executor>> {
+        let executor = Arc::new(Self::new(QUEUE_CAPACITY, None));
         let me = executor.clone();
         let handle = std::thread::Builder::new()
             .name(name)
@@ -86,11 +128,41 @@ impl Executor {
         self.in_flight.load(Ordering::Acquire)
     }
 
-    /// Numbers the next instruction of `stream`, builds it with `make(seq)` and queues it.
-    pub fn submit(&self, stream: &StreamCore, make: impl FnOnce(u64) -> Task) -> Result<u64> {
-        let _order = self.submit.lock().unwrap_or_else(PoisonError::into_inner);
+    /// Numbers the next instruction of `stream`, builds it with `make(seq)` and queues it. An
+    /// inline executor hands the task back instead, to be run once the caller has recorded it
+    /// and released the tensors' records.
+    pub fn submit(
+        &self,
+        stream: &StreamCore,
+        make: impl FnOnce(u64) -> Task,
+    ) -> Result<(u64, Option<InlineRun<'_>>)> {
+        if self.inline.is_some() {
+            if !self.accepts_calling_thread() {
+                return Err(Error::runtime(
+                    "an inline stream takes work only from the thread that made it",
+                ));
+            }
+            if self.is_current() {
+                return Err(Error::runtime(
+                    "a callback running on an inline stream cannot queue work on it (the \
+                     stream runs one instruction at a time, on the thread that submits it)",
+                ));
+            }
+        }
+        let order = self.submit.lock().unwrap_or_else(PoisonError::into_inner);
         if stream.is_closed() {
             return Err(Error::value("the stream was freed"));
+        }
+        if self.inline.is_some() {
+            let seq = stream.issued() + 1;
+            let task = make(seq);
+            stream.set_issued(seq);
+            let run = InlineRun {
+                executor: self,
+                task,
+                _order: order,
+            };
+            return Ok((seq, Some(run)));
         }
         // A callback that queues onto its own executor must not wait for room: only it could
         // make some.
@@ -111,7 +183,7 @@ impl Executor {
             return Err(error);
         }
         stream.set_issued(seq);
-        Ok(seq)
+        Ok((seq, None))
     }
 
     fn check_alive(&self) -> Result<()> {
@@ -127,6 +199,9 @@ impl Executor {
 
     /// Stops the thread after the work queued so far and joins it (unless called from it).
     pub fn stop(&self) {
+        if self.inline.is_some() {
+            return; // nothing queued, no thread
+        }
         {
             let _order = self.submit.lock().unwrap_or_else(PoisonError::into_inner);
             self.in_flight.fetch_add(1, Ordering::AcqRel);

@@ -206,9 +206,12 @@ fn run(
 ) -> Result<()> {
     let deps = TensorDeps::of(tensor);
     let mut record = deps.lock();
+    // The access runs on the stream that last wrote the tensor, unless that stream takes no
+    // work from this thread (an inline stream of another thread): then the device's default
+    // stream runs it, after waiting for that write.
     let stream = match record.writer_stream() {
-        Some(stream) => stream.clone(),
-        None => default_stream(tensor.dl().device)?,
+        Some(stream) if stream.executor().accepts_calling_thread() => stream.clone(),
+        _ => default_stream(tensor.dl().device)?,
     };
     if stream.executor().is_current() {
         return Err(Error::runtime(
@@ -235,7 +238,7 @@ fn run(
         }
     }
     let executor = stream.executor().clone();
-    let seq = executor.submit(&stream, |seq| {
+    let (seq, inline) = executor.submit(&stream, |seq| {
         Arc::get_mut(request)
             .expect("the executor released the access")
             .seq = seq;
@@ -243,6 +246,9 @@ fn run(
     })?;
     record.record(&stream, seq, access);
     drop(record);
+    if let Some(run) = inline {
+        run.run();
+    }
 
     let policy = SpinPolicy::default();
     let poll_done = || (request.state.load(Ordering::Acquire) == DONE).then_some(());

@@ -8,6 +8,7 @@ use super::executor::{Executor, Task};
 use super::instruction::{Arg, HostPtr, Instruction, Op};
 use super::progress::Progress;
 use crate::abi::{DLDevice, KDL_CPU};
+use crate::device::cpu::HostTensor;
 use crate::device::{DeviceStream, Marker, backend};
 use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Function, Result, Tensor};
@@ -20,6 +21,10 @@ pub enum Placement {
     SharedPerDevice,
     /// A thread of the stream's own.
     OwnThread,
+    /// No thread: each instruction runs on the thread that submits it, in order, before the
+    /// submission returns. For a stream one thread owns (a session worker's): its work never
+    /// waits for another thread. A callback running on such a stream cannot queue work on it.
+    Inline,
 }
 
 pub(crate) struct StreamCore {
@@ -133,7 +138,7 @@ impl StreamCore {
             record.needs(self, *access, &mut waits);
         }
         let stream = self.clone();
-        let seq = self.executor.submit(self, |seq| {
+        let (seq, inline) = self.executor.submit(self, |seq| {
             Task::Run(Box::new(Instruction {
                 stream,
                 seq,
@@ -143,6 +148,10 @@ impl StreamCore {
         })?;
         for (record, (_, access)) in records.iter_mut().zip(&order) {
             record.record(self, seq, *access);
+        }
+        drop(records);
+        if let Some(run) = inline {
+            run.run();
         }
         Ok(seq)
     }
@@ -256,6 +265,7 @@ impl Stream {
                 ))?,
                 true,
             ),
+            Placement::Inline => (Executor::inline(), true),
         };
         Ok(Stream {
             core: Arc::new(StreamCore {
@@ -333,6 +343,22 @@ impl Stream {
             nbytes,
         };
         self.core.submit(&[(dst, Access::Write)], op).map(drop)
+    }
+
+    /// Copies between a host tensor and `tensor` (same shape and dtype, both compact) after
+    /// everything queued before, and returns when the copy is done (or failed).
+    pub fn copy_host_sync(&self, host: &HostTensor, tensor: &Tensor, to_host: bool) -> Result<()> {
+        host.check_matches(tensor)?;
+        // SAFETY: the host tensor's creator vouched for its memory while the value is used, and
+        // the sync below returns only after this stream is done with it.
+        unsafe {
+            if to_host {
+                self.copy_to_host(tensor, host.ptr(), host.nbytes())?;
+            } else {
+                self.copy_from_host(tensor, host.ptr(), host.nbytes())?;
+            }
+        }
+        self.sync()
     }
 
     /// Queues a call of `func` with `args`; tensors among them are ordered as read or written.
