@@ -1,7 +1,8 @@
 //! Executors: the threads that run stream instructions. Each has a lock-free queue (its one
 //! consumer spins, yields, then parks; producers wake it only when it sleeps). Several streams
 //! may share one executor: their instructions then run in one FIFO, in submission order, so
-//! soft syncs between them never block.
+//! soft syncs between them never block. An inline executor has no thread: the one thread
+//! that may submit to it runs each task itself, before the submission returns.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -15,7 +15,8 @@
 //!   skip and fail in turn. Each failure is reported by the next sync of its stream.
 //!
 //! Thread mapping: by default all streams of a device share one executor thread (as OneFlow's
-//! VM does); [`Placement::OwnThread`] gives a stream a thread of its own. On the 2-vCPU machines
+//! VM does); [`Placement::OwnThread`] gives a stream a thread of its own, and
+//! [`Placement::Inline`] none: its one submitting thread (a session worker) runs it. On the 2-vCPU machines
 //! this project targets, the shared executor was faster for cross-stream ping-pong, since soft
 //! syncs between streams of one executor never block and no thread switch is needed.
 
