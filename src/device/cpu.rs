@@ -198,7 +198,7 @@ pub fn current_cpu() -> Option<usize> {
 /// Moves the calling thread off the CPU it runs on, leaving it free to run anywhere it could
 /// before: the scheduler places it on another allowed CPU right away. Does nothing when the
 /// thread may run on only one CPU. Returns whether it moved.
-pub fn move_off_current_cpu() -> bool {
+fn move_off_current_cpu() -> bool {
     let Some(cpu) = current_cpu() else {
         return false;
     };
@@ -218,6 +218,33 @@ pub fn move_off_current_cpu() -> bool {
         let moved = libc::sched_setaffinity(0, size, &elsewhere) == 0;
         libc::sched_setaffinity(0, size, &allowed);
         moved
+    }
+}
+
+/// Watches the requests a serving thread answers. A waiter that spins on the CPU its server runs
+/// on only hands that CPU back and forth (two context switches, a few us per request) while
+/// another CPU may idle, and the scheduler does not always separate two busy threads; after a
+/// run of such requests the server moves itself to another CPU it may use.
+#[derive(Default)]
+pub struct SharedCpuWatch {
+    run: u32,
+}
+
+impl SharedCpuWatch {
+    /// Requests in a row from the server's own CPU before it moves.
+    pub const RUN: u32 = 32;
+
+    /// Notes a request whose waiter ran on `waiter_cpu`; may move the calling thread.
+    pub fn note(&mut self, waiter_cpu: Option<usize>) {
+        if waiter_cpu.is_none() || waiter_cpu != current_cpu() {
+            self.run = 0;
+            return;
+        }
+        self.run += 1;
+        if self.run >= Self::RUN {
+            self.run = 0;
+            move_off_current_cpu();
+        }
     }
 }
 

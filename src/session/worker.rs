@@ -11,7 +11,7 @@ use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
-use crate::device::cpu::{HostTensor, current_cpu, move_off_current_cpu};
+use crate::device::cpu::{HostTensor, SharedCpuWatch};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 use crate::vm::{Placement, Stream};
 
@@ -75,16 +75,12 @@ impl Drop for ExitGuard {
     }
 }
 
-/// After this many requests in a row from a thread on the worker's own CPU, an unpinned worker
-/// moves to another CPU (see `Worker::share_less`).
-const SHARED_CPU_REQUESTS: u32 = 32;
-
 struct Worker {
     info: WorkerInfo,
     /// Whether the user pinned this worker (then it never moves itself).
     pinned: bool,
-    /// Requests in a row whose waiter ran on this worker's CPU.
-    shared_cpu_requests: u32,
+    /// Moves an unpinned worker off a CPU it shares with its waiter.
+    shared_cpu: SharedCpuWatch,
     registers: RegisterFile,
     /// The worker's stream on its device, made on first use: copies go through it. It runs
     /// inline, on the worker's own thread, in the worker's order.
@@ -101,7 +97,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
     let mut worker = Worker {
         info,
         pinned,
-        shared_cpu_requests: 0,
+        shared_cpu: SharedCpuWatch::default(),
         registers: RegisterFile::default(),
         stream: None,
         failure: None,
@@ -158,19 +154,10 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
 }
 
 impl Worker {
-    /// A waiter that spins on this worker's CPU takes turns with it (a few us per reply, two
-    /// context switches) while another CPU may sit idle, and the scheduler does not always
-    /// separate two busy threads. After a run of such requests an unpinned worker moves itself
-    /// to another CPU it may use.
+    /// See [`SharedCpuWatch`]; a worker the user pinned stays where it is.
     fn share_less(&mut self, waiter_cpu: Option<usize>) {
-        if self.pinned || waiter_cpu.is_none() || waiter_cpu != current_cpu() {
-            self.shared_cpu_requests = 0;
-            return;
-        }
-        self.shared_cpu_requests += 1;
-        if self.shared_cpu_requests >= SHARED_CPU_REQUESTS {
-            self.shared_cpu_requests = 0;
-            move_off_current_cpu();
+        if !self.pinned {
+            self.shared_cpu.note(waiter_cpu);
         }
     }
 

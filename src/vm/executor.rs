@@ -14,6 +14,7 @@ use super::small_mem::SmallMemAccess;
 use super::stream::StreamCore;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
+use crate::device::cpu::SharedCpuWatch;
 use crate::object::{Error, ErrorKind, Result};
 
 /// Instructions an executor's queue holds before submitters wait for room.
@@ -108,10 +109,15 @@ impl Executor {
     fn run(self: Arc<Self>) {
         CURRENT.with(|c| c.set(Arc::as_ptr(&self) as usize));
         self.channel.set_consumer(std::thread::current());
+        // A thread reading small amounts spins while it waits: keep off its CPU.
+        let mut shared_cpu = SharedCpuWatch::default();
         loop {
             match self.channel.recv(SpinPolicy::default()) {
                 Task::Run(instruction) => (*instruction).execute(),
-                Task::Access(access) => access.execute(),
+                Task::Access(access) => {
+                    shared_cpu.note(access.waiter_cpu());
+                    access.execute();
+                }
                 Task::Exit => break,
             }
             self.in_flight.fetch_sub(1, Ordering::Release);

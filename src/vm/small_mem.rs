@@ -20,6 +20,7 @@ use super::instruction::wait_all;
 use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::MemPtr;
+use crate::device::cpu::current_cpu;
 use crate::object::{Error, Result, Tensor};
 
 const PENDING: u32 = 0;
@@ -35,6 +36,8 @@ const SKIP_BLOCKING_THRESHOLD: usize = 1;
 pub(crate) struct SmallMemAccess {
     state: AtomicU32,
     waiter: Thread,
+    /// The CPU the waiter ran on when it queued the access.
+    waiter_cpu: Option<usize>,
     sleeper: Sleeper,
     stream: Option<Arc<StreamCore>>,
     seq: u64,
@@ -63,6 +66,7 @@ impl SmallMemAccess {
         SmallMemAccess {
             state: AtomicU32::new(DONE),
             waiter: std::thread::current(),
+            waiter_cpu: None,
             sleeper: Sleeper::default(),
             stream: None,
             seq: 0,
@@ -76,6 +80,11 @@ impl SmallMemAccess {
             tensor: Mutex::new(None),
             error: Mutex::new(None),
         }
+    }
+
+    /// The CPU the waiter ran on when it queued the access.
+    pub fn waiter_cpu(&self) -> Option<usize> {
+        self.waiter_cpu
     }
 
     /// Runs on the executor.
@@ -229,6 +238,7 @@ fn run(
         job.device = tensor.dl().device;
         job.nbytes = nbytes;
         job.full = nbytes == size;
+        job.waiter_cpu = current_cpu();
         *job.state.get_mut() = PENDING;
         *job.tensor.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(tensor.clone());
         *job.error.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
