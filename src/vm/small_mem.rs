@@ -27,8 +27,8 @@ const PENDING: u32 = 0;
 const STARTED: u32 = 1;
 const DONE: u32 = 2;
 
-/// The executor has at most this many instructions in flight (the access itself included) for
-/// the caller to skip the blocking phase.
+/// With at least this many instructions in flight before the access, the caller may park until
+/// the executor starts it; with fewer it only spins (and the executor wakes nobody).
 const SKIP_BLOCKING_THRESHOLD: usize = 1;
 
 /// One thread's reusable access instruction. Its fields are set only while the caller holds
@@ -50,13 +50,17 @@ pub(crate) struct SmallMemAccess {
     device: crate::abi::DLDevice,
     nbytes: usize,
     full: bool,
-    /// The tensor, for its poison state; taken (and released) by the executor.
-    tensor: Mutex<Option<Tensor>>,
+    /// The tensor's dependence record, for its poison state. The caller holds the tensor and
+    /// blocks until the access is done, and the executor stops using this before it says so.
+    deps: *const TensorDeps,
+    /// Whether the caller may park until the access starts (the executor had other work):
+    /// only then does the executor announce the start.
+    caller_may_park: bool,
     error: Mutex<Option<Error>>,
 }
 
-// SAFETY: the raw pointers are the caller's buffer and the tensor's memory; the caller blocks
-// until the executor is done with them, and the tensor is held alive meanwhile.
+// SAFETY: the raw pointers are the caller's buffer, the tensor's memory and its dependence
+// record; the caller holds the tensor and blocks until the executor is done with them.
 unsafe impl Send for SmallMemAccess {}
 // SAFETY: as above; the executor only reads the plain fields.
 unsafe impl Sync for SmallMemAccess {}
@@ -77,7 +81,8 @@ impl SmallMemAccess {
             device: crate::abi::DLDevice::cpu(),
             nbytes: 0,
             full: false,
-            tensor: Mutex::new(None),
+            deps: std::ptr::null(),
+            caller_may_park: false,
             error: Mutex::new(None),
         }
     }
@@ -91,15 +96,13 @@ impl SmallMemAccess {
     pub fn execute(self: Arc<Self>) {
         let stream = self.stream.as_ref().expect("a queued access has a stream");
         let waited = wait_all(stream, &self.waits);
-        self.state.store(STARTED, Ordering::Release);
-        self.sleeper.wake(&self.waiter);
-        let tensor = self
-            .tensor
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let result = waited.and_then(|()| self.copy(stream, tensor.as_ref()));
-        drop(tensor);
+        if self.caller_may_park {
+            self.state.store(STARTED, Ordering::Release);
+            self.sleeper.wake(&self.waiter);
+        }
+        // SAFETY: set from a live tensor the caller holds until it sees DONE, stored below.
+        let deps = unsafe { self.deps.as_ref() };
+        let result = waited.and_then(|()| self.copy(stream, deps));
         if let Err(error) = result {
             *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
         }
@@ -108,8 +111,7 @@ impl SmallMemAccess {
         self.sleeper.wake(&self.waiter);
     }
 
-    fn copy(&self, stream: &StreamCore, tensor: Option<&Tensor>) -> Result<()> {
-        let deps = tensor.map(TensorDeps::of);
+    fn copy(&self, stream: &StreamCore, deps: Option<&TensorDeps>) -> Result<()> {
         let host = MemPtr {
             ptr: self.host,
             device: crate::abi::DLDevice::cpu(),
@@ -240,7 +242,10 @@ fn run(
         job.full = nbytes == size;
         job.waiter_cpu = current_cpu();
         *job.state.get_mut() = PENDING;
-        *job.tensor.get_mut().unwrap_or_else(PoisonError::into_inner) = Some(tensor.clone());
+        job.deps = deps;
+        // The executor's queue before this access: with nothing else on it, the caller only
+        // spins, so the executor finds nobody asleep.
+        job.caller_may_park = stream.executor().in_flight() >= SKIP_BLOCKING_THRESHOLD;
         *job.error.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
         match &job.stream {
             Some(s) if Arc::ptr_eq(s, &stream) => {}
@@ -262,7 +267,7 @@ fn run(
 
     let policy = SpinPolicy::default();
     let poll_done = || (request.state.load(Ordering::Acquire) == DONE).then_some(());
-    if executor.in_flight() > SKIP_BLOCKING_THRESHOLD {
+    if request.caller_may_park {
         // Busy: block (spin, yield, then park) until the executor starts the access.
         request.sleeper.wait(
             policy,
