@@ -94,6 +94,14 @@ impl AccessRecord {
         }
     }
 
+    /// Whether every earlier use an access must follow has finished, all on streams whose work
+    /// is done when their host call returns (so "finished" means the memory is settled).
+    pub fn settled(&self, access: Access) -> bool {
+        let finished = |u: &Use| u.is_done() && u.stream.device_stream().completes_on_host();
+        self.writer.as_ref().is_none_or(finished)
+            && (access == Access::Read || self.readers.iter().all(finished))
+    }
+
     /// The stream of the last write, if it still takes instructions.
     pub fn writer_stream(&self) -> Option<&Arc<StreamCore>> {
         self.writer

@@ -18,6 +18,7 @@ use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
 use super::instruction::wait_all;
 use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
+use crate::abi::KDL_CPU;
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::MemPtr;
 use crate::device::cpu::current_cpu;
@@ -124,13 +125,7 @@ impl SmallMemAccess {
         match self.access {
             Access::Read => {
                 if let Some(cause) = deps.and_then(TensorDeps::poison) {
-                    return Err(Error::new(
-                        cause.kind.clone(),
-                        format!(
-                            "the tensor holds no valid value: an instruction that should have \
-                             written it failed: {cause}"
-                        ),
-                    ));
+                    return Err(poisoned(&cause));
                 }
                 // SAFETY: the caller's buffer holds `nbytes` and the caller is blocked; the
                 // tensor (alive, compact) holds at least `nbytes` (checked when queued).
@@ -148,6 +143,47 @@ impl SmallMemAccess {
         }
         dev.synchronize()
     }
+}
+
+/// A small access on the calling thread, for a host tensor whose earlier uses have all
+/// finished (the caller holds its record).
+fn access_here(
+    deps: &TensorDeps,
+    data: *mut u8,
+    host: *mut u8,
+    nbytes: usize,
+    full: bool,
+    access: Access,
+) -> Result<()> {
+    match access {
+        Access::Read => {
+            if let Some(cause) = deps.poison() {
+                return Err(poisoned(&cause));
+            }
+            // SAFETY: the caller's buffer holds `nbytes`; the tensor (alive, compact, on the
+            // host) holds at least that many (checked), and nothing else uses it now.
+            unsafe { std::ptr::copy(data, host, nbytes) };
+        }
+        Access::Write => {
+            // SAFETY: as above, the other way round.
+            unsafe { std::ptr::copy(host, data, nbytes) };
+            if full {
+                deps.clear_poison();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The error of a read from a tensor a failed instruction should have written.
+fn poisoned(cause: &Error) -> Error {
+    Error::new(
+        cause.kind.clone(),
+        format!(
+            "the tensor holds no valid value: an instruction that should have written it \
+             failed: {cause}"
+        ),
+    )
 }
 
 thread_local! {
@@ -217,6 +253,18 @@ fn run(
 ) -> Result<()> {
     let deps = TensorDeps::of(tensor);
     let mut record = deps.lock();
+    if tensor.dl().device.device_type == KDL_CPU && record.settled(access) {
+        // Every earlier use has finished, and while this thread holds the record no new one
+        // can be queued: the access runs right here, without a round trip to an executor.
+        return access_here(
+            deps,
+            tensor.data_ptr(),
+            host,
+            nbytes,
+            nbytes == size,
+            access,
+        );
+    }
     // The access runs on the stream that last wrote the tensor, unless that stream takes no
     // work from this thread (an inline stream of another thread): then the device's default
     // stream runs it, after waiting for that write.
