@@ -52,7 +52,7 @@ pub unsafe extern "C" fn dvm_tensor_empty(
         let out = non_null(out, "out")?;
         // SAFETY: the caller vouches for `ndim` dims.
         let dims = unsafe { count_slice(shape, ndim, "shape", "ndim") }?;
-        let tensor = Tensor::empty(dims, dtype, device)?;
+        let tensor = crate::device::empty(dims, dtype, device)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, into_handle(tensor)) };
         Ok(())

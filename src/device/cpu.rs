@@ -1,15 +1,15 @@
 //! The host: the CPU backend of the VM, copies between host buffers and tensors, and pinning
 //! threads to cores.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any as StdAny;
 use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock};
 
 use super::{Device, DeviceStream, Marker, MemPtr};
 use crate::abi::{DLDevice, DLTensor, KDL_CPU};
-use crate::object::tensor::HOST_ALIGNMENT;
-use crate::object::tensor::{check_dltensor, dl_shape, dtype_name, is_contiguous};
+use crate::object::tensor::{
+    check_dltensor, dl_shape, dtype_name, host_alloc, host_free, is_contiguous,
+};
 use crate::object::{Error, ErrorKind, Result, Tensor};
 
 /// The host as a VM device: 64-byte aligned memory, streams whose work is done when the call
@@ -22,14 +22,6 @@ impl CpuDevice {
         static HOST: LazyLock<Arc<dyn Device>> = LazyLock::new(|| Arc::new(CpuDevice));
         HOST.clone()
     }
-
-    fn layout(nbytes: usize) -> Result<Layout> {
-        nbytes
-            .max(1)
-            .checked_next_multiple_of(HOST_ALIGNMENT)
-            .and_then(|size| Layout::from_size_align(size, HOST_ALIGNMENT).ok())
-            .ok_or_else(|| Error::value(format!("{nbytes} bytes is too large to allocate")))
-    }
 }
 
 impl Device for CpuDevice {
@@ -38,16 +30,12 @@ impl Device for CpuDevice {
     }
 
     fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
-        let layout = Self::layout(nbytes)?;
-        // SAFETY: the layout has a nonzero size.
-        NonNull::new(unsafe { alloc_zeroed(layout) })
-            .ok_or_else(|| Error::runtime(format!("out of memory allocating {nbytes} bytes")))
+        host_alloc(nbytes)
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, nbytes: usize) {
-        let layout = Self::layout(nbytes).expect("the layout was valid when allocated");
-        // SAFETY: allocated with this layout by `allocate`, as the caller promises.
-        unsafe { dealloc(ptr.as_ptr(), layout) }
+        // SAFETY: from `allocate(nbytes)`, which is `host_alloc`, as the caller promises.
+        unsafe { host_free(ptr, nbytes) }
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {

@@ -10,8 +10,9 @@ use std::any::Any as StdAny;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::abi::{DLDevice, KDL_CPU};
-use crate::object::{Error, ErrorKind, Result};
+use crate::abi::{DLDataType, DLDevice, KDL_CPU};
+use crate::object::tensor::{check_new, release_with};
+use crate::object::{Error, ErrorKind, Result, Tensor};
 
 pub mod cpu;
 
@@ -74,6 +75,21 @@ pub trait Marker: Send + Sync {
     fn as_any(&self) -> &dyn StdAny;
 }
 
+/// A compact tensor of `dims` and `dtype` in `device`'s memory (zero-filled on the host),
+/// allocated through the device's backend and given back to it when the tensor dies.
+pub fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+    let nbytes = check_new(dims, dtype)?;
+    let backend = backend(device)?;
+    let ptr = backend.allocate(nbytes)?;
+    let release = release_with(ptr, move |ptr| {
+        // SAFETY: `ptr` came from this backend's `allocate(nbytes)`; the tensor that owned it
+        // is gone.
+        unsafe { backend.free(ptr, nbytes) }
+    });
+    // SAFETY: fresh memory of `nbytes` on `device`, owned by the tensor from now on.
+    Ok(unsafe { Tensor::from_memory(dims, dtype, device, ptr, release) })
+}
+
 /// The backend for `device`, or `DeviceUnavailable`.
 pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
     match device.device_type {
@@ -86,5 +102,48 @@ pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
             ErrorKind::DeviceUnavailable,
             format!("device type {other} has no backend here (only kDLCPU = 1)"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{KDL_CUDA, KDL_FLOAT};
+
+    const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+
+    #[test]
+    fn empty_allocates_through_the_backend_and_checks_the_device() {
+        let t = empty(&[3, 5], F32, DLDevice::cpu()).unwrap();
+        assert_eq!(t.shape(), &[3, 5]);
+        assert_eq!(
+            t.dl().data as usize % crate::object::tensor::HOST_ALIGNMENT,
+            0
+        );
+        // SAFETY: the tensor owns 60 readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(t.dl().data.cast::<u8>(), 60) };
+        assert!(bytes.iter().all(|&b| b == 0));
+
+        let gpu = DLDevice {
+            device_type: KDL_CUDA,
+            device_id: 0,
+        };
+        let err = empty(&[1], F32, gpu).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::DeviceUnavailable);
+        let err = empty(
+            &[1],
+            F32,
+            DLDevice {
+                device_type: KDL_CPU,
+                device_id: 3,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.message,
+            "CPU device id 3 is out of range (the host is device 0)"
+        );
+        let err = empty(&[-1], F32, DLDevice::cpu()).unwrap_err();
+        assert_eq!(err.message, "dimension 0 of shape [-1] is negative");
     }
 }

@@ -193,17 +193,75 @@ fn row_major_strides(dims: &[i64]) -> Box<[i64]> {
     strides.into_boxed_slice()
 }
 
+/// Frees a tensor's memory when the tensor dies (a device backend's free).
+pub type Release = Box<dyn FnOnce() + Send + Sync>;
+
 /// What a tensor object owns besides its description.
 enum Storage {
-    Host { ptr: NonNull<u8>, layout: Layout },
+    /// Memory an allocator gave; `release` gives it back.
+    Owned(Option<Release>),
     Managed(NonNull<DLManagedTensorVersioned>),
+}
+
+fn host_layout(nbytes: usize) -> Result<Layout> {
+    nbytes
+        .max(1)
+        .checked_next_multiple_of(HOST_ALIGNMENT)
+        .and_then(|size| Layout::from_size_align(size, HOST_ALIGNMENT).ok())
+        .ok_or_else(|| Error::value(format!("{nbytes} bytes is too large to allocate")))
+}
+
+/// A [`Release`] that hands `ptr` to `free` (on whichever thread the tensor dies).
+pub fn release_with(
+    ptr: NonNull<u8>,
+    free: impl FnOnce(NonNull<u8>) + Send + Sync + 'static,
+) -> Release {
+    // Carried as an address: the memory belongs to the tensor, whichever thread drops it.
+    let address = ptr.as_ptr() as usize;
+    Box::new(move || {
+        if let Some(ptr) = NonNull::new(address as *mut u8) {
+            free(ptr);
+        }
+    })
+}
+
+/// Allocates `nbytes` of zeroed host memory, 64-byte aligned (at least one byte is reserved).
+pub fn host_alloc(nbytes: usize) -> Result<NonNull<u8>> {
+    let layout = host_layout(nbytes)?;
+    // SAFETY: the layout has a nonzero size.
+    NonNull::new(unsafe { alloc_zeroed(layout) })
+        .ok_or_else(|| Error::runtime(format!("out of memory allocating {nbytes} bytes")))
+}
+
+/// Frees memory from [`host_alloc`].
+///
+/// # Safety
+/// `ptr` came from `host_alloc(nbytes)` and is no longer used.
+pub unsafe fn host_free(ptr: NonNull<u8>, nbytes: usize) {
+    let layout = host_layout(nbytes).expect("the layout was valid when allocated");
+    // SAFETY: allocated with this layout by `host_alloc`, as the caller promises.
+    unsafe { dealloc(ptr.as_ptr(), layout) }
+}
+
+/// Checks a shape and dtype for a new compact tensor and returns its size in bytes.
+pub fn check_new(dims: &[i64], dtype: DLDataType) -> Result<usize> {
+    if dims.len() > MAX_NDIM as usize {
+        return Err(Error::value(format!(
+            "ndim {} exceeds {MAX_NDIM}",
+            dims.len()
+        )));
+    }
+    compact_nbytes(dims, dtype)
 }
 
 impl Drop for Storage {
     fn drop(&mut self) {
         match self {
-            // SAFETY: allocated with this layout in `Tensor::empty`.
-            Storage::Host { ptr, layout } => unsafe { dealloc(ptr.as_ptr(), *layout) },
+            Storage::Owned(release) => {
+                if let Some(release) = release.take() {
+                    release();
+                }
+            }
             Storage::Managed(managed) => {
                 // SAFETY: we took ownership of the managed tensor; its deleter releases it.
                 if let Some(deleter) = unsafe { managed.as_ref() }.deleter {
@@ -234,46 +292,51 @@ pub struct Tensor(ObjectRef<TensorCell>);
 impl Tensor {
     pub const TYPE_NAME: &'static str = "ffi.Tensor";
 
-    /// A compact, zero-filled host tensor, 64-byte aligned.
+    /// A compact, zero-filled host tensor, 64-byte aligned. (Tensors on any device with a
+    /// backend: `device::empty`.)
     pub fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
         if device.device_type != KDL_CPU {
             return Err(Error::new(
                 ErrorKind::DeviceUnavailable,
                 format!(
-                    "device type {} has no backend here (only kDLCPU = 1)",
+                    "Tensor::empty makes host tensors; device type {} needs its backend",
                     device.device_type
                 ),
             ));
         }
-        if dims.len() > MAX_NDIM as usize {
-            return Err(Error::value(format!(
-                "ndim {} exceeds {MAX_NDIM}",
-                dims.len()
-            )));
-        }
-        let nbytes = compact_nbytes(dims, dtype)?;
-        let layout = Layout::from_size_align(
-            nbytes.max(1).next_multiple_of(HOST_ALIGNMENT),
-            HOST_ALIGNMENT,
-        )
-        .map_err(|_| too_large(dims, dtype))?;
-        // SAFETY: the layout has a nonzero size.
-        let ptr = NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(|| {
-            Error::runtime(format!(
-                "out of memory allocating {nbytes} bytes for a tensor"
-            ))
-        })?;
+        let nbytes = check_new(dims, dtype)?;
+        let ptr = host_alloc(nbytes)?;
+        let release = release_with(ptr, move |ptr| {
+            // SAFETY: from `host_alloc(nbytes)`; the tensor that owned it is gone.
+            unsafe { host_free(ptr, nbytes) }
+        });
+        // SAFETY: fresh host memory of `nbytes`, given back by `host_free` when the tensor dies.
+        Ok(unsafe { Self::from_memory(dims, dtype, device, ptr, release) })
+    }
+
+    /// A compact tensor over memory an allocator gave; `release` runs when the tensor dies.
+    ///
+    /// # Safety
+    /// `data` holds `check_new(dims, dtype)` bytes (checked by the caller) on `device`, owned by
+    /// the tensor from now on.
+    pub unsafe fn from_memory(
+        dims: &[i64],
+        dtype: DLDataType,
+        device: DLDevice,
+        data: NonNull<u8>,
+        release: Release,
+    ) -> Tensor {
         let shape: Box<[i64]> = dims.into();
         let strides = row_major_strides(dims);
-        Ok(Self::assemble(
-            ptr.as_ptr().cast(),
+        Self::assemble(
+            data.as_ptr().cast(),
             device,
             dtype,
             shape,
             strides,
-            Storage::Host { ptr, layout },
+            Storage::Owned(Some(release)),
             false,
-        ))
+        )
     }
 
     fn assemble(

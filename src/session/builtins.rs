@@ -5,8 +5,9 @@ use std::sync::Once;
 
 use super::worker::{self, WorkerInfo};
 use crate::abi::DLDevice;
+use crate::device;
 use crate::device::cpu::pin_current_thread;
-use crate::object::{Any, AnyView, Error, Function, Result, Shape, Tensor, registry};
+use crate::object::{Any, AnyView, Error, Function, Result, Shape, registry};
 
 fn on_worker(name: &str) -> Result<WorkerInfo> {
     worker::current()
@@ -64,7 +65,7 @@ fn empty(info: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     if worker0_only && !first {
         return Ok(Any::None);
     }
-    Ok(Tensor::empty(shape.as_slice(), dtype, device)?.into())
+    Ok(device::empty(shape.as_slice(), dtype, device)?.into())
 }
 
 /// `bind_worker_to_cpu_core(cpu_ids)`: pins this worker to `cpu_ids[worker_id]`.
