@@ -144,6 +144,17 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * How many devices of a DLPack device type (`kDLCPU`, `kDLCUDA`, ...) this library can use:
+ * 1 for `kDLCPU`; for `kDLCUDA` the number of GPUs the CUDA driver reports, 0 on machines
+ * without the driver or without a GPU (the driver is loaded at run time and never required);
+ * 0 for other device types, which have no backend yet.
+ *
+ * Errors: `ValueError` for an unknown device type or a NULL `out`.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_device_count(int32_t device_type, int32_t *out);
+
+/**
  * Reads the value the register holds on `worker`, after every call sent before.
  *
  * Ownership: `*out` is an owned copy (objects gain a reference); release it with

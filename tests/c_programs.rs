@@ -93,6 +93,7 @@ programs! {
     func_call_values: Program::new("tests/c/func_call_values.c");
     func_errors: Program::new("tests/c/func_errors.c");
     capi_bad_inputs: Program::new("tests/c/capi_bad_inputs.c");
+    device_count: Program::new("tests/c/device_count.c");
     object_ref_counting: Program::new("tests/c/object_ref_counting.c");
     session_calls: Program::new("tests/c/session_calls.c");
     session_failures: Program::new("tests/c/session_failures.c");

@@ -7,6 +7,7 @@
 // Thread safety, the form the generated header carries, rather than in a `# Safety` section.
 #![allow(clippy::missing_safety_doc)]
 
+mod device;
 mod dref;
 mod error;
 mod func;
@@ -16,6 +17,7 @@ mod tensor;
 mod value;
 mod worker;
 
+pub use device::*;
 pub use dref::*;
 pub use error::*;
 pub use func::*;

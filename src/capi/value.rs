@@ -45,10 +45,10 @@ pub unsafe extern "C" fn dvm_any_release(value: *mut DVMAny) -> dvm_status {
         // SAFETY: the caller owns the value; reading it and writing None gives it up.
         unsafe {
             let owned = value.as_ptr().replace(DVMAny::none());
-            if owned.type_index >= crate::abi::type_index::STATIC_OBJECT_BEGIN {
-                if let Some(obj) = std::ptr::NonNull::new(owned.v.v_obj) {
-                    dec_ref(obj);
-                }
+            if owned.type_index >= crate::abi::type_index::STATIC_OBJECT_BEGIN
+                && let Some(obj) = std::ptr::NonNull::new(owned.v.v_obj)
+            {
+                dec_ref(obj);
             }
         }
         Ok(())

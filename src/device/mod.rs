@@ -10,11 +10,12 @@ use std::any::Any as StdAny;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::abi::{DLDataType, DLDevice, KDL_CPU};
+use crate::abi::{DLDataType, DLDevice, KDL_CPU, KDL_CUDA};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, ErrorKind, Result, Tensor};
 
 pub mod cpu;
+pub mod cuda;
 
 /// A place tensors live and work runs: the host, one GPU, ...
 pub trait Device: Send + Sync + 'static {
@@ -75,6 +76,17 @@ pub trait Marker: Send + Sync {
     fn as_any(&self) -> &dyn StdAny;
 }
 
+/// How many devices of a DLPack device type this library can use: the host is one device;
+/// CUDA devices are counted by the driver (0 without one); other types have no backend.
+pub fn count(device_type: i32) -> Result<i32> {
+    match device_type {
+        KDL_CPU => Ok(1),
+        KDL_CUDA => Ok(cuda::device_count()),
+        known if (1..=18).contains(&known) => Ok(0),
+        other => Err(Error::value(format!("unknown DLPack device type {other}"))),
+    }
+}
+
 /// A compact tensor of `dims` and `dtype` in `device`'s memory (zero-filled on the host),
 /// allocated through the device's backend and given back to it when the tensor dies.
 pub fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
@@ -98,6 +110,7 @@ pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
             "CPU device id {} is out of range (the host is device 0)",
             device.device_id
         ))),
+        KDL_CUDA => Err(cuda::unavailable(device.device_id)),
         other => Err(Error::new(
             ErrorKind::DeviceUnavailable,
             format!("device type {other} has no backend here (only kDLCPU = 1)"),
@@ -111,6 +124,24 @@ mod tests {
     use crate::abi::{KDL_CUDA, KDL_FLOAT};
 
     const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+
+    #[test]
+    fn devices_are_counted_without_requiring_a_cuda_driver() {
+        assert_eq!(count(KDL_CPU).unwrap(), 1);
+        assert!(count(KDL_CUDA).unwrap() >= 0);
+        assert_eq!(count(7).unwrap(), 0, "Vulkan has no backend");
+        assert_eq!(
+            count(99).unwrap_err().message,
+            "unknown DLPack device type 99"
+        );
+        if count(KDL_CUDA).unwrap() == 0 {
+            let why = cuda::unavailable(0).message;
+            assert!(
+                why.contains("could not be loaded") || why.contains("found no GPU"),
+                "{why}"
+            );
+        }
+    }
 
     #[test]
     fn empty_allocates_through_the_backend_and_checks_the_device() {

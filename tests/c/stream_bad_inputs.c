@@ -90,7 +90,7 @@ int main(void) {
   dvm_stream* untouched = (dvm_stream*)&managed;
   DLDevice gpu = {kDLCUDA, 0};
   DLDevice cpu1 = {kDLCPU, 1};
-  BAD(dvm_stream_new(gpu, &untouched), DVM_DEVICE_UNAVAILABLE, "device type 2 has no backend");
+  BAD(dvm_stream_new(gpu, &untouched), DVM_DEVICE_UNAVAILABLE, "CUDA device 0: ");
   BAD(dvm_stream_new(cpu1, &untouched), DVM_VALUE_ERROR, "CPU device id 1 is out of range");
   BAD(dvm_stream_new(cpu, NULL), DVM_VALUE_ERROR, "`out` is NULL");
   CHECK(untouched == (dvm_stream*)&managed);
