@@ -14,7 +14,7 @@ use super::dref::DRef;
 use super::message::{Arg, CopyDirection, Message, Reply, Store};
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, WorkerInfo, WorkerShared};
-use crate::abi::{DLDevice, KDL_CPU};
+use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
@@ -105,19 +105,10 @@ fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevic
             options.devices.len()
         )));
     }
-    if let Some((w, d)) = options
-        .devices
-        .iter()
-        .enumerate()
-        .find(|(_, d)| d.device_type != KDL_CPU)
-    {
-        return Err(Error::new(
-            ErrorKind::DeviceUnavailable,
-            format!(
-                "worker {w}: device type {} has no backend here (only kDLCPU = 1)",
-                d.device_type
-            ),
-        ));
+    // Each worker's device must have a backend here (the CPU now; CUDA with its backend).
+    for (w, device) in options.devices.iter().enumerate() {
+        crate::device::backend(*device)
+            .map_err(|e| Error::new(e.kind, format!("worker {w}: {}", e.message)))?;
     }
     Ok(options.devices.clone())
 }

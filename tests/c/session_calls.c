@@ -196,23 +196,29 @@ static void the_current_worker_inside_a_callback(void) {
                 "dvm_current_worker called off a worker thread");
   dvm_func_free(direct);
 
-  /* On workers, with their devices given in the options. */
-  const DLDevice devices[4] = {{kDLCPU, 0}, {kDLCPU, 1}, {kDLCPU, 2}, {kDLCPU, 3}};
+  /* On workers, with their devices given in the options (the host is one device, id 0, that
+   * workers share; an id the host does not have is refused). */
+  const DLDevice devices[4] = {{kDLCPU, 0}, {kDLCPU, 0}, {kDLCPU, 0}, {kDLCPU, 0}};
   dvm_session_options options;
   memset(&options, 0, sizeof options);
   options.num_devices = 4;
   options.devices = devices;
   dvm_session* s;
+  const DLDevice other_host[4] = {{kDLCPU, 0}, {kDLCPU, 1}, {kDLCPU, 0}, {kDLCPU, 0}};
+  options.devices = other_host;
+  EXPECT_STATUS(dvm_session_new_threaded(4, 2, &options, &s), DVM_VALUE_ERROR,
+                "worker 1: CPU device id 1 is out of range (the host is device 0)");
+  options.devices = devices;
   CHECK_OK(dvm_session_new_threaded(4, 2, &options, &s));
   dvm_dref* f = session_func(s, "test.c.whoami");
   dvm_dref* ids = broadcast(s, f, NULL, 0);
   for (int32_t w = 0; w < 4; w++) {
-    CHECK(int_on(ids, w) == w * 1000 + w);
+    CHECK(int_on(ids, w) == w * 1000);
     dvm_worker* worker;
     CHECK_OK(dvm_session_worker(s, w, &worker));
     DLDevice device;
     CHECK_OK(dvm_worker_device(worker, &device));
-    CHECK(device.device_type == kDLCPU && device.device_id == w);
+    CHECK(device.device_type == kDLCPU && device.device_id == 0);
     dvm_worker_free(worker);
   }
   /* ... and through the built-in that Disco's workers use. */
@@ -222,7 +228,7 @@ static void the_current_worker_inside_a_callback(void) {
     DVMAny v = any_none();
     CHECK_OK(dvm_dref_get(device_of, w, &v));
     CHECK(v.type_index == kDVMDevice);
-    CHECK(v.v_device.device_type == kDLCPU && v.v_device.device_id == w);
+    CHECK(v.v_device.device_type == kDLCPU && v.v_device.device_id == 0);
   }
   dvm_dref_free(device_of);
   dvm_dref_free(device_fn);
