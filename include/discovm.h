@@ -410,11 +410,13 @@ void dvm_session_free(dvm_session *s);
 
 /**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
- * the library, in the order work was submitted.
+ * the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
+ * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_stream_free`.
  * Errors: `ValueError` if `out` is NULL or the device id is out of range;
- * `DeviceUnavailable` for devices without a backend (only `kDLCPU` device 0 for now).
+ * `DeviceUnavailable` for devices without a backend (`kDLCPU` device 0 and the GPUs the CUDA
+ * driver finds have one).
  * Thread safety: any thread.
  */
 dvm_status dvm_stream_new(DLDevice device, dvm_stream **out);
@@ -452,11 +454,14 @@ dvm_status dvm_stream_wait(dvm_stream *waiter, dvm_stream *signaler);
 void dvm_stream_free(dvm_stream *s);
 
 /**
- * Allocates a compact, zero-filled tensor, 64-byte aligned. Only `kDLCPU` devices for now.
+ * Allocates a compact tensor on `device`: on `kDLCPU` zero-filled and 64-byte aligned; on
+ * `kDLCUDA` uninitialised GPU memory (`data` is the device pointer), freed in its device's
+ * context when the last reference goes.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
  * Errors: `ValueError` for a negative `ndim` or dimension, an invalid dtype, a size that
- * overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend.
+ * overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend (a CUDA
+ * device without the driver or out of range: the message says which).
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_empty(const int64_t *shape,

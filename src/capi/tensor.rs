@@ -34,11 +34,14 @@ fn into_handle(t: Tensor) -> *mut dvm_tensor {
     t.into_object().into_raw().as_ptr().cast()
 }
 
-/// Allocates a compact, zero-filled tensor, 64-byte aligned. Only `kDLCPU` devices for now.
+/// Allocates a compact tensor on `device`: on `kDLCPU` zero-filled and 64-byte aligned; on
+/// `kDLCUDA` uninitialised GPU memory (`data` is the device pointer), freed in its device's
+/// context when the last reference goes.
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
 /// Errors: `ValueError` for a negative `ndim` or dimension, an invalid dtype, a size that
-/// overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend.
+/// overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend (a CUDA
+/// device without the driver or out of range: the message says which).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_empty(

@@ -53,6 +53,10 @@ impl Marker for CpuMarker {
     fn as_any(&self) -> &dyn StdAny {
         self
     }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 fn check_host(side: &str, mem: MemPtr) -> Result<()> {
@@ -92,8 +96,10 @@ impl DeviceStream for CpuStream {
         Ok(())
     }
 
-    fn wait(&self, _marker: &dyn Marker) -> Result<()> {
-        Ok(())
+    fn wait(&self, marker: &dyn Marker) -> Result<()> {
+        // A host marker is passed once the VM saw its instruction finish; a device's marker
+        // (a copy into host memory queued on a GPU) is waited for here, on the host.
+        marker.synchronize()
     }
 
     fn synchronize(&self) -> Result<()> {

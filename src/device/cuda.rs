@@ -3,16 +3,30 @@
 //! call (cudarc panics when libcuda is missing), and every cudarc call runs inside
 //! `catch_unwind`, so no CUDA failure aborts the process or reaches C as a panic.
 //!
-//! For now this module answers whether CUDA devices are there; device memory, streams and events
-//! come with the CUDA backend.
+//! The backend: [`CudaDevice`] allocates with `cuMemAlloc` in the device's primary context,
+//! which every call first makes current on the calling thread (so any thread, a session worker
+//! included, may use a device without setting anything up). Its streams are non-blocking CUDA
+//! streams whose copies are queued with the `cuMemcpy*Async` calls on raw pointers; markers are
+//! CUDA events (`record` = `cuEventRecord`, `wait` = `cuStreamWaitEvent`: one stream waits for
+//! another on the GPU, never on the host).
+//!
+//! Host memory: copies from and to pageable host memory go through the driver's own page-locked
+//! staging (a host-to-device copy returns once the host bytes were taken, a device-to-host copy
+//! once they arrived), which is what a VM copy needs from a caller's buffer; `kDLCUDAHost`
+//! memory is already page-locked and is copied directly, asynchronously.
 
+use std::any::Any as StdAny;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::OnceLock;
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use cudarc::driver::result::DriverError;
-use cudarc::driver::sys::CUresult;
+use cudarc::driver::CudaContext;
+use cudarc::driver::result::{self, DriverError};
+use cudarc::driver::sys::{self, CUresult};
 
-use crate::object::{Error, ErrorKind};
+use super::{Device, DeviceStream, Marker, MemPtr};
+use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST};
+use crate::object::{Error, ErrorKind, Result};
 
 /// What the probe found: the number of devices, or why there are none.
 fn probe() -> &'static std::result::Result<i32, String> {
@@ -44,10 +58,395 @@ pub fn unavailable(device_id: i32) -> Error {
         Ok(count) if !(0..*count).contains(&device_id) => {
             format!("CUDA device {device_id} is out of range ({count} devices)")
         }
-        Ok(_) => "CUDA tensors and streams arrive with the CUDA backend".to_string(),
+        Ok(_) => "the device could not be opened".to_string(),
     };
     Error::new(
         ErrorKind::DeviceUnavailable,
         format!("CUDA device {device_id}: {why}"),
     )
+}
+
+/// Runs one driver call (or a few) so that a cudarc panic (a missing symbol, an assertion)
+/// comes back as an error, and a driver error as `RuntimeError` naming what was being done.
+fn driver<T>(what: &str, call: impl FnOnce() -> std::result::Result<T, DriverError>) -> Result<T> {
+    match catch_unwind(AssertUnwindSafe(call)) {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(error)) => Err(Error::runtime(format!(
+            "CUDA: {what} failed: {}",
+            describe(error)
+        ))),
+        Err(panic) => {
+            let detail = panic
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| panic.downcast_ref::<&str>().copied())
+                .unwrap_or("no message");
+            Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!("CUDA: {what}: the driver library could not serve the call ({detail})"),
+            ))
+        }
+    }
+}
+
+/// A driver error's name and, when the driver can say, its description (asking the driver
+/// may itself fail: the error's `Display` calls into the library).
+fn describe(error: DriverError) -> String {
+    let code = error.0;
+    catch_unwind(AssertUnwindSafe(|| error.to_string()))
+        .map(|text| format!("{code:?}: {text}"))
+        .unwrap_or_else(|_| format!("{code:?}"))
+}
+
+/// One GPU: its primary context (the one the CUDA runtime, PyTorch and TVM use), retained for
+/// the life of the process.
+pub struct CudaDevice {
+    id: i32,
+    ctx: Arc<CudaContext>,
+}
+
+impl CudaDevice {
+    /// The shared backend of CUDA device `device_id`, or `DeviceUnavailable` saying why.
+    pub fn shared(device_id: i32) -> Result<Arc<CudaDevice>> {
+        static DEVICES: Mutex<Vec<Arc<CudaDevice>>> = Mutex::new(Vec::new());
+        if !(0..device_count()).contains(&device_id) {
+            return Err(unavailable(device_id));
+        }
+        let mut devices = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(device) = devices.iter().find(|d| d.id == device_id) {
+            return Ok(device.clone());
+        }
+        let ctx = driver(&format!("opening device {device_id}"), || {
+            CudaContext::new(device_id as usize)
+        })
+        .map_err(|e| Error::new(ErrorKind::DeviceUnavailable, e.message))?;
+        let device = Arc::new(CudaDevice { id: device_id, ctx });
+        devices.push(device.clone());
+        Ok(device)
+    }
+
+    /// Makes this device's context the calling thread's current one (every driver call below
+    /// runs in it; a thread that never touched CUDA has none).
+    pub fn bind(&self) -> Result<()> {
+        driver("binding the context to the thread", || {
+            self.ctx.bind_to_thread()
+        })
+    }
+
+    fn dl(&self) -> DLDevice {
+        DLDevice {
+            device_type: KDL_CUDA,
+            device_id: self.id,
+        }
+    }
+}
+
+impl Device for CudaDevice {
+    fn dl_device(&self) -> DLDevice {
+        self.dl()
+    }
+
+    fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
+        self.bind()?;
+        let what = format!("allocating {nbytes} bytes on device {}", self.id);
+        // SAFETY: the context is current; the pointer is only used as this device's memory.
+        let ptr = driver(&what, || unsafe { result::malloc_sync(nbytes.max(1)) })?;
+        NonNull::new(ptr as usize as *mut u8)
+            .ok_or_else(|| Error::runtime(format!("CUDA: {what} returned NULL")))
+    }
+
+    unsafe fn free(&self, ptr: NonNull<u8>, _nbytes: usize) {
+        // Work issued on any stream may still use the memory (the VM lets go of a tensor once
+        // its last instruction was issued, not finished): the context finishes first. A failure
+        // here has nobody to go to; the memory is then left to the driver.
+        if self.bind().is_err() {
+            return;
+        }
+        let _ = driver("synchronizing before a free", result::ctx::synchronize);
+        // SAFETY: from `allocate` on this context, as the caller promises; no work uses it now.
+        let _ = driver("freeing device memory", || unsafe {
+            result::free_sync(ptr.as_ptr() as usize as sys::CUdeviceptr)
+        });
+    }
+
+    fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
+        self.bind()?;
+        let raw = driver("creating a stream", || {
+            result::stream::create(result::stream::StreamKind::NonBlocking)
+        })?;
+        Ok(Box::new(CudaStream {
+            device: Self::shared(self.id)?,
+            raw,
+        }))
+    }
+}
+
+/// A non-blocking CUDA stream: copies are queued on the GPU and finish later; markers are
+/// events.
+struct CudaStream {
+    device: Arc<CudaDevice>,
+    raw: sys::CUstream,
+}
+
+// SAFETY: a CUstream may be used from any thread once its context is current there (every
+// call binds it first); the VM uses a stream from one executor thread at a time.
+unsafe impl Send for CudaStream {}
+// SAFETY: as above.
+unsafe impl Sync for CudaStream {}
+
+/// A CUDA event, recorded on one stream and waited for by others.
+struct CudaMarker {
+    device: Arc<CudaDevice>,
+    raw: sys::CUevent,
+}
+
+// SAFETY: CUDA events may be recorded and waited for from any thread.
+unsafe impl Send for CudaMarker {}
+// SAFETY: as above.
+unsafe impl Sync for CudaMarker {}
+
+impl Marker for CudaMarker {
+    fn as_any(&self) -> &dyn StdAny {
+        self
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the event is alive (owned by self).
+        driver("waiting for an event on the host", || unsafe {
+            result::event::synchronize(self.raw)
+        })
+    }
+}
+
+impl Drop for CudaMarker {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the event is ours and nothing records it any more.
+            let _ = driver("destroying an event", || unsafe {
+                result::event::destroy(self.raw)
+            });
+        }
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        if self.device.bind().is_ok() {
+            // SAFETY: the stream is ours; its work finishes before it goes.
+            let _ = driver("synchronizing a stream", || unsafe {
+                result::stream::synchronize(self.raw)
+            });
+            // SAFETY: as above.
+            let _ = driver("destroying a stream", || unsafe {
+                result::stream::destroy(self.raw)
+            });
+        }
+    }
+}
+
+/// Host memory as a copy sees it: the host (`kDLCPU`) and page-locked host memory
+/// (`kDLCUDAHost`).
+fn is_host(device: DLDevice) -> bool {
+    matches!(device.device_type, KDL_CPU | KDL_CUDA_HOST)
+}
+
+fn device_ptr(mem: MemPtr) -> sys::CUdeviceptr {
+    mem.ptr as usize as sys::CUdeviceptr
+}
+
+impl CudaStream {
+    fn check_device(&self, side: &str, mem: MemPtr) -> Result<()> {
+        if mem.device.device_type == KDL_CUDA {
+            return Ok(());
+        }
+        Err(Error::new(
+            ErrorKind::DeviceUnavailable,
+            format!(
+                "a CUDA stream cannot copy {side} device type {} memory",
+                mem.device.device_type
+            ),
+        ))
+    }
+}
+
+impl DeviceStream for CudaStream {
+    unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()> {
+        if nbytes == 0 {
+            return Ok(());
+        }
+        self.device.bind()?;
+        let stream = self.raw;
+        match (is_host(dst.device), is_host(src.device)) {
+            (false, true) => {
+                self.check_device("to", dst)?;
+                // SAFETY: the host range is valid for `nbytes` until the copy finished, as the
+                // caller promises.
+                let host = unsafe { std::slice::from_raw_parts(src.ptr.cast_const(), nbytes) };
+                driver("copying host to device", || unsafe {
+                    // SAFETY: the device range is valid for `nbytes` (the caller).
+                    result::memcpy_htod_async(device_ptr(dst), host, stream)
+                })
+            }
+            (true, false) => {
+                self.check_device("from", src)?;
+                // SAFETY: as above.
+                let host = unsafe { std::slice::from_raw_parts_mut(dst.ptr, nbytes) };
+                driver("copying device to host", || unsafe {
+                    // SAFETY: as above.
+                    result::memcpy_dtoh_async(host, device_ptr(src), stream)
+                })
+            }
+            (false, false) => {
+                self.check_device("to", dst)?;
+                self.check_device("from", src)?;
+                if dst.device.device_id == src.device.device_id {
+                    driver("copying device to device", || unsafe {
+                        // SAFETY: both device ranges are valid for `nbytes` (the caller).
+                        result::memcpy_dtod_async(device_ptr(dst), device_ptr(src), nbytes, stream)
+                    })
+                } else {
+                    let to = CudaDevice::shared(dst.device.device_id)?;
+                    let from = CudaDevice::shared(src.device.device_id)?;
+                    driver("copying between two GPUs", || unsafe {
+                        // SAFETY: as above; each pointer belongs to its device's context.
+                        result::memcpy_peer_async(
+                            to.ctx.cu_ctx(),
+                            device_ptr(dst),
+                            from.ctx.cu_ctx(),
+                            device_ptr(src),
+                            nbytes,
+                            stream,
+                        )
+                    })
+                }
+            }
+            (true, true) => {
+                // Host memory a GPU copy of this stream may still be filling: the copy comes
+                // after the stream's earlier work, on the host.
+                self.synchronize()?;
+                // SAFETY: both ranges are valid for `nbytes` and disjoint (the caller).
+                unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast_const(), dst.ptr, nbytes) };
+                Ok(())
+            }
+        }
+    }
+
+    fn completes_on_host(&self) -> bool {
+        false
+    }
+
+    fn new_marker(&self) -> Result<Box<dyn Marker>> {
+        self.device.bind()?;
+        let raw = driver("creating an event", || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(Box::new(CudaMarker {
+            device: self.device.clone(),
+            raw,
+        }))
+    }
+
+    fn record(&self, marker: &dyn Marker) -> Result<()> {
+        let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
+            return Err(Error::runtime("a CUDA stream records only CUDA events"));
+        };
+        self.device.bind()?;
+        // SAFETY: the event and the stream are alive (owned by `marker` and `self`).
+        driver("recording an event", || unsafe {
+            result::event::record(marker.raw, self.raw)
+        })
+    }
+
+    fn wait(&self, marker: &dyn Marker) -> Result<()> {
+        // A marker of a host stream: the VM already waited for it on the host.
+        let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
+            return Ok(());
+        };
+        self.device.bind()?;
+        // SAFETY: as above.
+        driver("waiting for an event", || unsafe {
+            result::stream::wait_event(
+                self.raw,
+                marker.raw,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.device.bind()?;
+        // SAFETY: the stream is alive (owned by self).
+        driver("synchronizing a stream", || unsafe {
+            result::stream::synchronize(self.raw)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{DLDataType, KDL_FLOAT};
+
+    fn gpu(device_id: i32) -> DLDevice {
+        DLDevice {
+            device_type: KDL_CUDA,
+            device_id,
+        }
+    }
+
+    #[test]
+    fn without_a_gpu_every_entry_point_says_why() {
+        if device_count() > 0 {
+            return;
+        }
+        let f32 = DLDataType::new(KDL_FLOAT, 32, 1);
+        let errors = [
+            CudaDevice::shared(0).err().expect("no device"),
+            super::super::backend(gpu(0)).err().expect("no backend"),
+            super::super::bind_to_thread(gpu(0)).unwrap_err(),
+            super::super::empty(&[4], f32, gpu(0)).unwrap_err(),
+            crate::vm::Stream::new(gpu(0)).err().expect("no stream"),
+        ];
+        for error in errors {
+            assert_eq!(error.kind, ErrorKind::DeviceUnavailable, "{error}");
+            assert!(error.message.starts_with("CUDA device 0: "), "{error}");
+            assert!(
+                error.message.contains("could not be loaded") || error.message.contains("no GPU"),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn device_ids_out_of_range_are_refused() {
+        let count = device_count();
+        for id in [-1, count, count + 7] {
+            let error = CudaDevice::shared(id).err().expect("out of range");
+            assert_eq!(error.kind, ErrorKind::DeviceUnavailable);
+            assert!(
+                error.message.starts_with(&format!("CUDA device {id}: ")),
+                "{error}"
+            );
+        }
+    }
+
+    #[test]
+    fn driver_panics_and_failures_become_errors() {
+        let error = driver("testing", || -> std::result::Result<(), DriverError> {
+            panic!("Missing symbol cuTest")
+        })
+        .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::DeviceUnavailable);
+        assert!(error.message.contains("Missing symbol cuTest"), "{error}");
+        let error = driver("testing", || {
+            Err::<(), _>(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY))
+        })
+        .unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Runtime);
+        assert!(
+            error.message.starts_with("CUDA: testing failed: "),
+            "{error}"
+        );
+    }
 }

@@ -1,5 +1,5 @@
-//! Devices and memory: the [`Device`] trait the VM drives, and its backends (the host now;
-//! CUDA arrives with its own backend and plugs in through [`backend`] without changes to `vm/`).
+//! Devices and memory: the [`Device`] trait the VM drives, and its backends (the host, and
+//! CUDA GPUs when the driver finds them), reached through [`backend`].
 //!
 //! A backend gives the VM three things: memory (allocate, free), streams on which copies are
 //! issued in order, and markers that order one stream after a point on another. The VM keeps
@@ -74,6 +74,10 @@ pub trait DeviceStream: Send + Sync {
 /// A point on a device stream that other streams can wait for.
 pub trait Marker: Send + Sync {
     fn as_any(&self) -> &dyn StdAny;
+
+    /// Blocks the calling thread until the device passed the marker's latest recording (how a
+    /// host stream waits for a device stream).
+    fn synchronize(&self) -> Result<()>;
 }
 
 /// How many devices of a DLPack device type this library can use: the host is one device;
@@ -110,11 +114,20 @@ pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
             "CPU device id {} is out of range (the host is device 0)",
             device.device_id
         ))),
-        KDL_CUDA => Err(cuda::unavailable(device.device_id)),
+        KDL_CUDA => Ok(cuda::CudaDevice::shared(device.device_id)?),
         other => Err(Error::new(
             ErrorKind::DeviceUnavailable,
-            format!("device type {other} has no backend here (only kDLCPU = 1)"),
+            format!("device type {other} has no backend here (only kDLCPU = 1 and kDLCUDA = 2)"),
         )),
+    }
+}
+
+/// Prepares the calling thread to work on `device`: a CUDA device's context becomes the
+/// thread's current one; the host needs nothing. Errors as for [`backend`].
+pub fn bind_to_thread(device: DLDevice) -> Result<()> {
+    match device.device_type {
+        KDL_CUDA => cuda::CudaDevice::shared(device.device_id)?.bind(),
+        _ => backend(device).map(drop),
     }
 }
 

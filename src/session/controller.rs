@@ -105,7 +105,7 @@ fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevic
             options.devices.len()
         )));
     }
-    // Each worker's device must have a backend here (the CPU now; CUDA with its backend).
+    // Each worker's device must have a backend here (the host, or a GPU the CUDA driver found).
     for (w, device) in options.devices.iter().enumerate() {
         crate::device::backend(*device)
             .map_err(|e| Error::new(e.kind, format!("worker {w}: {}", e.message)))?;

@@ -102,6 +102,14 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
         stream: None,
         failure: None,
     };
+    // The worker's device context becomes current on this thread before anything runs, so the
+    // functions it calls (and their CUDA work) find it; a failure is reported at the next sync.
+    if let Err(cause) = crate::device::bind_to_thread(info.device) {
+        worker.note_failure(&Error::new(
+            cause.kind,
+            format!("worker {}: {}", info.id, cause.message),
+        ));
+    }
     loop {
         match shared.channel.recv(policy) {
             Message::Call { func, out, args } => {

@@ -95,10 +95,16 @@ impl StreamCore {
         Ok(())
     }
 
-    /// Waits for everything issued so far, then reports the failures since the last sync.
+    /// Waits for everything issued so far (on a device whose streams finish later, until the
+    /// device finished it), then reports the failures since the last sync.
     pub fn sync(&self) -> Result<()> {
         self.check_not_on_executor("a stream sync")?;
         self.progress.wait_for(self.issued());
+        if !self.dev.completes_on_host()
+            && let Err(error) = self.dev.synchronize()
+        {
+            self.report(error);
+        }
         let first = self
             .error
             .lock()
