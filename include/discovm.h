@@ -74,7 +74,8 @@ typedef struct {
    */
   int32_t num_devices;
   /**
-   * The device of each worker (only `kDLCPU` for now).
+   * The device of each worker: `kDLCPU` device 0, or a GPU the CUDA driver found
+   * (`kDLCUDA`, id below `dvm_device_count(kDLCUDA)`); the worker binds it on its thread.
    */
   const DLDevice *devices;
 } dvm_session_options;

@@ -67,7 +67,6 @@ impl Program {
         }
     }
 
-    #[allow(dead_code)] // for the GPU programs to come
     const fn needs_gpu(self) -> Self {
         Program {
             needs_gpu: true,
@@ -104,6 +103,10 @@ programs! {
     session_waits_report_failures: Program::new("tests/c/session_waits_report_failures.c");
     stream_ordering: Program::new("tests/c/stream_ordering.c");
     stream_bad_inputs: Program::new("tests/c/stream_bad_inputs.c");
+    cuda_roundtrip: Program::new("tests/c/cuda_roundtrip.c").needs_gpu();
+    cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();
+    cuda_small_access: Program::new("tests/c/cuda_small_access.c").needs_gpu();
+    cuda_session: Program::new("tests/c/cuda_session.c").needs_gpu();
     example_hello_function: Program::new("examples-c/hello_function.c");
     example_session_broadcast: Program::new("examples-c/session_broadcast.c");
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();

@@ -40,7 +40,8 @@ pub struct dvm_session_options {
     pub cpu_affinity: *const i32,
     /// Entries in `devices`: 0 (every worker on the CPU) or the number of workers.
     pub num_devices: i32,
-    /// The device of each worker (only `kDLCPU` for now).
+    /// The device of each worker: `kDLCPU` device 0, or a GPU the CUDA driver found
+    /// (`kDLCUDA`, id below `dvm_device_count(kDLCUDA)`); the worker binds it on its thread.
     pub devices: *const DLDevice,
 }
 

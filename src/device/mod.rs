@@ -170,7 +170,7 @@ mod tests {
 
         let gpu = DLDevice {
             device_type: KDL_CUDA,
-            device_id: 0,
+            device_id: 1000,
         };
         let err = empty(&[1], F32, gpu).unwrap_err();
         assert_eq!(err.kind, ErrorKind::DeviceUnavailable);

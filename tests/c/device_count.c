@@ -1,6 +1,6 @@
-/* Device counts, and what a CUDA device gives on a machine without one. Runs everywhere: without
- * a CUDA driver or GPU the count is 0 and every CUDA entry point says DeviceUnavailable; with a
- * GPU (where the CUDA backend is not there yet) the count is the driver's. */
+/* Device counts, and what a CUDA device the machine lacks gives. Runs everywhere: without a CUDA
+ * driver or GPU the count is 0 and every CUDA entry point says DeviceUnavailable (and why); with
+ * GPUs the count is the driver's and a device id past them is refused the same way. */
 #include <stdio.h>
 
 #include "check.h"
@@ -19,17 +19,22 @@ int main(void) {
 
   int64_t shape[1] = {4};
   DLDataType f32 = {kDLFloat, 32, 1};
+  const DLDevice missing = {kDLCUDA, cuda}; /* the first id the machine does not have */
+  char expected[64];
+  snprintf(expected, sizeof expected, "CUDA device %d: ", cuda);
   dvm_tensor* t = NULL;
-  EXPECT_STATUS(dvm_tensor_empty(shape, 1, f32, (DLDevice){kDLCUDA, 0}, &t),
-                DVM_DEVICE_UNAVAILABLE, "CUDA device 0: ");
+  EXPECT_STATUS(dvm_tensor_empty(shape, 1, f32, missing, &t), DVM_DEVICE_UNAVAILABLE, expected);
   CHECK(t == NULL);
   dvm_stream* s = NULL;
-  EXPECT_STATUS(dvm_stream_new((DLDevice){kDLCUDA, 0}, &s), DVM_DEVICE_UNAVAILABLE,
-                "CUDA device 0: ");
+  EXPECT_STATUS(dvm_stream_new(missing, &s), DVM_DEVICE_UNAVAILABLE, expected);
+  CHECK(s == NULL);
+  const char* message = dvm_last_error_message();
   if (cuda == 0) {
-    const char* message = dvm_last_error_message();
     CHECK(strstr(message, "could not be loaded") != NULL || strstr(message, "found no GPU") != NULL);
+  } else {
+    CHECK(strstr(message, "out of range") != NULL);
   }
-  printf("device_count: %d CUDA device(s); CUDA entry points report DeviceUnavailable\n", cuda);
+  printf("device_count: %d CUDA device(s); a missing CUDA device reports DeviceUnavailable\n",
+         cuda);
   return check_finish();
 }

@@ -53,7 +53,7 @@ static void bad_session_starts(void) {
   const int32_t bad_cpu[2] = {-2, 0};
   const int32_t unpinned[2] = {-1, -1};
   const DLDevice three[3] = {{kDLCPU, 0}, {kDLCPU, 0}, {kDLCPU, 0}};
-  const DLDevice gpu[2] = {{kDLCPU, 0}, {kDLCUDA, 0}};
+  const DLDevice gpu[2] = {{kDLCPU, 0}, {kDLCUDA, 1000}}; /* no machine has GPU 1000 */
 
   memset(&o, 0, sizeof o);
   o.num_cpu_affinity = 2, o.cpu_affinity = far_cpu;
@@ -74,7 +74,7 @@ static void bad_session_starts(void) {
   EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "`devices` is NULL");
   o.devices = gpu;
   EXPECT_REJECTED(2, 1, &o, DVM_DEVICE_UNAVAILABLE,
-                  "worker 1: CUDA device 0: ");
+                  "worker 1: CUDA device 1000: ");
 
   memset(&o, 0, sizeof o);
   o.timeout_ms = -5;

@@ -88,9 +88,9 @@ int main(void) {
 
   /* Streams on devices without a backend, or out of range, and NULL outputs. */
   dvm_stream* untouched = (dvm_stream*)&managed;
-  DLDevice gpu = {kDLCUDA, 0};
+  DLDevice gpu = {kDLCUDA, 1000}; /* no machine has GPU 1000 */
   DLDevice cpu1 = {kDLCPU, 1};
-  BAD(dvm_stream_new(gpu, &untouched), DVM_DEVICE_UNAVAILABLE, "CUDA device 0: ");
+  BAD(dvm_stream_new(gpu, &untouched), DVM_DEVICE_UNAVAILABLE, "CUDA device 1000: ");
   BAD(dvm_stream_new(cpu1, &untouched), DVM_VALUE_ERROR, "CPU device id 1 is out of range");
   BAD(dvm_stream_new(cpu, NULL), DVM_VALUE_ERROR, "`out` is NULL");
   CHECK(untouched == (dvm_stream*)&managed);
