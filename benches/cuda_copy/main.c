@@ -1,0 +1,246 @@
+/* CUDA copy benchmark: the library against raw driver calls, in the same run.
+ *
+ *   1. H2D and D2H bandwidth, 4 KiB to 256 MiB, from pinned (cuMemHostAlloc, flags 0) and
+ *      pageable (malloc) host memory: dvm_tensor_copy on a CUDA stream + dvm_stream_sync,
+ *      against cuMemcpy{HtoD,DtoH}Async + cuStreamSynchronize on a raw non-blocking stream.
+ *      Target: the library reaches >= 0.9x the raw bandwidth.
+ *   2. 4-byte dvm_tensor_read latency from a CUDA tensor, against cuMemcpyDtoHAsync + stream
+ *      sync into a pinned word. Target: <= 1.5x the raw latency.
+ *
+ * The raw side loads libcuda.so.1 itself (no CUDA headers or toolkit needed to build this).
+ * Exits 77 without a GPU. Build: scripts/gpu-build.sh; run: gpu-check.sh in the bundle. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "discovm.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void* CUstream;
+typedef void* CUcontext;
+
+static struct {
+  CUresult (*init)(unsigned);
+  CUresult (*device_get)(int*, int);
+  CUresult (*primary_ctx_retain)(CUcontext*, int);
+  CUresult (*ctx_set_current)(CUcontext);
+  CUresult (*stream_create)(CUstream*, unsigned);
+  CUresult (*stream_synchronize)(CUstream);
+  CUresult (*mem_alloc)(CUdeviceptr*, size_t);
+  CUresult (*mem_free)(CUdeviceptr);
+  CUresult (*mem_host_alloc)(void**, size_t, unsigned);
+  CUresult (*mem_free_host)(void*);
+  CUresult (*htod)(CUdeviceptr, const void*, size_t, CUstream);
+  CUresult (*dtoh)(void*, CUdeviceptr, size_t, CUstream);
+} cu;
+
+#define CU(call)                                                              \
+  do {                                                                        \
+    CUresult rc_ = (call);                                                    \
+    if (rc_ != 0) {                                                           \
+      fprintf(stderr, "%s:%d: %s failed: CUDA error %d\n", __FILE__, __LINE__, \
+              #call, rc_);                                                    \
+      exit(1);                                                                \
+    }                                                                         \
+  } while (0)
+
+#define DVM(call)                                                                       \
+  do {                                                                                  \
+    if ((call) != DVM_OK) {                                                             \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
+              dvm_last_error_kind(), dvm_last_error_message());                         \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+static void load_driver(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "cannot load libcuda.so.1: %s\n", dlerror());
+    exit(1);
+  }
+#define SYM(field, name)                                                    \
+  do {                                                                      \
+    void* p_ = dlsym(lib, name);                                            \
+    if (!p_) {                                                              \
+      fprintf(stderr, "libcuda.so.1 lacks %s\n", name);                     \
+      exit(1);                                                              \
+    }                                                                       \
+    memcpy(&cu.field, &p_, sizeof p_);                                      \
+  } while (0)
+  SYM(init, "cuInit");
+  SYM(device_get, "cuDeviceGet");
+  SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+  SYM(ctx_set_current, "cuCtxSetCurrent");
+  SYM(stream_create, "cuStreamCreate");
+  SYM(stream_synchronize, "cuStreamSynchronize");
+  SYM(mem_alloc, "cuMemAlloc_v2");
+  SYM(mem_free, "cuMemFree_v2");
+  SYM(mem_host_alloc, "cuMemHostAlloc");
+  SYM(mem_free_host, "cuMemFreeHost");
+  SYM(htod, "cuMemcpyHtoDAsync_v2");
+  SYM(dtoh, "cuMemcpyDtoHAsync_v2");
+#undef SYM
+}
+
+static double now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* A host buffer as a kDLCPU tensor without copying (pinned or not, the library sees host
+ * memory; the driver notices pinned memory by its address). */
+static void no_delete(DLManagedTensorVersioned* self) { (void)self; }
+
+static dvm_tensor* wrap_host(void* data, int64_t* n, DLManagedTensorVersioned* managed) {
+  memset(managed, 0, sizeof *managed);
+  managed->version.major = DLPACK_MAJOR_VERSION;
+  managed->version.minor = DLPACK_MINOR_VERSION;
+  managed->deleter = no_delete;
+  managed->dl_tensor = (DLTensor){data, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, n, NULL, 0};
+  dvm_tensor* t = NULL;
+  DVM(dvm_tensor_from_dlpack(managed, &t));
+  return t;
+}
+
+/* Repetitions so each measurement moves about 1 GiB (at least 5, at most 2000). */
+static int reps_for(size_t n) {
+  size_t reps = (1ull << 30) / n;
+  return reps < 5 ? 5 : reps > 2000 ? 2000 : (int)reps;
+}
+
+static double gbps(size_t n, int reps, double seconds) {
+  return (double)n * reps / seconds / 1e9;
+}
+
+static int failures;
+
+static void bandwidth(const char* kind, void* host, CUdeviceptr raw_dev, CUstream raw,
+                      dvm_stream* s, dvm_tensor* dev, size_t n) {
+  int64_t len = (int64_t)n;
+  DLManagedTensorVersioned managed;
+  dvm_tensor* h = wrap_host(host, &len, &managed);
+  /* The library's device tensor is longer; copy into a view of the same length. */
+  DLManagedTensorVersioned dev_view;
+  memset(&dev_view, 0, sizeof dev_view);
+  dev_view.version.major = DLPACK_MAJOR_VERSION;
+  dev_view.version.minor = DLPACK_MINOR_VERSION;
+  dev_view.deleter = no_delete;
+  dev_view.dl_tensor = *dvm_tensor_dl(dev);
+  dev_view.dl_tensor.shape = &len;
+  dev_view.dl_tensor.strides = NULL;
+  dvm_tensor* d = NULL;
+  DVM(dvm_tensor_from_dlpack(&dev_view, &d));
+  int reps = reps_for(n);
+  for (int dir = 0; dir < 2; dir++) {
+    double best_raw = 1e30, best_lib = 1e30;
+    for (int trial = 0; trial < 3; trial++) {
+      double t0 = now();
+      for (int i = 0; i < reps; i++) {
+        if (dir == 0) CU(cu.htod(raw_dev, host, n, raw));
+        else CU(cu.dtoh(host, raw_dev, n, raw));
+      }
+      CU(cu.stream_synchronize(raw));
+      double t1 = now();
+      for (int i = 0; i < reps; i++) {
+        if (dir == 0) DVM(dvm_tensor_copy(d, h, s));
+        else DVM(dvm_tensor_copy(h, d, s));
+      }
+      DVM(dvm_stream_sync(s));
+      double t2 = now();
+      if (t1 - t0 < best_raw) best_raw = t1 - t0;
+      if (t2 - t1 < best_lib) best_lib = t2 - t1;
+    }
+    double raw_bw = gbps(n, reps, best_raw), lib_bw = gbps(n, reps, best_lib);
+    double ratio = lib_bw / raw_bw;
+    int ok = ratio >= 0.9;
+    failures += !ok;
+    printf("%-3s %-8s %10zu B  raw %8.2f GB/s  discovm %8.2f GB/s  ratio %5.2f  %s\n",
+           dir == 0 ? "H2D" : "D2H", kind, n, raw_bw, lib_bw, ratio, ok ? "ok" : "BELOW 0.9");
+  }
+  dvm_tensor_free(d);
+  dvm_tensor_free(h);
+}
+
+static int compare_double(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
+}
+
+int main(void) {
+  int32_t gpus = 0;
+  DVM(dvm_device_count(kDLCUDA, &gpus));
+  if (gpus == 0) {
+    printf("cuda_copy bench: skipped: no CUDA device here (dvm_device_count(kDLCUDA) is 0)\n");
+    return 77;
+  }
+  load_driver();
+  CU(cu.init(0));
+  int device;
+  CU(cu.device_get(&device, 0));
+  CUcontext ctx;
+  CU(cu.primary_ctx_retain(&ctx, device));
+  CU(cu.ctx_set_current(ctx));
+  CUstream raw;
+  CU(cu.stream_create(&raw, 1 /* CU_STREAM_NON_BLOCKING */));
+
+  const size_t max = 256u << 20;
+  void* pinned;
+  CU(cu.mem_host_alloc(&pinned, max, 0));
+  void* pageable = malloc(max);
+  if (!pageable) return 1;
+  memset(pinned, 1, max);
+  memset(pageable, 2, max);
+  CUdeviceptr raw_dev;
+  CU(cu.mem_alloc(&raw_dev, max));
+
+  dvm_stream* s = NULL;
+  DVM(dvm_stream_new((DLDevice){kDLCUDA, 0}, &s));
+  int64_t max_len = (int64_t)max;
+  dvm_tensor* dev = NULL;
+  DVM(dvm_tensor_empty(&max_len, 1, (DLDataType){kDLUInt, 8, 1}, (DLDevice){kDLCUDA, 0}, &dev));
+
+  printf("== bandwidth (best of 3; target: discovm >= 0.9x raw)\n");
+  for (size_t n = 4096; n <= max; n *= 4) {
+    bandwidth("pinned", pinned, raw_dev, raw, s, dev, n);
+    bandwidth("pageable", pageable, raw_dev, raw, s, dev, n);
+  }
+
+  printf("== 4-byte read latency (median of 20000; target: discovm <= 1.5x raw)\n");
+  enum { N = 20000 };
+  static double raw_us[N], lib_us[N];
+  uint32_t word = 0;
+  for (int i = 0; i < N; i++) {
+    double t0 = now();
+    CU(cu.dtoh(pinned, raw_dev, 4, raw));
+    CU(cu.stream_synchronize(raw));
+    double t1 = now();
+    DVM(dvm_tensor_read(dev, &word, 4));
+    double t2 = now();
+    raw_us[i] = (t1 - t0) * 1e6;
+    lib_us[i] = (t2 - t1) * 1e6;
+  }
+  qsort(raw_us, N, sizeof(double), compare_double);
+  qsort(lib_us, N, sizeof(double), compare_double);
+  double ratio = lib_us[N / 2] / raw_us[N / 2];
+  int ok = ratio <= 1.5;
+  failures += !ok;
+  printf("read 4 B  raw median %.2f us (p99 %.2f)  discovm median %.2f us (p99 %.2f)  "
+         "ratio %.2f  %s\n",
+         raw_us[N / 2], raw_us[N * 99 / 100], lib_us[N / 2], lib_us[N * 99 / 100], ratio,
+         ok ? "ok" : "ABOVE 1.5");
+
+  dvm_tensor_free(dev);
+  dvm_stream_free(s);
+  CU(cu.mem_free(raw_dev));
+  CU(cu.mem_free_host(pinned));
+  free(pageable);
+  printf("cuda_copy bench: %d measurement(s) missed their target\n", failures);
+  return 0; /* targets are reported, not enforced: the tests decide pass/fail */
+}
