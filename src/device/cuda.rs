@@ -10,10 +10,13 @@
 //! CUDA events (`record` = `cuEventRecord`, `wait` = `cuStreamWaitEvent`: one stream waits for
 //! another on the GPU, never on the host).
 //!
-//! Host memory: copies from and to pageable host memory go through the driver's own page-locked
-//! staging (a host-to-device copy returns once the host bytes were taken, a device-to-host copy
-//! once they arrived), which is what a VM copy needs from a caller's buffer; `kDLCUDAHost`
-//! memory is already page-locked and is copied directly, asynchronously.
+//! Host memory: large copies from and to pageable host memory go through the driver's own
+//! page-locked staging (a host-to-device copy returns once the host bytes were taken, a
+//! device-to-host copy once they arrived), which is what a VM copy needs from a caller's buffer;
+//! `kDLCUDAHost` memory is already page-locked and is copied directly, asynchronously. Small
+//! device-to-host copies into `kDLCPU` memory (the VM's small reads) land in a page-locked
+//! buffer of the stream (allocated with flags 0: cached, not write-combined, since the host
+//! reads it) and are copied out after a stream sync, which is the driver's fast path.
 
 use std::any::Any as StdAny;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -177,6 +180,7 @@ impl Device for CudaDevice {
         Ok(Box::new(CudaStream {
             device: Self::shared(self.id)?,
             raw,
+            staging: Mutex::new(None),
         }))
     }
 }
@@ -186,7 +190,16 @@ impl Device for CudaDevice {
 struct CudaStream {
     device: Arc<CudaDevice>,
     raw: sys::CUstream,
+    /// Page-locked bytes (not write-combined: the host reads them) that small device-to-host
+    /// copies land in, made on first use.
+    staging: Mutex<Option<Staging>>,
 }
+
+/// Device-to-host copies of at most this many bytes go through the stream's staging buffer.
+const STAGING_BYTES: usize = 64 * 1024;
+
+/// A page-locked host buffer from `cuMemHostAlloc` (flags 0).
+struct Staging(NonNull<u8>);
 
 // SAFETY: a CUstream may be used from any thread once its context is current there (every
 // call binds it first); the VM uses a stream from one executor thread at a time.
@@ -237,6 +250,17 @@ impl Drop for CudaStream {
             let _ = driver("synchronizing a stream", || unsafe {
                 result::stream::synchronize(self.raw)
             });
+            if let Some(Staging(buffer)) = self
+                .staging
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                // SAFETY: from `cuMemHostAlloc`; the stream's work that used it has finished.
+                let _ = driver("freeing the staging buffer", || unsafe {
+                    result::free_host(buffer.as_ptr().cast())
+                });
+            }
             // SAFETY: as above.
             let _ = driver("destroying a stream", || unsafe {
                 result::stream::destroy(self.raw)
@@ -270,6 +294,50 @@ impl CudaStream {
     }
 }
 
+impl CudaStream {
+    /// A small device-to-host copy through the page-locked staging buffer, then into `dst`.
+    /// It returns with the bytes in `dst`, as the driver's own copy into pageable memory does,
+    /// but takes the fast path of a page-locked destination (small reads hit this).
+    ///
+    /// # Safety
+    /// `dst` is valid for `nbytes` host bytes, `src` for `nbytes` of this device's memory;
+    /// `nbytes <= STAGING_BYTES`.
+    unsafe fn copy_small_to_host(
+        &self,
+        dst: *mut u8,
+        src: sys::CUdeviceptr,
+        nbytes: usize,
+    ) -> Result<()> {
+        let mut staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        let buffer = match &*staging {
+            Some(Staging(buffer)) => *buffer,
+            None => {
+                // SAFETY: the context is current (the caller bound it); flags 0: page-locked,
+                // cached (the host reads these bytes).
+                let ptr = driver("allocating a page-locked staging buffer", || unsafe {
+                    result::malloc_host(STAGING_BYTES, 0)
+                })?;
+                let buffer = NonNull::new(ptr.cast::<u8>())
+                    .ok_or_else(|| Error::runtime("CUDA: cuMemHostAlloc returned NULL"))?;
+                *staging = Some(Staging(buffer));
+                buffer
+            }
+        };
+        // SAFETY: the staging buffer holds STAGING_BYTES >= nbytes and only this stream uses
+        // it, under the lock, and only until the synchronize below.
+        let landing = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr(), nbytes) };
+        let stream = self.raw;
+        driver("copying device to host", || unsafe {
+            // SAFETY: `src` is valid for `nbytes` (the caller).
+            result::memcpy_dtoh_async(landing, src, stream)
+        })?;
+        self.synchronize()?;
+        // SAFETY: the copy has landed; `dst` holds `nbytes` (the caller) and is not staging.
+        unsafe { std::ptr::copy_nonoverlapping(buffer.as_ptr().cast_const(), dst, nbytes) };
+        Ok(())
+    }
+}
+
 impl DeviceStream for CudaStream {
     unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()> {
         if nbytes == 0 {
@@ -287,6 +355,11 @@ impl DeviceStream for CudaStream {
                     // SAFETY: the device range is valid for `nbytes` (the caller).
                     result::memcpy_htod_async(device_ptr(dst), host, stream)
                 })
+            }
+            (true, false) if dst.device.device_type == KDL_CPU && nbytes <= STAGING_BYTES => {
+                self.check_device("from", src)?;
+                // SAFETY: as above.
+                unsafe { self.copy_small_to_host(dst.ptr, device_ptr(src), nbytes) }
             }
             (true, false) => {
                 self.check_device("from", src)?;
