@@ -4,8 +4,11 @@
 //! `catch_unwind`, so no CUDA failure aborts the process or reaches C as a panic.
 //!
 //! The backend: [`CudaDevice`] allocates with `cuMemAlloc` in the device's primary context,
-//! which every call first makes current on the calling thread (so any thread, a session worker
-//! included, may use a device without setting anything up). Its streams are non-blocking CUDA
+//! which every call first makes current on the calling thread (so any thread may use a device
+//! without setting anything up); a context the thread already had (a user's thread working on
+//! another GPU) is put back afterwards, and a session worker binds its device for good. Freeing
+//! device memory first synchronizes the context: the VM lets go of a tensor once its last
+//! instruction was issued, which on a GPU is before it finished. Its streams are non-blocking CUDA
 //! streams whose copies are queued with the `cuMemcpy*Async` calls on raw pointers; markers are
 //! CUDA events (`record` = `cuEventRecord`, `wait` = `cuStreamWaitEvent`: one stream waits for
 //! another on the GPU, never on the host).
@@ -119,10 +122,16 @@ impl CudaDevice {
         if let Some(device) = devices.iter().find(|d| d.id == device_id) {
             return Ok(device.clone());
         }
-        let ctx = driver(&format!("opening device {device_id}"), || {
-            CudaContext::new(device_id as usize)
+        let what = format!("opening device {device_id}");
+        let unusable = |e: Error| Error::new(ErrorKind::DeviceUnavailable, e.message);
+        // Opening the device makes its context current; a context the thread had stays.
+        let previous = driver(&what, || {
+            result::init()?;
+            result::ctx::get_current()
         })
-        .map_err(|e| Error::new(ErrorKind::DeviceUnavailable, e.message))?;
+        .map_err(unusable)?;
+        let ctx = driver(&what, || CudaContext::new(device_id as usize)).map_err(unusable)?;
+        drop(Entered(previous.filter(|&p| p != ctx.cu_ctx())));
         let device = Arc::new(CudaDevice { id: device_id, ctx });
         devices.push(device.clone());
         Ok(device)
@@ -136,10 +145,46 @@ impl CudaDevice {
         })
     }
 
+    /// Makes this device's context current for the driver calls of one operation; the guard
+    /// puts back another context the calling thread had (a user's thread may work on another
+    /// GPU), and leaves this one current on a thread that had none.
+    fn enter(&self) -> Result<Entered> {
+        let ours = self.ctx.cu_ctx();
+        let previous = driver("reading the thread's context", result::ctx::get_current)?;
+        match previous {
+            Some(other) if other != ours => {
+                // SAFETY: `ours` is the retained primary context, alive for the process.
+                driver("binding the context to the thread", || unsafe {
+                    result::ctx::set_current(ours)
+                })?;
+                Ok(Entered(Some(other)))
+            }
+            Some(_) => Ok(Entered(None)),
+            None => {
+                self.bind()?;
+                Ok(Entered(None))
+            }
+        }
+    }
+
     fn dl(&self) -> DLDevice {
         DLDevice {
             device_type: KDL_CUDA,
             device_id: self.id,
+        }
+    }
+}
+
+/// The context a thread had before [`CudaDevice::enter`], put back when this goes.
+struct Entered(Option<sys::CUcontext>);
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        if let Some(previous) = self.0 {
+            // SAFETY: the thread's own context a moment ago, which its owner keeps alive.
+            let _ = driver("restoring the thread's context", || unsafe {
+                result::ctx::set_current(previous)
+            });
         }
     }
 }
@@ -150,7 +195,7 @@ impl Device for CudaDevice {
     }
 
     fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
-        self.bind()?;
+        let _ctx = self.enter()?;
         let what = format!("allocating {nbytes} bytes on device {}", self.id);
         // SAFETY: the context is current; the pointer is only used as this device's memory.
         let ptr = driver(&what, || unsafe { result::malloc_sync(nbytes.max(1)) })?;
@@ -162,9 +207,9 @@ impl Device for CudaDevice {
         // Work issued on any stream may still use the memory (the VM lets go of a tensor once
         // its last instruction was issued, not finished): the context finishes first. A failure
         // here has nobody to go to; the memory is then left to the driver.
-        if self.bind().is_err() {
+        let Ok(_ctx) = self.enter() else {
             return;
-        }
+        };
         let _ = driver("synchronizing before a free", result::ctx::synchronize);
         // SAFETY: from `allocate` on this context, as the caller promises; no work uses it now.
         let _ = driver("freeing device memory", || unsafe {
@@ -173,7 +218,7 @@ impl Device for CudaDevice {
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
-        self.bind()?;
+        let _ctx = self.enter()?;
         let raw = driver("creating a stream", || {
             result::stream::create(result::stream::StreamKind::NonBlocking)
         })?;
@@ -224,7 +269,7 @@ impl Marker for CudaMarker {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         // SAFETY: the event is alive (owned by self).
         driver("waiting for an event on the host", || unsafe {
             result::event::synchronize(self.raw)
@@ -234,7 +279,7 @@ impl Marker for CudaMarker {
 
 impl Drop for CudaMarker {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.enter() {
             // SAFETY: the event is ours and nothing records it any more.
             let _ = driver("destroying an event", || unsafe {
                 result::event::destroy(self.raw)
@@ -245,7 +290,7 @@ impl Drop for CudaMarker {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if self.device.bind().is_ok() {
+        if let Ok(_ctx) = self.device.enter() {
             // SAFETY: the stream is ours; its work finishes before it goes.
             let _ = driver("synchronizing a stream", || unsafe {
                 result::stream::synchronize(self.raw)
@@ -343,7 +388,7 @@ impl DeviceStream for CudaStream {
         if nbytes == 0 {
             return Ok(());
         }
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         let stream = self.raw;
         match (is_host(dst.device), is_host(src.device)) {
             (false, true) => {
@@ -410,7 +455,7 @@ impl DeviceStream for CudaStream {
     }
 
     fn new_marker(&self) -> Result<Box<dyn Marker>> {
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         let raw = driver("creating an event", || {
             result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
         })?;
@@ -424,7 +469,7 @@ impl DeviceStream for CudaStream {
         let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
             return Err(Error::runtime("a CUDA stream records only CUDA events"));
         };
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         // SAFETY: the event and the stream are alive (owned by `marker` and `self`).
         driver("recording an event", || unsafe {
             result::event::record(marker.raw, self.raw)
@@ -436,7 +481,7 @@ impl DeviceStream for CudaStream {
         let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
             return Ok(());
         };
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         // SAFETY: as above.
         driver("waiting for an event", || unsafe {
             result::stream::wait_event(
@@ -448,7 +493,7 @@ impl DeviceStream for CudaStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.device.bind()?;
+        let _ctx = self.device.enter()?;
         // SAFETY: the stream is alive (owned by self).
         driver("synchronizing a stream", || unsafe {
             result::stream::synchronize(self.raw)
