@@ -3,7 +3,8 @@
 # no Rust toolchain and no network: target/gpu-bundle/ with the release library, the headers,
 # the CUDA test programs and the CUDA copy benchmark compiled for x86-64 Linux, and the check
 # script. Needs cargo and gcc (not CUDA: the library and the benchmark load the driver at run
-# time).
+# time). The binaries need glibc 2.34 or later on the GPU machine (built against Debian 12's 2.36,
+# using nothing newer than 2.34).
 #
 #   scripts/gpu-build.sh                 # builds target/gpu-bundle (and .tar.gz next to it)
 #   copy target/gpu-bundle.tar.gz to the GPU machine, then there:

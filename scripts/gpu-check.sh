@@ -2,8 +2,8 @@
 # Runs the CUDA tests and the CUDA copy benchmark from a bundle made by scripts/gpu-build.sh,
 # on a machine with the NVIDIA driver (no Rust, no network needed). Prints one PASS / FAIL /
 # SKIP line per test, then the benchmark's table; exits non-zero if a test failed or skipped
-# (a skip here means the library found no GPU). Each program has a time limit; the whole run
-# stays under 5 minutes. Logs go to a fresh directory under $TMPDIR (or /tmp).
+# (a skip here means the library found no GPU). Each test has 30 s and the benchmark 120 s, so
+# the whole run stays under 5 minutes. Logs go to a fresh directory under $TMPDIR (or /tmp).
 #
 #   gpu-bundle/gpu-check.sh
 set -uo pipefail
@@ -18,20 +18,20 @@ fi
 failed=0
 for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_session; do
   start=$(date +%s%N)
-  timeout 60 "$here/bin/$test" >"$logs/$test.log" 2>&1
+  timeout 30 "$here/bin/$test" >"$logs/$test.log" 2>&1
   rc=$?
   took_ms=$((($(date +%s%N) - start) / 1000000))
   case $rc in
     0) verdict=PASS ;;
     77) verdict=SKIP; failed=1 ;;
-    124) verdict="FAIL (timed out after 60 s)"; failed=1 ;;
+    124) verdict="FAIL (timed out after 30 s)"; failed=1 ;;
     *) verdict="FAIL (exit $rc)"; failed=1 ;;
   esac
   printf '%-20s %s  (%d ms)\n' "$test" "$verdict" "$took_ms"
   if [ "$rc" -ne 0 ]; then sed 's/^/    /' "$logs/$test.log" | tail -20; fi
 done
 echo "== benchmark"
-timeout 150 "$here/bin/cuda_copy_bench"
+timeout 120 "$here/bin/cuda_copy_bench"
 rc=$?
 [ "$rc" -eq 0 ] || echo "cuda_copy_bench: exit $rc"
 if [ "$failed" -ne 0 ]; then
