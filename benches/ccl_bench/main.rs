@@ -141,7 +141,14 @@ fn main() {
     let mut latency = Vec::new();
     for &bytes in &sizes {
         let (copy, add) = floors(bytes, quick);
-        for n in [2i64, 4] {
+        let workers: Vec<i64> = std::env::var("DVM_CCL_WORKERS")
+            .map(|v| {
+                v.split(',')
+                    .map(|n| n.parse().expect("a worker count"))
+                    .collect()
+            })
+            .unwrap_or_else(|_| vec![2, 4]);
+        for &n in &workers {
             let options = SessionOptions {
                 timeout: Some(Duration::from_secs(120)),
                 ..SessionOptions::default()
