@@ -280,14 +280,11 @@ fn fold<A: Accumulate, E: Element<Acc = A>>(acc: &mut [A], input: &[E], f: impl 
 /// reads elements `lo..hi` of an output (inputs and outputs may be the same memory).
 unsafe fn reduce_range<E: Element>(op: ReduceOp, buffers: &Buffers<'_>, lo: usize, hi: usize) {
     let n = buffers.inputs.len();
-    let streaming = (hi - lo) * std::mem::size_of::<E>() * buffers.outputs.len() >= STREAMING_BYTES;
     let mut acc = [E::Acc::default(); BLOCK];
-    let mut out = [E::default(); BLOCK];
     let mut start = lo;
     while start < hi {
         let len = BLOCK.min(hi - start);
         let acc = &mut acc[..len];
-        let out = &mut out[..len];
         for (k, &input) in buffers.inputs.iter().enumerate() {
             // SAFETY: in bounds and not written concurrently, by the contract above; the
             // slice dies before anything is written to this range.
@@ -311,62 +308,17 @@ unsafe fn reduce_range<E: Element>(op: ReduceOp, buffers: &Buffers<'_>, lo: usiz
                 *a = a.avg(n);
             }
         }
-        for (o, a) in out.iter_mut().zip(acc.iter()) {
-            *o = E::narrow(*a);
-        }
-        let bytes = len * std::mem::size_of::<E>();
         for &output in buffers.outputs {
-            let dst = (output as *mut E).wrapping_add(start).cast::<u8>();
-            // SAFETY: in bounds, and nobody else touches this range of the output.
-            unsafe { write_out(out.as_ptr().cast(), dst, bytes, streaming) };
+            // SAFETY: in bounds, and nobody else touches this range of the output; the
+            // input slices over the same memory (in place) are dead by now.
+            let dst: &mut [E] =
+                unsafe { std::slice::from_raw_parts_mut((output as *mut E).add(start), len) };
+            for (d, a) in dst.iter_mut().zip(acc.iter()) {
+                *d = E::narrow(*a);
+            }
         }
         start += len;
     }
-    if streaming {
-        finish_streaming();
-    }
-}
-
-/// Outputs larger than this in all (bytes written by one worker) bypass the caches: they
-/// would not stay there anyway, and streaming stores skip reading each line before it is
-/// overwritten.
-const STREAMING_BYTES: usize = 4 << 20;
-
-/// Copies `len` bytes, with streaming stores when `streaming`.
-///
-/// # Safety
-/// Both ranges are valid and do not overlap.
-#[inline(always)]
-unsafe fn write_out(src: *const u8, dst: *mut u8, len: usize, streaming: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if streaming {
-        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
-        let head = dst.align_offset(16).min(len);
-        // SAFETY: within both ranges; the streamed part is 16-byte aligned at `dst`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src, dst, head);
-            let mut i = head;
-            while i + 16 <= len {
-                let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
-                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
-                i += 16;
-            }
-            std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
-        }
-        return;
-    }
-    let _ = streaming;
-    // SAFETY: as the caller promises.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
-}
-
-/// Orders streaming stores before what follows (the barrier that publishes them).
-fn finish_streaming() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a store fence has no preconditions.
-    unsafe {
-        std::arch::x86_64::_mm_sfence()
-    };
 }
 
 /// Reduces elements `lo..hi` of every input of type `elem` into every output.
