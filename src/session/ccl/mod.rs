@@ -29,6 +29,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// How many times a waiter checks the barrier before it starts yielding (a few µs: the other
+/// workers of a small collective are usually that close behind).
+const SPINS: usize = 2000;
 /// How many times a waiter yields before it sleeps on the condition variable.
 const YIELDS: usize = 64;
 
@@ -41,6 +44,9 @@ struct BarrierState {
 /// A reusable barrier that can time out and be broken for good.
 struct Barrier {
     size: usize,
+    /// `SPINS` when every participant can have a CPU of its own, else 0: spinning while the
+    /// awaited worker waits for the spinner's CPU only delays it.
+    spins: usize,
     state: Mutex<BarrierState>,
     generation: AtomicU64,
     cv: Condvar,
@@ -50,6 +56,11 @@ impl Barrier {
     fn new(size: usize) -> Barrier {
         Barrier {
             size,
+            spins: if size <= crate::device::cpu::available_cpus() {
+                SPINS
+            } else {
+                0
+            },
             state: Mutex::new(BarrierState {
                 arrived: 0,
                 generation: 0,
@@ -83,6 +94,12 @@ impl Barrier {
             return Ok(());
         }
         drop(state);
+        for _ in 0..self.spins {
+            if self.generation.load(Ordering::Acquire) != generation {
+                return Ok(());
+            }
+            std::hint::spin_loop();
+        }
         for _ in 0..YIELDS {
             if self.generation.load(Ordering::Acquire) != generation {
                 return Ok(());
