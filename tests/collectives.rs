@@ -757,3 +757,47 @@ fn a_worker_that_never_joins_times_out_or_is_released_by_shutdown() {
     drop((out, f));
     s.shutdown().unwrap();
 }
+
+#[test]
+fn a_worker_whose_arguments_are_rejected_fails_the_others_at_once() {
+    // No timeout: if the others waited for the rejected worker, this test would hang.
+    let s = session(3, 1, 0);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.one_bad_dtype", |id| {
+        let dt = if id == 1 {
+            DLDataType::new(KDL_INT, 16, 1)
+        } else {
+            dtype((KDL_FLOAT, 32))
+        };
+        allreduce_sum(tensor(dt, 2).into(), Any::Bool(false), tensor(dt, 2).into())
+    });
+    assert_error(r, ErrorKind::Worker, &["allreduce"]);
+    for w in 0..3 {
+        let e = s.sync_worker(w);
+        assert!(e.is_ok(), "failures were reported by the first wait: {e:?}");
+    }
+    // Every worker failed: worker 0's error names worker 1.
+    let r = on_workers(&s, "test.ccl.one_bad_recv", |id| {
+        let recv = if id == 2 { Any::None } else { f32_tensor(2) };
+        call(
+            &builtin("runtime.disco.allgather"),
+            &[f32_tensor(1), Any::Bool(false), recv],
+        )
+        .map_err(|e| Error::new(e.kind, format!("on {id}: {}", e.message)))
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "worker 0",
+            "on 0",
+            "worker 2 could not take part",
+            "argument 2 (recv)",
+        ],
+    );
+    // The communicator still works.
+    on_workers(&s, "test.ccl.after_rejection", |_| {
+        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
+    })
+    .unwrap();
+}

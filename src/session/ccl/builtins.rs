@@ -146,6 +146,28 @@ fn same_call(team: &Team, posts: &[Post]) -> Result<()> {
     Ok(())
 }
 
+/// Passes `result` through; when it is an error, first joins the collective with a post that
+/// says so, so the other participants fail at once instead of waiting for this one.
+fn joined<T>(
+    team: &Team,
+    rank: usize,
+    what: &'static str,
+    ccl: &CpuCcl,
+    result: Result<T>,
+) -> Result<T> {
+    if let Err(error) = &result {
+        let post = Post {
+            failed: Some(format!("{}: {}", error.kind.name(), error.message)),
+            what,
+            param: 0,
+            send: None,
+            recv: None,
+        };
+        let _ = team.run(rank, post, ccl.deadline(), |_| Ok(()), |_| {});
+    }
+    result
+}
+
 fn send_of(post: &Post) -> &Buf {
     post.send.as_ref().expect("checked")
 }
@@ -222,22 +244,30 @@ fn ctx(name: &str) -> Result<Ctx> {
 fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allreduce";
     arity(NAME, args, 4, 4)?;
-    let send = buffer(args, 0, "send", true)?;
-    let kind = argument(1, "kind", || {
-        let shape = args[1].as_shape()?;
-        match shape.as_slice() {
-            [kind] => ReduceOp::from_code(*kind),
-            other => Err(Error::value(format!(
-                "expected Shape([kind]) with one entry, got {other:?}"
-            ))),
-        }
-    })?;
     let grouped = in_group(args, 2)?;
-    let recv = buffer(args, 3, "recv", true)?;
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
-    let elem = Elem::of(send.as_ref().expect("required").dtype)?;
+    let join = |r| joined(team, rank, "allreduce", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let kind = joined(
+        team,
+        rank,
+        "allreduce",
+        &ccl,
+        argument(1, "kind", || {
+            let shape = args[1].as_shape()?;
+            match shape.as_slice() {
+                [kind] => ReduceOp::from_code(*kind),
+                other => Err(Error::value(format!(
+                    "expected Shape([kind]) with one entry, got {other:?}"
+                ))),
+            }
+        }),
+    )?;
+    let recv = join(buffer(args, 3, "recv", true))?;
+    let elem = Elem::of(send.as_ref().expect("required").dtype).expect("checked by `buffer`");
     let post = Post {
+        failed: None,
         what: "allreduce",
         param: kind as i64,
         send,
@@ -281,12 +311,14 @@ fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
 fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allgather";
     arity(NAME, args, 3, 3)?;
-    let send = buffer(args, 0, "send", true)?;
     let grouped = in_group(args, 1)?;
-    let recv = buffer(args, 2, "recv", true)?;
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "allgather", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
     let post = Post {
+        failed: None,
         what: "allgather",
         param: 0,
         send,
@@ -344,9 +376,11 @@ fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
     let grouped = in_group(args, 1)?;
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
-    let send = buffer(args, 0, "send", rank == 0)?;
-    let recv = buffer(args, 2, "recv", true)?;
+    let join = |r| joined(team, rank, "broadcast_from_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", rank == 0))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
     let post = Post {
+        failed: None,
         what: "broadcast_from_worker0",
         param: 0,
         send: if rank == 0 { send } else { None },
@@ -383,9 +417,11 @@ fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
     let grouped = in_group(args, 1)?;
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
-    let send = buffer(args, 0, "send", rank == 0)?;
-    let recv = buffer(args, 2, "recv", true)?;
+    let join = |r| joined(team, rank, "scatter_from_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", rank == 0))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
     let post = Post {
+        failed: None,
         what: "scatter_from_worker0",
         param: 0,
         send: if rank == 0 { send } else { None },
@@ -424,12 +460,14 @@ fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
 fn gather(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.gather_to_worker0";
     arity(NAME, args, 2, 3)?;
-    let send = buffer(args, 0, "send", true)?;
     let grouped = in_group(args, 1)?;
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
-    let recv = buffer(args, 2, "recv", rank == 0)?;
+    let join = |r| joined(team, rank, "gather_to_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let recv = join(buffer(args, 2, "recv", rank == 0))?;
     let post = Post {
+        failed: None,
         what: "gather_to_worker0",
         param: 0,
         send,
@@ -476,6 +514,7 @@ fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
     let Ctx { info, ccl } = ctx(NAME)?;
     let (team, rank) = ccl.team(info.id, grouped);
     let post = Post {
+        failed: None,
         what: "barrier",
         param: 0,
         send: None,
@@ -503,6 +542,7 @@ fn transfer(
     let sending = info.id == from;
     let team = ccl.pair(from, to);
     let post = Post {
+        failed: None,
         what,
         param: 0,
         send: sending.then(|| buf.clone()),

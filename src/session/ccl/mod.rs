@@ -5,6 +5,10 @@
 //! reused. Reductions are split across workers: worker `r` reduces slice `r` of every input
 //! and writes it into every output, which is a reduce-scatter and an all-gather in one pass.
 //!
+//! A worker whose own arguments are rejected (a missing tensor, an unsupported dtype) still
+//! joins, with a post that says so, and every participant fails; only a bad `in_group` or a
+//! missing communicator leave the others waiting, as they cannot tell which team to join.
+//!
 //! A worker that never joins: every join waits at most the session's timeout; when it runs out
 //! the communicator is broken, the waiting workers fail with `Timeout`, and every later
 //! collective on it fails at once until `init_ccl` is called again. Without a timeout, a join
@@ -159,6 +163,8 @@ impl Buf {
 /// What a participant posts: which collective, its parameter, and its buffers.
 #[derive(Clone, Debug)]
 pub(crate) struct Post {
+    /// Why this participant cannot take part (its arguments were rejected); the others fail.
+    pub failed: Option<String>,
     pub what: &'static str,
     pub param: i64,
     pub send: Option<Buf>,
@@ -222,7 +228,14 @@ impl Team {
             .iter()
             .map(|p| lock(p).clone().expect("everyone posted before the join"))
             .collect();
-        let verdict = check(&posts);
+        let verdict = match posts.iter().position(|p| p.failed.is_some()) {
+            Some(r) => Err(Error::value(format!(
+                "{what}: worker {} could not take part ({})",
+                members[r],
+                posts[r].failed.as_deref().unwrap_or_default()
+            ))),
+            None => check(&posts),
+        };
         if verdict.is_ok() {
             work(&posts);
         }
