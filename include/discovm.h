@@ -359,6 +359,31 @@ dvm_status dvm_session_sync_worker(dvm_session *s, int32_t worker);
 dvm_status dvm_session_sync_all(dvm_session *s);
 
 /**
+ * Sets up collectives between the session's workers, so that worker-side functions can call
+ * `runtime.disco.allreduce`, `allgather`, `broadcast_from_worker0`, `scatter_from_worker0`,
+ * `gather_to_worker0`, `recv_from_worker0`, `send_to_worker` / `recv_from_worker`,
+ * `send_to_next_group` / `recv_from_prev_group` and `barrier` (Disco's names and arguments).
+ *
+ * `backend` is `"cpu"`: an in-process shared-memory communicator for the whole session and
+ * one per group (every worker must be on the CPU; `device_ids` may be NULL with `n` 0, or
+ * hold one entry per worker). `"nccl"` is not available yet. A join waits at most the
+ * session's `timeout_ms` for every worker; without a timeout it waits until shutdown, which
+ * breaks any collective still waiting. Calling this again replaces the communicator.
+ *
+ * Ownership: `session`, `backend` and `device_ids` are borrowed.
+ * Errors: `ValueError` for an unknown backend (naming it), a count that is neither 0 nor the
+ * number of workers, or a worker not on the CPU; `DeviceUnavailable` for `"nccl"` (it
+ * arrives with the CUDA backend); `WorkerError` if a worker failed earlier work (reported by
+ * the sync this makes); `SessionClosed` after shutdown. A collective called before this fails
+ * on its worker with a `WorkerError` that names the worker and the call.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_init_ccl(dvm_session *s,
+                                const char *backend,
+                                const int32_t *device_ids,
+                                int32_t n);
+
+/**
  * Copies a compact CPU host tensor into the tensor `dst` holds on worker 0, after every call
  * sent before. Returns when the copy is done.
  *

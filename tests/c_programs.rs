@@ -113,6 +113,7 @@ programs! {
     example_session_broadcast: Program::new("examples-c/session_broadcast.c");
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();
     example_stream_copy: Program::new("examples-c/stream_copy.c");
+    example_allreduce: Program::new("examples-c/allreduce.c");
 }
 
 fn repo() -> &'static Path {

@@ -243,6 +243,42 @@ pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status
     boundary(|| unsafe { session_arg(s) }?.sync_all())
 }
 
+/// Sets up collectives between the session's workers, so that worker-side functions can call
+/// `runtime.disco.allreduce`, `allgather`, `broadcast_from_worker0`, `scatter_from_worker0`,
+/// `gather_to_worker0`, `recv_from_worker0`, `send_to_worker` / `recv_from_worker`,
+/// `send_to_next_group` / `recv_from_prev_group` and `barrier` (Disco's names and arguments).
+///
+/// `backend` is `"cpu"`: an in-process shared-memory communicator for the whole session and
+/// one per group (every worker must be on the CPU; `device_ids` may be NULL with `n` 0, or
+/// hold one entry per worker). `"nccl"` is not available yet. A join waits at most the
+/// session's `timeout_ms` for every worker; without a timeout it waits until shutdown, which
+/// breaks any collective still waiting. Calling this again replaces the communicator.
+///
+/// Ownership: `session`, `backend` and `device_ids` are borrowed.
+/// Errors: `ValueError` for an unknown backend (naming it), a count that is neither 0 nor the
+/// number of workers, or a worker not on the CPU; `DeviceUnavailable` for `"nccl"` (it
+/// arrives with the CUDA backend); `WorkerError` if a worker failed earlier work (reported by
+/// the sync this makes); `SessionClosed` after shutdown. A collective called before this fails
+/// on its worker with a `WorkerError` that names the worker and the call.
+/// Thread safety: any thread.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dvm_session_init_ccl(
+    s: *mut dvm_session,
+    backend: *const c_char,
+    device_ids: *const i32,
+    n: i32,
+) -> dvm_status {
+    boundary(|| {
+        // SAFETY: NULL or a live handle, by contract.
+        let session = unsafe { session_arg(s) }?;
+        // SAFETY: NULL or a terminated string, by contract.
+        let backend = unsafe { c_str(backend, "backend") }?;
+        // SAFETY: `device_ids` holds `n` entries, by contract.
+        let ids = unsafe { count_slice(device_ids, n, "device_ids", "n") }?;
+        session.init_ccl(backend, ids)
+    })
+}
+
 /// # Safety
 /// As for the two copy functions.
 unsafe fn copy_worker0(

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::builtins;
+use super::ccl::{self, CpuCcl};
 use super::completion::Completion;
 use super::dref::DRef;
 use super::message::{Arg, CopyDirection, Message, Reply, Store};
@@ -57,6 +58,8 @@ pub struct Session {
     closed: AtomicBool,
     timeout: Option<Duration>,
     spin: SpinPolicy,
+    /// The communicator `init_ccl` set up, if any (kept to break its waits at shutdown).
+    ccl: Mutex<Option<Arc<CpuCcl>>>,
 }
 
 /// Which workers a call goes to.
@@ -197,6 +200,7 @@ impl Session {
             closed: AtomicBool::new(false),
             timeout: options.timeout,
             spin: options.spin,
+            ccl: Mutex::new(None),
         });
         for link in &session.workers {
             let _ = link.shared.session.set(Arc::downgrade(&session));
@@ -507,11 +511,79 @@ impl Session {
         }
     }
 
+    /// Sets up collectives between the workers: `"cpu"` (in-process shared memory) or
+    /// `"nccl"` (not available yet). `device_ids` may be empty; otherwise it has one entry per
+    /// worker. The workers install the communicator in order with earlier calls, so a
+    /// collective sent before this fails; calling it again replaces the communicator.
+    pub fn init_ccl(self: &Arc<Self>, backend: &str, device_ids: &[i32]) -> Result<()> {
+        self.open()?;
+        match backend {
+            "cpu" => {}
+            "nccl" => {
+                return Err(Error::new(
+                    ErrorKind::DeviceUnavailable,
+                    "the NCCL backend is not available yet: it arrives with the CUDA backend",
+                ));
+            }
+            other => {
+                return Err(Error::value(format!(
+                    "unknown collective backend {other:?} (expected \"cpu\" or \"nccl\")"
+                )));
+            }
+        }
+        let workers = self.workers.len();
+        if !device_ids.is_empty() && device_ids.len() != workers {
+            return Err(Error::value(format!(
+                "{} device ids given for {workers} workers",
+                device_ids.len()
+            )));
+        }
+        if let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu()) {
+            return Err(Error::value(format!(
+                "the cpu backend needs every worker on the CPU; worker {w} is not"
+            )));
+        }
+        let fresh = Arc::new(CpuCcl::new(workers, self.num_groups, self.timeout));
+        let stage = ccl::stage(fresh.clone());
+        let installed = self
+            .get_global_func("runtime.disco.cpu.init_ccl_per_worker")
+            .and_then(|func| {
+                let _out = self.call(Target::All, &func, &[Any::Int(stage).view()])?;
+                self.sync_all()
+            });
+        ccl::unstage(stage);
+        installed?;
+        let old = self
+            .ccl
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .replace(fresh);
+        if let Some(old) = old {
+            old.abort(&Error::runtime(
+                "the communicator was replaced by a later init_ccl",
+            ));
+        }
+        Ok(())
+    }
+
     /// Stops every worker after the work already queued and joins their threads. Later calls
     /// fail with `SessionClosed`; shutting down again does nothing.
     pub fn shutdown(&self) -> Result<()> {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
+        }
+        // A collective some worker never joins would keep its worker from ever reading the
+        // shutdown: break the communicator so its waits end.
+        if let Some(ccl) = self
+            .ccl
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            ccl.abort(&Error::new(
+                ErrorKind::SessionClosed,
+                "the session was shut down while this collective waited for its workers",
+            ));
         }
         let deadline = self.deadline();
         let mut first = None;

@@ -2,6 +2,7 @@
 //! results in register files, addressed by remote references (DRefs).
 
 mod builtins;
+pub mod ccl;
 mod completion;
 mod controller;
 mod dref;

@@ -331,6 +331,23 @@ static void bad_host_tensors(dvm_session* s, dvm_dref* tensor, dvm_dref* ranks) 
   CHECK_USABLE(s);
 }
 
+/* init_ccl: backends, device ids, NULLs. The session stays usable, and "cpu" works after. */
+static void bad_init_ccl(dvm_session* s) {
+  int32_t ids[3] = {0, 1, 2};
+  EXPECT_STATUS(dvm_session_init_ccl(NULL, "cpu", NULL, 0), DVM_VALUE_ERROR, "`session` is NULL");
+  EXPECT_STATUS(dvm_session_init_ccl(s, NULL, NULL, 0), DVM_VALUE_ERROR, "`backend` is NULL");
+  EXPECT_STATUS(dvm_session_init_ccl(s, "gloo", NULL, 0), DVM_VALUE_ERROR,
+                "unknown collective backend \"gloo\"");
+  EXPECT_STATUS(dvm_session_init_ccl(s, "nccl", NULL, 0), DVM_DEVICE_UNAVAILABLE,
+                "arrives with the CUDA backend");
+  EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", ids, 3), DVM_VALUE_ERROR,
+                "3 device ids given for 2 workers");
+  EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", NULL, 2), DVM_VALUE_ERROR, "`device_ids` is NULL");
+  EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", ids, -1), DVM_VALUE_ERROR, "`n` is negative (-1)");
+  CHECK_USABLE(s);
+  CHECK_OK(dvm_session_init_ccl(s, "cpu", ids, 2));
+}
+
 int main(void) {
   bad_session_starts();
 
@@ -345,6 +362,7 @@ int main(void) {
   CHECK_OK(dvm_any_release(&empty_args[0]));
 
   workers_out_of_range(s, ranks);
+  bad_init_ccl(s);
   null_handles(s, rank, ranks, tensor);
   wrong_handles(s, rank, ranks);
   drefs_of_another_session(s, tensor);

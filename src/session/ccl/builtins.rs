@@ -1,0 +1,712 @@
+//! The collective built-ins, under Disco's names and with its arguments
+//! (`runtime.disco.allreduce(send, Shape([kind]), in_group, recv)`, ...), running on the
+//! communicator `init_ccl` gave this worker.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, Once, PoisonError};
+
+use super::reduce::{Buffers, Elem, ReduceOp, reduce};
+use super::{Buf, CpuCcl, Post, Team};
+use crate::abi::{KDL_CPU, type_index};
+use crate::object::{Any, AnyView, Error, Function, Result, registry};
+use crate::session::worker::{self, WorkerInfo};
+
+thread_local! {
+    /// The communicator of the worker running on this thread.
+    static CCL: RefCell<Option<Arc<CpuCcl>>> = const { RefCell::new(None) };
+}
+
+/// Communicators on their way to the workers, by the number `init_ccl` passes them.
+static STAGED: Mutex<Option<HashMap<i64, Arc<CpuCcl>>>> = Mutex::new(None);
+static NEXT_STAGE: AtomicI64 = AtomicI64::new(1);
+
+/// Makes `ccl` available to `init_ccl_per_worker` under the number returned.
+pub fn stage(ccl: Arc<CpuCcl>) -> i64 {
+    let id = NEXT_STAGE.fetch_add(1, Ordering::Relaxed);
+    STAGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(id, ccl);
+    id
+}
+
+/// Forgets a staged communicator (the workers keep theirs).
+pub fn unstage(id: i64) {
+    if let Some(map) = STAGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        map.remove(&id);
+    }
+}
+
+fn on_worker(name: &str) -> Result<WorkerInfo> {
+    worker::current()
+        .ok_or_else(|| Error::runtime(format!("`{name}` must run on a session worker thread")))
+}
+
+fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
+    CCL.with(|c| c.borrow().clone()).ok_or_else(|| {
+        Error::runtime(format!(
+            "`{name}` needs a communicator: call init_ccl on the session first"
+        ))
+    })
+}
+
+fn arity(name: &str, args: &[AnyView<'_>], min: usize, max: usize) -> Result<()> {
+    if (min..=max).contains(&args.len()) {
+        return Ok(());
+    }
+    let wanted = if min == max {
+        format!("{min}")
+    } else {
+        format!("{min} to {max}")
+    };
+    Err(Error::type_error(format!(
+        "`{name}` takes {wanted} arguments but got {}",
+        args.len()
+    )))
+}
+
+fn argument<T>(i: usize, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
+    read().map_err(|e| Error::new(e.kind, format!("argument {i} ({what}): {}", e.message)))
+}
+
+fn is_none(args: &[AnyView<'_>], i: usize) -> bool {
+    args.get(i)
+        .is_none_or(|v| v.type_index() == type_index::NONE)
+}
+
+/// A tensor argument as a buffer; None when it is absent or None and `required` is false.
+fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Buf>> {
+    if is_none(args, i) {
+        if required {
+            return Err(Error::type_error(format!(
+                "argument {i} ({what}): a tensor is required, got None"
+            )));
+        }
+        return Ok(None);
+    }
+    argument(i, what, || {
+        let tensor = args[i].as_tensor()?;
+        let dl = tensor.dl();
+        if dl.device.device_type != KDL_CPU {
+            return Err(Error::value(
+                "the CPU collectives need tensors in host memory (kDLCPU)",
+            ));
+        }
+        if !tensor.is_contiguous() {
+            return Err(Error::value("the tensor is not contiguous"));
+        }
+        if tensor.is_read_only() && what != "send" {
+            return Err(Error::value("the tensor is read-only"));
+        }
+        let elem = Elem::of(dl.dtype)?;
+        let addr = tensor.data_ptr() as usize;
+        if !addr.is_multiple_of(elem.size()) {
+            return Err(Error::value(format!(
+                "the data address {addr:#x} is not aligned to its {}-byte elements",
+                elem.size()
+            )));
+        }
+        Ok(Some(Buf {
+            addr,
+            dtype: dl.dtype,
+            shape: tensor.shape().to_vec(),
+            nbytes: tensor.nbytes(),
+        }))
+    })
+}
+
+fn in_group(args: &[AnyView<'_>], i: usize) -> Result<bool> {
+    argument(i, "in_group", || args[i].as_bool())
+}
+
+/// Every participant called the same collective with the same parameter.
+fn same_call(team: &Team, posts: &[Post]) -> Result<()> {
+    let first = &posts[0];
+    for (rank, post) in posts.iter().enumerate().skip(1) {
+        if post.what != first.what {
+            return Err(Error::value(format!(
+                "worker {} called `{}` while worker {} called `{}`",
+                team.members[rank], post.what, team.members[0], first.what
+            )));
+        }
+        if post.param != first.param {
+            return Err(Error::value(format!(
+                "{}: worker {} passed {} while worker {} passed {}",
+                first.what, team.members[rank], post.param, team.members[0], first.param
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Passes `result` through; when it is an error, first joins the collective with a post that
+/// says so, so the other participants fail at once instead of waiting for this one.
+fn joined<T>(
+    team: &Team,
+    rank: usize,
+    what: &'static str,
+    ccl: &CpuCcl,
+    result: Result<T>,
+) -> Result<T> {
+    if let Err(error) = &result {
+        let post = Post {
+            failed: Some(format!("{}: {}", error.kind.name(), error.message)),
+            what,
+            param: 0,
+            send: None,
+            recv: None,
+        };
+        let _ = team.run(rank, post, ccl.deadline(), |_| Ok(()), |_| {});
+    }
+    result
+}
+
+fn send_of(post: &Post) -> &Buf {
+    post.send.as_ref().expect("checked")
+}
+
+fn recv_of(post: &Post) -> &Buf {
+    post.recv.as_ref().expect("checked")
+}
+
+/// Every participant's `pick` buffer has the same shape and dtype.
+fn same_buffers(
+    team: &Team,
+    posts: &[Post],
+    role: &str,
+    pick: impl Fn(&Post) -> &Buf,
+) -> Result<()> {
+    let first = pick(&posts[0]);
+    for (rank, post) in posts.iter().enumerate().skip(1) {
+        let buf = pick(post);
+        if buf.shape != first.shape || buf.dtype != first.dtype {
+            return Err(Error::value(format!(
+                "{}: worker {} passed a {role} buffer of {} but worker {} passed {}",
+                post.what,
+                team.members[rank],
+                buf.describe(),
+                team.members[0],
+                first.describe()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// `bytes` of one buffer must be `times` those of another, with the same dtype.
+fn sized(what: &str, big: &Buf, big_role: &str, small: &Buf, times: usize) -> Result<()> {
+    if big.dtype != small.dtype || big.nbytes != small.nbytes * times {
+        let times = if times == 1 {
+            String::new()
+        } else {
+            format!("{times} times ")
+        };
+        return Err(Error::value(format!(
+            "{what}: the {big_role} buffer ({}) must hold {times}the elements of the other ({}), \
+             with the same dtype",
+            big.describe(),
+            small.describe()
+        )));
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes between buffers of different participants.
+fn copy(from: usize, to: usize, len: usize) {
+    if from == to || len == 0 {
+        return;
+    }
+    // SAFETY: both ranges lie inside tensors their owners hold for the whole collective (they
+    // are inside `Team::run` until everyone leaves); the collective's layout gives each
+    // destination range to exactly one writer and no reader during the copy.
+    unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+}
+
+struct Ctx {
+    info: WorkerInfo,
+    ccl: Arc<CpuCcl>,
+}
+
+fn ctx(name: &str) -> Result<Ctx> {
+    Ok(Ctx {
+        info: on_worker(name)?,
+        ccl: communicator(name)?,
+    })
+}
+
+fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.allreduce";
+    arity(NAME, args, 4, 4)?;
+    let grouped = in_group(args, 2)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "allreduce", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let kind = joined(
+        team,
+        rank,
+        "allreduce",
+        &ccl,
+        argument(1, "kind", || {
+            let shape = args[1].as_shape()?;
+            match shape.as_slice() {
+                [kind] => ReduceOp::from_code(*kind),
+                other => Err(Error::value(format!(
+                    "expected Shape([kind]) with one entry, got {other:?}"
+                ))),
+            }
+        }),
+    )?;
+    let recv = join(buffer(args, 3, "recv", true))?;
+    let elem = Elem::of(send.as_ref().expect("required").dtype).expect("checked by `buffer`");
+    let post = Post {
+        failed: None,
+        what: "allreduce",
+        param: kind as i64,
+        send,
+        recv,
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            same_call(team, posts)?;
+            same_buffers(team, posts, "send", send_of)?;
+            same_buffers(team, posts, "recv", recv_of)?;
+            sized(
+                "allreduce",
+                recv_of(&posts[0]),
+                "recv",
+                send_of(&posts[0]),
+                1,
+            )
+        },
+        |posts| {
+            let n = posts.len();
+            let count = send_of(&posts[0]).nbytes / elem.size();
+            let inputs: Vec<usize> = posts.iter().map(|p| send_of(p).addr).collect();
+            let outputs: Vec<usize> = posts.iter().map(|p| recv_of(p).addr).collect();
+            let (lo, hi) = (rank * count / n, (rank + 1) * count / n);
+            let buffers = Buffers {
+                inputs: &inputs,
+                outputs: &outputs,
+            };
+            // SAFETY: every buffer holds `count` aligned elements of `elem` (checked above) and
+            // stays alive until everyone leaves; this participant alone reads and writes
+            // elements `lo..hi` of every buffer during the work.
+            unsafe { reduce(elem, kind, &buffers, lo, hi) };
+        },
+    )?;
+    Ok(Any::None)
+}
+
+fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.allgather";
+    arity(NAME, args, 3, 3)?;
+    let grouped = in_group(args, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "allgather", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
+    let post = Post {
+        failed: None,
+        what: "allgather",
+        param: 0,
+        send,
+        recv,
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            same_call(team, posts)?;
+            same_buffers(team, posts, "send", send_of)?;
+            same_buffers(team, posts, "recv", recv_of)?;
+            let n = posts.len();
+            sized(
+                "allgather",
+                recv_of(&posts[0]),
+                "recv",
+                send_of(&posts[0]),
+                n,
+            )
+        },
+        |posts| {
+            let mine = recv_of(&posts[rank]).addr;
+            let size = send_of(&posts[0]).nbytes;
+            for (j, post) in posts.iter().enumerate() {
+                copy(send_of(post).addr, mine + j * size, size);
+            }
+        },
+    )?;
+    Ok(Any::None)
+}
+
+/// Who a root-based collective's root is in this team (rank 0: worker 0 or the group leader).
+fn root_checks(
+    team: &Team,
+    posts: &[Post],
+    what: &str,
+    root_role: &str,
+    root_has: fn(&Post) -> bool,
+) -> Result<()> {
+    same_call(team, posts)?;
+    if !root_has(&posts[0]) {
+        return Err(Error::value(format!(
+            "{what}: worker {} is the root and must pass a {root_role} tensor",
+            team.members[0]
+        )));
+    }
+    Ok(())
+}
+
+fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.broadcast_from_worker0";
+    arity(NAME, args, 3, 3)?;
+    let grouped = in_group(args, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "broadcast_from_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", rank == 0))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
+    let post = Post {
+        failed: None,
+        what: "broadcast_from_worker0",
+        param: 0,
+        send: if rank == 0 { send } else { None },
+        recv,
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            root_checks(team, posts, "broadcast_from_worker0", "send", |p| {
+                p.send.is_some()
+            })?;
+            same_buffers(team, posts, "recv", recv_of)?;
+            sized(
+                "broadcast_from_worker0",
+                recv_of(&posts[0]),
+                "recv",
+                send_of(&posts[0]),
+                1,
+            )
+        },
+        |posts| {
+            let size = recv_of(&posts[rank]).nbytes;
+            copy(send_of(&posts[0]).addr, recv_of(&posts[rank]).addr, size);
+        },
+    )?;
+    Ok(Any::None)
+}
+
+fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.scatter_from_worker0";
+    arity(NAME, args, 3, 3)?;
+    let grouped = in_group(args, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "scatter_from_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", rank == 0))?;
+    let recv = join(buffer(args, 2, "recv", true))?;
+    let post = Post {
+        failed: None,
+        what: "scatter_from_worker0",
+        param: 0,
+        send: if rank == 0 { send } else { None },
+        recv,
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            root_checks(team, posts, "scatter_from_worker0", "send", |p| {
+                p.send.is_some()
+            })?;
+            same_buffers(team, posts, "recv", recv_of)?;
+            let n = posts.len();
+            sized(
+                "scatter_from_worker0",
+                send_of(&posts[0]),
+                "send",
+                recv_of(&posts[0]),
+                n,
+            )
+        },
+        |posts| {
+            let size = recv_of(&posts[rank]).nbytes;
+            copy(
+                send_of(&posts[0]).addr + rank * size,
+                recv_of(&posts[rank]).addr,
+                size,
+            );
+        },
+    )?;
+    Ok(Any::None)
+}
+
+fn gather(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.gather_to_worker0";
+    arity(NAME, args, 2, 3)?;
+    let grouped = in_group(args, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let join = |r| joined(team, rank, "gather_to_worker0", &ccl, r);
+    let send = join(buffer(args, 0, "send", true))?;
+    let recv = join(buffer(args, 2, "recv", rank == 0))?;
+    let post = Post {
+        failed: None,
+        what: "gather_to_worker0",
+        param: 0,
+        send,
+        recv: if rank == 0 { recv } else { None },
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            root_checks(team, posts, "gather_to_worker0", "recv", |p| {
+                p.recv.is_some()
+            })?;
+            same_buffers(team, posts, "send", send_of)?;
+            let n = posts.len();
+            sized(
+                "gather_to_worker0",
+                recv_of(&posts[0]),
+                "recv",
+                send_of(&posts[0]),
+                n,
+            )
+        },
+        |posts| {
+            let size = send_of(&posts[rank]).nbytes;
+            copy(
+                send_of(&posts[rank]).addr,
+                recv_of(&posts[0]).addr + rank * size,
+                size,
+            );
+        },
+    )?;
+    Ok(Any::None)
+}
+
+fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.barrier";
+    arity(NAME, args, 0, 1)?;
+    let grouped = if is_none(args, 0) {
+        false
+    } else {
+        in_group(args, 0)?
+    };
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let (team, rank) = ccl.team(info.id, grouped);
+    let post = Post {
+        failed: None,
+        what: "barrier",
+        param: 0,
+        send: None,
+        recv: None,
+    };
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| same_call(team, posts),
+        |_| {},
+    )?;
+    Ok(Any::None)
+}
+
+/// One side of a transfer between `from` and `to` (global ids).
+fn transfer(
+    what: &'static str,
+    info: &WorkerInfo,
+    ccl: &CpuCcl,
+    buf: Buf,
+    from: usize,
+    to: usize,
+) -> Result<()> {
+    let sending = info.id == from;
+    let team = ccl.pair(from, to);
+    let post = Post {
+        failed: None,
+        what,
+        param: 0,
+        send: sending.then(|| buf.clone()),
+        recv: (!sending).then_some(buf),
+    };
+    let rank = usize::from(!sending);
+    team.run(
+        rank,
+        post,
+        ccl.deadline(),
+        |posts| {
+            let (s, r) = (send_of(&posts[0]), recv_of(&posts[1]));
+            if s.shape != r.shape || s.dtype != r.dtype {
+                return Err(Error::value(format!(
+                    "worker {from} sent {} ({}) but worker {to} receives {} ({})",
+                    s.describe(),
+                    posts[0].what,
+                    r.describe(),
+                    posts[1].what
+                )));
+            }
+            Ok(())
+        },
+        |posts| {
+            if !sending {
+                copy(
+                    send_of(&posts[0]).addr,
+                    recv_of(&posts[1]).addr,
+                    r_len(posts),
+                );
+            }
+        },
+    )
+}
+
+fn r_len(posts: &[Post]) -> usize {
+    recv_of(&posts[1]).nbytes
+}
+
+fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
+    let peer = argument(i, "peer", || args[i].as_i64())?;
+    let peer = usize::try_from(peer)
+        .ok()
+        .filter(|&p| p < info.num_workers)
+        .ok_or_else(|| {
+            Error::index(format!(
+                "peer worker {peer} out of range (session has {} workers)",
+                info.num_workers
+            ))
+        })?;
+    if peer == info.id {
+        return Err(Error::value(format!(
+            "worker {peer} cannot send to or receive from itself"
+        )));
+    }
+    Ok(peer)
+}
+
+fn send_to_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.send_to_worker";
+    arity(NAME, args, 2, 2)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let buf = buffer(args, 0, "send", true)?.expect("required");
+    let to = peer(args, 1, &info)?;
+    transfer("send_to_worker", &info, &ccl, buf, info.id, to)?;
+    Ok(Any::None)
+}
+
+fn recv_from_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.recv_from_worker";
+    arity(NAME, args, 2, 2)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let buf = buffer(args, 0, "recv", true)?.expect("required");
+    let from = peer(args, 1, &info)?;
+    transfer("recv_from_worker", &info, &ccl, buf, from, info.id)?;
+    Ok(Any::None)
+}
+
+fn recv_from_worker0(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.recv_from_worker0";
+    arity(NAME, args, 1, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    if info.id == 0 {
+        return Err(Error::value(
+            "worker 0 cannot receive from itself (recv_from_worker0 runs on the other workers)",
+        ));
+    }
+    let buf = buffer(args, 0, "recv", true)?.expect("required");
+    transfer("recv_from_worker0", &info, &ccl, buf, 0, info.id)?;
+    Ok(Any::None)
+}
+
+fn send_to_next_group(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.send_to_next_group";
+    arity(NAME, args, 1, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let to = info.id + info.workers_per_group();
+    if to >= info.num_workers {
+        return Err(Error::value(format!(
+            "worker {} is in the last group: there is no next group to send to",
+            info.id
+        )));
+    }
+    let buf = buffer(args, 0, "send", true)?.expect("required");
+    transfer("send_to_next_group", &info, &ccl, buf, info.id, to)?;
+    Ok(Any::None)
+}
+
+fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.recv_from_prev_group";
+    arity(NAME, args, 1, 1)?;
+    let Ctx { info, ccl } = ctx(NAME)?;
+    let Some(from) = info.id.checked_sub(info.workers_per_group()) else {
+        return Err(Error::value(format!(
+            "worker {} is in the first group: there is no previous group to receive from",
+            info.id
+        )));
+    };
+    let buf = buffer(args, 0, "recv", true)?.expect("required");
+    transfer("recv_from_prev_group", &info, &ccl, buf, from, info.id)?;
+    Ok(Any::None)
+}
+
+/// `runtime.disco.cpu.init_ccl_per_worker(stage)`: installs the staged communicator on this
+/// worker (`Session::init_ccl` calls it on every worker).
+fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.cpu.init_ccl_per_worker";
+    arity(NAME, args, 1, 1)?;
+    on_worker(NAME)?;
+    let id = argument(0, "stage", || args[0].as_i64())?;
+    let ccl = STAGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&id).cloned())
+        .ok_or_else(|| Error::value(format!("no communicator is staged under {id}")))?;
+    CCL.with(|c| *c.borrow_mut() = Some(ccl));
+    Ok(Any::None)
+}
+
+/// The body of a built-in.
+type Builtin = fn(&[AnyView<'_>]) -> Result<Any>;
+
+/// Registers the collective built-ins once per process.
+pub fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let all: [(&str, Builtin); 12] = [
+            ("runtime.disco.allreduce", allreduce),
+            ("runtime.disco.allgather", allgather),
+            ("runtime.disco.broadcast_from_worker0", broadcast),
+            ("runtime.disco.scatter_from_worker0", scatter),
+            ("runtime.disco.gather_to_worker0", gather),
+            ("runtime.disco.recv_from_worker0", recv_from_worker0),
+            ("runtime.disco.send_to_worker", send_to_worker),
+            ("runtime.disco.recv_from_worker", recv_from_worker),
+            ("runtime.disco.send_to_next_group", send_to_next_group),
+            ("runtime.disco.recv_from_prev_group", recv_from_prev_group),
+            ("runtime.disco.barrier", barrier),
+            ("runtime.disco.cpu.init_ccl_per_worker", init_per_worker),
+        ];
+        for (name, body) in all {
+            registry::register_global(name, Function::from_closure(body), true)
+                .expect("built-in names are valid");
+        }
+    });
+}

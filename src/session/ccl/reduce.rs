@@ -1,0 +1,376 @@
+//! Element types and reductions of the CPU collectives. Reductions work in blocks that stay in
+//! L1: each block of worker 0's input is widened into an accumulator, the other inputs are
+//! folded in with one simple loop per operation (so the compiler vectorises it), and the result
+//! is narrowed and written out. float16 and bfloat16 accumulate in float32.
+
+use crate::abi::DLDataType;
+use crate::object::tensor::dtype_name;
+use crate::object::{Error, Result};
+
+/// Disco's reduction kinds, in its encoding (`Shape([kind])`, 0..4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReduceOp {
+    Sum = 0,
+    Prod = 1,
+    Min = 2,
+    Max = 3,
+    Avg = 4,
+}
+
+impl ReduceOp {
+    pub fn from_code(code: i64) -> Result<ReduceOp> {
+        Ok(match code {
+            0 => ReduceOp::Sum,
+            1 => ReduceOp::Prod,
+            2 => ReduceOp::Min,
+            3 => ReduceOp::Max,
+            4 => ReduceOp::Avg,
+            other => {
+                return Err(Error::value(format!(
+                    "reduction kind {other} is not one of 0 (sum), 1 (prod), 2 (min), 3 (max), 4 (avg)"
+                )));
+            }
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ReduceOp::Sum => "sum",
+            ReduceOp::Prod => "prod",
+            ReduceOp::Min => "min",
+            ReduceOp::Max => "max",
+            ReduceOp::Avg => "avg",
+        }
+    }
+}
+
+/// The element types the collectives reduce.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Elem {
+    I8,
+    U8,
+    I32,
+    U32,
+    I64,
+    U64,
+    F16,
+    Bf16,
+    F32,
+    F64,
+}
+
+impl Elem {
+    pub fn of(dtype: DLDataType) -> Result<Elem> {
+        use crate::abi::{KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
+        let elem = match (dtype.code, dtype.bits, dtype.lanes) {
+            (KDL_INT, 8, 1) => Elem::I8,
+            (KDL_UINT, 8, 1) => Elem::U8,
+            (KDL_INT, 32, 1) => Elem::I32,
+            (KDL_UINT, 32, 1) => Elem::U32,
+            (KDL_INT, 64, 1) => Elem::I64,
+            (KDL_UINT, 64, 1) => Elem::U64,
+            (KDL_FLOAT, 16, 1) => Elem::F16,
+            (KDL_BFLOAT, 16, 1) => Elem::Bf16,
+            (KDL_FLOAT, 32, 1) => Elem::F32,
+            (KDL_FLOAT, 64, 1) => Elem::F64,
+            _ => {
+                return Err(Error::type_error(format!(
+                    "dtype {} is not supported by the CPU collectives (int8, uint8, int32, \
+                     uint32, int64, uint64, float16, bfloat16, float32, float64)",
+                    dtype_name(dtype)
+                )));
+            }
+        };
+        Ok(elem)
+    }
+
+    pub fn size(self) -> usize {
+        match self {
+            Elem::I8 | Elem::U8 => 1,
+            Elem::F16 | Elem::Bf16 => 2,
+            Elem::I32 | Elem::U32 | Elem::F32 => 4,
+            Elem::I64 | Elem::U64 | Elem::F64 => 8,
+        }
+    }
+}
+
+/// Converts an IEEE half-precision value to f32 (exact).
+pub fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let man = u32::from(h & 0x3ff);
+    let bits = match (exp, man) {
+        (0, 0) => sign,
+        (0, _) => {
+            // Subnormal: value = man * 2^-24, exact in f32.
+            let v = man as f32 * f32::from_bits(0x3380_0000); // 2^-24
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, 0) => sign | 0x7f80_0000,
+        (0x1f, _) => sign | 0x7fc0_0000 | (man << 13),
+        _ => sign | ((exp + 112) << 23) | (man << 13),
+    };
+    f32::from_bits(bits)
+}
+
+/// Converts f32 to IEEE half precision, rounding to nearest even.
+pub fn f32_to_f16(f: f32) -> u16 {
+    let x = f.to_bits();
+    let sign = ((x >> 16) & 0x8000) as u16;
+    let abs = x & 0x7fff_ffff;
+    if abs >= 0x7f80_0000 {
+        // Inf or NaN.
+        let nan = if abs > 0x7f80_0000 { 0x200 } else { 0 };
+        return sign | 0x7c00 | nan;
+    }
+    if abs >= 0x4780_0000 {
+        // 65520 and above round to infinity.
+        return sign | 0x7c00;
+    }
+    if abs < 0x3880_0000 {
+        // Below the smallest normal half (2^-14): subnormal or zero. Scale so the half's
+        // subnormal step (2^-24) becomes 1, and let f32 rounding (to nearest even) do the work.
+        let v = f32::from_bits(abs) * f32::from_bits(0x4b80_0000); // 2^24
+        return sign | (v.round_ties_even() as u16);
+    }
+    // Normal: rebias the exponent, round the 13 dropped bits to nearest even.
+    let rebased = abs - (112 << 23);
+    let half = (rebased >> 13) as u16;
+    let rest = rebased & 0x1fff;
+    let round_up = rest > 0x1000 || (rest == 0x1000 && half & 1 == 1);
+    sign | (half + u16::from(round_up))
+}
+
+/// Converts a bfloat16 value to f32 (exact).
+pub fn bf16_to_f32(b: u16) -> f32 {
+    f32::from_bits(u32::from(b) << 16)
+}
+
+/// Converts f32 to bfloat16, rounding to nearest even (NaN stays NaN).
+pub fn f32_to_bf16(f: f32) -> u16 {
+    let x = f.to_bits();
+    if f.is_nan() {
+        return ((x >> 16) as u16) | 0x40;
+    }
+    let round = 0x7fff + ((x >> 16) & 1);
+    (x.wrapping_add(round) >> 16) as u16
+}
+
+/// An element as stored, and how it widens into its accumulator.
+trait Element: Copy + Default {
+    type Acc: Accumulate;
+    fn widen(self) -> Self::Acc;
+    fn narrow(acc: Self::Acc) -> Self;
+}
+
+/// Arithmetic of an accumulator: wrapping for integers, IEEE for floats.
+trait Accumulate: Copy + Default {
+    fn add(self, o: Self) -> Self;
+    fn mul(self, o: Self) -> Self;
+    fn min(self, o: Self) -> Self;
+    fn max(self, o: Self) -> Self;
+    /// The sum divided by the number of workers (integers truncate).
+    fn avg(self, n: usize) -> Self;
+}
+
+macro_rules! integers {
+    ($($t:ty),*) => {$(
+        impl Accumulate for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self { if o < self { o } else { self } }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self { if o > self { o } else { self } }
+            #[inline(always)]
+            fn avg(self, n: usize) -> Self { self / (n as $t) }
+        }
+        impl Element for $t {
+            type Acc = $t;
+            #[inline(always)]
+            fn widen(self) -> $t { self }
+            #[inline(always)]
+            fn narrow(acc: $t) -> $t { acc }
+        }
+    )*};
+}
+integers!(i8, u8, i32, u32, i64, u64);
+
+macro_rules! floats {
+    ($($t:ty),*) => {$(
+        impl Accumulate for $t {
+            #[inline(always)]
+            fn add(self, o: Self) -> Self { self + o }
+            #[inline(always)]
+            fn mul(self, o: Self) -> Self { self * o }
+            #[inline(always)]
+            fn min(self, o: Self) -> Self { if o < self { o } else { self } }
+            #[inline(always)]
+            fn max(self, o: Self) -> Self { if o > self { o } else { self } }
+            #[inline(always)]
+            fn avg(self, n: usize) -> Self { self / (n as $t) }
+        }
+        impl Element for $t {
+            type Acc = $t;
+            #[inline(always)]
+            fn widen(self) -> $t { self }
+            #[inline(always)]
+            fn narrow(acc: $t) -> $t { acc }
+        }
+    )*};
+}
+floats!(f32, f64);
+
+#[derive(Clone, Copy, Default)]
+#[repr(transparent)]
+struct Half(u16);
+
+impl Element for Half {
+    type Acc = f32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        f16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn narrow(acc: f32) -> Half {
+        Half(f32_to_f16(acc))
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+#[repr(transparent)]
+struct BHalf(u16);
+
+impl Element for BHalf {
+    type Acc = f32;
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        bf16_to_f32(self.0)
+    }
+    #[inline(always)]
+    fn narrow(acc: f32) -> BHalf {
+        BHalf(f32_to_bf16(acc))
+    }
+}
+
+/// Elements per block: small enough that the accumulator stays in L1.
+const BLOCK: usize = 1024;
+
+/// Where a reduction reads and writes: element `i` of input `k` is at
+/// `inputs[k] + i * size`; the result goes to every output at the same offset.
+pub struct Buffers<'a> {
+    pub inputs: &'a [usize],
+    pub outputs: &'a [usize],
+}
+
+#[inline(always)]
+fn fold<A: Accumulate, E: Element<Acc = A>>(acc: &mut [A], input: &[E], f: impl Fn(A, A) -> A) {
+    for (a, x) in acc.iter_mut().zip(input) {
+        *a = f(*a, x.widen());
+    }
+}
+
+/// Reduces elements `lo..hi` of every input into every output.
+///
+/// # Safety
+/// Every address in `buffers` points to at least `hi` elements of `E`, aligned for `E`; no
+/// other thread writes elements `lo..hi` of any of them while this runs, and no other thread
+/// reads elements `lo..hi` of an output (inputs and outputs may be the same memory).
+unsafe fn reduce_range<E: Element>(op: ReduceOp, buffers: &Buffers<'_>, lo: usize, hi: usize) {
+    let n = buffers.inputs.len();
+    let mut acc = [E::Acc::default(); BLOCK];
+    let mut start = lo;
+    while start < hi {
+        let len = BLOCK.min(hi - start);
+        let acc = &mut acc[..len];
+        for (k, &input) in buffers.inputs.iter().enumerate() {
+            // SAFETY: in bounds and not written concurrently, by the contract above; the
+            // slice dies before anything is written to this range.
+            let input: &[E] =
+                unsafe { std::slice::from_raw_parts((input as *const E).add(start), len) };
+            if k == 0 {
+                for (a, x) in acc.iter_mut().zip(input) {
+                    *a = x.widen();
+                }
+                continue;
+            }
+            match op {
+                ReduceOp::Sum | ReduceOp::Avg => fold(acc, input, Accumulate::add),
+                ReduceOp::Prod => fold(acc, input, Accumulate::mul),
+                ReduceOp::Min => fold(acc, input, Accumulate::min),
+                ReduceOp::Max => fold(acc, input, Accumulate::max),
+            }
+        }
+        if op == ReduceOp::Avg {
+            for a in acc.iter_mut() {
+                *a = a.avg(n);
+            }
+        }
+        for &output in buffers.outputs {
+            // SAFETY: in bounds, and nobody else touches this range of the output; the
+            // input slices over the same memory (in place) are dead by now.
+            let dst: &mut [E] =
+                unsafe { std::slice::from_raw_parts_mut((output as *mut E).add(start), len) };
+            for (d, a) in dst.iter_mut().zip(acc.iter()) {
+                *d = E::narrow(*a);
+            }
+        }
+        start += len;
+    }
+}
+
+/// Reduces elements `lo..hi` of every input of type `elem` into every output.
+///
+/// # Safety
+/// As for [`reduce_range`], with `E` the type `elem` names.
+pub unsafe fn reduce(elem: Elem, op: ReduceOp, buffers: &Buffers<'_>, lo: usize, hi: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match elem {
+            Elem::I8 => reduce_range::<i8>(op, buffers, lo, hi),
+            Elem::U8 => reduce_range::<u8>(op, buffers, lo, hi),
+            Elem::I32 => reduce_range::<i32>(op, buffers, lo, hi),
+            Elem::U32 => reduce_range::<u32>(op, buffers, lo, hi),
+            Elem::I64 => reduce_range::<i64>(op, buffers, lo, hi),
+            Elem::U64 => reduce_range::<u64>(op, buffers, lo, hi),
+            Elem::F16 => reduce_range::<Half>(op, buffers, lo, hi),
+            Elem::Bf16 => reduce_range::<BHalf>(op, buffers, lo, hi),
+            Elem::F32 => reduce_range::<f32>(op, buffers, lo, hi),
+            Elem::F64 => reduce_range::<f64>(op, buffers, lo, hi),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn half_conversions_round_trip_every_value() {
+        for h in 0..=u16::MAX {
+            let f = f16_to_f32(h);
+            if f.is_nan() {
+                assert!(f16_to_f32(f32_to_f16(f)).is_nan());
+            } else {
+                assert_eq!(f32_to_f16(f), h, "half {h:#06x}");
+            }
+        }
+        assert_eq!(f32_to_f16(1.0 + 1.0 / 4096.0), 0x3c00); // ties to even
+        assert_eq!(f32_to_f16(70000.0), 0x7c00);
+        assert_eq!(f32_to_f16(5.96e-8), 0x0001);
+    }
+
+    #[test]
+    fn bfloat_conversions_round_trip_every_value() {
+        for b in 0..=u16::MAX {
+            let f = bf16_to_f32(b);
+            if f.is_nan() {
+                assert!(bf16_to_f32(f32_to_bf16(f)).is_nan());
+            } else {
+                assert_eq!(f32_to_bf16(f), b);
+            }
+        }
+    }
+}

@@ -1,0 +1,803 @@
+//! Collectives on the CPU backend: every built-in, dtype and reduction, N = 1..4 workers, one
+//! and two groups, sizes from one element to a few MiB (including sizes N does not divide),
+//! checked element by element against a reference computed here; and misuse, each a clear error.
+//!
+//! The checks run on the workers: each worker fills its buffers with a pattern every worker can
+//! recompute, calls the built-in, and compares what it received with the reference.
+
+use std::sync::{Arc, Once};
+use std::time::Duration;
+
+use discovm::abi::{DLDataType, DLDevice, KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
+use discovm::object::{Function, Shape, Tensor, registry};
+use discovm::session::ccl::{f32_to_bf16, f32_to_f16};
+use discovm::session::{DRef, Session, SessionOptions, Target, current_worker};
+use discovm::{Any, AnyView, Error, ErrorKind, Result};
+
+const DTYPES: [(u8, u8); 10] = [
+    (KDL_INT, 8),
+    (KDL_UINT, 8),
+    (KDL_INT, 32),
+    (KDL_UINT, 32),
+    (KDL_INT, 64),
+    (KDL_UINT, 64),
+    (KDL_FLOAT, 16),
+    (KDL_BFLOAT, 16),
+    (KDL_FLOAT, 32),
+    (KDL_FLOAT, 64),
+];
+
+fn dtype((code, bits): (u8, u8)) -> DLDataType {
+    DLDataType::new(code, bits, 1)
+}
+
+/// The test pattern: a small integer per (worker, element); in -3..=3 for products (so they
+/// stay exact in float16) and in -5..=5 otherwise; unsigned types shift it to be non-negative.
+fn pattern(worker: usize, i: usize, small: bool, unsigned: bool) -> i64 {
+    let (span, shift) = if small { (7, 3) } else { (11, 5) };
+    let v = ((worker * 7 + i * 13 + i / 5) % span) as i64;
+    if unsigned { v } else { v - shift }
+}
+
+/// The bits of `value` (an exact integer, or an average) stored as `dtype`.
+fn bits_of(dt: DLDataType, value: f64) -> u64 {
+    match (dt.code, dt.bits) {
+        (KDL_FLOAT, 16) => u64::from(f32_to_f16(value as f32)),
+        (KDL_BFLOAT, 16) => u64::from(f32_to_bf16(value as f32)),
+        (KDL_FLOAT, 32) => u64::from((value as f32).to_bits()),
+        (KDL_FLOAT, 64) => value.to_bits(),
+        _ => unreachable!(),
+    }
+}
+
+fn int_bits(dt: DLDataType, value: i64) -> u64 {
+    let mask = if dt.bits == 64 {
+        u64::MAX
+    } else {
+        (1u64 << dt.bits) - 1
+    };
+    if dt.code == KDL_FLOAT || dt.code == KDL_BFLOAT {
+        bits_of(dt, value as f64)
+    } else {
+        (value as u64) & mask
+    }
+}
+
+fn is_float(dt: DLDataType) -> bool {
+    dt.code == KDL_FLOAT || dt.code == KDL_BFLOAT
+}
+
+fn tensor(dt: DLDataType, len: usize) -> Tensor {
+    discovm::device::empty(&[len as i64], dt, DLDevice::cpu()).expect("tensor")
+}
+
+fn write(t: &Tensor, i: usize, bits: u64) {
+    let size = usize::from(t.dl().dtype.bits / 8);
+    let bytes = bits.to_le_bytes();
+    // SAFETY: `i` is in bounds of the tensor, which this thread alone uses here.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), t.data_ptr().add(i * size), size) };
+}
+
+fn read(t: &Tensor, i: usize) -> u64 {
+    let size = usize::from(t.dl().dtype.bits / 8);
+    let mut bytes = [0u8; 8];
+    // SAFETY: as in `write`.
+    unsafe { std::ptr::copy_nonoverlapping(t.data_ptr().add(i * size), bytes.as_mut_ptr(), size) };
+    u64::from_le_bytes(bytes)
+}
+
+fn fill(t: &Tensor, len: usize, value: impl Fn(usize) -> u64) {
+    for i in 0..len {
+        write(t, i, value(i));
+    }
+}
+
+fn expect_eq(what: &str, t: &Tensor, len: usize, expected: impl Fn(usize) -> u64) -> Result<()> {
+    for i in 0..len {
+        let (got, want) = (read(t, i), expected(i));
+        if got != want {
+            return Err(Error::runtime(format!(
+                "{what}: element {i} of {len} is {got:#x}, expected {want:#x}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn builtin(name: &str) -> Function {
+    registry::get_global(name).expect("built-in")
+}
+
+fn call(f: &Function, args: &[Any]) -> Result<Any> {
+    let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
+    f.call(&views)
+}
+
+/// This worker's team: the global ids of its participants and its rank among them.
+fn team(in_group: bool) -> (Vec<usize>, usize) {
+    let info = current_worker().expect("on a worker");
+    if in_group {
+        let per = info.num_workers / info.num_groups;
+        let first = info.id / per * per;
+        ((first..first + per).collect(), info.id - first)
+    } else {
+        ((0..info.num_workers).collect(), info.id)
+    }
+}
+
+const SIZES: [usize; 4] = [1, 2, 7, 1003];
+
+/// Every dtype and reduction at the small sizes, and float32 sum and avg at ~2 MiB + 3.
+fn allreduce_all(args: &[AnyView<'_>]) -> Result<Any> {
+    let in_group = args[0].as_bool()?;
+    let allreduce = builtin("runtime.disco.allreduce");
+    let (members, rank) = team(in_group);
+    let n = members.len();
+    let mut cases = Vec::new();
+    for dt in DTYPES {
+        for op in 0..5 {
+            for len in SIZES {
+                cases.push((dtype(dt), op, len));
+            }
+        }
+    }
+    if !in_group {
+        // Large sizes once per layout: 2 MiB + 12 bytes of float32, and two smaller ones.
+        let f32t = dtype((KDL_FLOAT, 32));
+        cases.push((f32t, 0, (1 << 19) + 3));
+        cases.push((f32t, 4, (1 << 16) + 3));
+        cases.push((dtype((KDL_FLOAT, 16)), 0, (1 << 16) + 1));
+    }
+    for (case, (dt, op, len)) in cases.into_iter().enumerate() {
+        let unsigned = dt.code == KDL_UINT;
+        let small = op == 1;
+        let send = tensor(dt, len);
+        fill(&send, len, |i| {
+            int_bits(dt, pattern(members[rank], i, small, unsigned))
+        });
+        let in_place = case % 3 == 0;
+        let recv = if in_place {
+            send.clone()
+        } else {
+            tensor(dt, len)
+        };
+        call(
+            &allreduce,
+            &[
+                send.clone().into(),
+                Shape::new(&[op]).into(),
+                Any::Bool(in_group),
+                recv.clone().into(),
+            ],
+        )?;
+        let expected = |i: usize| {
+            let values = members.iter().map(|&w| pattern(w, i, small, unsigned));
+            let reduced: i64 = match op {
+                0 | 4 => values.sum(),
+                1 => values.fold(1i64, i64::wrapping_mul),
+                2 => values.min().unwrap(),
+                _ => values.max().unwrap(),
+            };
+            if op != 4 {
+                return int_bits(dt, reduced);
+            }
+            if dt.code == KDL_FLOAT && dt.bits == 64 {
+                bits_of(dt, reduced as f64 / n as f64)
+            } else if is_float(dt) {
+                bits_of(dt, f64::from(reduced as f32 / n as f32))
+            } else {
+                // Integers: the wrapped sum divided by n, truncating, in the dtype.
+                let wrapped = int_bits(dt, reduced);
+                let sum = match (dt.code, dt.bits) {
+                    (KDL_INT, 8) => i64::from(wrapped as u8 as i8),
+                    (KDL_INT, 32) => i64::from(wrapped as u32 as i32),
+                    (KDL_INT, _) => wrapped as i64,
+                    _ => return wrapped / n as u64,
+                };
+                int_bits(dt, sum / n as i64)
+            }
+        };
+        let what = format!(
+            "allreduce op {op} dtype {}{} len {len} in_group {in_group} on worker {}",
+            dt.code, dt.bits, members[rank]
+        );
+        expect_eq(&what, &recv, len, expected)?;
+    }
+    Ok(Any::None)
+}
+
+fn gathers_all(args: &[AnyView<'_>]) -> Result<Any> {
+    let in_group = args[0].as_bool()?;
+    let (members, rank) = team(in_group);
+    let n = members.len();
+    let me = members[rank];
+    let value = |dt: DLDataType, w: usize, i: usize| {
+        int_bits(dt, pattern(w, i, false, dt.code == KDL_UINT))
+    };
+    let garbage = |dt: DLDataType| int_bits(dt, 99);
+    let sizes = SIZES.iter().copied().chain([(1 << 18) + 5]);
+    for dt in DTYPES.map(dtype) {
+        for len in sizes.clone() {
+            if len > 1 << 18 && (in_group || !(dt.code == KDL_FLOAT && dt.bits == 32)) {
+                continue; // one large case per kind of copy is enough
+            }
+            let what =
+                |op: &str| format!("{op} dtype {}{} len {len} on worker {me}", dt.code, dt.bits);
+            // allgather
+            let send = tensor(dt, len);
+            fill(&send, len, |i| value(dt, me, i));
+            let recv = tensor(dt, n * len);
+            fill(&recv, n * len, |_| garbage(dt));
+            call(
+                &builtin("runtime.disco.allgather"),
+                &[
+                    send.clone().into(),
+                    Any::Bool(in_group),
+                    recv.clone().into(),
+                ],
+            )?;
+            expect_eq(&what("allgather"), &recv, n * len, |i| {
+                value(dt, members[i / len], i % len)
+            })?;
+            // broadcast: the root's send reaches every recv
+            let recv = tensor(dt, len);
+            fill(&recv, len, |_| garbage(dt));
+            call(
+                &builtin("runtime.disco.broadcast_from_worker0"),
+                &[
+                    send.clone().into(),
+                    Any::Bool(in_group),
+                    recv.clone().into(),
+                ],
+            )?;
+            expect_eq(&what("broadcast"), &recv, len, |i| value(dt, members[0], i))?;
+            // scatter: slice r of the root's send reaches rank r
+            let big = tensor(dt, n * len);
+            fill(&big, n * len, |i| value(dt, me, i));
+            let root_send: Any = if rank == 0 {
+                big.clone().into()
+            } else {
+                Any::None
+            };
+            fill(&recv, len, |_| garbage(dt));
+            call(
+                &builtin("runtime.disco.scatter_from_worker0"),
+                &[root_send, Any::Bool(in_group), recv.clone().into()],
+            )?;
+            expect_eq(&what("scatter"), &recv, len, |i| {
+                value(dt, members[0], rank * len + i)
+            })?;
+            // gather: every send lands in its slice of the root's recv
+            fill(&big, n * len, |_| garbage(dt));
+            let root_recv: Any = if rank == 0 {
+                big.clone().into()
+            } else {
+                Any::None
+            };
+            call(
+                &builtin("runtime.disco.gather_to_worker0"),
+                &[send.clone().into(), Any::Bool(in_group), root_recv],
+            )?;
+            if rank == 0 {
+                expect_eq(&what("gather"), &big, n * len, |i| {
+                    value(dt, members[i / len], i % len)
+                })?;
+            }
+        }
+    }
+    call(&builtin("runtime.disco.barrier"), &[Any::Bool(in_group)])?;
+    Ok(Any::None)
+}
+
+/// Worker 0 sends to every other worker (recv_from_worker0), each sends back
+/// (send_to_worker / recv_from_worker), and with groups each worker passes to the next group.
+fn point_to_point(args: &[AnyView<'_>]) -> Result<Any> {
+    let len = args[0].as_i64()? as usize;
+    let info = current_worker().expect("on a worker");
+    let me = info.id;
+    for dt in DTYPES.map(dtype) {
+        let value = |w: usize, i: usize| int_bits(dt, pattern(w, i, false, dt.code == KDL_UINT));
+        let what = |op: &str| format!("{op} dtype {}{} len {len} on worker {me}", dt.code, dt.bits);
+        let mine = tensor(dt, len);
+        fill(&mine, len, |i| value(me, i));
+        let buf = tensor(dt, len);
+        if me == 0 {
+            for peer in 1..info.num_workers {
+                call(
+                    &builtin("runtime.disco.send_to_worker"),
+                    &[mine.clone().into(), Any::Int(peer as i64)],
+                )?;
+            }
+            for peer in 1..info.num_workers {
+                call(
+                    &builtin("runtime.disco.recv_from_worker"),
+                    &[buf.clone().into(), Any::Int(peer as i64)],
+                )?;
+                expect_eq(&what("recv_from_worker"), &buf, len, |i| value(peer, i))?;
+            }
+        } else {
+            call(
+                &builtin("runtime.disco.recv_from_worker0"),
+                &[buf.clone().into()],
+            )?;
+            expect_eq(&what("recv_from_worker0"), &buf, len, |i| value(0, i))?;
+            call(
+                &builtin("runtime.disco.send_to_worker"),
+                &[mine.clone().into(), Any::Int(0)],
+            )?;
+        }
+        let per = info.num_workers / info.num_groups;
+        if info.num_groups > 1 {
+            if me + per < info.num_workers {
+                call(
+                    &builtin("runtime.disco.send_to_next_group"),
+                    &[mine.clone().into()],
+                )?;
+            }
+            if me >= per {
+                call(
+                    &builtin("runtime.disco.recv_from_prev_group"),
+                    &[buf.clone().into()],
+                )?;
+                expect_eq(&what("recv_from_prev_group"), &buf, len, |i| {
+                    value(me - per, i)
+                })?;
+            }
+        }
+    }
+    Ok(Any::None)
+}
+
+fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        type Body = fn(&[AnyView<'_>]) -> Result<Any>;
+        let tests: [(&str, Body); 3] = [
+            ("test.ccl.allreduce_all", allreduce_all),
+            ("test.ccl.gathers_all", gathers_all),
+            ("test.ccl.point_to_point", point_to_point),
+        ];
+        for (name, f) in tests {
+            registry::register_global(name, Function::from_closure(f), true).unwrap();
+        }
+    });
+}
+
+fn session(n: i64, groups: i64, timeout_ms: u64) -> Arc<Session> {
+    register();
+    let options = SessionOptions {
+        timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
+        ..SessionOptions::default()
+    };
+    Session::new_threaded(n, groups, options).expect("session starts")
+}
+
+fn run(s: &Arc<Session>, name: &str, args: &[Any]) -> Result<()> {
+    let f = s.get_global_func(name)?;
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    let _out: DRef = s.call(Target::All, &f, &views)?;
+    s.sync_all()
+}
+
+/// The large checks take turns: run side by side on two CPUs, their workers (up to 12
+/// threads) would mostly wait for each other.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn layouts() -> Vec<(i64, i64)> {
+    vec![(1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (4, 2)]
+}
+
+#[test]
+fn allreduce_every_dtype_and_op_matches_the_reference() {
+    let _turn = heavy();
+    for (n, groups) in layouts() {
+        let s = session(n, groups, 60_000);
+        s.init_ccl("cpu", &[]).unwrap();
+        for in_group in [false, true] {
+            run(&s, "test.ccl.allreduce_all", &[Any::Bool(in_group)])
+                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
+        }
+        assert_eq!(s.live_registers(0).unwrap(), 0);
+    }
+}
+
+#[test]
+fn allgather_broadcast_scatter_gather_match_the_reference() {
+    let _turn = heavy();
+    for (n, groups) in layouts() {
+        let s = session(n, groups, 60_000);
+        s.init_ccl("cpu", &[]).unwrap();
+        for in_group in [false, true] {
+            run(&s, "test.ccl.gathers_all", &[Any::Bool(in_group)])
+                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
+        }
+    }
+}
+
+#[test]
+fn point_to_point_transfers_match_the_reference() {
+    let _turn = heavy();
+    for (n, groups) in layouts().into_iter().filter(|&(n, _)| n > 1) {
+        let s = session(n, groups, 60_000);
+        s.init_ccl("cpu", &[]).unwrap();
+        for len in [1, 1003, 100_001] {
+            run(&s, "test.ccl.point_to_point", &[Any::Int(len)])
+                .unwrap_or_else(|e| panic!("n={n} groups={groups} len={len}: {e:?}"));
+        }
+    }
+}
+
+/// Runs `body` on every worker and returns what the controller's wait reported.
+fn on_workers(
+    s: &Arc<Session>,
+    name: &str,
+    body: impl Fn(usize) -> Result<Any> + Send + Sync + 'static,
+) -> Result<()> {
+    registry::register_global(
+        name,
+        Function::from_closure(move |_| body(current_worker().unwrap().id)),
+        true,
+    )
+    .unwrap();
+    run(s, name, &[])
+}
+
+/// The controller's wait and a worker's join share the session's timeout, so the controller
+/// may give up first; the worker's failure then comes with the next wait.
+fn after_timeouts(s: &Arc<Session>, result: Result<()>) -> Result<()> {
+    match result {
+        Err(e) if e.kind == ErrorKind::Timeout => s.sync_all(),
+        other => other,
+    }
+}
+
+fn f32_tensor(len: usize) -> Any {
+    tensor(dtype((KDL_FLOAT, 32)), len).into()
+}
+
+fn allreduce_sum(send: Any, in_group: Any, recv: Any) -> Result<Any> {
+    call(
+        &builtin("runtime.disco.allreduce"),
+        &[send, Shape::new(&[0]).into(), in_group, recv],
+    )
+}
+
+fn assert_error(result: Result<()>, kind: ErrorKind, parts: &[&str]) {
+    let error = result.expect_err("the call fails");
+    assert_eq!(error.kind, kind, "{error:?}");
+    for part in parts {
+        assert!(
+            error.message.contains(part),
+            "{part:?} not in {:?}",
+            error.message
+        );
+    }
+}
+
+#[test]
+fn init_ccl_checks_its_backend_and_device_ids() {
+    let s = session(2, 1, 10_000);
+    assert_error(
+        s.init_ccl("nccl", &[]),
+        ErrorKind::DeviceUnavailable,
+        &["NCCL", "CUDA backend"],
+    );
+    assert_error(s.init_ccl("gloo", &[]), ErrorKind::Value, &["\"gloo\""]);
+    assert_error(
+        s.init_ccl("cpu", &[0, 1, 2]),
+        ErrorKind::Value,
+        &["3 device ids", "2 workers"],
+    );
+    s.init_ccl("cpu", &[0, 1]).unwrap();
+    s.init_ccl("cpu", &[]).unwrap(); // again: replaces the communicator
+    s.shutdown().unwrap();
+    assert_error(s.init_ccl("cpu", &[]), ErrorKind::SessionClosed, &[]);
+}
+
+#[test]
+fn a_collective_before_init_ccl_is_a_worker_error_naming_the_worker_and_call() {
+    let s = session(2, 1, 10_000);
+    let result = on_workers(&s, "test.ccl.before_init", |_| {
+        allreduce_sum(f32_tensor(4), Any::Bool(false), f32_tensor(4))
+    });
+    assert_error(
+        result,
+        ErrorKind::Worker,
+        &["worker 0", "runtime.disco.allreduce", "call init_ccl"],
+    );
+    // The session still works, and collectives work after init_ccl.
+    s.init_ccl("cpu", &[]).unwrap();
+    on_workers(&s, "test.ccl.after_init", |_| {
+        allreduce_sum(f32_tensor(4), Any::Bool(false), f32_tensor(4))
+    })
+    .unwrap();
+}
+
+#[test]
+fn mismatched_shapes_or_dtypes_fail_on_every_worker() {
+    let s = session(3, 1, 10_000);
+    s.init_ccl("cpu", &[]).unwrap();
+    let result = on_workers(&s, "test.ccl.mismatch_shape", |id| {
+        let len = if id == 2 { 5 } else { 4 };
+        allreduce_sum(f32_tensor(len), Any::Bool(false), f32_tensor(len))
+    });
+    assert_error(
+        result,
+        ErrorKind::Worker,
+        &[
+            "allreduce",
+            "worker 2 passed a send buffer of [5] float32",
+            "[4] float32",
+        ],
+    );
+    // Every worker failed: each one's sync reports it.
+    let result = on_workers(&s, "test.ccl.mismatch_dtype", |id| {
+        let dt = dtype(if id == 1 {
+            (KDL_INT, 32)
+        } else {
+            (KDL_FLOAT, 32)
+        });
+        call(
+            &builtin("runtime.disco.allgather"),
+            &[tensor(dt, 2).into(), Any::Bool(false), tensor(dt, 6).into()],
+        )
+    });
+    assert_error(
+        result,
+        ErrorKind::Worker,
+        &["allgather", "int32", "float32"],
+    );
+    for w in 0..3 {
+        let r = on_workers(&s, &format!("test.ccl.mismatch_op_{w}"), move |id| {
+            let op = if id == w { 1 } else { 0 };
+            call(
+                &builtin("runtime.disco.allreduce"),
+                &[
+                    f32_tensor(2),
+                    Shape::new(&[op]).into(),
+                    Any::Bool(false),
+                    f32_tensor(2),
+                ],
+            )
+        });
+        assert_error(r, ErrorKind::Worker, &["allreduce"]);
+    }
+    // Afterwards the communicator is still usable.
+    on_workers(&s, "test.ccl.after_mismatch", |_| {
+        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
+    })
+    .unwrap();
+}
+
+#[test]
+fn self_sends_bad_peers_and_roles_are_value_errors() {
+    let s = session(2, 1, 10_000);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.self_send", |id| {
+        call(
+            &builtin("runtime.disco.send_to_worker"),
+            &[f32_tensor(1), Any::Int(id as i64)],
+        )
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["worker 0", "cannot send to or receive from itself"],
+    );
+    let r = on_workers(&s, "test.ccl.bad_peer", |_| {
+        call(
+            &builtin("runtime.disco.recv_from_worker"),
+            &[f32_tensor(1), Any::Int(9)],
+        )
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["IndexError", "peer worker 9 out of range"],
+    );
+    let r = on_workers(&s, "test.ccl.recv0_on_0", |id| {
+        if id == 0 {
+            call(
+                &builtin("runtime.disco.recv_from_worker0"),
+                &[f32_tensor(1)],
+            )
+        } else {
+            Ok(Any::None)
+        }
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["worker 0 cannot receive from itself"],
+    );
+    let r = on_workers(&s, "test.ccl.no_next_group", |_| {
+        call(
+            &builtin("runtime.disco.send_to_next_group"),
+            &[f32_tensor(1)],
+        )
+    });
+    assert_error(r, ErrorKind::Worker, &["last group"]);
+    let r = on_workers(&s, "test.ccl.no_prev_group", |_| {
+        call(
+            &builtin("runtime.disco.recv_from_prev_group"),
+            &[f32_tensor(1)],
+        )
+    });
+    assert_error(r, ErrorKind::Worker, &["first group"]);
+}
+
+#[test]
+fn bad_arguments_name_the_argument() {
+    let s = session(2, 1, 10_000);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.in_group_not_bool", |_| {
+        allreduce_sum(f32_tensor(1), Any::from(Shape::new(&[1])), f32_tensor(1))
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["TypeError", "argument 2 (in_group)"],
+    );
+    let r = on_workers(&s, "test.ccl.bad_kind", |_| {
+        call(
+            &builtin("runtime.disco.allreduce"),
+            &[
+                f32_tensor(1),
+                Shape::new(&[7]).into(),
+                Any::Bool(false),
+                f32_tensor(1),
+            ],
+        )
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["argument 1 (kind)", "reduction kind 7"],
+    );
+    let r = on_workers(&s, "test.ccl.bad_dtype", |_| {
+        let dt = DLDataType::new(KDL_INT, 16, 1);
+        allreduce_sum(tensor(dt, 1).into(), Any::Bool(false), tensor(dt, 1).into())
+    });
+    assert_error(r, ErrorKind::Worker, &["int16 is not supported"]);
+    let r = on_workers(&s, "test.ccl.allgather_size", |_| {
+        call(
+            &builtin("runtime.disco.allgather"),
+            &[f32_tensor(2), Any::Bool(false), f32_tensor(3)],
+        )
+    });
+    assert_error(r, ErrorKind::Worker, &["allgather", "2 times the elements"]);
+    let r = on_workers(&s, "test.ccl.scatter_without_send", |_| {
+        call(
+            &builtin("runtime.disco.scatter_from_worker0"),
+            &[Any::None, Any::Bool(false), f32_tensor(2)],
+        )
+    });
+    assert_error(r, ErrorKind::Worker, &["argument 0 (send)", "required"]);
+}
+
+#[test]
+fn different_collectives_or_a_wrong_in_group_are_reported() {
+    // Two groups: worker 0 and 1 in group 0, 2 and 3 in group 1. A group collective on some
+    // workers and a session-wide one on the others never meet: the timeout reports it.
+    let s = session(4, 2, 300);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.wrong_in_group", |id| {
+        allreduce_sum(f32_tensor(2), Any::Bool(id == 3), f32_tensor(2))
+    });
+    let r = after_timeouts(&s, r);
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["TimeoutError", "allreduce", "joined within"],
+    );
+    // The broken communicator fails at once until init_ccl runs again.
+    let r = on_workers(&s, "test.ccl.after_break", |_| {
+        allreduce_sum(f32_tensor(2), Any::Bool(false), f32_tensor(2))
+    });
+    assert_error(r, ErrorKind::Worker, &["now broken"]);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.different_calls", |id| {
+        if id == 1 {
+            call(&builtin("runtime.disco.barrier"), &[])
+        } else {
+            allreduce_sum(f32_tensor(2), Any::Bool(false), f32_tensor(2))
+        }
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["worker 1 called `barrier` while worker 0 called `allreduce`"],
+    );
+}
+
+#[test]
+fn a_worker_that_never_joins_times_out_or_is_released_by_shutdown() {
+    let s = session(2, 1, 200);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.never_joins", |id| {
+        if id == 0 {
+            call(&builtin("runtime.disco.barrier"), &[])
+        } else {
+            Ok(Any::None)
+        }
+    });
+    let r = after_timeouts(&s, r);
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["worker 0", "barrier", "missing: worker 1"],
+    );
+
+    // Without a timeout, shutdown breaks the wait instead of hanging.
+    let s = session(2, 1, 0);
+    s.init_ccl("cpu", &[]).unwrap();
+    let f = {
+        registry::register_global(
+            "test.ccl.waits_forever",
+            Function::from_closure(|_| {
+                if current_worker().unwrap().id == 0 {
+                    call(&builtin("runtime.disco.barrier"), &[])
+                } else {
+                    Ok(Any::None)
+                }
+            }),
+            true,
+        )
+        .unwrap();
+        s.get_global_func("test.ccl.waits_forever").unwrap()
+    };
+    let out = s.call(Target::All, &f, &[]).unwrap();
+    s.sync_worker(1).unwrap();
+    drop((out, f));
+    s.shutdown().unwrap();
+}
+
+#[test]
+fn a_worker_whose_arguments_are_rejected_fails_the_others_at_once() {
+    // No timeout: if the others waited for the rejected worker, this test would hang.
+    let s = session(3, 1, 0);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.one_bad_dtype", |id| {
+        let dt = if id == 1 {
+            DLDataType::new(KDL_INT, 16, 1)
+        } else {
+            dtype((KDL_FLOAT, 32))
+        };
+        allreduce_sum(tensor(dt, 2).into(), Any::Bool(false), tensor(dt, 2).into())
+    });
+    assert_error(r, ErrorKind::Worker, &["allreduce"]);
+    for w in 0..3 {
+        let e = s.sync_worker(w);
+        assert!(e.is_ok(), "failures were reported by the first wait: {e:?}");
+    }
+    // Every worker failed: worker 0's error names worker 1.
+    let r = on_workers(&s, "test.ccl.one_bad_recv", |id| {
+        let recv = if id == 2 { Any::None } else { f32_tensor(2) };
+        call(
+            &builtin("runtime.disco.allgather"),
+            &[f32_tensor(1), Any::Bool(false), recv],
+        )
+        .map_err(|e| Error::new(e.kind, format!("on {id}: {}", e.message)))
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "worker 0",
+            "on 0",
+            "worker 2 could not take part",
+            "argument 2 (recv)",
+        ],
+    );
+    // The communicator still works.
+    on_workers(&s, "test.ccl.after_rejection", |_| {
+        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
+    })
+    .unwrap();
+}
