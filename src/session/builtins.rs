@@ -9,12 +9,14 @@ use crate::device;
 use crate::device::cpu::pin_current_thread;
 use crate::object::{Any, AnyView, Error, Function, Result, Shape, registry};
 
-fn on_worker(name: &str) -> Result<WorkerInfo> {
+/// The worker running the calling thread, or an error naming the built-in `name`.
+pub(super) fn on_worker(name: &str) -> Result<WorkerInfo> {
     worker::current()
         .ok_or_else(|| Error::runtime(format!("`{name}` must run on a session worker thread")))
 }
 
-fn arity(name: &str, args: &[AnyView<'_>], min: usize, max: usize) -> Result<()> {
+/// Checks that built-in `name` got between `min` and `max` arguments.
+pub(super) fn arity(name: &str, args: &[AnyView<'_>], min: usize, max: usize) -> Result<()> {
     if (min..=max).contains(&args.len()) {
         Ok(())
     } else if min == max {

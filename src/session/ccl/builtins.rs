@@ -11,7 +11,8 @@ use super::reduce::{Buffers, Elem, ReduceOp, reduce};
 use super::{Buf, CpuCcl, Post, Team};
 use crate::abi::{KDL_CPU, type_index};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
-use crate::session::worker::{self, WorkerInfo};
+use crate::session::builtins::{arity, on_worker};
+use crate::session::worker::WorkerInfo;
 
 thread_local! {
     /// The communicator of the worker running on this thread.
@@ -44,32 +45,12 @@ pub fn unstage(id: i64) {
     }
 }
 
-fn on_worker(name: &str) -> Result<WorkerInfo> {
-    worker::current()
-        .ok_or_else(|| Error::runtime(format!("`{name}` must run on a session worker thread")))
-}
-
 fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
     CCL.with(|c| c.borrow().clone()).ok_or_else(|| {
         Error::runtime(format!(
             "`{name}` needs a communicator: call init_ccl on the session first"
         ))
     })
-}
-
-fn arity(name: &str, args: &[AnyView<'_>], min: usize, max: usize) -> Result<()> {
-    if (min..=max).contains(&args.len()) {
-        return Ok(());
-    }
-    let wanted = if min == max {
-        format!("{min}")
-    } else {
-        format!("{min} to {max}")
-    };
-    Err(Error::type_error(format!(
-        "`{name}` takes {wanted} arguments but got {}",
-        args.len()
-    )))
 }
 
 fn argument<T>(i: usize, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
