@@ -351,18 +351,19 @@ fn root_checks(
     Ok(())
 }
 
-fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.broadcast_from_worker0";
-    arity(NAME, args, 3, 3)?;
+/// Worker 0 of the team sends: the whole `send` buffer to everyone (`split` false: broadcast)
+/// or one `recv`-sized part of it to each worker in rank order (`split` true: scatter).
+fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: bool) -> Result<Any> {
+    arity(name, args, 3, 3)?;
     let grouped = in_group(args, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
+    let Ctx { info, ccl } = ctx(name)?;
     let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, "broadcast_from_worker0", &ccl, r);
+    let join = |r| joined(team, rank, what, &ccl, r);
     let send = join(buffer(args, 0, "send", rank == 0))?;
     let recv = join(buffer(args, 2, "recv", true))?;
     let post = Post {
         failed: None,
-        what: "broadcast_from_worker0",
+        what,
         param: 0,
         send: if rank == 0 { send } else { None },
         recv,
@@ -372,70 +373,44 @@ fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
         post,
         ccl.deadline(),
         |posts| {
-            root_checks(team, posts, "broadcast_from_worker0", "send", |p| {
-                p.send.is_some()
-            })?;
+            root_checks(team, posts, what, "send", |p| p.send.is_some())?;
             same_buffers(team, posts, "recv", recv_of)?;
-            sized(
-                "broadcast_from_worker0",
-                recv_of(&posts[0]),
-                "recv",
-                send_of(&posts[0]),
-                1,
-            )
+            let (send, recv) = (send_of(&posts[0]), recv_of(&posts[0]));
+            if split {
+                sized(what, send, "send", recv, posts.len())
+            } else {
+                sized(what, recv, "recv", send, 1)
+            }
         },
         |posts| {
             let size = recv_of(&posts[rank]).nbytes;
-            copy(send_of(&posts[0]).addr, recv_of(&posts[rank]).addr, size);
-        },
-    )?;
-    Ok(Any::None)
-}
-
-fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.scatter_from_worker0";
-    arity(NAME, args, 3, 3)?;
-    let grouped = in_group(args, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, "scatter_from_worker0", &ccl, r);
-    let send = join(buffer(args, 0, "send", rank == 0))?;
-    let recv = join(buffer(args, 2, "recv", true))?;
-    let post = Post {
-        failed: None,
-        what: "scatter_from_worker0",
-        param: 0,
-        send: if rank == 0 { send } else { None },
-        recv,
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
-            root_checks(team, posts, "scatter_from_worker0", "send", |p| {
-                p.send.is_some()
-            })?;
-            same_buffers(team, posts, "recv", recv_of)?;
-            let n = posts.len();
-            sized(
-                "scatter_from_worker0",
-                send_of(&posts[0]),
-                "send",
-                recv_of(&posts[0]),
-                n,
-            )
-        },
-        |posts| {
-            let size = recv_of(&posts[rank]).nbytes;
+            let offset = if split { rank * size } else { 0 };
             copy(
-                send_of(&posts[0]).addr + rank * size,
+                send_of(&posts[0]).addr + offset,
                 recv_of(&posts[rank]).addr,
                 size,
             );
         },
     )?;
     Ok(Any::None)
+}
+
+fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
+    from_worker0(
+        args,
+        "runtime.disco.broadcast_from_worker0",
+        "broadcast_from_worker0",
+        false,
+    )
+}
+
+fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
+    from_worker0(
+        args,
+        "runtime.disco.scatter_from_worker0",
+        "scatter_from_worker0",
+        true,
+    )
 }
 
 fn gather(args: &[AnyView<'_>]) -> Result<Any> {

@@ -173,13 +173,15 @@ trait Accumulate: Copy + Default {
     fn avg(self, n: usize) -> Self;
 }
 
-macro_rules! integers {
-    ($($t:ty),*) => {$(
+/// Integers and floats accumulate in their own type; they differ only in how they add and
+/// multiply (integers wrap).
+macro_rules! plain_elements {
+    (add: $add:expr, mul: $mul:expr; $($t:ty),*) => {$(
         impl Accumulate for $t {
             #[inline(always)]
-            fn add(self, o: Self) -> Self { self.wrapping_add(o) }
+            fn add(self, o: Self) -> Self { ($add)(self, o) }
             #[inline(always)]
-            fn mul(self, o: Self) -> Self { self.wrapping_mul(o) }
+            fn mul(self, o: Self) -> Self { ($mul)(self, o) }
             #[inline(always)]
             fn min(self, o: Self) -> Self { if o < self { o } else { self } }
             #[inline(always)]
@@ -196,32 +198,9 @@ macro_rules! integers {
         }
     )*};
 }
-integers!(i8, u8, i32, u32, i64, u64);
-
-macro_rules! floats {
-    ($($t:ty),*) => {$(
-        impl Accumulate for $t {
-            #[inline(always)]
-            fn add(self, o: Self) -> Self { self + o }
-            #[inline(always)]
-            fn mul(self, o: Self) -> Self { self * o }
-            #[inline(always)]
-            fn min(self, o: Self) -> Self { if o < self { o } else { self } }
-            #[inline(always)]
-            fn max(self, o: Self) -> Self { if o > self { o } else { self } }
-            #[inline(always)]
-            fn avg(self, n: usize) -> Self { self / (n as $t) }
-        }
-        impl Element for $t {
-            type Acc = $t;
-            #[inline(always)]
-            fn widen(self) -> $t { self }
-            #[inline(always)]
-            fn narrow(acc: $t) -> $t { acc }
-        }
-    )*};
-}
-floats!(f32, f64);
+plain_elements!(add: |a: Self, b| a.wrapping_add(b), mul: |a: Self, b| a.wrapping_mul(b);
+    i8, u8, i32, u32, i64, u64);
+plain_elements!(add: |a: Self, b| a + b, mul: |a: Self, b| a * b; f32, f64);
 
 #[derive(Clone, Copy, Default)]
 #[repr(transparent)]
