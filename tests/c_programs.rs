@@ -1,14 +1,16 @@
-//! Compiles the C tests in `tests/c/` and the examples in `examples-c/` against the built
-//! shared library, runs them, and expects exit status 0.
+//! Compiles the C and C++ tests in `tests/c/` and the examples in `examples-c/` against the
+//! built shared library, runs them, and expects exit status 0.
 //!
-//! Programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude` and linked with
-//! `-ldiscovm` (rpath set to the library's directory), except the `dlopen` example, which links
-//! only `-ldl` and receives the library's path. A program may add linker flags of its own
-//! (`-lpthread` for the tests that start threads). Exit status 77 means "skipped: needs a GPU"; it
-//! is accepted, with a message, only from programs marked as needing one.
+//! C programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude`, C++ programs
+//! (`.cpp`) with `g++ -std=c++17 -Wall -Wextra -Werror -pedantic` and stricter warnings; both
+//! are linked with `-ldiscovm` (rpath set to the library's directory), except the `dlopen`
+//! example, which links only `-ldl` and receives the library's path. A program may add linker
+//! flags of its own (`-lpthread` for the tests that start threads). Exit status 77 means
+//! "skipped: needs a GPU"; it is accepted, with a message, only from programs marked as needing
+//! one.
 //!
-//! Every file in `examples-c/` must have a test here, and every C file in `tests/c/` must be
-//! run by some test file, so a new program cannot be forgotten.
+//! Every program in `examples-c/` must have a test here, and every C or C++ file in `tests/c/`
+//! must be run by some test file, so a new program cannot be forgotten.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -19,8 +21,23 @@ use std::process::{Command, Output};
 
 use built_library::{shared_library, shared_library_dir};
 
-/// The flags every program is compiled with.
+/// The flags every C program is compiled with.
 const CFLAGS: [&str; 4] = ["-std=c11", "-Wall", "-Wextra", "-Werror"];
+
+/// The flags every C++ program is compiled with: the C flags' warnings, `-pedantic`, and those
+/// C++ users often add, which `discovm.hpp` must not trigger in their builds.
+const CXXFLAGS: [&str; 10] = [
+    "-std=c++17",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-pedantic",
+    "-Wshadow",
+    "-Wconversion",
+    "-Wsign-conversion",
+    "-Wold-style-cast",
+    "-Wnon-virtual-dtor",
+];
 
 /// The exit status that means "skipped: this program needs a GPU".
 const EXIT_SKIP: i32 = 77;
@@ -103,6 +120,7 @@ programs! {
     session_waits_report_failures: Program::new("tests/c/session_waits_report_failures.c");
     stream_ordering: Program::new("tests/c/stream_ordering.c");
     stream_bad_inputs: Program::new("tests/c/stream_bad_inputs.c");
+    cxx_wrapper: Program::new("tests/c/cxx_wrapper.cpp");
     cuda_roundtrip: Program::new("tests/c/cuda_roundtrip.c").needs_gpu();
     cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();
     cuda_small_access: Program::new("tests/c/cuda_small_access.c").needs_gpu();
@@ -141,8 +159,14 @@ fn compile(program: &Program) -> PathBuf {
     let source = repo().join(program.source);
     let stem = source.file_stem().unwrap().to_string_lossy().into_owned();
     let binary = out_dir().join(stem);
-    let mut gcc = Command::new("gcc");
-    gcc.args(CFLAGS)
+    let (compiler, flags): (&str, &[&str]) = if program.source.ends_with(".cpp") {
+        ("g++", &CXXFLAGS)
+    } else {
+        ("gcc", &CFLAGS)
+    };
+    let mut command = Command::new(compiler);
+    command
+        .args(flags)
         .arg("-I")
         .arg(repo().join("include"))
         .arg(&source)
@@ -151,20 +175,21 @@ fn compile(program: &Program) -> PathBuf {
     match program.link {
         Link::Library => {
             let dir = shared_library_dir();
-            gcc.arg("-L")
+            command
+                .arg("-L")
                 .arg(dir)
                 .arg("-ldiscovm")
                 .arg(format!("-Wl,-rpath,{}", dir.display()));
         }
         Link::Dlopen => {
-            gcc.arg("-ldl");
+            command.arg("-ldl");
         }
     }
-    gcc.args(program.libs);
-    let output = gcc
+    command.args(program.libs);
+    let output = command
         .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
-    assert!(output.status.success(), "{}", describe(&gcc, &output));
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed?): {e}"));
+    assert!(output.status.success(), "{}", describe(&command, &output));
     binary
 }
 
@@ -206,12 +231,12 @@ fn build_and_run(program: &Program) {
     }
 }
 
-/// The `.c` files directly in `dir` (relative to the repository root), sorted.
+/// The `.c` and `.cpp` files directly in `dir` (relative to the repository root), sorted.
 fn c_files(dir: &str) -> Vec<String> {
     let mut files: Vec<String> = fs::read_dir(repo().join(dir))
         .unwrap_or_else(|e| panic!("cannot list {dir}: {e}"))
         .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with(".c"))
+        .filter(|name| name.ends_with(".c") || name.ends_with(".cpp"))
         .collect();
     files.sort();
     files
@@ -244,13 +269,13 @@ fn every_c_test_is_run() {
     let missing: Vec<String> = c_files("tests/c")
         .into_iter()
         .filter(|name| {
-            let stem = format!("{}.", name.trim_end_matches(".c"));
+            let stem = format!("{}.", name.rsplit_once('.').unwrap().0);
             !rust_sources.iter().any(|source| source.contains(&stem))
         })
         .collect();
     assert!(
         missing.is_empty(),
-        "no test runs these C files in tests/c/: add them to `programs!` in \
+        "no test runs these C or C++ files in tests/c/: add them to `programs!` in \
          tests/c_programs.rs: {missing:?}"
     );
 }

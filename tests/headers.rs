@@ -2,7 +2,8 @@
 //!
 //! - `discovm_abi.h` and `discovm.h` compile alone and twice in one unit, as C11 and C++17,
 //!   with `-Wall -Wextra -Werror -pedantic` (gcc and g++), and so do the hygiene programs in
-//!   `tests/c/`.
+//!   `tests/c/`. `discovm.hpp` does as C++17 (`tests/c_programs.rs` instantiates its templates
+//!   in C++ programs built with stricter warnings still).
 //! - `tests/c/abi_vs_tvm_ffi.c` compiles and runs against Apache TVM's FFI headers, in both
 //!   include orders, as C11 and C++17: every mirrored layout and type index matches, and the
 //!   DLPack types `discovm_abi.h` defines are the same as `dlpack.h`'s. The tvm-ffi headers come
@@ -105,6 +106,15 @@ fn abi_header_compiles_alone_and_twice_as_c11_and_cxx17() {
 #[test]
 fn api_header_compiles_alone_and_twice_as_c11_and_cxx17() {
     check_header_alone_and_twice("discovm.h");
+}
+
+#[test]
+fn cxx_header_compiles_alone_and_twice_as_cxx17() {
+    for copies in [1, 2] {
+        let unit = out_dir().join(format!("discovm.hpp.{copies}.cpp"));
+        fs::write(&unit, "#include \"discovm.hpp\"\n".repeat(copies)).unwrap();
+        run(compiler(&CXX17).arg("-fsyntax-only").arg(&unit));
+    }
 }
 
 #[test]
