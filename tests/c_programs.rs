@@ -132,6 +132,7 @@ programs! {
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();
     example_stream_copy: Program::new("examples-c/stream_copy.c");
     example_allreduce: Program::new("examples-c/allreduce.c");
+    example_session_cpp: Program::new("examples-c/session_cpp.cpp");
 }
 
 fn repo() -> &'static Path {
