@@ -152,8 +152,8 @@ fn eight_host_threads_lose_no_call() {
         }
     });
     s.sync_all().unwrap();
-    for w in 0..2 {
-        assert_eq!(COUNT[w].load(Ordering::Relaxed), 80_000, "worker {w}");
+    for (w, count) in COUNT.iter().enumerate() {
+        assert_eq!(count.load(Ordering::Relaxed), 80_000, "worker {w}");
     }
     drop(f);
     assert_eq!(s.live_registers(0).unwrap(), 0);

@@ -520,9 +520,10 @@ mod tests {
             data: raw.as_ptr(),
             size: 3,
         };
+        let array_ptr = &raw const array;
         // SAFETY: the byte array outlives the view.
         let array_view =
-            unsafe { AnyView::from_raw(pod(ti::BYTE_ARRAY_PTR, payload_of(&raw const array))) };
+            unsafe { AnyView::from_raw(pod(ti::BYTE_ARRAY_PTR, payload_of(array_ptr))) };
         assert_eq!(array_view.as_str().unwrap(), "raw");
         assert_eq!(Any::from("small").view().as_str().unwrap(), "small");
         assert_eq!(
