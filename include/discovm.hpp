@@ -466,8 +466,6 @@ Packed(const A&...) -> Packed<sizeof...(A)>;
 
 }  // namespace detail
 
-class DRef;
-
 /// A packed function: made from a C++ callable, looked up by name, or returned by a call.
 class Function : public detail::Handle<Function, dvm_func, dvm_func_free> {
  public:
@@ -1018,7 +1016,9 @@ T value_as(const DVMAny& value) {
     if constexpr (std::is_integral_v<E>) {
       if (index == kDVMShape) {
         const DVMShapeCell& dims = cell_of<DVMShapeCell>(value);
-        for (std::size_t i = 0; i < dims.size; i++) out.push_back(value_as<E>(Value(dims.data[i]).raw()));
+        for (std::size_t i = 0; i < dims.size; i++) {
+          out.push_back(value_as<E>(Value(dims.data[i]).raw()));
+        }
         return out;
       }
     }
@@ -1102,7 +1102,8 @@ struct Callback {
     } catch (const std::exception& e) {
       dvm_error_raise("RuntimeError", e.what());
     } catch (...) {
-      dvm_error_raise("RuntimeError", "a C++ function threw something not derived from std::exception");
+      dvm_error_raise("RuntimeError",
+                      "a C++ function threw something not derived from std::exception");
     }
     return -1;
   }
