@@ -148,7 +148,8 @@ extern "C" {
  * How many devices of a DLPack device type (`kDLCPU`, `kDLCUDA`, ...) this library can use:
  * 1 for `kDLCPU`; for `kDLCUDA` the number of GPUs the CUDA driver reports, 0 on machines
  * without the driver or without a GPU (the driver is loaded at run time and never required);
- * 0 for other device types, which have no backend yet.
+ * for `kDLCUDAHost` (page-locked host memory) 1 where there is a GPU, else 0; 0 for other
+ * device types, which have no backend yet.
  *
  * Errors: `ValueError` for an unknown device type or a NULL `out`.
  * Thread safety: any thread.
@@ -437,12 +438,13 @@ void dvm_session_free(dvm_session *s);
 /**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
  * the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
- * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events.
+ * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events. On
+ * `kDLCUDAHost` it is a host stream.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_stream_free`.
  * Errors: `ValueError` if `out` is NULL or the device id is out of range;
- * `DeviceUnavailable` for devices without a backend (`kDLCPU` device 0 and the GPUs the CUDA
- * driver finds have one).
+ * `DeviceUnavailable` for devices without a backend (`kDLCPU` device 0, the GPUs the CUDA
+ * driver finds and, where there is a GPU, `kDLCUDAHost` device 0 have one).
  * Thread safety: any thread.
  */
 dvm_status dvm_stream_new(DLDevice device, dvm_stream **out);
@@ -481,13 +483,17 @@ void dvm_stream_free(dvm_stream *s);
 
 /**
  * Allocates a compact tensor on `device`: on `kDLCPU` zero-filled and 64-byte aligned; on
- * `kDLCUDA` uninitialised GPU memory (`data` is the device pointer), freed in its device's
- * context when the last reference goes.
+ * `kDLCUDA` uninitialised GPU memory (`data` is the device pointer) from the device's memory
+ * pool, freed when the last reference goes, in stream order (after the work already queued on
+ * this library's streams and on the device's legacy default stream; the host does not wait);
+ * on `kDLCUDAHost` (device 0) zero-filled page-locked host memory, which GPUs copy to and from
+ * directly and the host reads and writes like `kDLCPU` memory.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
  * Errors: `ValueError` for a negative `ndim` or dimension, an invalid dtype, a size that
- * overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend (a CUDA
- * device without the driver or out of range: the message says which).
+ * overflows, NULL pointers, or a `kDLCUDAHost` device id other than 0; `DeviceUnavailable`
+ * for devices without a backend (a CUDA device or page-locked memory without the driver or a
+ * GPU, a CUDA device out of range: the message says which).
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_empty(const int64_t *shape,
@@ -571,8 +577,10 @@ dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
  *
  * Ownership: all three are borrowed.
  * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
- * strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
- * on a device the stream cannot reach. A failure while the copy runs (its source was never
+ * strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
+ * type; `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
+ * reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
+ * GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
  * written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
  * Thread safety: any thread.
  */

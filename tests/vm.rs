@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use discovm::abi::{
-    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor, KDL_FLOAT, KDL_INT,
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor, KDL_CUDA,
+    KDL_CUDA_HOST, KDL_FLOAT, KDL_INT,
 };
 use discovm::object::{Any, Error, ErrorKind, Function, Tensor};
 use discovm::vm::{self, Arg, Placement, Stream};
@@ -476,6 +477,55 @@ fn bad_inputs_give_clear_errors() {
         ErrorKind::DeviceUnavailable
     );
     stream.sync().unwrap();
+}
+
+/// A DLPack tensor of `n` int64s (0, 1, ...) in host memory that says it lives on `device`.
+fn labelled(n: usize, device: DLDevice) -> Tensor {
+    let managed = managed_tensor(n, 1);
+    // SAFETY: a valid managed tensor we still own; only its device label changes.
+    unsafe {
+        (*managed.as_ptr()).dl_tensor.device = device;
+        Tensor::from_dlpack(managed)
+    }
+    .unwrap()
+}
+
+#[test]
+fn host_streams_reach_page_locked_host_memory_but_not_gpus() {
+    let stream = Stream::new(CPU).unwrap();
+    let pinned = labelled(
+        4,
+        DLDevice {
+            device_type: KDL_CUDA_HOST,
+            device_id: 0,
+        },
+    );
+    let dst = tensor(&[4], I64);
+    stream.copy(&dst, &pinned).unwrap();
+    stream.sync().unwrap();
+    let mut out = [0u8; 32];
+    vm::read(&dst, &mut out).unwrap();
+    assert_eq!(i64::from_ne_bytes(out[24..].try_into().unwrap()), 3);
+    // Page-locked memory is host memory: small accesses run on the calling thread.
+    write_i64s(&pinned, &[42]);
+    assert_eq!(read_i64(&pinned), 42);
+    stream.copy(&pinned, &dst).unwrap();
+    stream.sync().unwrap();
+    assert_eq!(read_i64(&pinned), 0);
+
+    let gpu = labelled(
+        4,
+        DLDevice {
+            device_type: KDL_CUDA,
+            device_id: 0,
+        },
+    );
+    let err = stream.copy(&dst, &gpu).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::DeviceUnavailable);
+    assert_eq!(
+        err.message,
+        "`src` is on device (2, 0), which a stream on (1, 0) cannot reach"
+    );
 }
 
 #[test]

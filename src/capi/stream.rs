@@ -29,12 +29,13 @@ pub(crate) unsafe fn stream_arg(
 
 /// Creates a stream on `device`. All streams of a device are run by one executor thread of
 /// the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
-/// CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events.
+/// CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events. On
+/// `kDLCUDAHost` it is a host stream.
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_stream_free`.
 /// Errors: `ValueError` if `out` is NULL or the device id is out of range;
-/// `DeviceUnavailable` for devices without a backend (`kDLCPU` device 0 and the GPUs the CUDA
-/// driver finds have one).
+/// `DeviceUnavailable` for devices without a backend (`kDLCPU` device 0, the GPUs the CUDA
+/// driver finds and, where there is a GPU, `kDLCUDAHost` device 0 have one).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_stream_new(device: DLDevice, out: *mut *mut dvm_stream) -> dvm_status {

@@ -35,13 +35,17 @@ fn into_handle(t: Tensor) -> *mut dvm_tensor {
 }
 
 /// Allocates a compact tensor on `device`: on `kDLCPU` zero-filled and 64-byte aligned; on
-/// `kDLCUDA` uninitialised GPU memory (`data` is the device pointer), freed in its device's
-/// context when the last reference goes.
+/// `kDLCUDA` uninitialised GPU memory (`data` is the device pointer) from the device's memory
+/// pool, freed when the last reference goes, in stream order (after the work already queued on
+/// this library's streams and on the device's legacy default stream; the host does not wait);
+/// on `kDLCUDAHost` (device 0) zero-filled page-locked host memory, which GPUs copy to and from
+/// directly and the host reads and writes like `kDLCPU` memory.
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
 /// Errors: `ValueError` for a negative `ndim` or dimension, an invalid dtype, a size that
-/// overflows, or NULL pointers; `DeviceUnavailable` for devices without a backend (a CUDA
-/// device without the driver or out of range: the message says which).
+/// overflows, NULL pointers, or a `kDLCUDAHost` device id other than 0; `DeviceUnavailable`
+/// for devices without a backend (a CUDA device or page-locked memory without the driver or a
+/// GPU, a CUDA device out of range: the message says which).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_empty(
@@ -208,8 +212,10 @@ pub unsafe extern "C" fn dvm_tensor_write(
 ///
 /// Ownership: all three are borrowed.
 /// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
-/// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong type; `DeviceUnavailable` if a tensor is
-/// on a device the stream cannot reach. A failure while the copy runs (its source was never
+/// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
+/// type; `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
+/// reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
+/// GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
 /// written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]

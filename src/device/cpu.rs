@@ -5,7 +5,7 @@ use std::any::Any as StdAny;
 use std::ptr::NonNull;
 use std::sync::{Arc, LazyLock};
 
-use super::{Device, DeviceStream, Marker, MemPtr};
+use super::{Device, DeviceStream, Marker, MemPtr, is_host_memory};
 use crate::abi::{DLDevice, DLTensor, KDL_CPU};
 use crate::object::tensor::{
     check_dltensor, dl_shape, dtype_name, host_alloc, host_free, is_contiguous,
@@ -39,11 +39,16 @@ impl Device for CpuDevice {
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
-        Ok(Box::new(CpuStream))
+        Ok(host_stream())
     }
 }
 
-/// A host stream: copies run on the calling thread, so issuing is finishing.
+/// A host stream: copies between host memory of either kind run on the calling thread, so
+/// issuing is finishing.
+pub(super) fn host_stream() -> Box<dyn DeviceStream> {
+    Box::new(CpuStream)
+}
+
 struct CpuStream;
 
 /// Host markers carry nothing: the VM's own sequence numbers order host streams.
@@ -60,7 +65,7 @@ impl Marker for CpuMarker {
 }
 
 fn check_host(side: &str, mem: MemPtr) -> Result<()> {
-    if mem.device.device_type == KDL_CPU {
+    if is_host_memory(mem.device) {
         Ok(())
     } else {
         Err(Error::new(
@@ -74,6 +79,14 @@ fn check_host(side: &str, mem: MemPtr) -> Result<()> {
 }
 
 impl DeviceStream for CpuStream {
+    fn as_any(&self) -> &dyn StdAny {
+        self
+    }
+
+    fn can_reach(&self, device: DLDevice) -> bool {
+        is_host_memory(device)
+    }
+
     unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()> {
         check_host("to", dst)?;
         check_host("from", src)?;

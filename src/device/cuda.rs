@@ -3,34 +3,42 @@
 //! call (cudarc panics when libcuda is missing), and every cudarc call runs inside
 //! `catch_unwind`, so no CUDA failure aborts the process or reaches C as a panic.
 //!
-//! The backend: [`CudaDevice`] allocates with `cuMemAlloc` in the device's primary context,
-//! which every call first makes current on the calling thread (so any thread may use a device
-//! without setting anything up); a context the thread already had (a user's thread working on
-//! another GPU) is put back afterwards, and a session worker binds its device for good. Freeing
-//! device memory first synchronizes the context: the VM lets go of a tensor once its last
-//! instruction was issued, which on a GPU is before it finished. Its streams are non-blocking CUDA
-//! streams whose copies are queued with the `cuMemcpy*Async` calls on raw pointers; markers are
-//! CUDA events (`record` = `cuEventRecord`, `wait` = `cuStreamWaitEvent`: one stream waits for
-//! another on the GPU, never on the host).
+//! The backend: [`CudaDevice`] works in the device's primary context, which every call first
+//! makes current on the calling thread (so any thread may use a device without setting anything
+//! up); a context the thread already had (a user's thread working on another GPU) is put back
+//! afterwards, and a session worker binds its device for good. Its streams are non-blocking
+//! CUDA streams whose copies are queued with the `cuMemcpy*Async` calls on raw pointers (between
+//! two GPUs `cuMemcpyPeerAsync`); markers are CUDA events (`record` = `cuEventRecord`, `wait` =
+//! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host).
+//!
+//! Device memory is stream-ordered where the GPU has memory pools (every GPU since Volta with a
+//! recent driver): it comes from the device's pool (`cuMemAllocAsync` on a stream of its own,
+//! waited for before the memory is handed out), and a free is queued with `cuMemFreeAsync` on a
+//! second stream after that stream waited, on the GPU, for the work issued so far on every
+//! stream of this library (the VM lets go of a tensor once its last instruction was issued,
+//! which on a GPU is before it finished) and on the device's legacy default stream (where a
+//! DLPack consumer such as PyTorch queues its work by default). No free blocks the host. A GPU
+//! without memory pools falls back to `cuMemAlloc`, and a free there synchronizes the context.
 //!
 //! Host memory: large copies from and to pageable host memory go through the driver's own
 //! page-locked staging (a host-to-device copy returns once the host bytes were taken, a
-//! device-to-host copy once they arrived), which is what a VM copy needs from a caller's buffer;
-//! `kDLCUDAHost` memory is already page-locked and is copied directly, asynchronously. Small
-//! device-to-host copies into `kDLCPU` memory (the VM's small reads) land in a page-locked
-//! buffer of the stream (allocated with flags 0: cached, not write-combined, since the host
-//! reads it) and are copied out after a stream sync, which is the driver's fast path.
+//! device-to-host copy once they arrived), which is what a VM copy needs from a caller's buffer.
+//! `kDLCUDAHost` tensors ([`PinnedHost`]) are page-locked host memory from `cuMemHostAlloc`
+//! (portable, cached: not write-combined, since the host reads it too), copied directly and
+//! asynchronously. Small device-to-host copies into `kDLCPU` memory (the VM's small reads) land
+//! in a page-locked buffer of the stream (flags 0) and are copied out after a stream sync, which
+//! is the driver's fast path.
 
 use std::any::Any as StdAny;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use cudarc::driver::CudaContext;
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::{Device, DeviceStream, Marker, MemPtr};
+use super::{Device, DeviceStream, Marker, MemPtr, is_host_memory};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST};
 use crate::object::{Error, ErrorKind, Result};
 
@@ -109,6 +117,48 @@ fn describe(error: DriverError) -> String {
 pub struct CudaDevice {
     id: i32,
     ctx: Arc<CudaContext>,
+    /// How device memory is allocated and freed in stream order; None on a GPU without memory
+    /// pools.
+    pool: Option<PoolStreams>,
+}
+
+/// The streams of stream-ordered device memory (see the module docs). They live as long as
+/// their device, which is the life of the process.
+struct PoolStreams {
+    /// Allocations are made on this stream and waited for before the memory is handed out.
+    alloc: sys::CUstream,
+    /// Frees are queued here, after every stream's earlier work.
+    free: sys::CUstream,
+    /// Recorded on the device's legacy default stream before a free.
+    legacy_fence: sys::CUevent,
+}
+
+// SAFETY: CUDA streams and events may be used from any thread once their context is current
+// there (every use enters it first).
+unsafe impl Send for PoolStreams {}
+// SAFETY: as above.
+unsafe impl Sync for PoolStreams {}
+
+/// The legacy default stream of the current context (`CU_STREAM_LEGACY` in the driver's
+/// header), which synchronizes with the context's blocking streams.
+const LEGACY_STREAM: sys::CUstream = 1 as sys::CUstream;
+
+impl PoolStreams {
+    /// The streams of device memory of the current context's device, or None when the GPU has
+    /// no memory pools.
+    fn open(device: sys::CUdevice) -> std::result::Result<Option<PoolStreams>, DriverError> {
+        let pools = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED;
+        // SAFETY: `device` is the device of the current context.
+        if unsafe { result::device::get_attribute(device, pools) }? == 0 {
+            return Ok(None);
+        }
+        let stream = || result::stream::create(result::stream::StreamKind::NonBlocking);
+        Ok(Some(PoolStreams {
+            alloc: stream()?,
+            free: stream()?,
+            legacy_fence: result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)?,
+        }))
+    }
 }
 
 impl CudaDevice {
@@ -131,8 +181,13 @@ impl CudaDevice {
         })
         .map_err(unusable)?;
         let ctx = driver(&what, || CudaContext::new(device_id as usize)).map_err(unusable)?;
-        drop(Entered(previous.filter(|&p| p != ctx.cu_ctx())));
-        let device = Arc::new(CudaDevice { id: device_id, ctx });
+        let _restore = Entered(previous.filter(|&p| p != ctx.cu_ctx()));
+        let pool = driver(&what, || PoolStreams::open(ctx.cu_device())).map_err(unusable)?;
+        let device = Arc::new(CudaDevice {
+            id: device_id,
+            ctx,
+            pool,
+        });
         devices.push(device.clone());
         Ok(device)
     }
@@ -148,7 +203,7 @@ impl CudaDevice {
     /// Makes this device's context current for the driver calls of one operation; the guard
     /// puts back another context the calling thread had (a user's thread may work on another
     /// GPU), and leaves this one current on a thread that had none.
-    fn enter(&self) -> Result<Entered> {
+    pub(super) fn enter(&self) -> Result<Entered> {
         let ours = self.ctx.cu_ctx();
         let previous = driver("reading the thread's context", result::ctx::get_current)?;
         match previous {
@@ -167,16 +222,43 @@ impl CudaDevice {
         }
     }
 
-    fn dl(&self) -> DLDevice {
+    pub(super) fn dl(&self) -> DLDevice {
         DLDevice {
             device_type: KDL_CUDA,
             device_id: self.id,
         }
     }
+
+    /// Queues the free of `ptr` on the pool's free stream after the work issued so far on
+    /// every stream of this library and on this device's legacy default stream. The caller
+    /// entered this device's context.
+    fn free_in_order(&self, pool: &PoolStreams, ptr: sys::CUdeviceptr) -> Result<()> {
+        for queue in live_queues() {
+            queue.fence(pool.free)?;
+        }
+        // SAFETY: the pool's event and stream live as long as the device; the legacy stream
+        // is the current context's.
+        driver(
+            "ordering a free after the legacy default stream",
+            || unsafe {
+                result::event::record(pool.legacy_fence, LEGACY_STREAM)?;
+                result::stream::wait_event(
+                    pool.free,
+                    pool.legacy_fence,
+                    sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+                )
+            },
+        )?;
+        // SAFETY: from the pool (`allocate`); every use of it was issued before the waits
+        // above, as the caller of `free` promises.
+        driver("freeing device memory", || unsafe {
+            result::free_async(ptr, pool.free)
+        })
+    }
 }
 
 /// The context a thread had before [`CudaDevice::enter`], put back when this goes.
-struct Entered(Option<sys::CUcontext>);
+pub(super) struct Entered(Option<sys::CUcontext>);
 
 impl Drop for Entered {
     fn drop(&mut self) {
@@ -197,44 +279,220 @@ impl Device for CudaDevice {
     fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
         let _ctx = self.enter()?;
         let what = format!("allocating {nbytes} bytes on device {}", self.id);
-        // SAFETY: the context is current; the pointer is only used as this device's memory.
-        let ptr = driver(&what, || unsafe { result::malloc_sync(nbytes.max(1)) })?;
+        let ptr = match &self.pool {
+            // SAFETY: the pool's stream is alive; once it is synchronized the memory may be
+            // used on any stream.
+            Some(pool) => driver(&what, || unsafe {
+                let ptr = result::malloc_async(pool.alloc, nbytes.max(1))?;
+                result::stream::synchronize(pool.alloc)?;
+                Ok(ptr)
+            })?,
+            // SAFETY: the context is current; the pointer is only used as this device's memory.
+            None => driver(&what, || unsafe { result::malloc_sync(nbytes.max(1)) })?,
+        };
         NonNull::new(ptr as usize as *mut u8)
             .ok_or_else(|| Error::runtime(format!("CUDA: {what} returned NULL")))
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, _nbytes: usize) {
-        // Work issued on any stream may still use the memory (the VM lets go of a tensor once
-        // its last instruction was issued, not finished): the context finishes first. A failure
-        // here has nobody to go to; the memory is then left to the driver.
+        // A failure here has nobody to go to; the memory is then left to the driver.
         let Ok(_ctx) = self.enter() else {
             return;
         };
-        let _ = driver("synchronizing before a free", result::ctx::synchronize);
-        // SAFETY: from `allocate` on this context, as the caller promises; no work uses it now.
-        let _ = driver("freeing device memory", || unsafe {
-            result::free_sync(ptr.as_ptr() as usize as sys::CUdeviceptr)
-        });
+        let raw = ptr.as_ptr() as usize as sys::CUdeviceptr;
+        match &self.pool {
+            Some(pool) => {
+                let _ = self.free_in_order(pool, raw);
+            }
+            None => {
+                let _ = driver("synchronizing before a free", result::ctx::synchronize);
+                // SAFETY: from `allocate` on this context, as the caller promises; no work uses
+                // it once the context finished.
+                let _ = driver("freeing device memory", || unsafe {
+                    result::free_sync(raw)
+                });
+            }
+        }
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
+        let device = Self::shared(self.id)?;
         let _ctx = self.enter()?;
         let raw = driver("creating a stream", || {
             result::stream::create(result::stream::StreamKind::NonBlocking)
         })?;
+        let queue = Queue { device, raw };
+        let fence = queue.new_event()?;
+        let queue = Arc::new(QueueWithFence { queue, fence });
+        register(&queue);
         Ok(Box::new(CudaStream {
-            device: Self::shared(self.id)?,
-            raw,
+            queue,
             staging: Mutex::new(None),
         }))
     }
 }
 
+/// Page-locked host memory (`kDLCUDAHost`): host memory the CPU reads and writes directly and
+/// every GPU copies to and from without staging, from `cuMemHostAlloc` with
+/// `CU_MEMHOSTALLOC_PORTABLE` (page-locked for every context; not write-combined). Its streams
+/// are host streams. A free first waits for the work issued so far on every CUDA stream of
+/// this library (any of them may still copy to or from the memory), then `cuMemFreeHost`.
+pub struct PinnedHost {
+    /// The device whose context allocates (device 0; the memory serves every GPU).
+    device: Arc<CudaDevice>,
+}
+
+impl PinnedHost {
+    /// The one page-locked host device, or `DeviceUnavailable` when there is no GPU.
+    pub fn shared() -> Result<Arc<PinnedHost>> {
+        static PINNED: OnceLock<Arc<PinnedHost>> = OnceLock::new();
+        if let Some(pinned) = PINNED.get() {
+            return Ok(pinned.clone());
+        }
+        let device = CudaDevice::shared(0).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!("page-locked host memory needs a GPU: {}", e.message),
+            )
+        })?;
+        Ok(PINNED
+            .get_or_init(|| Arc::new(PinnedHost { device }))
+            .clone())
+    }
+}
+
+impl Device for PinnedHost {
+    fn dl_device(&self) -> DLDevice {
+        DLDevice {
+            device_type: KDL_CUDA_HOST,
+            device_id: 0,
+        }
+    }
+
+    fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
+        let _ctx = self.device.enter()?;
+        let what = format!("allocating {nbytes} bytes of page-locked host memory");
+        // SAFETY: a context is current; portable, cached page-locked memory.
+        let ptr = driver(&what, || unsafe {
+            result::malloc_host(nbytes.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        let ptr = NonNull::new(ptr.cast::<u8>())
+            .ok_or_else(|| Error::runtime(format!("CUDA: {what} returned NULL")))?;
+        // SAFETY: fresh host memory of at least `nbytes`; zeroed as host tensors are.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 0, nbytes) };
+        Ok(ptr)
+    }
+
+    unsafe fn free(&self, ptr: NonNull<u8>, _nbytes: usize) {
+        let Ok(_ctx) = self.device.enter() else {
+            return;
+        };
+        for queue in live_queues() {
+            let _ = queue.queue.synchronize();
+        }
+        // SAFETY: from `cuMemHostAlloc` (`allocate`), as the caller promises; the GPU work
+        // issued on it has finished.
+        let _ = driver("freeing page-locked host memory", || unsafe {
+            result::free_host(ptr.as_ptr().cast())
+        });
+    }
+
+    fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
+        Ok(super::cpu::host_stream())
+    }
+}
+
+/// A raw CUDA stream of this library on one device.
+struct Queue {
+    device: Arc<CudaDevice>,
+    raw: sys::CUstream,
+}
+
+impl Queue {
+    fn new_event(&self) -> Result<CudaMarker> {
+        let _ctx = self.device.enter()?;
+        let raw = driver("creating an event", || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(CudaMarker {
+            device: self.device.clone(),
+            raw,
+        })
+    }
+
+    fn record(&self, event: &CudaMarker) -> Result<()> {
+        let _ctx = self.device.enter()?;
+        // SAFETY: the event and the stream are alive (owned by the caller and self).
+        driver("recording an event", || unsafe {
+            result::event::record(event.raw, self.raw)
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let _ctx = self.device.enter()?;
+        // SAFETY: the stream is alive (owned by self).
+        driver("synchronizing a stream", || unsafe {
+            result::stream::synchronize(self.raw)
+        })
+    }
+}
+
+impl Drop for Queue {
+    fn drop(&mut self) {
+        if let Ok(_ctx) = self.device.enter() {
+            // SAFETY: the stream is ours; its work finishes before it goes.
+            let _ = driver("destroying a stream", || unsafe {
+                result::stream::synchronize(self.raw)?;
+                result::stream::destroy(self.raw)
+            });
+        }
+    }
+}
+
+/// A stream with the event a free records on it (see [`CudaDevice::free_in_order`]).
+struct QueueWithFence {
+    // Dropped first: the event goes before its stream.
+    fence: CudaMarker,
+    queue: Queue,
+}
+
+impl QueueWithFence {
+    /// Makes `waiter` (a stream of the current context) wait for the work issued so far here.
+    fn fence(&self, waiter: sys::CUstream) -> Result<()> {
+        self.queue.record(&self.fence)?;
+        // SAFETY: the event is alive (owned by self); `waiter` is the caller's.
+        driver("waiting for an event", || unsafe {
+            result::stream::wait_event(
+                waiter,
+                self.fence.raw,
+                sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
+            )
+        })
+    }
+}
+
+/// Every CUDA stream of this library that is alive, for frees that must follow their work.
+static QUEUES: Mutex<Vec<Weak<QueueWithFence>>> = Mutex::new(Vec::new());
+
+fn register(queue: &Arc<QueueWithFence>) {
+    let mut queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
+    queues.retain(|q| q.strong_count() > 0);
+    queues.push(Arc::downgrade(queue));
+}
+
+fn live_queues() -> Vec<Arc<QueueWithFence>> {
+    QUEUES
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect()
+}
+
 /// A non-blocking CUDA stream: copies are queued on the GPU and finish later; markers are
 /// events.
 struct CudaStream {
-    device: Arc<CudaDevice>,
-    raw: sys::CUstream,
+    queue: Arc<QueueWithFence>,
     /// Page-locked bytes (not write-combined: the host reads them) that small device-to-host
     /// copies land in, made on first use.
     staging: Mutex<Option<Staging>>,
@@ -251,6 +509,10 @@ struct Staging(NonNull<u8>);
 unsafe impl Send for CudaStream {}
 // SAFETY: as above.
 unsafe impl Sync for CudaStream {}
+// SAFETY: as above.
+unsafe impl Send for Queue {}
+// SAFETY: as above.
+unsafe impl Sync for Queue {}
 
 /// A CUDA event, recorded on one stream and waited for by others.
 struct CudaMarker {
@@ -290,34 +552,21 @@ impl Drop for CudaMarker {
 
 impl Drop for CudaStream {
     fn drop(&mut self) {
-        if let Ok(_ctx) = self.device.enter() {
-            // SAFETY: the stream is ours; its work finishes before it goes.
-            let _ = driver("synchronizing a stream", || unsafe {
-                result::stream::synchronize(self.raw)
-            });
-            if let Some(Staging(buffer)) = self
-                .staging
-                .get_mut()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
-                // SAFETY: from `cuMemHostAlloc`; the stream's work that used it has finished.
-                let _ = driver("freeing the staging buffer", || unsafe {
-                    result::free_host(buffer.as_ptr().cast())
-                });
-            }
-            // SAFETY: as above.
-            let _ = driver("destroying a stream", || unsafe {
-                result::stream::destroy(self.raw)
+        let staging = self
+            .staging
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(Staging(buffer)) = staging
+            && let Ok(_ctx) = self.queue.queue.device.enter()
+        {
+            // SAFETY: from `cuMemHostAlloc`; every copy into it was waited for before the call
+            // that made it returned.
+            let _ = driver("freeing the staging buffer", || unsafe {
+                result::free_host(buffer.as_ptr().cast())
             });
         }
     }
-}
-
-/// Host memory as a copy sees it: the host (`kDLCPU`) and page-locked host memory
-/// (`kDLCUDAHost`).
-fn is_host(device: DLDevice) -> bool {
-    matches!(device.device_type, KDL_CPU | KDL_CUDA_HOST)
 }
 
 fn device_ptr(mem: MemPtr) -> sys::CUdeviceptr {
@@ -325,6 +574,10 @@ fn device_ptr(mem: MemPtr) -> sys::CUdeviceptr {
 }
 
 impl CudaStream {
+    fn device(&self) -> &Arc<CudaDevice> {
+        &self.queue.queue.device
+    }
+
     fn check_device(&self, side: &str, mem: MemPtr) -> Result<()> {
         if mem.device.device_type == KDL_CUDA {
             return Ok(());
@@ -337,9 +590,7 @@ impl CudaStream {
             ),
         ))
     }
-}
 
-impl CudaStream {
     /// A small device-to-host copy through the page-locked staging buffer, then into `dst`.
     /// It returns with the bytes in `dst`, as the driver's own copy into pageable memory does,
     /// but takes the fast path of a page-locked destination (small reads hit this).
@@ -371,7 +622,7 @@ impl CudaStream {
         // SAFETY: the staging buffer holds STAGING_BYTES >= nbytes and only this stream uses
         // it, under the lock, and only until the synchronize below.
         let landing = unsafe { std::slice::from_raw_parts_mut(buffer.as_ptr(), nbytes) };
-        let stream = self.raw;
+        let stream = self.queue.queue.raw;
         driver("copying device to host", || unsafe {
             // SAFETY: `src` is valid for `nbytes` (the caller).
             result::memcpy_dtoh_async(landing, src, stream)
@@ -384,13 +635,21 @@ impl CudaStream {
 }
 
 impl DeviceStream for CudaStream {
+    fn as_any(&self) -> &dyn StdAny {
+        self
+    }
+
+    fn can_reach(&self, device: DLDevice) -> bool {
+        is_host_memory(device) || device.device_type == KDL_CUDA
+    }
+
     unsafe fn copy(&self, dst: MemPtr, src: MemPtr, nbytes: usize) -> Result<()> {
         if nbytes == 0 {
             return Ok(());
         }
-        let _ctx = self.device.enter()?;
-        let stream = self.raw;
-        match (is_host(dst.device), is_host(src.device)) {
+        let _ctx = self.device().enter()?;
+        let stream = self.queue.queue.raw;
+        match (is_host_memory(dst.device), is_host_memory(src.device)) {
             (false, true) => {
                 self.check_device("to", dst)?;
                 // SAFETY: the host range is valid for `nbytes` until the copy finished, as the
@@ -455,25 +714,14 @@ impl DeviceStream for CudaStream {
     }
 
     fn new_marker(&self) -> Result<Box<dyn Marker>> {
-        let _ctx = self.device.enter()?;
-        let raw = driver("creating an event", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-        })?;
-        Ok(Box::new(CudaMarker {
-            device: self.device.clone(),
-            raw,
-        }))
+        Ok(Box::new(self.queue.queue.new_event()?))
     }
 
     fn record(&self, marker: &dyn Marker) -> Result<()> {
         let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
             return Err(Error::runtime("a CUDA stream records only CUDA events"));
         };
-        let _ctx = self.device.enter()?;
-        // SAFETY: the event and the stream are alive (owned by `marker` and `self`).
-        driver("recording an event", || unsafe {
-            result::event::record(marker.raw, self.raw)
-        })
+        self.queue.queue.record(marker)
     }
 
     fn wait(&self, marker: &dyn Marker) -> Result<()> {
@@ -481,11 +729,11 @@ impl DeviceStream for CudaStream {
         let Some(marker) = marker.as_any().downcast_ref::<CudaMarker>() else {
             return Ok(());
         };
-        let _ctx = self.device.enter()?;
-        // SAFETY: as above.
+        let _ctx = self.device().enter()?;
+        // SAFETY: the event and the stream are alive (owned by `marker` and `self`).
         driver("waiting for an event", || unsafe {
             result::stream::wait_event(
-                self.raw,
+                self.queue.queue.raw,
                 marker.raw,
                 sys::CUevent_wait_flags::CU_EVENT_WAIT_DEFAULT,
             )
@@ -493,11 +741,7 @@ impl DeviceStream for CudaStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let _ctx = self.device.enter()?;
-        // SAFETY: the stream is alive (owned by self).
-        driver("synchronizing a stream", || unsafe {
-            result::stream::synchronize(self.raw)
-        })
+        self.queue.queue.synchronize()
     }
 }
 

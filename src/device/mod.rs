@@ -4,13 +4,18 @@
 //! A backend gives the VM three things: memory (allocate, free), streams on which copies are
 //! issued in order, and markers that order one stream after a point on another. The VM keeps
 //! the instruction order, the dependence tracking and the host-side waits; a backend only says
-//! how to issue work and whether finishing it on the host means the device finished it too.
+//! how to issue work, which memory a stream can reach, and whether finishing it on the host
+//! means the device finished it too.
+//!
+//! Host memory comes in two kinds: the host's own (`kDLCPU`) and page-locked host memory
+//! (`kDLCUDAHost`, from the CUDA driver when it finds a GPU), which GPUs copy to and from
+//! without staging. Both are host memory to the VM ([`is_host_memory`]).
 
 use std::any::Any as StdAny;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
-use crate::abi::{DLDataType, DLDevice, KDL_CPU, KDL_CUDA};
+use crate::abi::{DLDataType, DLDevice, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, ErrorKind, Result, Tensor};
 
@@ -43,8 +48,15 @@ pub struct MemPtr {
 }
 
 /// An ordered queue of device work, owned by one VM stream and used only from the thread that
-/// executes that stream's instructions.
+/// executes that stream's instructions (markers are also recorded from threads that wait).
 pub trait DeviceStream: Send + Sync {
+    /// The backend's own type, for work a backend's libraries issue on its streams (a
+    /// collective library enqueues on the CUDA stream underneath).
+    fn as_any(&self) -> &dyn StdAny;
+
+    /// Whether copies on this stream can read and write `device`'s memory.
+    fn can_reach(&self, device: DLDevice) -> bool;
+
     /// Issues a copy of `nbytes` from `src` to `dst`; either side may be host memory or this
     /// stream's device memory.
     ///
@@ -60,7 +72,8 @@ pub trait DeviceStream: Send + Sync {
     /// A marker that [`DeviceStream::record`] can place on this stream.
     fn new_marker(&self) -> Result<Box<dyn Marker>>;
 
-    /// Places `marker` after the work issued so far.
+    /// Places `marker` after the work issued so far (from any thread: a stream about to wait
+    /// for this one records it).
     fn record(&self, marker: &dyn Marker) -> Result<()>;
 
     /// Makes later work on this stream wait until the device passed `marker` (recorded on any
@@ -80,18 +93,26 @@ pub trait Marker: Send + Sync {
     fn synchronize(&self) -> Result<()>;
 }
 
+/// Whether `device` is host memory the CPU reads and writes directly: the host's own, or
+/// page-locked host memory.
+pub fn is_host_memory(device: DLDevice) -> bool {
+    matches!(device.device_type, KDL_CPU | KDL_CUDA_HOST)
+}
+
 /// How many devices of a DLPack device type this library can use: the host is one device;
-/// CUDA devices are counted by the driver (0 without one); other types have no backend.
+/// CUDA devices are counted by the driver (0 without one), and page-locked host memory is one
+/// device where there is a GPU; other types have no backend.
 pub fn count(device_type: i32) -> Result<i32> {
     match device_type {
         KDL_CPU => Ok(1),
         KDL_CUDA => Ok(cuda::device_count()),
+        KDL_CUDA_HOST => Ok(cuda::device_count().min(1)),
         known if (1..=18).contains(&known) => Ok(0),
         other => Err(Error::value(format!("unknown DLPack device type {other}"))),
     }
 }
 
-/// A compact tensor of `dims` and `dtype` in `device`'s memory (zero-filled on the host),
+/// A compact tensor of `dims` and `dtype` in `device`'s memory (zero-filled in host memory),
 /// allocated through the device's backend and given back to it when the tensor dies.
 pub fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
     let nbytes = check_new(dims, dtype)?;
@@ -115,9 +136,17 @@ pub fn backend(device: DLDevice) -> Result<Arc<dyn Device>> {
             device.device_id
         ))),
         KDL_CUDA => Ok(cuda::CudaDevice::shared(device.device_id)?),
+        KDL_CUDA_HOST if device.device_id == 0 => Ok(cuda::PinnedHost::shared()?),
+        KDL_CUDA_HOST => Err(Error::value(format!(
+            "kDLCUDAHost device id {} is out of range (page-locked host memory is device 0)",
+            device.device_id
+        ))),
         other => Err(Error::new(
             ErrorKind::DeviceUnavailable,
-            format!("device type {other} has no backend here (only kDLCPU = 1 and kDLCUDA = 2)"),
+            format!(
+                "device type {other} has no backend here (only kDLCPU = 1, kDLCUDA = 2 and \
+                 kDLCUDAHost = 3)"
+            ),
         )),
     }
 }
@@ -134,7 +163,8 @@ pub fn bind_to_thread(device: DLDevice) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{KDL_CUDA, KDL_FLOAT};
+    use crate::abi::KDL_FLOAT;
+    use cpu::CpuDevice;
 
     const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 
@@ -142,6 +172,11 @@ mod tests {
     fn devices_are_counted_without_requiring_a_cuda_driver() {
         assert_eq!(count(KDL_CPU).unwrap(), 1);
         assert!(count(KDL_CUDA).unwrap() >= 0);
+        assert_eq!(
+            count(KDL_CUDA_HOST).unwrap(),
+            count(KDL_CUDA).unwrap().min(1),
+            "page-locked memory exists where a GPU does"
+        );
         assert_eq!(count(7).unwrap(), 0, "Vulkan has no backend");
         assert_eq!(
             count(99).unwrap_err().message,
@@ -189,5 +224,43 @@ mod tests {
         );
         let err = empty(&[-1], F32, DLDevice::cpu()).unwrap_err();
         assert_eq!(err.message, "dimension 0 of shape [-1] is negative");
+    }
+
+    #[test]
+    fn page_locked_host_memory_is_host_memory_of_its_own_backend() {
+        let pinned = DLDevice {
+            device_type: KDL_CUDA_HOST,
+            device_id: 0,
+        };
+        assert!(is_host_memory(pinned) && is_host_memory(DLDevice::cpu()));
+        assert!(!is_host_memory(DLDevice {
+            device_type: KDL_CUDA,
+            device_id: 0
+        }));
+        let err = backend(DLDevice {
+            device_type: KDL_CUDA_HOST,
+            device_id: 1,
+        })
+        .err()
+        .expect("only device 0");
+        assert_eq!(
+            err.message,
+            "kDLCUDAHost device id 1 is out of range (page-locked host memory is device 0)"
+        );
+        if count(KDL_CUDA).unwrap() == 0 {
+            let err = empty(&[4], F32, pinned).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::DeviceUnavailable);
+            assert!(
+                err.message
+                    .starts_with("page-locked host memory needs a GPU: CUDA device 0: "),
+                "{err}"
+            );
+        }
+        let host = CpuDevice::shared().new_stream().unwrap();
+        assert!(host.can_reach(DLDevice::cpu()) && host.can_reach(pinned));
+        assert!(!host.can_reach(DLDevice {
+            device_type: KDL_CUDA,
+            device_id: 0
+        }));
     }
 }

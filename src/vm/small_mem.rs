@@ -18,10 +18,9 @@ use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
 use super::instruction::wait_all;
 use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
-use crate::abi::KDL_CPU;
 use crate::channel::{Sleeper, SpinPolicy};
-use crate::device::MemPtr;
 use crate::device::cpu::current_cpu;
+use crate::device::{MemPtr, is_host_memory};
 use crate::object::{Error, Result, Tensor};
 
 const PENDING: u32 = 0;
@@ -253,7 +252,7 @@ fn run(
 ) -> Result<()> {
     let deps = TensorDeps::of(tensor);
     let mut record = deps.lock();
-    if tensor.dl().device.device_type == KDL_CPU && record.settled(access) {
+    if is_host_memory(tensor.dl().device) && record.settled(access) {
         // Every earlier use has finished, and while this thread holds the record no new one
         // can be queued: the access runs right here, without a round trip to an executor.
         return access_here(

@@ -7,7 +7,7 @@ use super::dependence::{Access, TensorDeps, Use, Waits};
 use super::executor::{Executor, Task};
 use super::instruction::{Arg, HostPtr, Instruction, Op};
 use super::progress::Progress;
-use crate::abi::{DLDevice, KDL_CPU};
+use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
 use crate::device::{DeviceStream, Marker, backend};
 use crate::object::tensor::dtype_name;
@@ -162,11 +162,12 @@ impl StreamCore {
         Ok(seq)
     }
 
-    /// Checks that a tensor can be used on this stream and returns its size in bytes.
+    /// Checks that a tensor can be used on this stream (its device's backend reaches the
+    /// tensor's memory: host memory, and on a GPU any GPU) and returns its size in bytes.
     fn check_tensor(&self, tensor: &Tensor, name: &str) -> Result<usize> {
         check_compact(tensor, name)?;
         let device = tensor.dl().device;
-        if device != self.device && device.device_type != KDL_CPU {
+        if !self.dev.can_reach(device) {
             return Err(Error::new(
                 ErrorKind::DeviceUnavailable,
                 format!(
