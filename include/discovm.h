@@ -438,8 +438,8 @@ void dvm_session_free(dvm_session *s);
 /**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
  * the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
- * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events. On
- * `kDLCUDAHost` it is a host stream.
+ * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events
+ * (recorded only when another stream waits). On `kDLCUDAHost` it is a host stream.
  *
  * Ownership: `*out` is a new reference; free it with `dvm_stream_free`.
  * Errors: `ValueError` if `out` is NULL or the device id is out of range;

@@ -91,7 +91,11 @@ fn host(ptr: *mut u8) -> MemPtr {
 pub(crate) fn wait_all(stream: &StreamCore, waits: &[Use]) -> Result<()> {
     for w in waits {
         w.stream.progress.wait_for(w.seq);
-        if !w.stream.device_stream().completes_on_host() {
+        let signaler = w.stream.device_stream();
+        if !signaler.completes_on_host() {
+            // Instruction `seq` has been issued: a marker placed now follows it (and maybe
+            // later work of that stream, which only makes the wait longer, never wrong).
+            signaler.record(w.stream.marker())?;
             stream.device_stream().wait(w.stream.marker())?;
         }
     }

@@ -6,9 +6,10 @@
 //!   submitter wakes it only when it sleeps) and publishes each number as it finishes.
 //! - Each tensor remembers the stream and number of its last write and of the reads since. An
 //!   instruction that uses a tensor last used on another stream first waits for that point
-//!   (on the host by waiting for the number; a device backend adds its own marker wait). Reads
-//!   after writes, writes after reads and writes after writes across streams are ordered; two
-//!   reads are not. The bookkeeping happens on the submitting thread: no scheduler thread.
+//!   (on the host by waiting for the number; on a device whose work outlives the host call,
+//!   then also by placing a marker on the other stream and waiting for it on the device: markers
+//!   are placed only when a stream waits, never after every instruction). Reads after writes,
+//!   writes after reads and writes after writes across streams are ordered; two reads are not. The bookkeeping happens on the submitting thread: no scheduler thread.
 //! - Instructions hold references to their tensors, so a tensor released while they run stays
 //!   alive until they finish.
 //! - A failing callback poisons the tensors it should have written; instructions that use them

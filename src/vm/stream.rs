@@ -30,7 +30,8 @@ pub enum Placement {
 pub(crate) struct StreamCore {
     device: DLDevice,
     dev: Box<dyn DeviceStream>,
-    /// Recorded after each instruction on devices whose work outlives the host call.
+    /// On devices whose work outlives the host call, recorded when another stream is about to
+    /// wait for this one (so a run of instructions on one stream records nothing).
     marker: Box<dyn Marker>,
     executor: Arc<Executor>,
     own_executor: bool,
@@ -77,11 +78,6 @@ impl StreamCore {
 
     /// Called by the executor after instruction `seq`.
     pub fn finish(&self, seq: u64) {
-        if !self.dev.completes_on_host()
-            && let Err(error) = self.dev.record(&*self.marker)
-        {
-            self.report(error);
-        }
         self.progress.advance(seq);
     }
 
