@@ -7,7 +7,9 @@ use std::time::Duration;
 use discovm::abi::{DLDataType, DLDevice, DLTensor, KDL_FLOAT};
 use discovm::device::cpu::HostTensor;
 use discovm::object::{Function, Shape, registry};
-use discovm::session::{CopyDirection, DRef, Session, SessionOptions, Target, current_worker};
+use discovm::session::{
+    CopyDirection, DRef, Session, SessionOptions, Target, current_worker, with_worker_stream,
+};
 use discovm::{Any, Error, ErrorKind};
 
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
@@ -54,6 +56,43 @@ fn broadcast_reaches_every_worker_with_its_own_identity() {
         assert_eq!(shape.view().as_shape().unwrap().as_slice(), &[w as i64]);
     }
     assert_eq!(current_worker(), None, "the controller is not a worker");
+}
+
+#[test]
+fn a_sync_waits_for_the_workers_stream_and_reports_its_failures() {
+    global("test.session.queue_on_stream", |args| {
+        let fail = args[0].as_bool()?;
+        with_worker_stream(|stream| {
+            stream.launch(
+                vec![],
+                Box::new(move |_| match fail {
+                    true => Err(Error::value("the device said no")),
+                    false => Ok(()),
+                }),
+            )
+        })?;
+        Ok(Any::None)
+    });
+    let s = session(2);
+    let queue = s.get_global_func("test.session.queue_on_stream").unwrap();
+    let out = call(&s, &queue, &[Any::Bool(false)]);
+    s.sync_all().unwrap();
+    let failing = s
+        .call(Target::One(1), &queue, &[Any::Bool(true).view()])
+        .unwrap();
+    let err = s.sync_worker(1).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Worker);
+    assert_eq!(
+        err.message,
+        "worker 1: work on its stream failed: ValueError: the device said no"
+    );
+    s.sync_worker(1).unwrap();
+    assert!(
+        with_worker_stream(|_| Ok(())).is_err(),
+        "the controller has no worker stream"
+    );
+    drop((out, failing));
+    s.shutdown().unwrap();
 }
 
 #[test]

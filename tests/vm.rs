@@ -529,6 +529,45 @@ fn host_streams_reach_page_locked_host_memory_but_not_gpus() {
 }
 
 #[test]
+fn device_work_runs_in_stream_order_and_fails_like_a_callback() {
+    for placement in PLACEMENTS {
+        let stream = Stream::with_placement(CPU, placement).unwrap();
+        let t = tensor(&[1], I64);
+        write_i64s(&t, &[5]);
+        stream
+            .call(&increment(), vec![Arg::Write(t.clone())])
+            .unwrap();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let (seen2, t2) = (seen.clone(), t.clone());
+        stream
+            .launch(
+                vec![Arg::Read(t.clone())],
+                Box::new(move |dev| {
+                    assert!(dev.can_reach(CPU) && dev.completes_on_host());
+                    // SAFETY: the tensor holds one int64 and the VM orders this after its writer.
+                    let value = unsafe { t2.data_ptr().cast::<i64>().read() };
+                    seen2.store(value as usize, Ordering::Release);
+                    Ok(())
+                }),
+            )
+            .unwrap();
+        let out = tensor(&[1], I64);
+        stream
+            .launch(
+                vec![Arg::Read(t.clone()), Arg::Write(out.clone())],
+                Box::new(|_| Err(Error::runtime("the device refused"))),
+            )
+            .unwrap();
+        let err = stream.sync().unwrap_err();
+        assert_eq!(err.message, "the device refused");
+        assert_eq!(seen.load(Ordering::Acquire), 6, "ran after the increment");
+        let mut buf = [0u8; 8];
+        let err = vm::read(&out, &mut buf).unwrap_err();
+        assert!(err.message.contains("the device refused"), "{err}");
+    }
+}
+
+#[test]
 fn zero_sized_tensors_work() {
     let stream = Stream::new(CPU).unwrap();
     let a = tensor(&[0, 3], F32);

@@ -17,4 +17,7 @@ pub use dref::{DRef, DRefCell};
 pub use handles::{SessionCell, SessionLink, WorkerCell, session_handle, worker_handle};
 pub use message::CopyDirection;
 pub use registers::Reg;
-pub use worker::{WorkerInfo, current as current_worker, current_handle as current_worker_handle};
+pub use worker::{
+    WorkerInfo, current as current_worker, current_handle as current_worker_handle,
+    with_stream as with_worker_stream,
+};

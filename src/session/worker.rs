@@ -2,6 +2,7 @@
 //! values, and exposes its identity to the functions it runs.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -45,6 +46,28 @@ impl WorkerInfo {
 
 thread_local! {
     static CURRENT: RefCell<Option<(WorkerInfo, Arc<WorkerShared>, Any)>> = const { RefCell::new(None) };
+    /// The worker's stream on its device, made on first use: copies to and from worker 0 and
+    /// the device work of built-ins (NCCL collectives) go through it. It runs inline, on the
+    /// worker's own thread, in the worker's order; a sync of the worker waits for it.
+    static STREAM: RefCell<Option<Rc<Stream>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with the calling worker's stream (made on first use, on the worker's device).
+/// Errors: `RuntimeError` off worker threads; why the stream could not be made.
+pub fn with_stream<R>(f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
+    let info = current().ok_or_else(|| {
+        Error::runtime("a worker's stream is reachable only from its own worker thread")
+    })?;
+    let stream = STREAM.with(|slot| -> Result<Rc<Stream>> {
+        let mut slot = slot.borrow_mut();
+        if let Some(stream) = &*slot {
+            return Ok(stream.clone());
+        }
+        let stream = Rc::new(Stream::with_placement(info.device, Placement::Inline)?);
+        *slot = Some(stream.clone());
+        Ok(stream)
+    })?;
+    f(&stream)
 }
 
 /// The worker running on this thread, if any.
@@ -70,6 +93,8 @@ struct ExitGuard(Arc<WorkerShared>);
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
+        // The stream finishes its work on the worker's thread, which made it.
+        drop(STREAM.with(|s| s.borrow_mut().take()));
         CURRENT.with(|c| c.borrow_mut().take());
         self.0.exited.store(true, Ordering::SeqCst);
     }
@@ -82,9 +107,6 @@ struct Worker {
     /// Moves an unpinned worker off a CPU it shares with its waiter.
     shared_cpu: SharedCpuWatch,
     registers: RegisterFile,
-    /// The worker's stream on its device, made on first use: copies go through it. It runs
-    /// inline, on the worker's own thread, in the worker's order.
-    stream: Option<Stream>,
     /// The first failure since the last sync, and how many followed it.
     failure: Option<(Error, usize)>,
 }
@@ -99,7 +121,6 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
         pinned,
         shared_cpu: SharedCpuWatch::default(),
         registers: RegisterFile::default(),
-        stream: None,
         failure: None,
     };
     // The worker's device context becomes current on this thread before anything runs, so the
@@ -127,6 +148,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             Message::Sync(reply) => {
                 worker.share_less(reply.waiter_cpu());
                 if reply.claim() {
+                    worker.sync_stream();
                     reply.complete(worker.take_failure());
                 }
             }
@@ -230,11 +252,15 @@ impl Worker {
         }
     }
 
-    fn stream(&mut self) -> Result<&Stream> {
-        if self.stream.is_none() {
-            self.stream = Some(Stream::with_placement(self.info.device, Placement::Inline)?);
+    /// Waits for the device work queued on the worker's stream, if it has one, and keeps its
+    /// failures for the reply.
+    fn sync_stream(&mut self) {
+        let Some(stream) = STREAM.with(|s| s.borrow().clone()) else {
+            return;
+        };
+        if let Err(cause) = stream.sync() {
+            self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
         }
-        Ok(self.stream.as_ref().expect("made above"))
     }
 
     fn note_failure(&mut self, error: &Error) {
@@ -261,7 +287,7 @@ impl Worker {
         }
     }
 
-    fn copy(&mut self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
+    fn copy(&self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
         let what = match direction {
             CopyDirection::ToWorker => "copy to worker 0",
             CopyDirection::FromWorker => "copy from worker 0",
@@ -274,10 +300,9 @@ impl Worker {
             .view()
             .as_tensor()
             .map_err(&attribute)?;
-        self.stream()
-            .and_then(|stream| {
-                stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
-            })
-            .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
+        with_stream(|stream| {
+            stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
+        })
+        .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
     }
 }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::dependence::{TensorDeps, Use, Waits};
 use super::stream::StreamCore;
-use crate::device::MemPtr;
+use crate::device::{DeviceStream, MemPtr};
 use crate::object::{Any, AnyView, Error, Function, Result, Tensor};
 
 /// Host memory the submitter vouched for (see the `unsafe` copy functions of `Stream`).
@@ -21,6 +21,16 @@ pub enum Arg {
     Write(Tensor),
     /// Any other value.
     Value(Any),
+}
+
+/// Work a library issues on the device stream underneath a VM stream (a collective library
+/// enqueues on the CUDA stream), run in the stream's order like a callback.
+pub type DeviceWork = Box<dyn Fn(&dyn DeviceStream) -> Result<()> + Send>;
+
+/// What a call instruction runs.
+pub(crate) enum Body {
+    Function(Function),
+    Device(DeviceWork),
 }
 
 pub(crate) enum Op {
@@ -42,8 +52,8 @@ pub(crate) enum Op {
         src: HostPtr,
         nbytes: usize,
     },
-    /// A packed function with its arguments.
-    Call { func: Function, args: Vec<Arg> },
+    /// A packed function, or device work, with its arguments.
+    Call { body: Body, args: Vec<Arg> },
     /// Nothing but the waits (a cross-stream wait).
     Mark,
 }
@@ -132,15 +142,16 @@ impl Op {
                     TensorDeps::of(dst).clear_poison();
                 }
             }
-            Op::Call { func, args } => {
+            Op::Call { body, args } => {
                 let tensors = args.iter().filter_map(|a| match a {
                     Arg::Read(t) | Arg::Write(t) => Some(t),
                     Arg::Value(_) => None,
                 });
                 let poisoned = first_poison(tensors);
-                let result = match &poisoned {
-                    Some(cause) => Err(skipped("a callback", cause)),
-                    None => call(func, args),
+                let result = match (&poisoned, body) {
+                    (Some(cause), _) => Err(skipped("a callback", cause)),
+                    (None, Body::Function(func)) => call(func, args),
+                    (None, Body::Device(work)) => work(dev),
                 };
                 if let Err(error) = &result {
                     for arg in args {

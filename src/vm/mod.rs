@@ -32,6 +32,6 @@ mod stream;
 
 pub use dependence::Access;
 pub use executor::QUEUE_CAPACITY;
-pub use instruction::Arg;
+pub use instruction::{Arg, DeviceWork};
 pub use small_mem::{check_access, read, write};
 pub use stream::{Placement, Stream, StreamCell, StreamPoint, stream_handle};

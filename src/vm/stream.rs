@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use super::dependence::{Access, TensorDeps, Use, Waits};
 use super::executor::{Executor, Task};
-use super::instruction::{Arg, HostPtr, Instruction, Op};
+use super::instruction::{Arg, Body, DeviceWork, HostPtr, Instruction, Op};
 use super::progress::Progress;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
@@ -368,6 +368,16 @@ impl Stream {
     /// A failure is reported by the next sync, and poisons the tensors passed as written: later
     /// instructions that use them skip and fail too, until they are overwritten whole.
     pub fn call(&self, func: &Function, args: Vec<Arg>) -> Result<()> {
+        self.submit_call(Body::Function(func.clone()), args)
+    }
+
+    /// Queues `work` on the device stream underneath this one, ordered like [`Stream::call`]
+    /// by the tensors in `args` (read or written by the work), with the same failure rules.
+    pub fn launch(&self, args: Vec<Arg>, work: DeviceWork) -> Result<()> {
+        self.submit_call(Body::Device(work), args)
+    }
+
+    fn submit_call(&self, body: Body, args: Vec<Arg>) -> Result<()> {
         let mut uses: Vec<(Tensor, Access)> = Vec::new();
         for (i, arg) in args.iter().enumerate() {
             let (tensor, access) = match arg {
@@ -382,11 +392,9 @@ impl Stream {
             uses.push((tensor.clone(), access));
         }
         let borrowed: Vec<(&Tensor, Access)> = uses.iter().map(|(t, a)| (t, *a)).collect();
-        let op = Op::Call {
-            func: func.clone(),
-            args,
-        };
-        self.core.submit(&borrowed, op).map(drop)
+        self.core
+            .submit(&borrowed, Op::Call { body, args })
+            .map(drop)
     }
 
     /// The point after everything submitted to this stream so far.
