@@ -573,6 +573,15 @@ fn device_ptr(mem: MemPtr) -> sys::CUdeviceptr {
     mem.ptr as usize as sys::CUdeviceptr
 }
 
+/// The CUDA stream under a device stream of this backend, with its device, for libraries that
+/// enqueue their own work on it; `None` for another backend's stream.
+pub(super) fn raw_stream(stream: &dyn DeviceStream) -> Option<(&Arc<CudaDevice>, sys::CUstream)> {
+    stream
+        .as_any()
+        .downcast_ref::<CudaStream>()
+        .map(|s| (&s.queue.queue.device, s.queue.queue.raw))
+}
+
 impl CudaStream {
     fn device(&self) -> &Arc<CudaDevice> {
         &self.queue.queue.device
