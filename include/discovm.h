@@ -366,17 +366,32 @@ dvm_status dvm_session_sync_all(dvm_session *s);
  * `send_to_next_group` / `recv_from_prev_group` and `barrier` (Disco's names and arguments).
  *
  * `backend` is `"cpu"`: an in-process shared-memory communicator for the whole session and
- * one per group (every worker must be on the CPU; `device_ids` may be NULL with `n` 0, or
- * hold one entry per worker). `"nccl"` is not available yet. A join waits at most the
- * session's `timeout_ms` for every worker; without a timeout it waits until shutdown, which
- * breaks any collective still waiting. Calling this again replaces the communicator.
+ * one per group (every worker must be on the CPU; `device_ids` may be NULL with `n` 0, or hold
+ * one entry per worker). A join waits at most the session's `timeout_ms` for every worker;
+ * without a timeout it waits until shutdown, which breaks any collective still waiting.
+ *
+ * Or `"nccl"`: NCCL communicators for the whole session and one per group (split from the
+ * first with `ncclCommSplit`). Every worker must be on a CUDA device of its own (the
+ * `devices` session option; `device_ids`, if given, must repeat each worker's CUDA device id).
+ * NCCL is loaded at run time: from the path in the environment variable
+ * `DISCOVM_NCCL_LIBRARY` when it is set, else as `libnccl.so.2` or `libnccl.so` from the
+ * loader's search path (a copy PyTorch already loaded is found too). The collectives then take
+ * CUDA tensors and are queued on each worker's stream, ordered with the copies to and from
+ * worker 0, and return at once; `dvm_session_sync_worker` / `dvm_session_sync_all` wait for
+ * them and report their failures. NCCL does not compare the workers' arguments: workers that
+ * pass different shapes, or one that never joins, leave the others' GPUs waiting until the
+ * session's timeout ends the wait.
+ *
+ * Calling this again replaces the communicator (either backend by either).
  *
  * Ownership: `session`, `backend` and `device_ids` are borrowed.
  * Errors: `ValueError` for an unknown backend (naming it), a count that is neither 0 nor the
- * number of workers, or a worker not on the CPU; `DeviceUnavailable` for `"nccl"` (it
- * arrives with the CUDA backend); `WorkerError` if a worker failed earlier work (reported by
- * the sync this makes); `SessionClosed` after shutdown. A collective called before this fails
- * on its worker with a `WorkerError` that names the worker and the call.
+ * number of workers, a worker not on the backend's kind of device, two workers on one GPU
+ * (`"nccl"`), or a device id that is not the worker's; `DeviceUnavailable` for `"nccl"`
+ * without a GPU or without NCCL (the message names what is missing and what was tried);
+ * `WorkerError` if a worker failed earlier work or could not join (reported by the sync this
+ * makes); `SessionClosed` after shutdown. A collective called before this fails on its worker
+ * with a `WorkerError` that names the worker and the call.
  * Thread safety: any thread.
  */
 dvm_status dvm_session_init_ccl(dvm_session *s,

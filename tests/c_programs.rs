@@ -125,6 +125,7 @@ programs! {
     cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();
     cuda_small_access: Program::new("tests/c/cuda_small_access.c").needs_gpu();
     cuda_session: Program::new("tests/c/cuda_session.c").needs_gpu();
+    cuda_nccl: Program::new("tests/c/cuda_nccl.c").needs_gpu();
     // Compiled here so it keeps building; on a GPU machine it runs the whole benchmark.
     bench_cuda_copy: Program::new("benches/cuda_copy/main.c").needs_gpu().libs(&["-ldl"]);
     example_hello_function: Program::new("examples-c/hello_function.c");

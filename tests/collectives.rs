@@ -483,11 +483,20 @@ fn assert_error(result: Result<()>, kind: ErrorKind, parts: &[&str]) {
 #[test]
 fn init_ccl_checks_its_backend_and_device_ids() {
     let s = session(2, 1, 10_000);
-    assert_error(
-        s.init_ccl("nccl", &[]),
-        ErrorKind::DeviceUnavailable,
-        &["NCCL", "CUDA backend"],
-    );
+    if discovm::device::count(discovm::abi::KDL_CUDA).unwrap() == 0 {
+        assert_error(
+            s.init_ccl("nccl", &[]),
+            ErrorKind::DeviceUnavailable,
+            &[
+                "the nccl backend needs a GPU for each worker and NCCL: CUDA device 0: ",
+                "could not be loaded",
+            ],
+        );
+    } else {
+        // Workers on the CPU: refused whether NCCL is there or not.
+        let error = s.init_ccl("nccl", &[]).unwrap_err();
+        assert!(error.message.contains("the nccl backend needs"), "{error}");
+    }
     assert_error(s.init_ccl("gloo", &[]), ErrorKind::Value, &["\"gloo\""]);
     assert_error(
         s.init_ccl("cpu", &[0, 1, 2]),

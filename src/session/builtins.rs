@@ -119,5 +119,6 @@ pub fn register() {
         builtin("runtime.disco.empty", empty);
         builtin("runtime.disco.bind_worker_to_cpu_core", bind_to_core);
         super::ccl::register();
+        super::ccl::nccl::register();
     });
 }

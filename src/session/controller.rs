@@ -58,7 +58,7 @@ pub struct Session {
     closed: AtomicBool,
     timeout: Option<Duration>,
     spin: SpinPolicy,
-    /// The communicator `init_ccl` set up, if any (kept to break its waits at shutdown).
+    /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown).
     ccl: Mutex<Option<Arc<CpuCcl>>>,
 }
 
@@ -511,25 +511,17 @@ impl Session {
         }
     }
 
-    /// Sets up collectives between the workers: `"cpu"` (in-process shared memory) or
-    /// `"nccl"` (not available yet). `device_ids` may be empty; otherwise it has one entry per
-    /// worker. The workers install the communicator in order with earlier calls, so a
+    /// Sets up collectives between the workers: `"cpu"` (in-process shared memory, every
+    /// worker on the CPU) or `"nccl"` (NCCL, every worker on a GPU of its own). `device_ids`
+    /// may be empty; otherwise it has one entry per worker (for `"nccl"`, each worker's CUDA
+    /// device id). The workers install the communicator in order with earlier calls, so a
     /// collective sent before this fails; calling it again replaces the communicator.
     pub fn init_ccl(self: &Arc<Self>, backend: &str, device_ids: &[i32]) -> Result<()> {
         self.open()?;
-        match backend {
-            "cpu" => {}
-            "nccl" => {
-                return Err(Error::new(
-                    ErrorKind::DeviceUnavailable,
-                    "the NCCL backend is not available yet: it arrives with the CUDA backend",
-                ));
-            }
-            other => {
-                return Err(Error::value(format!(
-                    "unknown collective backend {other:?} (expected \"cpu\" or \"nccl\")"
-                )));
-            }
+        if !matches!(backend, "cpu" | "nccl") {
+            return Err(Error::value(format!(
+                "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
+            )));
         }
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
@@ -538,26 +530,42 @@ impl Session {
                 device_ids.len()
             )));
         }
-        if let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu()) {
-            return Err(Error::value(format!(
-                "the cpu backend needs every worker on the CPU; worker {w} is not"
-            )));
+        let (init, args, cpu) = if backend == "nccl" {
+            let devices: Vec<DLDevice> = self.workers.iter().map(|l| l.device).collect();
+            let args = ccl::nccl::init_args(&devices, self.num_groups, device_ids)?;
+            (
+                "runtime.disco.nccl.init_ccl_per_worker",
+                args.to_vec(),
+                None,
+            )
+        } else {
+            if let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu()) {
+                return Err(Error::value(format!(
+                    "the cpu backend needs every worker on the CPU; worker {w} is not"
+                )));
+            }
+            let fresh = Arc::new(CpuCcl::new(workers, self.num_groups, self.timeout));
+            let stage = ccl::stage(fresh.clone());
+            let args = vec![Any::Int(stage)];
+            (
+                "runtime.disco.cpu.init_ccl_per_worker",
+                args,
+                Some((fresh, stage)),
+            )
+        };
+        let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
+        let installed = self.get_global_func(init).and_then(|func| {
+            let _out = self.call(Target::All, &func, &views)?;
+            self.sync_all()
+        });
+        if let Some((_, stage)) = &cpu {
+            ccl::unstage(*stage);
         }
-        let fresh = Arc::new(CpuCcl::new(workers, self.num_groups, self.timeout));
-        let stage = ccl::stage(fresh.clone());
-        let installed = self
-            .get_global_func("runtime.disco.cpu.init_ccl_per_worker")
-            .and_then(|func| {
-                let _out = self.call(Target::All, &func, &[Any::Int(stage).view()])?;
-                self.sync_all()
-            });
-        ccl::unstage(stage);
         installed?;
-        let old = self
-            .ccl
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .replace(fresh);
+        let old = std::mem::replace(
+            &mut *self.ccl.lock().unwrap_or_else(PoisonError::into_inner),
+            cpu.map(|(fresh, _)| fresh),
+        );
         if let Some(old) = old {
             old.abort(&Error::runtime(
                 "the communicator was replaced by a later init_ccl",

@@ -339,7 +339,7 @@ static void bad_init_ccl(dvm_session* s) {
   EXPECT_STATUS(dvm_session_init_ccl(s, "gloo", NULL, 0), DVM_VALUE_ERROR,
                 "unknown collective backend \"gloo\"");
   EXPECT_STATUS(dvm_session_init_ccl(s, "nccl", NULL, 0), DVM_DEVICE_UNAVAILABLE,
-                "arrives with the CUDA backend");
+                "the nccl backend needs a GPU for each worker and NCCL: ");
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", ids, 3), DVM_VALUE_ERROR,
                 "3 device ids given for 2 workers");
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", NULL, 2), DVM_VALUE_ERROR, "`device_ids` is NULL");

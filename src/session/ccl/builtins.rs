@@ -53,11 +53,11 @@ fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
     })
 }
 
-fn argument<T>(i: usize, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
+pub(super) fn argument<T>(i: usize, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
     read().map_err(|e| Error::new(e.kind, format!("argument {i} ({what}): {}", e.message)))
 }
 
-fn is_none(args: &[AnyView<'_>], i: usize) -> bool {
+pub(super) fn is_none(args: &[AnyView<'_>], i: usize) -> bool {
     args.get(i)
         .is_none_or(|v| v.type_index() == type_index::NONE)
 }
@@ -103,8 +103,21 @@ fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<
     })
 }
 
-fn in_group(args: &[AnyView<'_>], i: usize) -> Result<bool> {
+pub(super) fn in_group(args: &[AnyView<'_>], i: usize) -> Result<bool> {
     argument(i, "in_group", || args[i].as_bool())
+}
+
+/// Disco's reduction argument, `Shape([kind])`.
+pub(super) fn reduce_kind(args: &[AnyView<'_>], i: usize) -> Result<ReduceOp> {
+    argument(i, "kind", || {
+        let shape = args[i].as_shape()?;
+        match shape.as_slice() {
+            [kind] => ReduceOp::from_code(*kind),
+            other => Err(Error::value(format!(
+                "expected Shape([kind]) with one entry, got {other:?}"
+            ))),
+        }
+    })
 }
 
 /// Every participant called the same collective with the same parameter.
@@ -230,21 +243,7 @@ fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
     let (team, rank) = ccl.team(info.id, grouped);
     let join = |r| joined(team, rank, "allreduce", &ccl, r);
     let send = join(buffer(args, 0, "send", true))?;
-    let kind = joined(
-        team,
-        rank,
-        "allreduce",
-        &ccl,
-        argument(1, "kind", || {
-            let shape = args[1].as_shape()?;
-            match shape.as_slice() {
-                [kind] => ReduceOp::from_code(*kind),
-                other => Err(Error::value(format!(
-                    "expected Shape([kind]) with one entry, got {other:?}"
-                ))),
-            }
-        }),
-    )?;
+    let kind = joined(team, rank, "allreduce", &ccl, reduce_kind(args, 1))?;
     let recv = join(buffer(args, 3, "recv", true))?;
     let elem = Elem::of(send.as_ref().expect("required").dtype).expect("checked by `buffer`");
     let post = Post {
@@ -538,7 +537,7 @@ fn r_len(posts: &[Post]) -> usize {
     recv_of(&posts[1]).nbytes
 }
 
-fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
+pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
     let peer = argument(i, "peer", || args[i].as_i64())?;
     let peer = usize::try_from(peer)
         .ok()
@@ -661,7 +660,11 @@ pub fn register() {
             ("runtime.disco.cpu.init_ccl_per_worker", init_per_worker),
         ];
         for (name, body) in all {
-            registry::register_global(name, Function::from_closure(body), true)
+            // A worker with an NCCL communicator runs the NCCL version of the built-in.
+            let dispatched = move |args: &[AnyView<'_>]| {
+                super::nccl::dispatch(name, args).unwrap_or_else(|| body(args))
+            };
+            registry::register_global(name, Function::from_closure(dispatched), true)
                 .expect("built-in names are valid");
         }
     });

@@ -15,6 +15,7 @@
 //! waits until the session shuts down, which breaks the communicator and releases the waiters.
 
 mod builtins;
+pub(crate) mod nccl;
 mod reduce;
 
 use std::collections::HashMap;

@@ -1,0 +1,457 @@
+//! The NCCL backend of the collective built-ins, for sessions whose workers each have a GPU.
+//!
+//! `init_ccl("nccl")` checks on the controller that there is a GPU and NCCL, that every worker
+//! is on a CUDA device of its own, and makes the unique ids; every worker then joins
+//! (`runtime.disco.nccl.init_ccl_per_worker`, Disco's name): a communicator of the whole
+//! session and, with several groups, one of its group (split from the first with
+//! `ncclCommSplit`, or made from a group id of its own before NCCL 2.18).
+//!
+//! On a worker with an NCCL communicator the collective built-ins keep Disco's names and
+//! arguments but take CUDA tensors, and enqueue NCCL's calls on the worker's stream: they are
+//! ordered with the copies to and from worker 0 and, through the tensors' records, with other
+//! streams, and return at once. A sync of the worker waits for them and reports their failures.
+//! `barrier` reduces one int32 across the team and waits for it on the host.
+//!
+//! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
+//! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
+//! different shapes, or a worker that never joins, leave NCCL's kernels waiting, and the
+//! controller's wait then ends with the session's timeout. Workers sharing one GPU are
+//! refused: NCCL needs a GPU per rank.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Once};
+
+use super::ReduceOp;
+use super::builtins::{argument, in_group, is_none, peer, reduce_kind};
+use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
+use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
+use crate::device::{DeviceStream, cuda};
+use crate::object::tensor::dtype_name;
+use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
+use crate::session::builtins::{arity, on_worker};
+use crate::session::worker::{WorkerInfo, with_stream};
+use crate::vm::Arg;
+
+const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
+
+/// One worker's communicators.
+struct Comms {
+    info: WorkerInfo,
+    world: Comm,
+    /// The worker's group, when the session has more than one.
+    group: Option<Comm>,
+    /// One int32 on the worker's GPU that `barrier` reduces.
+    flag: Region,
+}
+
+impl Comms {
+    /// The team's communicator and this worker's rank in it.
+    fn team(&self, in_group: bool) -> (&Comm, usize) {
+        match &self.group {
+            Some(group) if in_group => (group, self.info.local_id()),
+            _ => (&self.world, self.info.id),
+        }
+    }
+}
+
+thread_local! {
+    /// The NCCL communicators of the worker running on this thread.
+    static COMMS: RefCell<Option<Arc<Comms>>> = const { RefCell::new(None) };
+}
+
+/// Checks that the session's workers can use NCCL and makes the arguments of the per-worker
+/// init: the workers' GPUs and the unique ids (the session's, then each group's).
+pub(crate) fn init_args(
+    devices: &[DLDevice],
+    num_groups: usize,
+    device_ids: &[i32],
+) -> Result<[Any; 2]> {
+    let nccl = Nccl::shared();
+    if cuda::device_count() == 0 || nccl.is_err() {
+        let mut missing = Vec::new();
+        if cuda::device_count() == 0 {
+            missing.push(cuda::unavailable(0).message);
+        }
+        if let Err(error) = &nccl {
+            missing.push(error.message.clone());
+        }
+        return Err(Error::new(
+            ErrorKind::DeviceUnavailable,
+            format!(
+                "the nccl backend needs a GPU for each worker and NCCL: {}",
+                missing.join("; ")
+            ),
+        ));
+    }
+    let nccl = nccl?;
+    if let Some((w, device)) = devices
+        .iter()
+        .enumerate()
+        .find(|(_, d)| d.device_type != KDL_CUDA)
+    {
+        return Err(Error::value(format!(
+            "the nccl backend needs every worker on a CUDA device; worker {w} is on device type \
+             {}",
+            device.device_type
+        )));
+    }
+    if let Some((w, id)) = device_ids
+        .iter()
+        .enumerate()
+        .find(|&(w, &id)| id != devices[w].device_id)
+    {
+        return Err(Error::value(format!(
+            "device_ids[{w}] is {id} but worker {w} runs on CUDA device {}",
+            devices[w].device_id
+        )));
+    }
+    for (b, device) in devices.iter().enumerate() {
+        if let Some(a) = devices[..b].iter().position(|d| d == device) {
+            return Err(Error::value(format!(
+                "workers {a} and {b} share CUDA device {}: NCCL needs a GPU of its own for each \
+                 worker",
+                device.device_id
+            )));
+        }
+    }
+    let ids = if num_groups > 1 { 1 + num_groups } else { 1 };
+    let mut bytes = Vec::with_capacity(ids * UniqueId::BYTES);
+    for _ in 0..ids {
+        bytes.extend_from_slice(&nccl.unique_id()?.as_bytes());
+    }
+    let gpus: Vec<i64> = devices.iter().map(|d| i64::from(d.device_id)).collect();
+    Ok([Shape::new(&gpus).into(), Any::Bytes(Bytes::new(&bytes))])
+}
+
+/// The unique id number `index` in the init's bytes.
+fn unique_id(bytes: &[u8], index: usize) -> Result<UniqueId> {
+    let start = index * UniqueId::BYTES;
+    let id = bytes.get(start..start + UniqueId::BYTES).ok_or_else(|| {
+        Error::value(format!(
+            "unique id {index} is missing ({} bytes given)",
+            bytes.len()
+        ))
+    })?;
+    UniqueId::from_bytes(id)
+}
+
+/// `runtime.disco.nccl.init_ccl_per_worker(device_ids, unique_ids)`: joins the communicators
+/// of the session and of this worker's group, replacing the worker's earlier ones.
+fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(INIT, args, 2, 2)?;
+    let info = on_worker(INIT)?;
+    let gpus = argument(0, "device_ids", || args[0].as_shape())?;
+    let bytes = argument(1, "unique_ids", || args[1].as_bytes())?;
+    let gpu = gpus.as_slice().get(info.id).copied().ok_or_else(|| {
+        Error::index(format!(
+            "worker {} has no entry in {} device ids",
+            info.id,
+            gpus.as_slice().len()
+        ))
+    })?;
+    if i64::from(info.device.device_id) != gpu || info.device.device_type != KDL_CUDA {
+        return Err(Error::value(format!(
+            "worker {} runs on device ({}, {}), not CUDA device {gpu}",
+            info.id, info.device.device_type, info.device.device_id
+        )));
+    }
+    let world_id = unique_id(bytes, 0)?;
+    // Every worker leaves its old communicators before joining the new ones.
+    COMMS.with(|c| c.borrow_mut().take());
+    let world = Comm::init_rank(info.device.device_id, info.num_workers, info.id, &world_id)?;
+    let group = if info.num_groups > 1 {
+        let per_group = info.workers_per_group();
+        let (group, rank) = (info.id / per_group, info.local_id());
+        match world.split(group, rank, per_group)? {
+            Some(comm) => Some(comm),
+            None => Some(Comm::init_rank(
+                info.device.device_id,
+                per_group,
+                rank,
+                &unique_id(bytes, 1 + group)?,
+            )?),
+        }
+    } else {
+        None
+    };
+    let flag = crate::device::empty(&[1], DLDataType::new(KDL_INT, 32, 1), info.device)?;
+    let comms = Comms {
+        info,
+        world,
+        group,
+        flag: Region::of(&flag)?,
+    };
+    COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
+    Ok(Any::None)
+}
+
+/// Registers the NCCL init built-in once per process.
+pub(crate) fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        registry::register_global(INIT, Function::from_closure(init_per_worker), true)
+            .expect("built-in names are valid");
+    });
+}
+
+/// Runs collective built-in `name` with NCCL when this worker has an NCCL communicator;
+/// `None` leaves it to the CPU backend. Installing a CPU communicator drops the NCCL one.
+pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
+    if name == "runtime.disco.cpu.init_ccl_per_worker" {
+        COMMS.with(|c| c.borrow_mut().take());
+        return None;
+    }
+    let comms = COMMS.with(|c| c.borrow().clone())?;
+    let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
+        "runtime.disco.allreduce" => allreduce,
+        "runtime.disco.allgather" => allgather,
+        "runtime.disco.broadcast_from_worker0" => broadcast,
+        "runtime.disco.scatter_from_worker0" => scatter,
+        "runtime.disco.gather_to_worker0" => gather,
+        "runtime.disco.recv_from_worker0" => recv_from_worker0,
+        "runtime.disco.send_to_worker" => send_to_worker,
+        "runtime.disco.recv_from_worker" => recv_from_worker,
+        "runtime.disco.send_to_next_group" => send_to_next_group,
+        "runtime.disco.recv_from_prev_group" => recv_from_prev_group,
+        "runtime.disco.barrier" => barrier,
+        _ => return None,
+    };
+    Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
+}
+
+/// Disco's argument counts.
+fn arity_of(name: &str, args: &[AnyView<'_>]) -> Result<()> {
+    let (min, max) = match name {
+        "runtime.disco.allreduce" => (4, 4),
+        "runtime.disco.allgather"
+        | "runtime.disco.broadcast_from_worker0"
+        | "runtime.disco.scatter_from_worker0" => (3, 3),
+        "runtime.disco.gather_to_worker0" => (2, 3),
+        "runtime.disco.send_to_worker" | "runtime.disco.recv_from_worker" => (2, 2),
+        "runtime.disco.barrier" => (0, 1),
+        _ => (1, 1),
+    };
+    arity(name, args, min, max)
+}
+
+/// A tensor argument as a region; `None` when it is None or absent and not `required`.
+fn region(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Region>> {
+    if is_none(args, i) {
+        if required {
+            return Err(Error::type_error(format!(
+                "argument {i} ({what}): a tensor is required, got None"
+            )));
+        }
+        return Ok(None);
+    }
+    argument(i, what, || Region::of(&args[i].as_tensor()?)).map(Some)
+}
+
+fn required(args: &[AnyView<'_>], i: usize, what: &str) -> Result<Region> {
+    Ok(region(args, i, what, true)?.expect("required"))
+}
+
+/// `big` must hold `times` the elements of `small`, of the same dtype.
+fn sized(what: &str, big: &Region, big_role: &str, small: &Region, times: usize) -> Result<()> {
+    if big.dtype() == small.dtype() && big.count() == small.count() * times {
+        return Ok(());
+    }
+    let describe = |r: &Region| format!("{} {}", r.count(), dtype_name(r.dtype()));
+    Err(Error::value(format!(
+        "{what}: the {big_role} buffer ({}) must hold {} the elements of the other ({}), with \
+         the same dtype",
+        describe(big),
+        if times == 1 {
+            "as many as".to_string()
+        } else {
+            format!("{times} times")
+        },
+        describe(small)
+    )))
+}
+
+/// How work uses the tensors of its regions: `reads` are read, `writes` written.
+fn uses<'a>(
+    reads: impl IntoIterator<Item = &'a Region>,
+    writes: impl IntoIterator<Item = &'a Region>,
+) -> Vec<Arg> {
+    reads
+        .into_iter()
+        .map(|r| Arg::Read(r.tensor().clone()))
+        .chain(writes.into_iter().map(|r| Arg::Write(r.tensor().clone())))
+        .collect()
+}
+
+/// Enqueues `work` on the worker's stream, ordered after earlier uses of its tensors (`uses`).
+fn enqueue(
+    uses: Vec<Arg>,
+    work: impl Fn(&dyn DeviceStream) -> Result<()> + Send + 'static,
+) -> Result<()> {
+    with_stream(|stream| stream.launch(uses, Box::new(work)))
+}
+
+fn red_op(kind: ReduceOp) -> RedOp {
+    match kind {
+        ReduceOp::Sum => RedOp::Sum,
+        ReduceOp::Prod => RedOp::Prod,
+        ReduceOp::Min => RedOp::Min,
+        ReduceOp::Max => RedOp::Max,
+        ReduceOp::Avg => RedOp::Avg,
+    }
+}
+
+fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = in_group(args, 2)?;
+    let send = required(args, 0, "send")?;
+    let op = red_op(reduce_kind(args, 1)?);
+    let recv = required(args, 3, "recv")?;
+    sized("allreduce", &recv, "recv", &send, 1)?;
+    enqueue(uses([&send], [&recv]), move |stream| {
+        comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
+    })
+}
+
+fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = in_group(args, 1)?;
+    let send = required(args, 0, "send")?;
+    let recv = required(args, 2, "recv")?;
+    let size = comms.team(grouped).0.size();
+    sized("allgather", &recv, "recv", &send, size)?;
+    enqueue(uses([&send], [&recv]), move |stream| {
+        comms.team(grouped).0.all_gather(&send, &recv, stream)
+    })
+}
+
+fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = in_group(args, 1)?;
+    let root = comms.team(grouped).1 == 0;
+    let send = region(args, 0, "send", root)?.filter(|_| root);
+    let recv = required(args, 2, "recv")?;
+    if let Some(send) = &send {
+        sized("broadcast_from_worker0", &recv, "recv", send, 1)?;
+    }
+    enqueue(uses(&send, [&recv]), move |stream| {
+        comms
+            .team(grouped)
+            .0
+            .broadcast(send.as_ref(), &recv, 0, stream)
+    })
+}
+
+fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = in_group(args, 1)?;
+    let (comm, rank) = comms.team(grouped);
+    let size = comm.size();
+    let send = region(args, 0, "send", rank == 0)?.filter(|_| rank == 0);
+    let recv = required(args, 2, "recv")?;
+    if let Some(send) = &send {
+        sized("scatter_from_worker0", send, "send", &recv, size)?;
+    }
+    enqueue(uses(&send, [&recv]), move |stream| {
+        let comm = comms.team(grouped).0;
+        comm.nccl().group(|| {
+            if let Some(send) = &send {
+                for to in 0..size {
+                    comm.send(&send.part(to, size), to, stream)?;
+                }
+            }
+            comm.recv(&recv, 0, stream)
+        })
+    })
+}
+
+fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = in_group(args, 1)?;
+    let (comm, rank) = comms.team(grouped);
+    let size = comm.size();
+    let send = required(args, 0, "send")?;
+    let recv = region(args, 2, "recv", rank == 0)?.filter(|_| rank == 0);
+    if let Some(recv) = &recv {
+        sized("gather_to_worker0", recv, "recv", &send, size)?;
+    }
+    enqueue(uses([&send], &recv), move |stream| {
+        let comm = comms.team(grouped).0;
+        comm.nccl().group(|| {
+            comm.send(&send, 0, stream)?;
+            if let Some(recv) = &recv {
+                for from in 0..size {
+                    comm.recv(&recv.part(from, size), from, stream)?;
+                }
+            }
+            Ok(())
+        })
+    })
+}
+
+/// One side of a transfer with worker `peer` (a global id) over the session's communicator.
+fn transfer(comms: Arc<Comms>, buf: Region, peer: usize, sending: bool) -> Result<()> {
+    let uses = match sending {
+        true => uses([&buf], []),
+        false => uses([], [&buf]),
+    };
+    enqueue(uses, move |stream| match sending {
+        true => comms.world.send(&buf, peer, stream),
+        false => comms.world.recv(&buf, peer, stream),
+    })
+}
+
+fn send_to_worker(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let buf = required(args, 0, "send")?;
+    let to = peer(args, 1, &comms.info)?;
+    transfer(comms, buf, to, true)
+}
+
+fn recv_from_worker(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let buf = required(args, 0, "recv")?;
+    let from = peer(args, 1, &comms.info)?;
+    transfer(comms, buf, from, false)
+}
+
+fn recv_from_worker0(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    if comms.info.id == 0 {
+        return Err(Error::value(
+            "worker 0 cannot receive from itself (recv_from_worker0 runs on the other workers)",
+        ));
+    }
+    let buf = required(args, 0, "recv")?;
+    transfer(comms, buf, 0, false)
+}
+
+fn send_to_next_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let info = comms.info;
+    let to = info.id + info.workers_per_group();
+    if to >= info.num_workers {
+        return Err(Error::value(format!(
+            "worker {} is in the last group: there is no next group to send to",
+            info.id
+        )));
+    }
+    let buf = required(args, 0, "send")?;
+    transfer(comms, buf, to, true)
+}
+
+fn recv_from_prev_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let info = comms.info;
+    let Some(from) = info.id.checked_sub(info.workers_per_group()) else {
+        return Err(Error::value(format!(
+            "worker {} is in the first group: there is no previous group to receive from",
+            info.id
+        )));
+    };
+    let buf = required(args, 0, "recv")?;
+    transfer(comms, buf, from, false)
+}
+
+/// Reduces the worker's flag across the team and waits for it: no worker of the team passes
+/// before every one has queued its barrier and the work queued before it finished.
+fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = !is_none(args, 0) && in_group(args, 0)?;
+    let flag = comms.flag.clone();
+    enqueue(uses([], [&flag]), move |stream| {
+        comms
+            .team(grouped)
+            .0
+            .all_reduce(&flag, &flag, RedOp::Sum, stream)
+    })?;
+    with_stream(|stream| stream.sync())
+}
