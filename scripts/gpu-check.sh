@@ -1,41 +1,108 @@
 #!/usr/bin/env bash
-# Runs the CUDA tests and the CUDA copy benchmark from a bundle made by scripts/gpu-build.sh,
-# on a machine with the NVIDIA driver (no Rust, no network needed). Prints one PASS / FAIL /
-# SKIP line per test, then the benchmark's table; exits non-zero if a test failed or skipped
-# (a skip here means the library found no GPU). Each test has 30 s and the benchmark 120 s, so
-# the whole run stays under 5 minutes. Logs go to a fresh directory under $TMPDIR (or /tmp).
+# Runs the GPU checks from a bundle made by scripts/gpu-build.sh, on a machine with the NVIDIA
+# driver (no Rust, no network needed), in this order:
+#   1. the CUDA C tests (device count, round trips, soft sync, small accesses, CUDA workers);
+#   2. the NCCL test (tests/c/cuda_nccl.c: every collective, one worker per GPU; one GPU runs
+#      the single-rank path, since NCCL needs a GPU of its own for each worker);
+#   3. the DLPack consumer check (torch and/or cupy read our CUDA tensors), with python3;
+#   4. the CUDA copy benchmark, whose Markdown tables go to benchmarks.md for BENCHMARKS.md.
+# NCCL: DISCOVM_NCCL_LIBRARY if set; else the libnccl.so.2 of python3's nvidia-nccl-cu* wheel
+# (what PyTorch installs), if there is one; else the loader's search path.
 #
-#   gpu-bundle/gpu-check.sh
+# Prints one PASS / FAIL / SKIP line per step and a summary. Exit status: 0 if every step
+# passed, 1 if one failed, 77 if none failed but some skipped (no GPU here, no NCCL, no torch
+# or cupy: each SKIP line says why). Every step has a time limit (the tests 25 s each, the
+# Python check 30 s, the benchmark 100 s: under 5 minutes in all).
+#
+#   gpu-bundle/gpu-check.sh [results-dir]    # results-dir: logs and benchmarks.md
+#                                            # (default: a fresh directory under $TMPDIR)
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-logs="$(mktemp -d "${TMPDIR:-/tmp}/discovm-gpu-check.XXXXXX")" # the bundle may be read-only
-echo "== discovm GPU check, commit $(cat "$here/COMMIT" 2>/dev/null || echo unknown), $(date -u)"
-if command -v nvidia-smi >/dev/null; then
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+if [ $# -ge 1 ]; then
+  results="$1"
+  mkdir -p "$results"
 else
-  echo "(nvidia-smi not found)"
+  results="$(mktemp -d "${TMPDIR:-/tmp}/discovm-gpu-check.XXXXXX")" # the bundle may be read-only
 fi
-failed=0
-for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_session; do
+commit="$(cat "$here/COMMIT" 2>/dev/null || echo unknown)"
+echo "== discovm GPU check, commit $commit, $(date -u)"
+gpu="(nvidia-smi not found)"
+if command -v nvidia-smi >/dev/null; then
+  gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1)"
+fi
+echo "$gpu"
+
+if [ -z "${DISCOVM_NCCL_LIBRARY:-}" ] && command -v python3 >/dev/null; then
+  wheel="$(python3 - 2>/dev/null <<'EOF_PY'
+import importlib.util, os
+spec = importlib.util.find_spec("nvidia.nccl")
+for root in (spec.submodule_search_locations or []) if spec else []:
+    path = os.path.join(root, "lib", "libnccl.so.2")
+    if os.path.exists(path):
+        print(path)
+        break
+EOF_PY
+)"
+  if [ -n "$wheel" ]; then export DISCOVM_NCCL_LIBRARY="$wheel"; fi
+fi
+nccl="libnccl.so.2 from the search path of the dynamic loader"
+echo "NCCL: ${DISCOVM_NCCL_LIBRARY:-$nccl}"
+
+passed=0 failed=0 skipped=0
+# step NAME LIMIT COMMAND...: runs one step with a time limit and reports it.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  local start rc took_ms verdict
   start=$(date +%s%N)
-  timeout 30 "$here/bin/$test" >"$logs/$test.log" 2>&1
+  timeout --kill-after=5 "$limit" "$@" >"$results/$name.log" 2>&1
   rc=$?
   took_ms=$((($(date +%s%N) - start) / 1000000))
   case $rc in
-    0) verdict=PASS ;;
-    77) verdict=SKIP; failed=1 ;;
-    124) verdict="FAIL (timed out after 30 s)"; failed=1 ;;
-    *) verdict="FAIL (exit $rc)"; failed=1 ;;
+    0) verdict=PASS; passed=$((passed + 1)) ;;
+    77) verdict=SKIP; skipped=$((skipped + 1)) ;;
+    124 | 137) verdict="FAIL (timed out after $limit s)"; failed=$((failed + 1)) ;;
+    *) verdict="FAIL (exit $rc)"; failed=$((failed + 1)) ;;
   esac
-  printf '%-20s %s  (%d ms)\n' "$test" "$verdict" "$took_ms"
-  if [ "$rc" -ne 0 ]; then sed 's/^/    /' "$logs/$test.log" | tail -20; fi
+  printf '%-22s %s  (%d ms)\n' "$name" "$verdict" "$took_ms"
+  case $rc in
+    0) ;;
+    77) grep -m1 -i 'skipped' "$results/$name.log" | sed 's/^/    /' ;;
+    *) tail -20 "$results/$name.log" | sed 's/^/    /' ;;
+  esac
+}
+
+echo "== CUDA tests"
+for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_session; do
+  step "$test" 25 "$here/bin/$test"
 done
-echo "== benchmark"
-timeout 120 "$here/bin/cuda_copy_bench"
-rc=$?
-[ "$rc" -eq 0 ] || echo "cuda_copy_bench: exit $rc"
+echo "== NCCL"
+step cuda_nccl 25 "$here/bin/cuda_nccl"
+echo "== DLPack consumers"
+if command -v python3 >/dev/null; then
+  step dlpack_cuda 30 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"
+else
+  echo "dlpack_cuda            SKIP (python3 not found)"
+  skipped=$((skipped + 1))
+fi
+echo "== CUDA copy benchmark"
+step cuda_copy_bench 100 "$here/bin/cuda_copy_bench"
+{
+  echo "### CUDA copies against raw driver calls ($(date -u +%Y-%m-%d))"
+  echo
+  echo "GPU: $gpu; commit $commit."
+  echo
+  cat "$results/cuda_copy_bench.log"
+} >"$results/benchmarks.md"
+if grep -q '^|' "$results/cuda_copy_bench.log"; then sed 's/^/    /' "$results/cuda_copy_bench.log"; fi
+
+echo "== $passed passed, $failed failed, $skipped skipped; logs and benchmarks.md in $results"
 if [ "$failed" -ne 0 ]; then
   echo "== GPU check: FAILED"
   exit 1
 fi
-echo "== GPU check: every CUDA test passed"
+if [ "$skipped" -ne 0 ]; then
+  echo "== GPU check: nothing failed, but some steps were skipped (see the SKIP lines)"
+  exit 77
+fi
+echo "== GPU check: every step passed"

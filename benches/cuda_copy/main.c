@@ -1,14 +1,16 @@
 /* CUDA copy benchmark: the library against raw driver calls, in the same run.
  *
- *   1. H2D and D2H bandwidth, 4 KiB to 256 MiB, from pinned (cuMemHostAlloc, flags 0) and
- *      pageable (malloc) host memory: dvm_tensor_copy on a CUDA stream + dvm_stream_sync,
- *      against cuMemcpy{HtoD,DtoH}Async + cuStreamSynchronize on a raw non-blocking stream.
- *      Target: the library reaches >= 0.9x the raw bandwidth.
+ *   1. H2D and D2H bandwidth, 4 KiB to 256 MiB, from pinned and pageable (malloc) host memory:
+ *      dvm_tensor_copy on a CUDA stream + dvm_stream_sync (pinned: a kDLCUDAHost tensor of the
+ *      library), against cuMemcpy{HtoD,DtoH}Async + cuStreamSynchronize on a raw non-blocking
+ *      stream (pinned: cuMemHostAlloc, flags 0). Target: the library reaches >= 0.9x the raw
+ *      bandwidth.
  *   2. 4-byte dvm_tensor_read latency from a CUDA tensor, against cuMemcpyDtoHAsync + stream
  *      sync into a pinned word. Target: <= 1.5x the raw latency.
  *
- * The raw side loads libcuda.so.1 itself (no CUDA headers or toolkit needed to build this).
- * Exits 77 without a GPU. Build: scripts/gpu-build.sh; run: gpu-check.sh in the bundle. */
+ * Prints Markdown tables, ready for BENCHMARKS.md. The raw side loads libcuda.so.1 itself (no
+ * CUDA headers or toolkit needed to build this). Exits 77 without a GPU. Build:
+ * scripts/gpu-build.sh; run: gpu-check.sh in the bundle. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdint.h>
@@ -94,16 +96,17 @@ static double now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A host buffer as a kDLCPU tensor without copying (pinned or not, the library sees host
- * memory; the driver notices pinned memory by its address). */
+/* The first *n bytes of a host buffer as a tensor on `device` (kDLCPU or kDLCUDAHost),
+ * without copying. */
 static void no_delete(DLManagedTensorVersioned* self) { (void)self; }
 
-static dvm_tensor* wrap_host(void* data, int64_t* n, DLManagedTensorVersioned* managed) {
+static dvm_tensor* wrap_host(void* data, DLDevice device, int64_t* n,
+                             DLManagedTensorVersioned* managed) {
   memset(managed, 0, sizeof *managed);
   managed->version.major = DLPACK_MAJOR_VERSION;
   managed->version.minor = DLPACK_MINOR_VERSION;
   managed->deleter = no_delete;
-  managed->dl_tensor = (DLTensor){data, {kDLCPU, 0}, 1, {kDLUInt, 8, 1}, n, NULL, 0};
+  managed->dl_tensor = (DLTensor){data, device, 1, {kDLUInt, 8, 1}, n, NULL, 0};
   dvm_tensor* t = NULL;
   DVM(dvm_tensor_from_dlpack(managed, &t));
   return t;
@@ -121,11 +124,14 @@ static double gbps(size_t n, int reps, double seconds) {
 
 static int failures;
 
-static void bandwidth(const char* kind, void* host, CUdeviceptr raw_dev, CUstream raw,
-                      dvm_stream* s, dvm_tensor* dev, size_t n) {
+/* One size in both directions: the raw loop between raw_host and raw_dev, the library's between
+ * lib_host (on lib_device) and dev. */
+static void bandwidth(const char* kind, void* raw_host, void* lib_host, DLDevice lib_device,
+                      CUdeviceptr raw_dev, CUstream raw, dvm_stream* s, dvm_tensor* dev,
+                      size_t n) {
   int64_t len = (int64_t)n;
   DLManagedTensorVersioned managed;
-  dvm_tensor* h = wrap_host(host, &len, &managed);
+  dvm_tensor* h = wrap_host(lib_host, lib_device, &len, &managed);
   /* The library's device tensor is longer; copy into a view of the same length. */
   DLManagedTensorVersioned dev_view;
   memset(&dev_view, 0, sizeof dev_view);
@@ -143,8 +149,8 @@ static void bandwidth(const char* kind, void* host, CUdeviceptr raw_dev, CUstrea
     for (int trial = 0; trial < 3; trial++) {
       double t0 = now();
       for (int i = 0; i < reps; i++) {
-        if (dir == 0) CU(cu.htod(raw_dev, host, n, raw));
-        else CU(cu.dtoh(host, raw_dev, n, raw));
+        if (dir == 0) CU(cu.htod(raw_dev, raw_host, n, raw));
+        else CU(cu.dtoh(raw_host, raw_dev, n, raw));
       }
       CU(cu.stream_synchronize(raw));
       double t1 = now();
@@ -161,8 +167,8 @@ static void bandwidth(const char* kind, void* host, CUdeviceptr raw_dev, CUstrea
     double ratio = lib_bw / raw_bw;
     int ok = ratio >= 0.9;
     failures += !ok;
-    printf("%-3s %-8s %10zu B  raw %8.2f GB/s  discovm %8.2f GB/s  ratio %5.2f  %s\n",
-           dir == 0 ? "H2D" : "D2H", kind, n, raw_bw, lib_bw, ratio, ok ? "ok" : "BELOW 0.9");
+    printf("| %s | %s | %zu | %.2f | %.2f | %.2f | %s |\n", dir == 0 ? "H2D" : "D2H", kind, n,
+           raw_bw, lib_bw, ratio, ok ? "ok" : "**below 0.9**");
   }
   dvm_tensor_free(d);
   dvm_tensor_free(h);
@@ -191,28 +197,37 @@ int main(void) {
   CU(cu.stream_create(&raw, 1 /* CU_STREAM_NON_BLOCKING */));
 
   const size_t max = 256u << 20;
+  int64_t max_len = (int64_t)max;
+  const DLDevice host = {kDLCPU, 0}, pinned_host = {kDLCUDAHost, 0};
   void* pinned;
   CU(cu.mem_host_alloc(&pinned, max, 0));
+  dvm_tensor* lib_pinned = NULL;
+  DVM(dvm_tensor_empty(&max_len, 1, (DLDataType){kDLUInt, 8, 1}, pinned_host, &lib_pinned));
+  void* lib_pinned_data = dvm_tensor_dl(lib_pinned)->data;
   void* pageable = malloc(max);
   if (!pageable) return 1;
   memset(pinned, 1, max);
+  memset(lib_pinned_data, 1, max);
   memset(pageable, 2, max);
   CUdeviceptr raw_dev;
   CU(cu.mem_alloc(&raw_dev, max));
 
   dvm_stream* s = NULL;
   DVM(dvm_stream_new((DLDevice){kDLCUDA, 0}, &s));
-  int64_t max_len = (int64_t)max;
   dvm_tensor* dev = NULL;
   DVM(dvm_tensor_empty(&max_len, 1, (DLDataType){kDLUInt, 8, 1}, (DLDevice){kDLCUDA, 0}, &dev));
 
-  printf("== bandwidth (best of 3; target: discovm >= 0.9x raw)\n");
+  printf("Bandwidth, best of 3 (target: discovm >= 0.9x raw):\n\n");
+  printf("| direction | host memory | bytes | raw GB/s | discovm GB/s | ratio | |\n");
+  printf("|---|---|---|---|---|---|---|\n");
   for (size_t n = 4096; n <= max; n *= 4) {
-    bandwidth("pinned", pinned, raw_dev, raw, s, dev, n);
-    bandwidth("pageable", pageable, raw_dev, raw, s, dev, n);
+    bandwidth("pinned", pinned, lib_pinned_data, pinned_host, raw_dev, raw, s, dev, n);
+    bandwidth("pageable", pageable, pageable, host, raw_dev, raw, s, dev, n);
   }
 
-  printf("== 4-byte read latency (median of 20000; target: discovm <= 1.5x raw)\n");
+  printf("\n4-byte read latency, median of 20000 (target: discovm <= 1.5x raw):\n\n");
+  printf("| | raw median us | raw p99 | discovm median us | discovm p99 | ratio | |\n");
+  printf("|---|---|---|---|---|---|---|\n");
   enum { N = 20000 };
   static double raw_us[N], lib_us[N];
   uint32_t word = 0;
@@ -231,16 +246,16 @@ int main(void) {
   double ratio = lib_us[N / 2] / raw_us[N / 2];
   int ok = ratio <= 1.5;
   failures += !ok;
-  printf("read 4 B  raw median %.2f us (p99 %.2f)  discovm median %.2f us (p99 %.2f)  "
-         "ratio %.2f  %s\n",
-         raw_us[N / 2], raw_us[N * 99 / 100], lib_us[N / 2], lib_us[N * 99 / 100], ratio,
-         ok ? "ok" : "ABOVE 1.5");
+  printf("| dvm_tensor_read 4 B | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n", raw_us[N / 2],
+         raw_us[N * 99 / 100], lib_us[N / 2], lib_us[N * 99 / 100], ratio,
+         ok ? "ok" : "**above 1.5**");
 
   dvm_tensor_free(dev);
+  dvm_tensor_free(lib_pinned);
   dvm_stream_free(s);
   CU(cu.mem_free(raw_dev));
   CU(cu.mem_free_host(pinned));
   free(pageable);
-  printf("cuda_copy bench: %d measurement(s) missed their target\n", failures);
+  printf("\n%d measurement(s) missed their target.\n", failures);
   return 0; /* targets are reported, not enforced: the tests decide pass/fail */
 }
