@@ -12,6 +12,8 @@ int main(void) {
   CHECK_OK(dvm_device_count(kDLCUDA, &count));
   CHECK(count >= 0);
   int32_t cuda = count;
+  CHECK_OK(dvm_device_count(kDLCUDAHost, &count));
+  CHECK(count == (cuda > 0 ? 1 : 0)); /* page-locked host memory, where there is a GPU */
   CHECK_OK(dvm_device_count(kDLVulkan, &count));
   CHECK(count == 0);
   EXPECT_STATUS(dvm_device_count(99, &count), DVM_VALUE_ERROR, "unknown DLPack device type 99");
@@ -34,6 +36,17 @@ int main(void) {
   } else {
     CHECK(strstr(message, "out of range") != NULL);
   }
+  const DLDevice pinned = {kDLCUDAHost, 0};
+  if (cuda == 0) {
+    EXPECT_STATUS(dvm_tensor_empty(shape, 1, f32, pinned, &t), DVM_DEVICE_UNAVAILABLE,
+                  "page-locked host memory needs a GPU: CUDA device 0: ");
+  } else {
+    CHECK_OK(dvm_tensor_empty(shape, 1, f32, pinned, &t));
+    CHECK(dvm_tensor_dl(t)->device.device_type == kDLCUDAHost);
+    dvm_tensor_free(t);
+  }
+  EXPECT_STATUS(dvm_tensor_empty(shape, 1, f32, (DLDevice){kDLCUDAHost, 1}, &t), DVM_VALUE_ERROR,
+                "kDLCUDAHost device id 1 is out of range");
   printf("device_count: %d CUDA device(s); a missing CUDA device reports DeviceUnavailable\n",
          cuda);
   return check_finish();
