@@ -226,6 +226,26 @@ impl Nccl {
             .map_err(|why| Error::new(ErrorKind::DeviceUnavailable, why.clone()))
     }
 
+    /// The library, when there is also a GPU to run it on; else `DeviceUnavailable` naming
+    /// what is missing (a GPU, NCCL, or both) and why.
+    pub fn with_gpu() -> Result<&'static Nccl> {
+        let nccl = Nccl::shared();
+        let gpus = cuda::device_count();
+        if gpus > 0
+            && let Ok(nccl) = nccl
+        {
+            return Ok(nccl);
+        }
+        let mut missing = Vec::new();
+        if gpus == 0 {
+            missing.push(cuda::unavailable(0).message);
+        }
+        if let Err(error) = nccl {
+            missing.push(error.message);
+        }
+        Err(Error::new(ErrorKind::DeviceUnavailable, missing.join("; ")))
+    }
+
     /// The version, as `major.minor.patch`.
     pub fn version(&self) -> String {
         let code = self.version;
@@ -668,6 +688,26 @@ mod tests {
         assert!(why.contains("/nonexistent/libnccl.so.2"), "{why}");
         let why = Nccl::open("libc.so.6").err().unwrap();
         assert_eq!(why, "libc.so.6 lacks ncclGetVersion");
+    }
+
+    #[test]
+    fn without_a_gpu_or_nccl_the_message_names_what_is_missing() {
+        let Err(error) = Nccl::with_gpu() else {
+            return; // a machine with both
+        };
+        assert_eq!(error.kind, ErrorKind::DeviceUnavailable);
+        if cuda::device_count() == 0 {
+            assert!(error.message.starts_with("CUDA device 0: "), "{error}");
+        }
+        if Nccl::shared().is_err() {
+            assert!(
+                error.message.contains("NCCL could not be loaded (")
+                    && error.message.ends_with(
+                        "install NCCL 2 or set DISCOVM_NCCL_LIBRARY to the path of libnccl.so.2"
+                    ),
+                "{error}"
+            );
+        }
     }
 
     #[test]

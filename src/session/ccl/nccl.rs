@@ -24,10 +24,10 @@ use std::sync::{Arc, Once};
 use super::ReduceOp;
 use super::builtins::{argument, in_group, is_none, peer, reduce_kind};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
+use crate::device::DeviceStream;
 use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
-use crate::device::{DeviceStream, cuda};
 use crate::object::tensor::dtype_name;
-use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
+use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
 use crate::session::builtins::{arity, on_worker};
 use crate::session::worker::{WorkerInfo, with_stream};
 use crate::vm::Arg;
@@ -66,24 +66,15 @@ pub(crate) fn init_args(
     num_groups: usize,
     device_ids: &[i32],
 ) -> Result<[Any; 2]> {
-    let nccl = Nccl::shared();
-    if cuda::device_count() == 0 || nccl.is_err() {
-        let mut missing = Vec::new();
-        if cuda::device_count() == 0 {
-            missing.push(cuda::unavailable(0).message);
-        }
-        if let Err(error) = &nccl {
-            missing.push(error.message.clone());
-        }
-        return Err(Error::new(
-            ErrorKind::DeviceUnavailable,
+    let nccl = Nccl::with_gpu().map_err(|e| {
+        Error::new(
+            e.kind,
             format!(
                 "the nccl backend needs a GPU for each worker and NCCL: {}",
-                missing.join("; ")
+                e.message
             ),
-        ));
-    }
-    let nccl = nccl?;
+        )
+    })?;
     if let Some((w, device)) = devices
         .iter()
         .enumerate()
