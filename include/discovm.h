@@ -371,8 +371,9 @@ dvm_status dvm_session_sync_all(dvm_session *s);
  * without a timeout it waits until shutdown, which breaks any collective still waiting.
  *
  * Or `"nccl"`: NCCL communicators for the whole session and one per group (split from the
- * first with `ncclCommSplit`). Every worker must be on a CUDA device of its own (the
- * `devices` session option; `device_ids`, if given, must repeat each worker's CUDA device id).
+ * first with `ncclCommSplit`, or made from an id of their own before NCCL 2.18). Every worker
+ * must be on a CUDA device of its own (the `devices` session option; `device_ids`, if given,
+ * must repeat each worker's CUDA device id).
  * NCCL is loaded at run time: from the path in the environment variable
  * `DISCOVM_NCCL_LIBRARY` when it is set, else as `libnccl.so.2` or `libnccl.so` from the
  * loader's search path (a copy PyTorch already loaded is found too). The collectives then take

@@ -268,8 +268,8 @@ static void misuse(dvm_session* s) {
   args[0] = any_dref(send), args[3] = any_dref(recv);
   call(s, "runtime.disco.allreduce", args, 4);
   EXPECT_STATUS(dvm_session_sync_all(s), DVM_WORKER_ERROR,
-                "allreduce: the recv buffer (5 float32) must hold as many as the elements of "
-                "the other (4 float32)");
+                "allreduce: the recv buffer (5 float32) must hold as many elements as the "
+                "other (4 float32)");
   CHECK_OK(dvm_any_release(&args[1]));
   dvm_dref_free(send), dvm_dref_free(recv);
 

@@ -249,13 +249,12 @@ fn sized(what: &str, big: &Region, big_role: &str, small: &Region, times: usize)
     }
     let describe = |r: &Region| format!("{} {}", r.count(), dtype_name(r.dtype()));
     Err(Error::value(format!(
-        "{what}: the {big_role} buffer ({}) must hold {} the elements of the other ({}), with \
-         the same dtype",
+        "{what}: the {big_role} buffer ({}) must hold {} the other ({}), with the same dtype",
         describe(big),
         if times == 1 {
-            "as many as".to_string()
+            "as many elements as".to_string()
         } else {
-            format!("{times} times")
+            format!("{times} times the elements of")
         },
         describe(small)
     )))
