@@ -527,7 +527,8 @@ dvm_status dvm_tensor_empty(const int64_t *shape,
 void dvm_tensor_free(dvm_tensor *t);
 
 /**
- * The tensor's DLTensor, or NULL if `t` is NULL or not a tensor.
+ * The tensor's DLTensor, or NULL if `t` is NULL or not a tensor (any tensor object, also one
+ * another library made).
  *
  * Ownership: borrowed; valid while `t` lives.
  * Thread safety: any thread.
@@ -547,9 +548,11 @@ dvm_status dvm_tensor_from_dlpack(DLManagedTensorVersioned *managed, dvm_tensor 
 
 /**
  * Exports a tensor through DLPack without copying. The export keeps the tensor alive until
- * the consumer calls `(*out)->deleter(*out)`.
+ * the consumer calls `(*out)->deleter(*out)`. Any tensor object is accepted, also one another
+ * library made.
  *
- * Errors: `ValueError` for NULL pointers; `TypeError` if `t` is not a tensor.
+ * Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
+ * a tensor.
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_to_dlpack(dvm_tensor *t, DLManagedTensorVersioned **out);
@@ -564,13 +567,16 @@ dvm_status dvm_tensor_to_dlpack(dvm_tensor *t, DLManagedTensorVersioned **out);
  *
  * Ownership: `t` is borrowed; `dst` must hold `nbytes` bytes.
  * Errors: `ValueError` if `t` is NULL, `dst` is NULL with `nbytes` > 0, `nbytes` exceeds the
- * tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor;
- * `DeviceUnavailable` for a device without a backend; the failure that should have written
+ * tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor, or is a tensor
+ * object another library made (import it with `dvm_tensor_from_dlpack` first, so that its uses
+ * can be ordered); `DeviceUnavailable` for a device without a backend; the failure that should have written
  * `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
  * running on the executor that would run the read.
  * Thread safety: any thread; reads from several threads do not order among themselves.
  */
-dvm_status dvm_tensor_read(dvm_tensor *t, void *dst, size_t nbytes);
+dvm_status dvm_tensor_read(dvm_tensor *t,
+                           void *dst,
+                           size_t nbytes);
 
 /**
  * Copies `nbytes` bytes from `src` into the start of `t` and returns when they are there.
@@ -594,7 +600,8 @@ dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
  * Ownership: all three are borrowed.
  * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
  * strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
- * type; `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
+ * type and for tensor objects another library made (as for `dvm_tensor_read`);
+ * `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
  * reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
  * GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
  * written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.

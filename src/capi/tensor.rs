@@ -6,7 +6,7 @@ use std::mem::ManuallyDrop;
 
 use super::stream::{dvm_stream, stream_arg};
 use super::value::count_slice;
-use super::{boundary, boundary_or, dvm_status, handle_ref, lend, non_null, write_out};
+use super::{boundary, boundary_or, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor};
 use crate::object::{Tensor, TensorCell};
 use crate::vm;
@@ -17,7 +17,10 @@ pub struct dvm_tensor {
     _opaque: [u8; 0],
 }
 
-/// The tensor behind a handle, lent for the call.
+/// The tensor behind a handle, lent for the call. Streams order the uses of tensors this
+/// library made; a tensor object another library made (tvm-ffi's, say) is refused here, since
+/// its uses could not be ordered across calls: import it once (`dvm_tensor_from_dlpack`, or
+/// `tensor_from_dlpack` through tvm-ffi) and use the import.
 ///
 /// # Safety
 /// `t` is NULL or a live object handle.
@@ -27,7 +30,17 @@ pub(crate) unsafe fn tensor_arg(
 ) -> crate::Result<ManuallyDrop<Tensor>> {
     // SAFETY: as the caller promises.
     let object = unsafe { handle_ref::<TensorCell, _>(t, name, "a tensor") }?;
-    Ok(lend(object, Tensor::from_object))
+    if !Tensor::is_native(&object) {
+        return Err(crate::Error::type_error(format!(
+            "`{name}` is a tensor made by another library: import it first (tensor_from_dlpack), \
+             so that streams can order its uses"
+        )));
+    }
+    // A tensor made here is used as it is: nothing is allocated, and the lent reference stays
+    // the caller's.
+    Ok(ManuallyDrop::new(Tensor::from_object(
+        ManuallyDrop::into_inner(object),
+    )?))
 }
 
 fn into_handle(t: Tensor) -> *mut dvm_tensor {
@@ -78,7 +91,8 @@ pub unsafe extern "C" fn dvm_tensor_free(t: *mut dvm_tensor) {
     }
 }
 
-/// The tensor's DLTensor, or NULL if `t` is NULL or not a tensor.
+/// The tensor's DLTensor, or NULL if `t` is NULL or not a tensor (any tensor object, also one
+/// another library made).
 ///
 /// Ownership: borrowed; valid while `t` lives.
 /// Thread safety: any thread.
@@ -88,9 +102,9 @@ pub unsafe extern "C" fn dvm_tensor_dl(t: *const dvm_tensor) -> *const DLTensor 
         |_| std::ptr::null(),
         || {
             // SAFETY: NULL or a live handle, by contract.
-            let tensor = unsafe { tensor_arg(t, "t") }?;
+            let object = unsafe { handle_ref::<TensorCell, _>(t, "t", "a tensor") }?;
             // The handle's own reference keeps the DLTensor alive after ours goes.
-            Ok(tensor.dl() as *const DLTensor)
+            Ok(object.dl() as *const DLTensor)
         },
     )
 }
@@ -119,9 +133,11 @@ pub unsafe extern "C" fn dvm_tensor_from_dlpack(
 }
 
 /// Exports a tensor through DLPack without copying. The export keeps the tensor alive until
-/// the consumer calls `(*out)->deleter(*out)`.
+/// the consumer calls `(*out)->deleter(*out)`. Any tensor object is accepted, also one another
+/// library made.
 ///
-/// Errors: `ValueError` for NULL pointers; `TypeError` if `t` is not a tensor.
+/// Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
+/// a tensor.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_to_dlpack(
@@ -131,7 +147,8 @@ pub unsafe extern "C" fn dvm_tensor_to_dlpack(
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let tensor = unsafe { tensor_arg(t, "t") }?;
+        let object = unsafe { handle_ref::<TensorCell, _>(t, "t", "a tensor") }?;
+        let tensor = Tensor::from_object((*object).clone())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, tensor.to_dlpack().as_ptr()) };
         Ok(())
@@ -155,8 +172,9 @@ fn buffer(ptr: *const c_void, nbytes: usize, name: &str) -> crate::Result<*mut u
 ///
 /// Ownership: `t` is borrowed; `dst` must hold `nbytes` bytes.
 /// Errors: `ValueError` if `t` is NULL, `dst` is NULL with `nbytes` > 0, `nbytes` exceeds the
-/// tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor;
-/// `DeviceUnavailable` for a device without a backend; the failure that should have written
+/// tensor's size, or `t` is a strided view; `TypeError` if `t` is not a tensor, or is a tensor
+/// object another library made (import it with `dvm_tensor_from_dlpack` first, so that its uses
+/// can be ordered); `DeviceUnavailable` for a device without a backend; the failure that should have written
 /// `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
 /// running on the executor that would run the read.
 /// Thread safety: any thread; reads from several threads do not order among themselves.
@@ -213,7 +231,8 @@ pub unsafe extern "C" fn dvm_tensor_write(
 /// Ownership: all three are borrowed.
 /// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
 /// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
-/// type; `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
+/// type and for tensor objects another library made (as for `dvm_tensor_read`);
+/// `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
 /// reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
 /// GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
 /// written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.

@@ -436,11 +436,10 @@ impl<'a> AnyView<'a> {
         Ok(Array::from_object(self.typed_object(Array::TYPE_NAME)?))
     }
 
-    /// A Tensor object (a borrowed DLTensor* cannot be kept; use [`AnyView::as_dltensor`]).
+    /// A Tensor object; one another library made is imported (see [`Tensor::from_object`]). A
+    /// borrowed DLTensor* cannot be kept; use [`AnyView::as_dltensor`].
     pub fn as_tensor(&self) -> Result<Tensor> {
-        Ok(Tensor::from_object(
-            self.typed_object::<TensorCell>(Tensor::TYPE_NAME)?,
-        ))
+        Tensor::from_object(self.typed_object::<TensorCell>(Tensor::TYPE_NAME)?)
     }
 
     /// An owned copy: objects gain a reference, borrowed strings become String or Bytes values,

@@ -15,7 +15,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
 use crate::abi::{
-    DELETER_FLAG_BOTH, DELETER_FLAG_STRONG, DELETER_FLAG_WEAK, DVMObject, OBJECT_HEADER_SIZE,
+    DELETER_FLAG_BOTH, DELETER_FLAG_STRONG, DELETER_FLAG_WEAK, DVMDeleter, DVMObject,
+    OBJECT_HEADER_SIZE,
 };
 
 const STRONG_ONE: u64 = 1;
@@ -75,7 +76,12 @@ struct Boxed<T> {
     body: T,
 }
 
-unsafe extern "C" fn delete_boxed<T>(obj: *mut c_void, flags: i32) {
+/// The deleter of objects made by [`alloc_object`] with a `T` cell.
+///
+/// # Safety
+/// `obj` was made by `alloc_object::<T>` (or [`alloc_object_with`]) and the protocol says this
+/// call is due.
+pub(crate) unsafe extern "C" fn delete_boxed<T>(obj: *mut c_void, flags: i32) {
     let boxed = obj.cast::<Boxed<T>>();
     if flags & DELETER_FLAG_STRONG != 0 {
         // SAFETY: the last strong reference is gone; the body is dropped exactly once.
@@ -89,13 +95,28 @@ unsafe extern "C" fn delete_boxed<T>(obj: *mut c_void, flags: i32) {
 
 /// Allocates an object with the given type index whose cell is `body`.
 pub(crate) fn alloc_object<T: 'static>(type_index: i32, body: T) -> ObjectRef<T> {
+    // SAFETY: the deleter made for this body type.
+    unsafe { alloc_object_with(type_index, body, delete_boxed::<T>) }
+}
+
+/// [`alloc_object`] with a deleter of the caller's: a non-generic function that calls
+/// [`delete_boxed`]`::<T>` has one address, so the objects it deletes can be told from objects
+/// of the same type index that another library made.
+///
+/// # Safety
+/// `deleter` does what `delete_boxed::<T>` does.
+pub(crate) unsafe fn alloc_object_with<T: 'static>(
+    type_index: i32,
+    body: T,
+    deleter: DVMDeleter,
+) -> ObjectRef<T> {
     const { assert!(std::mem::align_of::<T>() <= 8, "cells start at header + 24") };
     let boxed = Box::new(Boxed {
         header: DVMObject {
             combined_ref_count: AtomicU64::new(BOTH_ONE),
             type_index,
             __padding: 0,
-            deleter: Some(delete_boxed::<T>),
+            deleter: Some(deleter),
         },
         body,
     });
@@ -144,6 +165,11 @@ impl<T> ObjectRef<T> {
 
     pub fn type_index(&self) -> i32 {
         self.header().type_index
+    }
+
+    /// The deleter in the object's header: which code made the object.
+    pub(crate) fn deleter(&self) -> Option<DVMDeleter> {
+        self.header().deleter
     }
 
     fn header(&self) -> &DVMObject {

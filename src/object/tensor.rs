@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 
 use super::any::Any;
 use super::error::{Error, ErrorKind, Result};
-use super::object_ref::{ObjectRef, alloc_object, object_cell};
+use super::object_ref::{ObjectRef, alloc_object_with, delete_boxed, object_cell};
 use crate::abi::{
     DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY,
-    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, KDL_CPU,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, DVMDeleter, KDL_CPU,
     KDL_LAST_TYPE_CODE, type_index as ti,
 };
 
@@ -23,6 +23,13 @@ pub const MAX_NDIM: i32 = 64;
 object_cell! {
     /// The cell of a Tensor object (type 70): a DLTensor.
     TensorCell(DLTensor) = ti::TENSOR
+}
+
+impl TensorCell {
+    /// The DLTensor of any tensor object, also one another library made.
+    pub fn dl(&self) -> &DLTensor {
+        &self.0
+    }
 }
 
 /// A readable dtype name: `float32`, `int8x4`, `bool`.
@@ -198,7 +205,7 @@ pub type Release = Box<dyn FnOnce() + Send + Sync>;
 
 /// What a tensor object owns besides its description.
 enum Storage {
-    /// Memory an allocator gave; `release` gives it back.
+    /// Memory an allocator gave, or another library's tensor object; `release` gives it back.
     Owned(Option<Release>),
     Managed(NonNull<DLManagedTensorVersioned>),
 }
@@ -285,7 +292,16 @@ struct TensorBody {
     extension: OnceLock<Box<dyn StdAny + Send + Sync>>,
 }
 
-/// A Tensor value.
+/// The deleter of every tensor object this library makes. An object of type 70 with another
+/// deleter was made elsewhere: only its DLTensor cell is known, not what follows it here.
+/// Never inlined, so that it has one address to compare.
+#[inline(never)]
+unsafe extern "C" fn delete_tensor(obj: *mut c_void, flags: i32) {
+    // SAFETY: only tensors made by `Tensor::assemble` carry this deleter.
+    unsafe { delete_boxed::<TensorBody>(obj, flags) }
+}
+
+/// A Tensor value (a tensor object this library made; see [`Tensor::from_object`]).
 #[derive(Clone, Debug)]
 pub struct Tensor(ObjectRef<TensorCell>);
 
@@ -374,8 +390,9 @@ impl Tensor {
             read_only,
             extension: OnceLock::new(),
         };
-        // SAFETY: TensorBody starts with the DLTensor cell.
-        Tensor(unsafe { alloc_object(ti::TENSOR, body).cast() })
+        // SAFETY: `delete_tensor` deletes TensorBody objects; TensorBody starts with the
+        // DLTensor cell.
+        Tensor(unsafe { alloc_object_with(ti::TENSOR, body, delete_tensor).cast() })
     }
 
     /// Takes ownership of a DLPack tensor. On error nothing is taken: the caller still owns it.
@@ -391,11 +408,26 @@ impl Tensor {
                 mt.version.major
             )));
         }
-        // SAFETY: the managed tensor's arrays are valid while it lives.
-        unsafe { check_dltensor(&mt.dl_tensor) }?;
-        let dl = mt.dl_tensor;
+        let read_only = mt.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0;
+        // SAFETY: the managed tensor's description is valid while it lives.
+        unsafe { Self::over(&mt.dl_tensor, read_only, || Storage::Managed(managed)) }
+    }
+
+    /// A tensor over the memory `dl` describes, owning what `storage` gives (made only once the
+    /// description passed its checks).
+    ///
+    /// # Safety
+    /// `dl`'s shape and strides are readable, and its memory stays valid while the storage
+    /// lives.
+    unsafe fn over(
+        dl: &DLTensor,
+        read_only: bool,
+        storage: impl FnOnce() -> Storage,
+    ) -> Result<Tensor> {
+        // SAFETY: the caller vouches for the arrays.
+        unsafe { check_dltensor(dl) }?;
         // SAFETY: checked above: `ndim` dims (and strides, if any) are readable.
-        let shape: Box<[i64]> = unsafe { dl_shape(&dl) }?.into();
+        let shape: Box<[i64]> = unsafe { dl_shape(dl) }?.into();
         let strides = if dl.strides.is_null() {
             row_major_strides(&shape)
         } else {
@@ -410,8 +442,8 @@ impl Tensor {
             dl.dtype,
             shape,
             strides,
-            Storage::Managed(managed),
-            mt.flags & DLPACK_FLAG_BITMASK_READ_ONLY != 0,
+            storage(),
+            read_only,
         ))
     }
 
@@ -443,8 +475,28 @@ impl Tensor {
         NonNull::from(Box::leak(export)).cast()
     }
 
-    pub fn from_object(object: ObjectRef<TensorCell>) -> Tensor {
-        Tensor(object)
+    /// The tensor a tensor object holds. One this library made is used as it is; one another
+    /// library made (tvm-ffi's, for a numpy array) is imported: a new tensor over the same
+    /// memory that keeps the other alive. Fails if the other's description is invalid.
+    pub fn from_object(object: ObjectRef<TensorCell>) -> Result<Tensor> {
+        if Self::is_native(&object) {
+            return Ok(Tensor(object));
+        }
+        let dl = object.0;
+        // The other library frees its own tensor when the reference goes.
+        let object = object.erase();
+        let release: Release = Box::new(move || drop(object));
+        // SAFETY: a live tensor object's description is readable, and its memory valid, while
+        // it lives; the storage keeps it alive.
+        unsafe { Self::over(&dl, false, || Storage::Owned(Some(release))) }
+    }
+
+    /// Whether this library made the tensor object (only those carry the state streams use to
+    /// order their uses).
+    pub fn is_native(object: &ObjectRef<TensorCell>) -> bool {
+        object
+            .deleter()
+            .is_some_and(|deleter| std::ptr::fn_addr_eq(deleter, delete_tensor as DVMDeleter))
     }
 
     pub fn into_object(self) -> ObjectRef<TensorCell> {
@@ -578,6 +630,57 @@ mod tests {
         assert_eq!(back.shape(), &[4]);
         drop(back);
         assert_eq!(t.object().strong_count(), 1);
+    }
+
+    #[test]
+    fn tensor_objects_made_elsewhere_are_imported_over_the_same_memory() {
+        // Another library's tensor: a DLTensor cell followed by state this library knows
+        // nothing of, deleted by that library's own deleter.
+        #[repr(C)]
+        struct Elsewhere {
+            dl: DLTensor,
+            shape: [i64; 2],
+            data: [f32; 6],
+        }
+        let body = Elsewhere {
+            dl: DLTensor {
+                data: std::ptr::null_mut(),
+                device: DLDevice::cpu(),
+                ndim: 2,
+                dtype: F32,
+                shape: std::ptr::null_mut(),
+                strides: std::ptr::null_mut(),
+                byte_offset: 4,
+            },
+            shape: [2, 2],
+            data: [0.0, 1.0, 2.0, 3.0, 4.0, 5.0],
+        };
+        // SAFETY: Elsewhere starts with the DLTensor cell.
+        let object: ObjectRef<TensorCell> =
+            unsafe { crate::object::alloc_object(ti::TENSOR, body).cast() };
+        // SAFETY: the object's cell is an Elsewhere no one else uses yet; its arrays stay put.
+        let first = unsafe {
+            let body = &mut *object
+                .as_ptr()
+                .cast::<u8>()
+                .add(crate::abi::OBJECT_HEADER_SIZE)
+                .cast::<Elsewhere>();
+            body.dl.shape = body.shape.as_mut_ptr();
+            body.dl.data = body.data.as_mut_ptr().cast();
+            body.data.as_ptr().add(1).cast::<u8>()
+        };
+        assert!(!Tensor::is_native(&object));
+        let imported = Tensor::from_object(object.clone()).unwrap();
+        assert!(Tensor::is_native(imported.object()));
+        assert_eq!(imported.shape(), &[2, 2]);
+        assert_eq!(imported.data_ptr().cast_const(), first);
+        assert_eq!(imported.strides(), &[2, 1]);
+        assert_eq!(object.strong_count(), 2, "the import keeps the original alive");
+        drop(imported);
+        assert_eq!(object.strong_count(), 1);
+        let mine = Tensor::empty(&[1], F32, DLDevice::cpu()).unwrap();
+        let again = Tensor::from_object(mine.object().clone()).unwrap();
+        assert!(again.same(&mine), "tensors made here are used as they are");
     }
 
     #[test]
