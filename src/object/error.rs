@@ -5,6 +5,8 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString};
 use std::fmt;
 
+use super::libtvm_ffi;
+
 /// What went wrong, in tvm-ffi's vocabulary plus this library's own kinds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ErrorKind {
@@ -133,25 +135,31 @@ fn c_string(text: &str) -> CString {
     CString::new(text.replace('\0', "\\0")).expect("NUL bytes were replaced")
 }
 
-fn store(error: &Error, pending: bool) {
+/// Stores `error` in this thread's slot, raised, and in libtvm_ffi's slot when that library is
+/// in the process: a caller built on tvm-ffi (its Python package, a C++ program) reads only
+/// its own, and returning -1 without an error there crashes it.
+fn store(error: &Error) {
     let slot = Slot {
         kind: c_string(error.kind.name()),
         message: c_string(&error.message),
-        pending,
+        pending: true,
     };
     LAST_ERROR.with(|cell| *cell.borrow_mut() = Some(slot));
+    if let Some(host) = libtvm_ffi::get() {
+        host.raise(error.kind.name(), &error.message);
+    }
 }
 
 /// Records `error` as the calling thread's last error (what `dvm_last_error_*` report). As in
 /// tvm-ffi, it also counts as raised: a callback whose library call failed passes that error
 /// on to its own caller by returning -1.
 pub fn set_last(error: &Error) {
-    store(error, true);
+    store(error);
 }
 
 /// Raises `error` in the calling thread: a packed function does this, then returns -1.
 pub fn raise(error: &Error) {
-    store(error, true);
+    store(error);
 }
 
 /// Forgets an earlier raise that nobody collected, before making a packed call.
@@ -163,10 +171,19 @@ pub fn clear_raised() {
     });
 }
 
-/// Collects the error a packed function raised before returning `rc` (nonzero).
+/// Collects the error a packed function raised before returning `rc` (nonzero). With
+/// libtvm_ffi in the process, its slot holds it: functions made by tvm-ffi (Python callbacks
+/// among them) raise only there, and this library's raise there too.
 pub fn take_raised(rc: i32) -> Error {
-    LAST_ERROR.with(|cell| match cell.borrow_mut().as_mut() {
-        Some(slot) if slot.pending => {
+    let host_raised = libtvm_ffi::get().and_then(|host| host.take_raised());
+    LAST_ERROR.with(|cell| match (host_raised, cell.borrow_mut().as_mut()) {
+        (Some((kind, message)), slot) => {
+            if let Some(slot) = slot {
+                slot.pending = false;
+            }
+            Error::new(ErrorKind::from_name(&kind), message)
+        }
+        (None, Some(slot)) if slot.pending => {
             slot.pending = false;
             Error::new(
                 ErrorKind::from_name(&slot.kind.to_string_lossy()),

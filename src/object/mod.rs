@@ -4,6 +4,7 @@ mod any;
 mod array;
 pub mod error;
 mod function;
+pub mod libtvm_ffi;
 mod object_ref;
 pub mod registry;
 mod shape;

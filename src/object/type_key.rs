@@ -1,22 +1,49 @@
 //! Type keys and the indices of object types allocated at run time (128 and up).
+//!
+//! With libtvm_ffi in the process, indices come from its registry, so it knows every object
+//! this library hands out (tvm-ffi looks up each object's type when it wraps one, and aborts on
+//! an index it never gave). Without it, the library numbers its types itself, from 128.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use super::error::{Error, Result};
+use super::libtvm_ffi;
 use crate::abi::type_index as ti;
 
-static DYNAMIC_KEYS: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+/// Every type key with its index, in the order they were first used.
+static DYNAMIC_KEYS: Mutex<Vec<(&'static str, i32)>> = Mutex::new(Vec::new());
+/// Whether some index was numbered here because libtvm_ffi was absent at the time.
+static NUMBERED_HERE: AtomicBool = AtomicBool::new(false);
 
 /// The index for `key`, allocated on first use; the same key always gets the same index.
 pub fn dynamic_index(key: &'static str) -> i32 {
     let mut keys = DYNAMIC_KEYS.lock().unwrap_or_else(PoisonError::into_inner);
-    let position = match keys.iter().position(|k| *k == key) {
-        Some(position) => position,
+    if let Some(&(_, index)) = keys.iter().find(|(k, _)| *k == key) {
+        return index;
+    }
+    let index = match libtvm_ffi::get() {
+        Some(host) => host.type_index(key),
         None => {
-            keys.push(key);
-            keys.len() - 1
+            // Once found, libtvm_ffi stays found: every key before this one was numbered here.
+            NUMBERED_HERE.store(true, Ordering::Relaxed);
+            ti::DYN_OBJECT_BEGIN + keys.len() as i32
         }
     };
-    ti::DYN_OBJECT_BEGIN + position as i32
+    keys.push((key, index));
+    index
+}
+
+/// Fails if libtvm_ffi is in the process now but some object type was numbered before it came:
+/// tvm-ffi would take those objects for others of its own types.
+pub fn check_shared_with_libtvm_ffi() -> Result<()> {
+    if NUMBERED_HERE.load(Ordering::Relaxed) && libtvm_ffi::get().is_some() {
+        return Err(Error::runtime(
+            "libtvm_ffi was loaded after this library had numbered its object types, so \
+             tvm-ffi cannot tell them apart from its own: load tvm-ffi first",
+        ));
+    }
+    Ok(())
 }
 
 /// A readable name for a type index, for error messages ("expected int but got ffi.String").
@@ -53,8 +80,8 @@ pub fn type_name(index: i32) -> String {
         ti::BIG_INT => "ffi.BigInt",
         dynamic if dynamic >= ti::DYN_OBJECT_BEGIN => {
             let keys = DYNAMIC_KEYS.lock().unwrap_or_else(PoisonError::into_inner);
-            return match keys.get((dynamic - ti::DYN_OBJECT_BEGIN) as usize) {
-                Some(key) => (*key).to_string(),
+            return match keys.iter().find(|(_, index)| *index == dynamic) {
+                Some((key, _)) => (*key).to_string(),
                 None => format!("object type {dynamic}"),
             };
         }

@@ -1,0 +1,140 @@
+//! libtvm_ffi's C functions, when that library is in the process.
+//!
+//! tvm-ffi's Python package loads `libtvm_ffi.so` into the process's global scope before it
+//! loads this library as a module, and a C++ program built on tvm-ffi links it. Either way its
+//! functions are found by name at run time; this library never links against it. Where it is
+//! present, errors are raised into its thread-local slot too (a caller built on tvm-ffi reads
+//! only that one) and object types get their indices from its registry (so that it knows every
+//! object this library hands out). Where it is absent, lookups find nothing and the library
+//! keeps its own slot and indices.
+
+use std::ffi::{CStr, c_void};
+use std::ptr::NonNull;
+use std::sync::OnceLock;
+
+use super::object_ref::dec_ref;
+use crate::abi::{DVMByteArray, DVMErrorCell, DVMObject, OBJECT_HEADER_SIZE, type_index as ti};
+
+type ErrorCreate = unsafe extern "C" fn(
+    kind: *const DVMByteArray,
+    message: *const DVMByteArray,
+    backtrace: *const DVMByteArray,
+    out: *mut *mut DVMObject,
+) -> i32;
+type ErrorSetRaised = unsafe extern "C" fn(error: *mut DVMObject);
+type ErrorMoveFromRaised = unsafe extern "C" fn(out: *mut *mut DVMObject);
+type TypeGetOrAllocIndex = unsafe extern "C" fn(
+    type_key: *const DVMByteArray,
+    static_type_index: i32,
+    type_depth: i32,
+    num_child_slots: i32,
+    child_slots_can_overflow: i32,
+    parent_type_index: i32,
+) -> i32;
+
+/// The functions of libtvm_ffi this library uses (their signatures are those of tvm-ffi's
+/// `c_api.h`).
+pub struct LibTvmFfi {
+    error_create: ErrorCreate,
+    error_set_raised: ErrorSetRaised,
+    error_move_from_raised: ErrorMoveFromRaised,
+    type_get_or_alloc_index: TypeGetOrAllocIndex,
+}
+
+static FOUND: OnceLock<LibTvmFfi> = OnceLock::new();
+
+/// libtvm_ffi's functions, if the library is in the process's global scope. Absence is not
+/// remembered: a libtvm_ffi loaded later is found by the next call.
+pub fn get() -> Option<&'static LibTvmFfi> {
+    if let Some(found) = FOUND.get() {
+        return Some(found);
+    }
+    let found = lookup()?;
+    Some(FOUND.get_or_init(|| found))
+}
+
+fn symbol(name: &CStr) -> Option<NonNull<c_void>> {
+    // SAFETY: a lookup by NUL-terminated name in the global scope; nothing is called.
+    NonNull::new(unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) })
+}
+
+fn lookup() -> Option<LibTvmFfi> {
+    let error_create = symbol(c"TVMFFIErrorCreate")?;
+    let error_set_raised = symbol(c"TVMFFIErrorSetRaised")?;
+    let error_move_from_raised = symbol(c"TVMFFIErrorMoveFromRaised")?;
+    let type_get_or_alloc_index = symbol(c"TVMFFITypeGetOrAllocIndex")?;
+    // SAFETY: each symbol is the libtvm_ffi function of that name, whose C signature is the
+    // type it is given here.
+    unsafe {
+        Some(LibTvmFfi {
+            error_create: std::mem::transmute::<*mut c_void, ErrorCreate>(error_create.as_ptr()),
+            error_set_raised: std::mem::transmute::<*mut c_void, ErrorSetRaised>(
+                error_set_raised.as_ptr(),
+            ),
+            error_move_from_raised: std::mem::transmute::<*mut c_void, ErrorMoveFromRaised>(
+                error_move_from_raised.as_ptr(),
+            ),
+            type_get_or_alloc_index: std::mem::transmute::<*mut c_void, TypeGetOrAllocIndex>(
+                type_get_or_alloc_index.as_ptr(),
+            ),
+        })
+    }
+}
+
+fn byte_array(text: &str) -> DVMByteArray {
+    DVMByteArray {
+        data: text.as_ptr().cast(),
+        size: text.len(),
+    }
+}
+
+impl LibTvmFfi {
+    /// Raises an error in libtvm_ffi's slot of the calling thread. The backtrace is left empty
+    /// (capturing one costs more than an error path here should).
+    pub fn raise(&self, kind: &str, message: &str) {
+        let (kind, message, backtrace) = (byte_array(kind), byte_array(message), byte_array(""));
+        let mut error = std::ptr::null_mut();
+        // SAFETY: the byte arrays outlive the call, which copies them into a new Error (+1).
+        let rc = unsafe { (self.error_create)(&kind, &message, &backtrace, &mut error) };
+        if let (0, Some(error)) = (rc, NonNull::new(error)) {
+            // SAFETY: a live Error object; setting it raised takes a reference of its own, so
+            // ours is dropped after.
+            unsafe {
+                (self.error_set_raised)(error.as_ptr());
+                dec_ref(error);
+            }
+        }
+    }
+
+    /// Takes the error raised in libtvm_ffi's slot of the calling thread, as (kind, message),
+    /// or None when nothing is raised there. The slot is empty afterwards.
+    pub fn take_raised(&self) -> Option<(String, String)> {
+        let mut error = std::ptr::null_mut();
+        // SAFETY: moves the raised Error (+1) out of the slot, or writes NULL.
+        unsafe { (self.error_move_from_raised)(&mut error) };
+        let error = NonNull::new(error)?;
+        // SAFETY: an Error object has an error cell after its header, whose byte arrays are
+        // valid while it lives; the reference moved to us is dropped after reading.
+        unsafe {
+            let cell = &*error
+                .as_ptr()
+                .cast::<u8>()
+                .add(OBJECT_HEADER_SIZE)
+                .cast::<DVMErrorCell>();
+            let text = |bytes: &DVMByteArray| {
+                String::from_utf8_lossy(super::string::byte_array_bytes(bytes)).into_owned()
+            };
+            let taken = (text(&cell.kind), text(&cell.message));
+            dec_ref(error);
+            Some(taken)
+        }
+    }
+
+    /// The index libtvm_ffi's registry gives the object type `key` (a direct child of
+    /// `ffi.Object`): a new one the first time, the same one after.
+    pub fn type_index(&self, key: &str) -> i32 {
+        let key = byte_array(key);
+        // SAFETY: the key outlives the call, which copies it; -1 asks for a dynamic index.
+        unsafe { (self.type_get_or_alloc_index)(&key, -1, 1, 0, 0, ti::OBJECT) }
+    }
+}
