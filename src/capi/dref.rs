@@ -4,7 +4,7 @@ use std::mem::ManuallyDrop;
 
 use super::{boundary, dvm_status, handle_ref, lend, non_null, write_out};
 use crate::abi::DVMAny;
-use crate::object::{Any, AnyView};
+use crate::object::AnyView;
 use crate::session::{DRef, DRefCell};
 
 /// A remote reference (an object: it may travel inside `DVMAny` arguments of session calls).
@@ -44,9 +44,7 @@ pub unsafe extern "C" fn dvm_dref_get(
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let dref = unsafe { dref_arg(r, "dref") }?;
-        let session = dref.session();
-        let value = session.get_register(dref.reg(), session.worker_index(worker.into())?)?;
+        let value = unsafe { dref_arg(r, "dref") }?.get(worker.into())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, value.into_raw()) };
         Ok(())
@@ -72,9 +70,7 @@ pub unsafe extern "C" fn dvm_dref_set(
         // SAFETY: the caller vouches for the value for the duration of the call.
         let view = unsafe { AnyView::from_raw(*value.as_ptr()) };
         view.validate()?;
-        let owned: Any = view.to_owned()?;
-        let session = dref.session();
-        session.set_register(dref.reg(), session.worker_index(worker.into())?, owned)
+        dref.set(worker.into(), view.to_owned()?)
     })
 }
 

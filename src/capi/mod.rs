@@ -132,13 +132,18 @@ pub(crate) unsafe fn handle_ref<T: ObjectType, H>(
     // SAFETY: the caller vouches for a live object header.
     let type_index = unsafe { ptr.as_ref() }.type_index;
     if type_index != T::type_index() {
-        return Err(Error::type_error(format!(
-            "`{name}` is not {what} (it is {})",
-            type_key::type_name(type_index)
-        )));
+        return Err(not_a(name, what, type_index));
     }
     // SAFETY: a live object of the checked type; ManuallyDrop keeps the caller's reference.
     Ok(ManuallyDrop::new(unsafe { ObjectRef::from_raw(ptr) }))
+}
+
+/// The error for an argument `name` that should be `what` but is a value of another type.
+pub(crate) fn not_a(name: &str, what: &str, type_index: i32) -> Error {
+    Error::type_error(format!(
+        "`{name}` is not {what} (it is {})",
+        type_key::type_name(type_index)
+    ))
 }
 
 /// Wraps a lent object in its typed handle, still lent: nothing is released when it goes.

@@ -5,16 +5,15 @@
 use std::ffi::c_char;
 use std::mem::ManuallyDrop;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::dref::{dref_arg, dref_handle, dvm_dref};
 use super::value::count_slice;
 use super::{boundary, boundary_or, c_str, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DLTensor, DVMAny};
 use crate::device::cpu::HostTensor;
-use crate::object::{AnyView, Error, ObjectRef};
+use crate::object::{AnyView, ObjectRef};
 use crate::session::{
-    CopyDirection, Session, SessionCell, SessionOptions, SpinPolicy, Target, session_handle,
+    CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, session_handle,
 };
 
 /// A threaded session (an object; `dvm_object_*` work on it).
@@ -53,52 +52,31 @@ unsafe fn session_options(opts: *const dvm_session_options) -> crate::Result<Ses
     };
     // SAFETY: the caller vouches for the struct.
     let opts = unsafe { opts.as_ref() };
-    let timeout = match opts.timeout_ms {
-        0 => None,
-        ms if ms > 0 => Some(Duration::from_millis(ms as u64)),
-        ms => return Err(Error::value(format!("timeout_ms is negative ({ms})"))),
-    };
-    let budget = match opts.spin_us {
-        0 => SpinPolicy::DEFAULT_BUDGET,
-        us if us < 0 => Duration::ZERO,
-        us => Duration::from_micros(us as u64),
-    };
-    // SAFETY: as above.
-    let cpus = unsafe {
-        count_slice(
-            opts.cpu_affinity,
-            opts.num_cpu_affinity,
-            "cpu_affinity",
-            "num_cpu_affinity",
+    // SAFETY: the caller vouches for the arrays.
+    let (cpus, devices) = unsafe {
+        (
+            count_slice(
+                opts.cpu_affinity,
+                opts.num_cpu_affinity,
+                "cpu_affinity",
+                "num_cpu_affinity",
+            )?,
+            count_slice(opts.devices, opts.num_devices, "devices", "num_devices")?,
         )
-    }?;
-    let cpu_affinity = cpus
-        .iter()
-        .enumerate()
-        .map(|(w, &cpu)| match cpu {
-            -1 => Ok(None),
-            cpu if cpu >= 0 => Ok(Some(cpu as usize)),
-            cpu => Err(Error::value(format!(
-                "cpu_affinity[{w}] is {cpu} (use -1 for no pinning)"
-            ))),
-        })
-        .collect::<crate::Result<_>>()?;
-    // SAFETY: as above.
-    let devices =
-        unsafe { count_slice(opts.devices, opts.num_devices, "devices", "num_devices") }?.to_vec();
-    Ok(SessionOptions {
-        timeout,
-        spin: SpinPolicy { budget },
-        cpu_affinity,
-        devices,
-    })
+    };
+    SessionOptions::from_values(
+        opts.timeout_ms,
+        opts.spin_us.into(),
+        cpus.iter().map(|&cpu| cpu.into()),
+        devices.to_vec(),
+    )
 }
 
 /// The session behind a handle, lent for the call (`&session.0` is the session).
 ///
 /// # Safety
 /// `s` is NULL or a live object handle.
-unsafe fn session_arg(
+pub(crate) unsafe fn session_arg(
     s: *const dvm_session,
 ) -> crate::Result<ManuallyDrop<ObjectRef<SessionCell>>> {
     // SAFETY: as the caller promises.
@@ -295,6 +273,22 @@ pub unsafe extern "C" fn dvm_session_init_ccl(
     })
 }
 
+/// Copies between a host buffer and the tensor `dref` holds on worker 0; returns when done.
+///
+/// # Safety
+/// `host` describes a buffer that stays valid until this call returns.
+pub(crate) unsafe fn copy_host(
+    session: &Arc<Session>,
+    host: &DLTensor,
+    dref: &DRef,
+    direction: CopyDirection,
+) -> crate::Result<()> {
+    // SAFETY: as the caller promises; the session waits for worker 0 (or for it to finish a
+    // copy it started) before returning.
+    let host = unsafe { HostTensor::new(host) }?;
+    session.copy_worker0(host, dref, direction)
+}
+
 /// # Safety
 /// As for the two copy functions.
 unsafe fn copy_worker0(
@@ -307,10 +301,8 @@ unsafe fn copy_worker0(
         // SAFETY: NULL or live handles, by contract.
         let (session, dref) = unsafe { (session_arg(s)?, dref_arg(dref, "dref")?) };
         let host = non_null(host, "host")?;
-        // SAFETY: the caller vouches for the host buffer until this call returns, and the
-        // session waits for worker 0 (or for it to finish a copy it started) before returning.
-        let host = unsafe { HostTensor::new(host.as_ref()) }?;
-        session.copy_worker0(host, &dref, direction)
+        // SAFETY: the caller vouches for the host buffer until this call returns.
+        unsafe { copy_host(&session, host.as_ref(), &dref, direction) }
     })
 }
 

@@ -7,7 +7,7 @@ use super::dref::dvm_dref;
 use super::session::{call_with, dvm_session};
 use super::{boundary, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DVMAny};
-use crate::object::{Any, Error, ErrorKind, ObjectRef};
+use crate::object::{Error, ErrorKind, ObjectRef};
 use crate::session::{
     SessionCell, SessionLink, Target, WorkerCell, current_worker, current_worker_handle,
     worker_handle,
@@ -21,7 +21,9 @@ pub struct dvm_worker {
 
 /// # Safety
 /// `w` is NULL or a live object handle.
-unsafe fn worker_arg(w: *const dvm_worker) -> crate::Result<ManuallyDrop<ObjectRef<WorkerCell>>> {
+pub(crate) unsafe fn worker_arg(
+    w: *const dvm_worker,
+) -> crate::Result<ManuallyDrop<ObjectRef<WorkerCell>>> {
     // SAFETY: as the caller promises.
     unsafe { handle_ref::<WorkerCell, _>(w, "worker", "a worker") }
 }
@@ -142,10 +144,7 @@ pub extern "C" fn dvm_current_worker_id() -> i32 {
 pub unsafe extern "C" fn dvm_current_worker(out: *mut *mut dvm_worker) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
-        let handle = current_worker_handle(|info, session| {
-            Any::from(worker_handle(SessionLink::Weak(session), info.id))
-        })
-        .ok_or_else(|| {
+        let handle = current_worker_handle().ok_or_else(|| {
             Error::new(
                 ErrorKind::Runtime,
                 "dvm_current_worker called off a worker thread",

@@ -1,6 +1,7 @@
 //! Owned values and the objects behind them.
 
 mod any;
+pub mod args;
 mod array;
 pub mod error;
 mod function;

@@ -675,7 +675,11 @@ mod tests {
         assert_eq!(imported.shape(), &[2, 2]);
         assert_eq!(imported.data_ptr().cast_const(), first);
         assert_eq!(imported.strides(), &[2, 1]);
-        assert_eq!(object.strong_count(), 2, "the import keeps the original alive");
+        assert_eq!(
+            object.strong_count(),
+            2,
+            "the import keeps the original alive"
+        );
         drop(imported);
         assert_eq!(object.strong_count(), 1);
         let mine = Tensor::empty(&[1], F32, DLDevice::cpu()).unwrap();

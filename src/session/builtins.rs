@@ -7,6 +7,7 @@ use super::worker::{self, WorkerInfo};
 use crate::abi::DLDevice;
 use crate::device;
 use crate::device::cpu::pin_current_thread;
+use crate::object::args::{argument, arity, optional};
 use crate::object::{Any, AnyView, Error, Function, Result, Shape, registry};
 
 /// The worker running the calling thread, or an error naming the built-in `name`.
@@ -15,50 +16,15 @@ pub(super) fn on_worker(name: &str) -> Result<WorkerInfo> {
         .ok_or_else(|| Error::runtime(format!("`{name}` must run on a session worker thread")))
 }
 
-/// Checks that built-in `name` got between `min` and `max` arguments.
-pub(super) fn arity(name: &str, args: &[AnyView<'_>], min: usize, max: usize) -> Result<()> {
-    if (min..=max).contains(&args.len()) {
-        Ok(())
-    } else if min == max {
-        Err(Error::type_error(format!(
-            "`{name}` takes {min} arguments but got {}",
-            args.len()
-        )))
-    } else {
-        Err(Error::type_error(format!(
-            "`{name}` takes {min} to {max} arguments but got {}",
-            args.len()
-        )))
-    }
-}
-
-/// An optional argument: absent or None gives `default`.
-fn optional<'a, T>(
-    args: &[AnyView<'a>],
-    i: usize,
-    default: T,
-    read: impl Fn(&AnyView<'a>) -> Result<T>,
-) -> Result<T> {
-    match args.get(i) {
-        None => Ok(default),
-        Some(v) if v.type_index() == crate::abi::type_index::NONE => Ok(default),
-        Some(v) => read(v).map_err(|e| Error::new(e.kind, format!("argument {i}: {}", e.message))),
-    }
-}
-
 /// `empty(shape, dtype, device=None, worker0_only=False, in_group=True)`: a tensor on this
 /// worker's device, or None on workers other than (group-local) worker 0 when `worker0_only`.
 fn empty(info: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     arity("runtime.disco.empty", args, 2, 5)?;
-    let shape = args[0]
-        .as_shape()
-        .map_err(|e| Error::new(e.kind, format!("argument 0: {}", e.message)))?;
-    let dtype = args[1]
-        .as_dtype()
-        .map_err(|e| Error::new(e.kind, format!("argument 1: {}", e.message)))?;
-    let device: DLDevice = optional(args, 2, info.device, AnyView::as_device)?;
-    let worker0_only = optional(args, 3, false, AnyView::as_bool)?;
-    let in_group = optional(args, 4, true, AnyView::as_bool)?;
+    let shape = argument(0, "shape", || args[0].as_shape())?;
+    let dtype = argument(1, "dtype", || args[1].as_dtype())?;
+    let device: DLDevice = optional(args, 2, "device", info.device, AnyView::as_device)?;
+    let worker0_only = optional(args, 3, "worker0_only", false, AnyView::as_bool)?;
+    let in_group = optional(args, 4, "in_group", true, AnyView::as_bool)?;
     let first = if in_group {
         info.local_id() == 0
     } else {

@@ -44,6 +44,49 @@ pub struct SessionOptions {
     pub devices: Vec<DLDevice>,
 }
 
+impl SessionOptions {
+    /// Options from the numbers a caller gives: `timeout_ms` bounds every wait (0: no bound),
+    /// `spin_us` is how long waiters spin and yield before they park (0: the default, negative:
+    /// park at once), `cpu_affinity` has the CPU of each worker (-1: not pinned) or nothing,
+    /// `devices` the device of each worker or nothing. Counts are checked against the workers
+    /// when the session starts.
+    pub fn from_values(
+        timeout_ms: i64,
+        spin_us: i64,
+        cpu_affinity: impl IntoIterator<Item = i64>,
+        devices: Vec<DLDevice>,
+    ) -> Result<SessionOptions> {
+        let timeout = match timeout_ms {
+            0 => None,
+            ms if ms > 0 => Some(Duration::from_millis(ms as u64)),
+            ms => return Err(Error::value(format!("timeout_ms is negative ({ms})"))),
+        };
+        let budget = match spin_us {
+            0 => SpinPolicy::DEFAULT_BUDGET,
+            us if us < 0 => Duration::ZERO,
+            us => Duration::from_micros(us as u64),
+        };
+        let cpu_affinity = cpu_affinity
+            .into_iter()
+            .enumerate()
+            .map(|(w, cpu)| match cpu {
+                -1 => Ok(None),
+                cpu => usize::try_from(cpu).map(Some).map_err(|_| {
+                    Error::value(format!(
+                        "cpu_affinity[{w}] is {cpu} (use -1 for no pinning)"
+                    ))
+                }),
+            })
+            .collect::<Result<_>>()?;
+        Ok(SessionOptions {
+            timeout,
+            spin: SpinPolicy { budget },
+            cpu_affinity,
+            devices,
+        })
+    }
+}
+
 struct WorkerLink {
     shared: Arc<WorkerShared>,
     device: DLDevice,

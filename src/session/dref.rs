@@ -6,7 +6,7 @@ use std::sync::{Arc, LazyLock};
 
 use super::controller::Session;
 use super::registers::Reg;
-use crate::object::{Any, AnyView, ObjectRef, ObjectType, alloc_object, type_key};
+use crate::object::{Any, AnyView, ObjectRef, ObjectType, Result, alloc_object, type_key};
 
 pub struct DRefCell {
     session: Arc<Session>,
@@ -68,6 +68,18 @@ impl DRef {
 
     pub fn reg(&self) -> Reg {
         self.0.reg
+    }
+
+    /// An owned copy of the value the register holds on `worker`, after every call sent before.
+    pub fn get(&self, worker: i64) -> Result<Any> {
+        let session = self.session();
+        session.get_register(self.reg(), session.worker_index(worker)?)
+    }
+
+    /// Sets the register's value on `worker`, after every call sent before (returns at once).
+    pub fn set(&self, worker: i64, value: Any) -> Result<()> {
+        let session = self.session();
+        session.set_register(self.reg(), session.worker_index(worker)?, value)
     }
 
     /// How messages name the function this DRef holds: its global name, or its register.

@@ -3,7 +3,8 @@
 use std::sync::{Arc, LazyLock, Weak};
 
 use super::controller::Session;
-use crate::object::{Error, ErrorKind, ObjectRef, ObjectType, Result, alloc_object, type_key};
+use super::worker;
+use crate::object::{Any, Error, ErrorKind, ObjectRef, ObjectType, Result, alloc_object, type_key};
 
 /// The cell of a session handle.
 pub struct SessionCell(pub Arc<Session>);
@@ -62,4 +63,13 @@ pub fn session_handle(session: Arc<Session>) -> ObjectRef<SessionCell> {
 
 pub fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
     alloc_object(WorkerCell::type_index(), WorkerCell { session, id })
+}
+
+/// The handle of the worker running the calling thread (a new reference to one handle the
+/// thread keeps while it runs, which does not keep the session alive), or None off worker
+/// threads.
+pub fn current_worker_handle() -> Option<Any> {
+    worker::current_handle(|info, session| {
+        Any::from(worker_handle(SessionLink::Weak(session), info.id))
+    })
 }

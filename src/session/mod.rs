@@ -14,10 +14,9 @@ mod worker;
 pub use crate::channel::SpinPolicy;
 pub use controller::{MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
 pub use dref::{DRef, DRefCell};
-pub use handles::{SessionCell, SessionLink, WorkerCell, session_handle, worker_handle};
+pub use handles::{
+    SessionCell, SessionLink, WorkerCell, current_worker_handle, session_handle, worker_handle,
+};
 pub use message::CopyDirection;
 pub use registers::Reg;
-pub use worker::{
-    WorkerInfo, current as current_worker, current_handle as current_worker_handle,
-    with_stream as with_worker_stream,
-};
+pub use worker::{WorkerInfo, current as current_worker, with_stream as with_worker_stream};

@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use super::reduce::{Buffers, Elem, ReduceOp, reduce};
 use super::{Buf, CpuCcl, Post, Team};
-use crate::abi::{KDL_CPU, type_index};
+use crate::abi::KDL_CPU;
+use crate::object::args::{argument, arity, is_none};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
-use crate::session::builtins::{arity, on_worker};
+use crate::session::builtins::on_worker;
 use crate::session::worker::WorkerInfo;
 
 thread_local! {
@@ -51,15 +52,6 @@ fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
             "`{name}` needs a communicator: call init_ccl on the session first"
         ))
     })
-}
-
-pub(super) fn argument<T>(i: usize, what: &str, read: impl FnOnce() -> Result<T>) -> Result<T> {
-    read().map_err(|e| Error::new(e.kind, format!("argument {i} ({what}): {}", e.message)))
-}
-
-pub(super) fn is_none(args: &[AnyView<'_>], i: usize) -> bool {
-    args.get(i)
-        .is_none_or(|v| v.type_index() == type_index::NONE)
 }
 
 /// A tensor argument as a buffer; None when it is absent or None and `required` is false.

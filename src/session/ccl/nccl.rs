@@ -22,13 +22,14 @@ use std::cell::RefCell;
 use std::sync::{Arc, Once};
 
 use super::ReduceOp;
-use super::builtins::{argument, in_group, is_none, peer, reduce_kind};
+use super::builtins::{in_group, peer, reduce_kind};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::DeviceStream;
 use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
+use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
-use crate::session::builtins::{arity, on_worker};
+use crate::session::builtins::on_worker;
 use crate::session::worker::{WorkerInfo, with_stream};
 use crate::vm::Arg;
 
