@@ -12,7 +12,9 @@
 //! - [`device`]: host memory copies and thread placement.
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
 //! - [`session`]: threaded sessions: controller, workers, registers, DRefs.
-//! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread.
+//! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread. Its
+//!   `dvm_*` functions are the C API; its `__tvm_ffi_*` functions make the library a tvm-ffi
+//!   module (`TVM_FFI.md`).
 
 /// cbindgen:ignore
 pub mod abi;

@@ -14,6 +14,7 @@ mod func;
 mod session;
 mod stream;
 mod tensor;
+mod tvm_ffi;
 mod value;
 mod worker;
 

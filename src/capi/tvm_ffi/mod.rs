@@ -1,0 +1,174 @@
+//! The library as a tvm-ffi module: `__tvm_ffi_<name>` entry points, found by
+//! `tvm_ffi.load_module("libdiscovm.so")` in Python (or tvm-ffi's C++ module loader), so that
+//! `m.session_new_threaded(4, 1)` drives the library as `dvm_session_new_threaded` does from C.
+//!
+//! Each entry point is a packed function: `int f(void* self, const TVMFFIAny* args, int32_t
+//! num_args, TVMFFIAny* result)`. `self` is ignored; the arguments are borrowed; on success the
+//! result holds an owned value and 0 is returned; on failure -1 is returned after the error
+//! was raised (in libtvm_ffi's slot when it is in the process, and in this library's, which
+//! `dvm_last_error_*` read), so Python sees it as the exception of its kind. Objects returned
+//! (sessions, DRefs, workers, streams, tensors, functions) are ordinary objects to tvm-ffi,
+//! which holds, passes back and releases them. The bodies translate arguments and call the same
+//! code as the `dvm_*` functions; `TVM_FFI.md` lists every entry point.
+
+mod func;
+mod session;
+mod vm;
+
+use super::{boundary_or, not_a, write_out};
+use crate::abi::{DLDevice, DVMAny, type_index as ti};
+use crate::object::args::{argument, arity, is_none, optional};
+use crate::object::{Any, AnyView, Error, Result, type_key};
+
+/// The arguments of one entry point, named in its errors.
+struct Args<'a> {
+    /// The entry point's name without its prefix (`session_call`).
+    name: &'static str,
+    views: &'a [AnyView<'a>],
+}
+
+impl<'a> Args<'a> {
+    /// Fails unless there are `min` to `max` arguments (`usize::MAX`: any number from `min`).
+    fn count(&self, min: usize, max: usize) -> Result<()> {
+        arity(self.name, self.views, min, max)
+    }
+
+    /// Argument `i` (the count was checked).
+    fn view(&self, i: usize) -> &'a AnyView<'a> {
+        &self.views[i]
+    }
+
+    fn int(&self, i: usize, what: &str) -> Result<i64> {
+        argument(i, what, || self.view(i).as_i64())
+    }
+
+    /// An int that fits in 32 bits (a device type).
+    fn int32(&self, i: usize, what: &str) -> Result<i32> {
+        let value = self.int(i, what)?;
+        i32::try_from(value)
+            .map_err(|_| Error::value(format!("argument {i} ({what}): {value} is out of range")))
+    }
+
+    fn int_or(&self, i: usize, what: &str, default: i64) -> Result<i64> {
+        optional(self.views, i, what, default, AnyView::as_i64)
+    }
+
+    fn bool_or(&self, i: usize, what: &str, default: bool) -> Result<bool> {
+        optional(self.views, i, what, default, AnyView::as_bool)
+    }
+
+    fn str(&self, i: usize, what: &str) -> Result<&'a str> {
+        let view = self.view(i);
+        argument(i, what, || view.as_str())
+    }
+
+    fn device_or(&self, i: usize, what: &str, default: DLDevice) -> Result<DLDevice> {
+        optional(self.views, i, what, default, AnyView::as_device)
+    }
+
+    /// A list of ints: a Shape, an Array of ints, or None (no ints).
+    fn ints(&self, i: usize, what: &str) -> Result<Vec<i64>> {
+        if is_none(self.views, i) {
+            return Ok(Vec::new());
+        }
+        let view = &self.views[i];
+        argument(i, what, || match view.type_index() {
+            ti::SHAPE => Ok(view.as_shape()?.as_slice().to_vec()),
+            ti::ARRAY => view
+                .as_array()?
+                .items()
+                .iter()
+                .map(AnyView::as_i64)
+                .collect(),
+            _ => Err(Error::type_error(format!(
+                "expected a list of ints but got {}",
+                view.type_name()
+            ))),
+        })
+    }
+
+    /// A list of devices: an Array of them, or None (no devices).
+    fn devices(&self, i: usize, what: &str) -> Result<Vec<DLDevice>> {
+        if is_none(self.views, i) {
+            return Ok(Vec::new());
+        }
+        argument(i, what, || {
+            self.views[i]
+                .as_array()?
+                .items()
+                .iter()
+                .map(AnyView::as_device)
+                .collect()
+        })
+    }
+
+    /// The object argument `i` holds, as a handle pointer for the `dvm_*` argument readers
+    /// (which check its type); a value that is no object is refused here, naming `what` it
+    /// should have been.
+    fn handle<H>(&self, i: usize, name: &str, what: &str) -> Result<*const H> {
+        let view = &self.views[i];
+        if view.type_index() < ti::STATIC_OBJECT_BEGIN {
+            return Err(not_a(name, what, view.type_index()));
+        }
+        // SAFETY: object values carry `v_obj`; the entry point checked it is not NULL.
+        Ok(unsafe { view.raw().v.v_obj }.cast_const().cast::<H>())
+    }
+
+    /// The arguments from `i` on (the arguments of a call, passed on).
+    fn rest(&self, i: usize) -> &'a [AnyView<'a>] {
+        &self.views[i..]
+    }
+}
+
+/// Runs an entry point's body: counts and validates the arguments, writes the result, and
+/// turns an error or a panic into a raised error and -1.
+///
+/// # Safety
+/// `args` points at `num_args` valid values (any pointer if 0) and `result` at a writable
+/// value, as the packed convention promises.
+unsafe fn entry(
+    name: &'static str,
+    args: *const DVMAny,
+    num_args: i32,
+    result: *mut DVMAny,
+    body: impl FnOnce(Args<'_>) -> Result<Any>,
+) -> i32 {
+    boundary_or(
+        |_| -1,
+        || {
+            type_key::check_shared_with_libtvm_ffi()?;
+            let result = super::non_null(result, "result")?;
+            // SAFETY: the caller vouches for `num_args` values.
+            let raw = unsafe { super::value::count_slice(args, num_args, "args", "num_args") }?;
+            // SAFETY: the values outlive this call.
+            let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
+            AnyView::validate_all(views)?;
+            let value = body(Args { name, views })?;
+            // SAFETY: checked non-NULL above; the caller owns the value from now on.
+            unsafe { write_out(result, value.into_raw()) };
+            Ok(0)
+        },
+    )
+}
+
+/// Defines the entry point `__tvm_ffi_<name>`, whose body reads its arguments from `$args`
+/// and returns the result as an [`Any`].
+macro_rules! entry_point {
+    ($(#[$doc:meta])* $name:ident($args:ident) $body:block) => {
+        $(#[$doc])*
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            _self: *mut ::std::ffi::c_void,
+            args: *const $crate::abi::DVMAny,
+            num_args: i32,
+            result: *mut $crate::abi::DVMAny,
+        ) -> i32 {
+            let name = stringify!($name).trim_start_matches("__tvm_ffi_");
+            let body = |$args: super::Args<'_>| -> $crate::Result<$crate::Any> { $body };
+            // SAFETY: tvm-ffi's packed convention: `num_args` values at `args`, a writable
+            // result.
+            unsafe { super::entry(name, args, num_args, result, body) }
+        }
+    };
+}
+use entry_point;
