@@ -1,11 +1,12 @@
 //! The shared library exports the public C API and nothing else: every defined dynamic symbol
-//! is `dvm_*` (or `__tvm_ffi_*`, the tvm-ffi module exports), every function declared in
-//! `include/discovm.h` is exported, and every exported `dvm_*` function is declared there.
+//! is `dvm_*` or `__tvm_ffi_*`; every function declared in `include/discovm.h` is exported, and
+//! every exported `dvm_*` function is declared there; the `__tvm_ffi_*` functions (the library
+//! as a tvm-ffi module) are exactly the entry points `TVM_FFI.md` documents.
 
 #[path = "support/built_library.rs"]
 mod built_library;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -40,6 +41,11 @@ const CORE_FUNCTIONS: [&str; 22] = [
 
 /// The defined dynamic symbols of the shared library, from `nm -D --defined-only`.
 fn exported_symbols() -> BTreeSet<String> {
+    exported_symbols_with_kinds().into_keys().collect()
+}
+
+/// The defined dynamic symbols with nm's letter for their kind (`T`: a function).
+fn exported_symbols_with_kinds() -> BTreeMap<String, String> {
     let library = built_library::shared_library();
     let mut nm = Command::new("nm");
     nm.args(["-D", "--defined-only"]).arg(library);
@@ -55,8 +61,11 @@ fn exported_symbols() -> BTreeSet<String> {
         .expect("nm prints text")
         .lines()
         // "<address> <type> <name>[@version]"
-        .filter_map(|line| line.split_whitespace().nth(2))
-        .map(|name| name.split('@').next().unwrap().to_string())
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            let (kind, name) = (fields.next()?, fields.next()?);
+            Some((name.split('@').next()?.to_string(), kind.to_string()))
+        })
         .collect()
 }
 
@@ -133,5 +142,46 @@ fn exports_match_the_header() {
         undeclared.is_empty(),
         "the library exports dvm_ functions include/discovm.h does not declare (regenerate it \
          with `make header`): {undeclared:?}"
+    );
+}
+
+/// The entry points `TVM_FFI.md` documents: the name of each row `| \`name(...` of its table.
+fn documented_entry_points() -> BTreeSet<String> {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("TVM_FFI.md"))
+        .expect("TVM_FFI.md is readable");
+    doc.lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|row| row.split_once('(').map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+#[test]
+fn tvm_ffi_entry_points_are_functions_documented_in_tvm_ffi_md() {
+    let symbols = exported_symbols_with_kinds();
+    let entry_points: BTreeMap<String, &String> = symbols
+        .iter()
+        .filter_map(|(name, kind)| Some((name.strip_prefix("__tvm_ffi_")?.to_string(), kind)))
+        .collect();
+    let not_functions: Vec<_> = entry_points
+        .iter()
+        .filter(|(_, kind)| **kind != "T")
+        .collect();
+    assert!(
+        not_functions.is_empty(),
+        "__tvm_ffi_ symbols that are not functions: {not_functions:?}"
+    );
+    let exported: BTreeSet<String> = entry_points.into_keys().collect();
+    let documented = documented_entry_points();
+    assert!(
+        exported.len() >= 35,
+        "only {} entry points found",
+        exported.len()
+    );
+    let undocumented: Vec<&String> = exported.difference(&documented).collect();
+    let missing: Vec<&String> = documented.difference(&exported).collect();
+    assert!(
+        undocumented.is_empty() && missing.is_empty(),
+        "TVM_FFI.md and the library disagree: exported as __tvm_ffi_<name> but not documented: \
+         {undocumented:?}; documented but not exported: {missing:?}"
     );
 }
