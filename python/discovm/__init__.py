@@ -1,0 +1,57 @@
+"""discovm for Python: a session of worker threads driven from one controller, with the
+methods of TVM's ``tvm.runtime.disco.Session``, on the shared library ``libdiscovm.so``
+loaded through tvm-ffi.
+
+.. code-block:: python
+
+    import numpy as np
+    import discovm
+
+    with discovm.ThreadedSession(4) as sess:
+        sess.init_ccl("cpu")                                  # collectives between the workers
+        x = sess.broadcast(np.arange(8, dtype="float32"))    # a copy on every worker
+        y = sess.empty((8,), "float32")
+        sess.allreduce(x, y, op="sum")                        # y = 4 * x on every worker
+        out = np.empty(8, dtype="float32")
+        sess.copy_from_worker_0(out, y)
+
+The library is ``$DISCOVM_LIBRARY`` if set, else ``libdiscovm.so`` next to this package; it is
+loaded on first use. Its functions, the C API's without the ``dvm_`` prefix, are reachable as
+``discovm.library()``.
+"""
+
+from ._library import LIBRARY_ENV, library_path
+from ._library import module as library
+from .errors import DeviceUnavailable, SessionClosed, WorkerError
+from .functions import (
+    current_worker_id,
+    get_global_func,
+    list_global_func_names,
+    register_global_func,
+    remove_global_func,
+    version,
+)
+from .session import REDUCE_OPS, DPackedFunc, DRef, Session, ThreadedSession
+from .vm import Stream, Tensor
+
+__all__ = [
+    "LIBRARY_ENV",
+    "REDUCE_OPS",
+    "DPackedFunc",
+    "DRef",
+    "DeviceUnavailable",
+    "Session",
+    "SessionClosed",
+    "Stream",
+    "Tensor",
+    "ThreadedSession",
+    "WorkerError",
+    "current_worker_id",
+    "get_global_func",
+    "library",
+    "library_path",
+    "list_global_func_names",
+    "register_global_func",
+    "remove_global_func",
+    "version",
+]

@@ -1,0 +1,380 @@
+"""Sessions: worker threads driven from one controller, with the methods of
+``tvm.runtime.disco.Session``.
+
+A script written for Disco's threaded session runs here by changing its import and its
+constructor (``discovm.ThreadedSession(num_workers)``). Differences, each on purpose:
+
+- ``copy_from_worker_0`` returns with the host array filled (Disco's copy is asynchronous).
+- A function that fails on a worker raises :class:`~discovm.WorkerError` at the next wait
+  (a sync, a copy, a read) instead of ending the process; a missing function fails at
+  :meth:`Session.get_global_func` (``KeyError``).
+- ``init_ccl`` takes ``"cpu"``, collectives between worker threads in shared memory.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import tvm_ffi
+
+from . import _convert
+from ._convert import DeviceLike, DTypeLike, SupportsDLPack
+from ._library import module
+
+#: The reduction kinds of :meth:`Session.allreduce`, as the workers' built-in numbers them.
+REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
+
+
+class DRef:
+    """A value on every worker of a session: one register, named on each worker by the same
+    number. Passed to a call, it becomes each worker's own value. The register is freed on
+    every worker when the last reference goes, after the calls sent before."""
+
+    __slots__ = ("_handle", "session")
+
+    def __init__(self, handle: tvm_ffi.Object, session: Session) -> None:
+        self._handle = handle
+        #: The session the register belongs to (kept alive while this DRef lives).
+        self.session = session
+
+    def __tvm_ffi_object__(self) -> tvm_ffi.Object:
+        """The library's object, so that a DRef passes as an argument to any tvm-ffi call."""
+        return self._handle
+
+    def debug_get_from_remote(self, worker_id: int) -> Any:
+        """The value the register holds on worker ``worker_id``, after the calls sent before.
+
+        Raises
+        ------
+        IndexError
+            For a worker out of range.
+        WorkerError
+            If the call that should have filled the register failed there.
+        """
+        return module().dref_get(self._handle, worker_id)
+
+    def debug_copy_from(self, worker_id: int, value: SupportsDLPack) -> None:
+        """Sets the register on worker ``worker_id`` to a copy of the array ``value``."""
+        module().dref_set(self._handle, worker_id, np.array(_convert.host_array(value), copy=True))
+
+    def __repr__(self) -> str:
+        return f"<discovm.DRef of {self.session!r}>"
+
+
+class DPackedFunc(DRef):
+    """A function on every worker: calling it calls it on all of them (see
+    :meth:`Session.call_packed`)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any) -> DRef:
+        return self.session.call_packed(self, *args)
+
+
+_LIVE_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+@atexit.register
+def _shut_down_live_sessions() -> None:
+    # Workers may be running Python functions: stop them while the interpreter still runs.
+    for session in list(_LIVE_SESSIONS):
+        session.shutdown()
+
+
+class Session:
+    """A session of workers, with the methods of ``tvm.runtime.disco.Session``.
+
+    Use it as a context manager, or call :meth:`shutdown`; a session that is garbage collected,
+    or still alive when the interpreter exits, is shut down then.
+    """
+
+    __slots__ = ("_handle", "_cache", "__weakref__")
+
+    def __init__(self, handle: tvm_ffi.Object) -> None:
+        self._handle = handle
+        self._cache: dict[str, DPackedFunc] = {}
+        _LIVE_SESSIONS.add(self)
+
+    def __tvm_ffi_object__(self) -> tvm_ffi.Object:
+        """The library's object, so that a session passes as an argument to any tvm-ffi call."""
+        return self._handle
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:  # noqa: BLE001 - nothing can be reported from a finalizer
+            pass
+
+    def __repr__(self) -> str:
+        return f"<discovm.Session of {self.num_workers} workers>"
+
+    @property
+    def num_workers(self) -> int:
+        """The number of workers."""
+        return module().session_num_workers(self._handle)
+
+    def _get_cached_method(self, name: str) -> DPackedFunc:
+        func = self._cache.get(name)
+        if func is None:
+            func = self._cache[name] = self.get_global_func(name)
+        return func
+
+    def get_global_func(self, name: str) -> DPackedFunc:
+        """The global function ``name`` on every worker.
+
+        Raises
+        ------
+        KeyError
+            If no function is registered under ``name`` (checked now, not on the workers).
+        """
+        return DPackedFunc(module().session_get_global_func(self._handle, name), self)
+
+    def import_python_module(self, module_name: str) -> None:
+        """Imports a Python module for the workers (they are threads of this interpreter, so
+        importing it here is enough)."""
+        importlib.import_module(module_name)
+
+    def call_packed(self, func: DRef, *args: Any) -> DRef:
+        """Calls the function ``func`` holds on every worker, and returns at once.
+
+        The arguments may be ints, floats, strings, dtypes, devices, shapes, tensors (numpy
+        arrays among them) and DRefs; a DRef becomes each worker's own value. A failure on a
+        worker is raised by the next wait.
+
+        Returns
+        -------
+        DRef
+            The results, one per worker.
+        """
+        return DRef(module().session_call(self._handle, func, *args), self)
+
+    def sync_worker(self, worker_id: int) -> None:
+        """Waits until worker ``worker_id`` has run every call sent to it so far.
+
+        Raises
+        ------
+        WorkerError
+            If a call on that worker failed since the last wait.
+        """
+        module().session_sync_worker(self._handle, worker_id)
+
+    def sync_all(self) -> None:
+        """Waits until every worker has run every call sent to it so far (all workers are asked
+        at once)."""
+        module().session_sync_all(self._handle)
+
+    _sync_worker = sync_worker
+    _sync_all = sync_all
+
+    def sync_worker_0(self) -> None:
+        """Waits until worker 0 has run every call sent to it so far."""
+        self.sync_worker(0)
+
+    def live_registers(self, worker_id: int) -> int:
+        """How many registers hold a value on worker ``worker_id`` (functions this session
+        looked up for its own methods count too): a way to check for leaks."""
+        return module().session_live_registers(self._handle, worker_id)
+
+    def empty(
+        self,
+        shape: Sequence[int],
+        dtype: DTypeLike,
+        device: DeviceLike = None,
+        worker0_only: bool = False,
+        in_group: bool = True,
+    ) -> DRef:
+        """An uninitialised tensor on every worker (on each worker's device by default).
+
+        With ``worker0_only``, only worker 0 gets one (the first worker of each group, with
+        ``in_group``); the others hold None.
+        """
+        func = self._get_cached_method("runtime.disco.empty")
+        return func(
+            tvm_ffi.Shape(tuple(shape)),
+            _convert.dtype(dtype),
+            _convert.device(device),
+            worker0_only,
+            in_group,
+        )
+
+    def copy_to_worker_0(
+        self, host_array: SupportsDLPack, remote_array: DRef | None = None
+    ) -> DRef:
+        """Copies a host array into a tensor on worker 0, and returns when it is there.
+
+        Parameters
+        ----------
+        host_array
+            A contiguous host array (numpy, or anything with ``__dlpack__``).
+        remote_array
+            The destination; None allocates one on worker 0 alone.
+
+        Returns
+        -------
+        DRef
+            ``remote_array``, or the tensor allocated for it.
+        """
+        host = _convert.host_array(host_array)
+        if remote_array is None:
+            remote_array = self.empty(host.shape, host.dtype, worker0_only=True)
+        module().session_copy_to_worker0(self._handle, host, remote_array)
+        return remote_array
+
+    def copy_from_worker_0(self, host_array: SupportsDLPack, remote_array: DRef) -> None:
+        """Copies the tensor ``remote_array`` holds on worker 0 into the writable host array
+        ``host_array``; it is filled when this returns."""
+        module().session_copy_from_worker0(self._handle, host_array, remote_array)
+
+    def init_ccl(self, ccl: str, *device_ids: int) -> None:
+        """Sets up collectives between the workers: ``"cpu"`` communicates through shared
+        memory between the worker threads (every worker on the CPU); ``"nccl"`` needs GPUs.
+
+        Raises
+        ------
+        ValueError
+            For an unknown backend.
+        DeviceUnavailable
+            For a backend this build or machine cannot offer.
+        """
+        module().session_init_ccl(self._handle, ccl, list(device_ids))
+
+    def broadcast(
+        self, src: SupportsDLPack, dst: DRef | None = None, in_group: bool = True
+    ) -> DRef:
+        """Copies a host array to worker 0, then broadcasts it to every worker.
+
+        Returns
+        -------
+        DRef
+            ``dst``, or the tensors allocated for it (the shape and dtype of ``src``).
+        """
+        host = _convert.host_array(src)
+        if dst is None:
+            dst = self.empty(host.shape, host.dtype)
+        self.broadcast_from_worker0(self.copy_to_worker_0(host), dst, in_group)
+        return dst
+
+    def broadcast_from_worker0(self, src: DRef, dst: DRef, in_group: bool = True) -> None:
+        """Broadcasts worker 0's ``src`` into every worker's ``dst``."""
+        self._get_cached_method("runtime.disco.broadcast_from_worker0")(src, in_group, dst)
+
+    def scatter(self, src: SupportsDLPack, dst: DRef | None = None, in_group: bool = True) -> DRef:
+        """Copies a host array to worker 0, then scatters its first dimension: worker ``i``
+        gets ``src[i]``.
+
+        Returns
+        -------
+        DRef
+            ``dst``, or the tensors allocated for it (the shape of ``src[0]``).
+        """
+        host = _convert.host_array(src)
+        if dst is None:
+            dst = self.empty(host.shape[1:], host.dtype)
+        self.scatter_from_worker0(self.copy_to_worker_0(host), dst, in_group)
+        return dst
+
+    def scatter_from_worker0(self, from_array: DRef, to_array: DRef, in_group: bool = True) -> None:
+        """Scatters worker 0's ``from_array`` along its first dimension into ``to_array``."""
+        self._get_cached_method("runtime.disco.scatter_from_worker0")(
+            from_array, in_group, to_array
+        )
+
+    def gather_to_worker0(self, from_array: DRef, to_array: DRef, in_group: bool = True) -> None:
+        """Gathers every worker's ``from_array`` into worker 0's ``to_array`` (stacked along a
+        new first dimension)."""
+        self._get_cached_method("runtime.disco.gather_to_worker0")(from_array, in_group, to_array)
+
+    def allreduce(self, src: DRef, dst: DRef, op: str = "sum", in_group: bool = True) -> DRef:
+        """Reduces ``src`` across the workers into every worker's ``dst``.
+
+        Parameters
+        ----------
+        op
+            ``"sum"``, ``"prod"``, ``"min"``, ``"max"`` or ``"avg"``.
+
+        Returns
+        -------
+        DRef
+            ``dst``.
+        """
+        if op not in REDUCE_OPS:
+            raise ValueError(f"Unsupported reduce op: {op}. Available ops are: {REDUCE_OPS.keys()}")
+        func = self._get_cached_method("runtime.disco.allreduce")
+        func(src, tvm_ffi.Shape((REDUCE_OPS[op],)), in_group, dst)
+        return dst
+
+    def allgather(self, src: DRef, dst: DRef, in_group: bool = True) -> DRef:
+        """Gathers every worker's ``src`` into every worker's ``dst``.
+
+        Returns
+        -------
+        DRef
+            ``dst``.
+        """
+        self._get_cached_method("runtime.disco.allgather")(src, in_group, dst)
+        return dst
+
+    def shutdown(self) -> None:
+        """Stops the workers once the work already sent has run. Every later call on the
+        session raises :class:`~discovm.SessionClosed`; shutting down again does nothing."""
+        self._cache.clear()
+        module().session_shutdown(self._handle)
+
+
+class ThreadedSession(Session):
+    """A session of ``num_workers`` worker threads in this process, in ``num_groups`` groups
+    of equal size.
+
+    Parameters
+    ----------
+    num_workers
+        How many workers (threads).
+    num_groups
+        How many groups they form (collectives with ``in_group`` stay within one).
+    timeout
+        The longest any wait may take, in seconds; a longer one raises ``RuntimeError`` of
+        kind ``TimeoutError``. None: no bound.
+    spin_us
+        How long waiting threads spin before they sleep, in microseconds (0: the default;
+        negative: sleep at once).
+    cpu_affinity
+        The CPU each worker is pinned to (-1: not pinned), or None.
+    devices
+        The device of each worker, or None (all on the CPU).
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        num_workers: int,
+        num_groups: int = 1,
+        *,
+        timeout: float | None = None,
+        spin_us: int = 0,
+        cpu_affinity: Sequence[int] | None = None,
+        devices: Sequence[DeviceLike] | None = None,
+    ) -> None:
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout must be positive or None, not {timeout}")
+        timeout_ms = 0 if timeout is None else max(1, round(timeout * 1000))
+        handle = module().session_new_threaded(
+            num_workers,
+            num_groups,
+            timeout_ms,
+            spin_us,
+            None if cpu_affinity is None else list(cpu_affinity),
+            None if devices is None else [_convert.device(d) for d in devices],
+        )
+        super().__init__(handle)
