@@ -1,9 +1,11 @@
 //! Runs the Python tests in `tests/python/` against the built shared library. The ctypes test
 //! needs only python3 and its standard library; the DLPack test needs numpy, and runs in the
-//! virtual environment `tests/support/numpy_venv.sh` makes (the first run needs PyPI). A
-//! missing python3, or an environment that cannot be made, fails these tests. The CUDA DLPack
-//! test needs a GPU and torch or cupy in python3's own environment; without them it skips
-//! (exit 77), as it does here, and the GPU check runs it where they are.
+//! virtual environment `tests/support/numpy_venv.sh` makes; the tests of the library as a
+//! tvm-ffi module and of the `discovm` package (`tests/python/tvm_ffi/`, pytest) run in that
+//! environment with pytest and the package added by `tests/support/pytest_venv.sh`. The first
+//! run needs PyPI. A missing python3, or an environment that cannot be made, fails these tests.
+//! The CUDA DLPack test needs a GPU and torch or cupy in python3's own environment; without
+//! them it skips (exit 77), as it does here, and the GPU check runs it where they are.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -11,30 +13,21 @@ mod built_library;
 use std::path::Path;
 use std::process::Command;
 
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+
 /// The exit status of a Python test that needs a GPU it did not find.
 const EXIT_SKIP: i32 = 77;
 
-fn run_python_test(script: &str) {
-    run_python_test_with("python3", script);
-}
-
-fn run_python_test_with(interpreter: &str, script: &str) {
-    run_python(interpreter, script, false);
-}
-
-/// Runs `script`; with `may_skip`, exit status 77 (skipped: no GPU) passes too.
-fn run_python(interpreter: &str, script: &str, may_skip: bool) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
-    let library = built_library::shared_library();
-    let mut python = Command::new(interpreter);
-    python.arg(&path).arg(library);
+/// Runs a Python command and fails the test if it fails, showing its output; with `may_skip`,
+/// exit status 77 (skipped: no GPU) passes too.
+fn run(mut python: Command, may_skip: bool) {
     let output = python.output().unwrap_or_else(|e| {
-        panic!("cannot run python3 (it is needed for the Python tests; install it): {e}")
+        panic!("cannot run {python:?} (python3 is needed for the Python tests; install it): {e}")
     });
     print!("{}", String::from_utf8_lossy(&output.stdout));
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     if may_skip && output.status.code() == Some(EXIT_SKIP) {
-        println!("skipped: {script} needs a GPU and torch or cupy (exit 77)");
+        println!("skipped: {python:?} needs a GPU and torch or cupy (exit 77)");
         return;
     }
     assert!(
@@ -44,22 +37,31 @@ fn run_python(interpreter: &str, script: &str, may_skip: bool) {
     );
 }
 
-#[test]
-fn ctypes_calls_and_errors() {
-    run_python_test("tests/python/test_ctypes.py");
+/// Runs a test script with the library's path as its argument.
+fn run_python(interpreter: &str, script: &str, may_skip: bool) {
+    let mut python = Command::new(interpreter);
+    python
+        .arg(Path::new(REPO).join(script))
+        .arg(built_library::shared_library());
+    run(python, may_skip);
 }
 
-/// The python of the virtual environment with numpy, made (once) by the support script.
-fn numpy_python() -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/numpy_venv.sh");
+#[test]
+fn ctypes_calls_and_errors() {
+    run_python("python3", "tests/python/test_ctypes.py", false);
+}
+
+/// The python of the virtual environment a support script makes (once) with `what` in it.
+fn venv_python(script: &str, what: &str) -> String {
+    let script = Path::new(REPO).join(script);
     let output = Command::new("bash")
         .arg(&script)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     assert!(
         output.status.success(),
-        "{} failed, so the DLPack tests cannot run (they need numpy; the script's message \
-         says how to fix it):\n{}",
+        "{} failed, so the tests that need {what} cannot run (the script's message says how \
+         to fix it):\n{}",
         script.display(),
         String::from_utf8_lossy(&output.stderr)
     );
@@ -73,7 +75,8 @@ fn numpy_python() -> String {
 
 #[test]
 fn dlpack_round_trips_with_numpy() {
-    run_python_test_with(&numpy_python(), "tests/python/test_dlpack_numpy.py");
+    let python = venv_python("tests/support/numpy_venv.sh", "numpy");
+    run_python(&python, "tests/python/test_dlpack_numpy.py", false);
 }
 
 /// CUDA tensors read by torch and cupy, on a GPU machine (the GPU check runs it there too);
@@ -81,4 +84,26 @@ fn dlpack_round_trips_with_numpy() {
 #[test]
 fn dlpack_with_cuda_consumers() {
     run_python("python3", "tests/python/test_dlpack_cuda.py", true);
+}
+
+#[test]
+fn tvm_ffi_module_and_python_package() {
+    let python = venv_python(
+        "tests/support/pytest_venv.sh",
+        "pytest, numpy, apache-tvm-ffi and the discovm package",
+    );
+    let mut pytest = Command::new(python);
+    pytest
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/python/tvm_ffi",
+        ])
+        .current_dir(REPO)
+        .env("DISCOVM_LIBRARY", built_library::shared_library())
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    run(pytest, false);
 }

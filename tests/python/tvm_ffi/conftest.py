@@ -1,0 +1,35 @@
+"""Fixtures of the tests of libdiscovm as a tvm-ffi module and of the discovm package.
+
+The library is $DISCOVM_LIBRARY (tests/python.rs sets it to the one cargo built). The tests run
+in the environment tests/support/pytest_venv.sh makes: apache-tvm-ffi, numpy, pytest and the
+package installed from python/.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import pytest
+import tvm_ffi
+
+import discovm
+
+
+@pytest.fixture(scope="session")
+def lib() -> tvm_ffi.Module:
+    """The library as tvm-ffi loads any module, without the package."""
+    return tvm_ffi.load_module(os.environ[discovm.LIBRARY_ENV])
+
+
+@pytest.fixture
+def sess():
+    """A session of 4 workers. Afterwards every register a test made is free again (only the
+    functions the session looked up for its own methods remain), and the session is shut
+    down."""
+    session = discovm.ThreadedSession(4)
+    yield session
+    gc.collect()
+    cached = len(session._cache)
+    assert [session.live_registers(w) for w in range(4)] == [cached] * 4
+    session.shutdown()

@@ -1,0 +1,121 @@
+"""Python functions in the library's registry, called by the workers on their own threads."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import discovm
+
+
+@pytest.fixture
+def registered():
+    """Names registered by a test, removed after it."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        discovm.remove_global_func(name)
+
+
+def test_each_worker_runs_the_function_on_its_own_thread(sess, registered):
+    seen: dict[int, str] = {}
+    lock = threading.Lock()
+
+    @discovm.register_global_func("test.callbacks.whoami")
+    def whoami(prefix: str) -> str:
+        with lock:
+            seen[discovm.current_worker_id()] = threading.current_thread().name
+        return f"{prefix}{discovm.current_worker_id()}"
+
+    registered.append("test.callbacks.whoami")
+    names = sess.get_global_func("test.callbacks.whoami")("worker ")
+    sess.sync_all()
+    assert [names.debug_get_from_remote(w) for w in range(4)] == [f"worker {w}" for w in range(4)]
+    assert sorted(seen) == [0, 1, 2, 3]
+    assert threading.current_thread().name not in seen.values()
+    assert len(set(seen.values())) == 4
+    assert discovm.current_worker_id() == -1
+
+
+def test_registry_functions_are_listed_called_and_removed(registered):
+    discovm.register_global_func("test.callbacks.add", lambda a, b: a + b)
+    registered.append("test.callbacks.add")
+    assert "test.callbacks.add" in discovm.list_global_func_names()
+    assert discovm.get_global_func("test.callbacks.add")(2, 3) == 5
+    with pytest.raises(ValueError, match="already registered"):
+        discovm.register_global_func("test.callbacks.add", lambda a, b: a - b)
+    discovm.register_global_func("test.callbacks.add", lambda a, b: a - b, override=True)
+    assert discovm.get_global_func("test.callbacks.add")(2, 3) == -1
+    with pytest.raises(KeyError, match="no global function named `test.callbacks.none`"):
+        discovm.get_global_func("test.callbacks.none")
+    with pytest.raises(KeyError):
+        discovm.remove_global_func("test.callbacks.none")
+
+
+def test_results_stay_on_their_worker_and_feed_later_calls(sess, registered):
+    @discovm.register_global_func("test.callbacks.make")
+    def make(n: int) -> np.ndarray:
+        return np.full(n, discovm.current_worker_id(), dtype="int64")
+
+    @discovm.register_global_func("test.callbacks.total")
+    def total(t) -> int:
+        return int(np.from_dlpack(t).sum())
+
+    registered += ["test.callbacks.make", "test.callbacks.total"]
+    arrays = sess.get_global_func("test.callbacks.make")(3)
+    totals = sess.get_global_func("test.callbacks.total")(arrays)
+    sess.sync_all()
+    assert [totals.debug_get_from_remote(w) for w in range(4)] == [0, 3, 6, 9]
+    out = np.empty(3, dtype="int64")
+    sess.copy_from_worker_0(out, arrays)  # a numpy array a worker made, imported for the copy
+    np.testing.assert_array_equal(out, [0, 0, 0])
+
+
+def test_a_failing_function_raises_worker_error_at_the_next_wait_and_the_session_goes_on(
+    sess, registered
+):
+    @discovm.register_global_func("test.callbacks.divide")
+    def divide(x: float) -> float:
+        if discovm.current_worker_id() == 2:
+            raise ValueError(f"cannot divide {x} on this worker")
+        return 1 / x
+
+    registered.append("test.callbacks.divide")
+    divide_on_workers = sess.get_global_func("test.callbacks.divide")
+    result = divide_on_workers(4.0)
+    sess.sync_worker(0)
+    assert result.debug_get_from_remote(0) == 0.25
+    with pytest.raises(discovm.WorkerError) as failed:
+        sess.sync_worker(2)
+    assert (
+        str(failed.value)
+        == "worker 2: `test.callbacks.divide` failed: ValueError: cannot divide 4.0 on this worker"
+    )
+    assert failed.value.__tvm_ffi_error__.kind == "WorkerError"
+    with pytest.raises(discovm.WorkerError, match="cannot divide"):
+        result.debug_get_from_remote(2)  # the register the failed call should have filled
+    # An exception Python does not map keeps its class name in the message.
+    divide_on_workers(0.0)
+    with pytest.raises(discovm.WorkerError, match="ZeroDivisionError|division by zero"):
+        sess.sync_worker(1)
+    with pytest.raises(discovm.WorkerError):
+        sess.sync_all()  # the other workers' reports
+    ok = sess.get_global_func("runtime.disco.worker_rank")()
+    sess.sync_all()
+    assert ok.debug_get_from_remote(3) == 3
+
+
+def test_functions_on_workers_may_call_back_into_the_library(sess, registered):
+    @discovm.register_global_func("test.callbacks.make_tensor")
+    def make_tensor():
+        t = discovm.Tensor((2,), "int32")
+        t.write(np.array([discovm.current_worker_id(), 7], dtype="int32"))
+        return t
+
+    registered.append("test.callbacks.make_tensor")
+    tensors = sess.get_global_func("test.callbacks.make_tensor")()
+    sess.sync_all()
+    for w in range(4):
+        np.testing.assert_array_equal(np.from_dlpack(tensors.debug_get_from_remote(w)), [w, 7])
