@@ -10,10 +10,12 @@
 //!   from a Python virtual environment made by `tests/support/tvm_ffi_venv.sh`; the first run
 //!   needs python3 (with venv) and access to PyPI.
 
+#[path = "support/tvm_ffi_venv.rs"]
+mod tvm_ffi_venv;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 const WARNINGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
 
@@ -127,34 +129,6 @@ fn hygiene_programs_compile_as_c11_and_cxx17() {
     }
 }
 
-/// The include directory of the tvm-ffi package (it holds `tvm/ffi/c_api.h` and
-/// `dlpack/dlpack.h`), made once per test process by `tests/support/tvm_ffi_venv.sh`.
-fn tvm_ffi_include() -> &'static Path {
-    static INCLUDE: OnceLock<PathBuf> = OnceLock::new();
-    INCLUDE.get_or_init(|| {
-        let script = repo().join("tests/support/tvm_ffi_venv.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let last_line = stdout.lines().last().unwrap_or("").trim();
-        assert!(
-            output.status.success() && !last_line.is_empty(),
-            "{} failed ({}):\n{}\n\
-             These tests compare discovm_abi.h with the headers of apache-tvm-ffi==0.1.15.post2, \
-             which the script installs into a Python virtual environment. Install python3 with \
-             its venv module and let pip reach PyPI once (or a mirror, through PIP_INDEX_URL), or \
-             set DVM_TVM_FFI_VENV to a virtual environment that already has the package; then \
-             run the tests again.",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(last_line)
-    })
-}
-
 /// Builds and runs `tests/c/abi_vs_tvm_ffi.c` as `lang`; returns what it printed.
 fn run_abi_check(lang: &Lang, tvm_ffi_first: bool) -> String {
     let order = if tvm_ffi_first {
@@ -164,7 +138,7 @@ fn run_abi_check(lang: &Lang, tvm_ffi_first: bool) -> String {
     };
     let program = out_dir().join(format!("abi_vs_tvm_ffi.{}.{order}", lang.name));
     let mut command = compiler(lang);
-    command.arg("-isystem").arg(tvm_ffi_include());
+    command.arg("-isystem").arg(tvm_ffi_venv::include_dir());
     if tvm_ffi_first {
         command.arg("-DDVM_TVM_FFI_FIRST");
     }
@@ -220,7 +194,7 @@ fn abi_header_matches_tvm_ffi_in_both_include_orders() {
 /// compared by `abi_vs_tvm_ffi.c` (and hence exist in discovm_abi.h with the same value).
 #[test]
 fn abi_check_covers_every_tvm_ffi_type_index() {
-    let c_api_path = tvm_ffi_include().join("tvm/ffi/c_api.h");
+    let c_api_path = tvm_ffi_venv::include_dir().join("tvm/ffi/c_api.h");
     let c_api = fs::read_to_string(&c_api_path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", c_api_path.display()));
     let check = fs::read_to_string(repo().join("tests/c/abi_vs_tvm_ffi.c")).unwrap();
