@@ -263,7 +263,8 @@ dvm_status dvm_func_call(dvm_func *f, const DVMAny *args, int32_t num_args, DVMA
 dvm_status dvm_func_register_global(const char *name, dvm_func *f, int32_t allow_override);
 
 /**
- * Looks up a global function.
+ * Looks up a global function: in this library's registry, then, when libtvm_ffi is in the
+ * process, in tvm-ffi's (functions registered through tvm-ffi are found too).
  *
  * Ownership: `*out` is a new reference; free it with `dvm_func_free`.
  * Errors: `KeyError` naming `name` if nothing is registered under it; `ValueError` for NULL
@@ -313,8 +314,8 @@ dvm_status dvm_session_new_threaded(int32_t num_workers,
 int32_t dvm_session_num_workers(const dvm_session *s);
 
 /**
- * Looks up a global function for use on the workers. The name is resolved now, so a missing
- * function fails here rather than later on the workers.
+ * Looks up a global function for use on the workers, as `dvm_func_get_global` does. The name
+ * is resolved now, so a missing function fails here rather than later on the workers.
  *
  * Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
  * Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after

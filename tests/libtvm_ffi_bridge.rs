@@ -1,6 +1,6 @@
-//! With libtvm_ffi in the process, errors cross into its thread-local slot both ways and object
-//! types get their indices from its registry; a type numbered before it came makes the tvm-ffi
-//! entry points refuse to work. Checked against the real libtvm_ffi (from the environment
+//! With libtvm_ffi in the process, errors cross into its thread-local slot both ways, object
+//! types get their indices from its registry, and functions in its registry are found; a type
+//! numbered before it came makes the tvm-ffi entry points refuse to work. Checked against the real libtvm_ffi (from the environment
 //! `tests/support/tvm_ffi_venv.sh` makes), loaded with `dlopen` in the middle of the test, as a
 //! program that loads tvm-ffi late would. One test, since it changes the whole process.
 
@@ -12,7 +12,7 @@ use std::ptr::NonNull;
 
 use discovm::abi::{DLDevice, DVMAny, DVMByteArray, DVMErrorCell, DVMObject, OBJECT_HEADER_SIZE};
 use discovm::capi::{dvm_error_raise, dvm_last_error_kind};
-use discovm::object::{Function, FunctionCell, ObjectRef, ObjectType};
+use discovm::object::{Function, FunctionCell, ObjectRef, ObjectType, registry};
 use discovm::session::SessionCell;
 use discovm::vm::{Stream, stream_handle};
 use discovm::{AnyView, ErrorKind};
@@ -34,6 +34,7 @@ type FunctionCreate = unsafe extern "C" fn(
     *mut *mut DVMObject,
 ) -> i32;
 type TypeKeyToIndex = unsafe extern "C" fn(*const DVMByteArray, *mut i32) -> i32;
+type FunctionSetGlobal = unsafe extern "C" fn(*const DVMByteArray, *mut DVMObject, i32) -> i32;
 
 /// The libtvm_ffi functions the test calls, found after loading it.
 struct TvmFfi {
@@ -41,6 +42,7 @@ struct TvmFfi {
     set_raised_from_c_str: SetRaisedFromCStr,
     function_create: FunctionCreate,
     type_key_to_index: TypeKeyToIndex,
+    function_set_global: FunctionSetGlobal,
 }
 
 fn load_libtvm_ffi() -> TvmFfi {
@@ -69,6 +71,9 @@ fn load_libtvm_ffi() -> TvmFfi {
             )),
             type_key_to_index: std::mem::transmute::<*mut c_void, TypeKeyToIndex>(symbol(
                 c"TVMFFITypeKeyToIndex",
+            )),
+            function_set_global: std::mem::transmute::<*mut c_void, FunctionSetGlobal>(symbol(
+                c"TVMFFIFunctionSetGlobal",
             )),
         }
     }
@@ -139,7 +144,7 @@ unsafe extern "C" fn fails_silently(
 }
 
 #[test]
-fn errors_and_type_indices_are_shared_with_libtvm_ffi() {
+fn errors_type_indices_and_functions_are_shared_with_libtvm_ffi() {
     // Before libtvm_ffi: the library numbers the stream type itself.
     let stream = stream_handle(Stream::new(DLDevice::cpu()).unwrap());
     let tvm_ffi = load_libtvm_ffi();
@@ -179,7 +184,8 @@ fn errors_and_type_indices_are_shared_with_libtvm_ffi() {
     assert_eq!(kind, "RuntimeError");
     assert!(message.contains("load tvm-ffi first"), "{message}");
 
-    // An error a tvm-ffi function raises reaches the library's caller with its kind.
+    // A function in tvm-ffi's registry is found by the library's lookups, and an error it
+    // raises reaches the library's caller with its kind.
     let mut raw = std::ptr::null_mut();
     let self_ = (&raw const tvm_ffi).cast_mut().cast::<c_void>();
     // SAFETY: a callback of the packed convention; `self_` outlives the function.
@@ -187,16 +193,28 @@ fn errors_and_type_indices_are_shared_with_libtvm_ffi() {
         unsafe { (tvm_ffi.function_create)(self_, raises_in_tvm_ffi, None, &mut raw) },
         0
     );
-    // SAFETY: a new Function object (+1), now ours.
-    let raises = Function::from_object(unsafe {
-        ObjectRef::<FunctionCell>::from_raw(NonNull::new(raw).unwrap())
-    });
+    let name = "test.bridge.raises";
+    let key = DVMByteArray {
+        data: name.as_ptr().cast(),
+        size: name.len(),
+    };
+    // SAFETY: the registry takes its own reference; ours is released by the ObjectRef.
+    assert_eq!(unsafe { (tvm_ffi.function_set_global)(&key, raw, 0) }, 0);
+    // SAFETY: the new Function object (+1) is ours.
+    drop(unsafe { ObjectRef::<FunctionCell>::from_raw(NonNull::new(raw).unwrap()) });
+    let raises = registry::get_global(name).expect("found in tvm-ffi's registry");
     let error = raises.call(&[] as &[AnyView<'_>]).unwrap_err();
     assert_eq!(
         (error.kind, error.message.as_str()),
         (ErrorKind::Key, "raised in tvm-ffi")
     );
     assert_eq!(tvm_ffi.take_raised(), None, "collected, not left behind");
+    let missing = registry::get_global("test.bridge.nowhere").unwrap_err();
+    assert_eq!(
+        missing.message,
+        "no global function named `test.bridge.nowhere`"
+    );
+    assert_eq!(tvm_ffi.take_raised(), None);
 
     // One that raises nothing is reported as such, not with a stale error.
     // SAFETY: as above, without self.

@@ -33,7 +33,8 @@ def register_global_func(
 
 
 def get_global_func(name: str) -> tvm_ffi.Function:
-    """The function registered under ``name``, callable from Python.
+    """The function registered under ``name`` (in the library's registry, else in tvm-ffi's),
+    callable from Python.
 
     Raises
     ------

@@ -131,7 +131,8 @@ class Session:
         return func
 
     def get_global_func(self, name: str) -> DPackedFunc:
-        """The global function ``name`` on every worker.
+        """The global function ``name`` on every worker: one registered with
+        :func:`discovm.register_global_func`, else one in tvm-ffi's registry.
 
         Raises
         ------

@@ -119,7 +119,8 @@ pub unsafe extern "C" fn dvm_func_register_global(
     })
 }
 
-/// Looks up a global function.
+/// Looks up a global function: in this library's registry, then, when libtvm_ffi is in the
+/// process, in tvm-ffi's (functions registered through tvm-ffi are found too).
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_func_free`.
 /// Errors: `KeyError` naming `name` if nothing is registered under it; `ValueError` for NULL

@@ -146,8 +146,8 @@ pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
     )
 }
 
-/// Looks up a global function for use on the workers. The name is resolved now, so a missing
-/// function fails here rather than later on the workers.
+/// Looks up a global function for use on the workers, as `dvm_func_get_global` does. The name
+/// is resolved now, so a missing function fails here rather than later on the workers.
 ///
 /// Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
 /// Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after

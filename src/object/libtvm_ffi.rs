@@ -4,9 +4,10 @@
 //! loads this library as a module, and a C++ program built on tvm-ffi links it. Either way its
 //! functions are found by name at run time; this library never links against it. Where it is
 //! present, errors are raised into its thread-local slot too (a caller built on tvm-ffi reads
-//! only that one) and object types get their indices from its registry (so that it knows every
-//! object this library hands out). Where it is absent, lookups find nothing and the library
-//! keeps its own slot and indices.
+//! only that one), object types get their indices from its registry (so that it knows every
+//! object this library hands out), and a global function missing from this library's registry
+//! is looked up in its registry. Where it is absent, lookups find nothing and the library keeps
+//! its own slot, indices and registry.
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
@@ -23,6 +24,8 @@ type ErrorCreate = unsafe extern "C" fn(
 ) -> i32;
 type ErrorSetRaised = unsafe extern "C" fn(error: *mut DVMObject);
 type ErrorMoveFromRaised = unsafe extern "C" fn(out: *mut *mut DVMObject);
+type FunctionGetGlobal =
+    unsafe extern "C" fn(name: *const DVMByteArray, out: *mut *mut DVMObject) -> i32;
 type TypeGetOrAllocIndex = unsafe extern "C" fn(
     type_key: *const DVMByteArray,
     static_type_index: i32,
@@ -38,6 +41,7 @@ pub struct LibTvmFfi {
     error_create: ErrorCreate,
     error_set_raised: ErrorSetRaised,
     error_move_from_raised: ErrorMoveFromRaised,
+    function_get_global: FunctionGetGlobal,
     type_get_or_alloc_index: TypeGetOrAllocIndex,
 }
 
@@ -62,6 +66,7 @@ fn lookup() -> Option<LibTvmFfi> {
     let error_create = symbol(c"TVMFFIErrorCreate")?;
     let error_set_raised = symbol(c"TVMFFIErrorSetRaised")?;
     let error_move_from_raised = symbol(c"TVMFFIErrorMoveFromRaised")?;
+    let function_get_global = symbol(c"TVMFFIFunctionGetGlobal")?;
     let type_get_or_alloc_index = symbol(c"TVMFFITypeGetOrAllocIndex")?;
     // SAFETY: each symbol is the libtvm_ffi function of that name, whose C signature is the
     // type it is given here.
@@ -73,6 +78,9 @@ fn lookup() -> Option<LibTvmFfi> {
             ),
             error_move_from_raised: std::mem::transmute::<*mut c_void, ErrorMoveFromRaised>(
                 error_move_from_raised.as_ptr(),
+            ),
+            function_get_global: std::mem::transmute::<*mut c_void, FunctionGetGlobal>(
+                function_get_global.as_ptr(),
             ),
             type_get_or_alloc_index: std::mem::transmute::<*mut c_void, TypeGetOrAllocIndex>(
                 type_get_or_alloc_index.as_ptr(),
@@ -128,6 +136,21 @@ impl LibTvmFfi {
             dec_ref(error);
             Some(taken)
         }
+    }
+
+    /// The function registered as `name` in libtvm_ffi's registry (a new reference to a
+    /// Function object), or None.
+    pub fn global_function(&self, name: &str) -> Option<NonNull<DVMObject>> {
+        let name = byte_array(name);
+        let mut function = std::ptr::null_mut();
+        // SAFETY: the name outlives the call, which writes a new reference or NULL.
+        let rc = unsafe { (self.function_get_global)(&name, &mut function) };
+        if rc != 0 {
+            // A failed lookup raised an error there; it is not this library's to report.
+            self.take_raised();
+            return None;
+        }
+        NonNull::new(function)
     }
 
     /// The index libtvm_ffi's registry gives the object type `key` (a direct child of

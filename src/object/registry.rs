@@ -1,10 +1,14 @@
-//! The process-wide registry of global functions, safe under concurrent use.
+//! The process-wide registry of global functions, safe under concurrent use. A name missing here
+//! is looked up in libtvm_ffi's registry when that library is in the process, so functions
+//! registered through tvm-ffi (`tvm_ffi.register_global_func` in Python) are found too.
 
 use std::collections::HashMap;
 use std::sync::{LazyLock, PoisonError, RwLock};
 
 use super::error::{Error, Result};
 use super::function::Function;
+use super::libtvm_ffi;
+use super::object_ref::{AnyObject, ObjectRef};
 
 static GLOBALS: LazyLock<RwLock<HashMap<String, Function>>> = LazyLock::new(Default::default);
 
@@ -23,12 +27,21 @@ pub fn register_global(name: &str, function: Function, allow_override: bool) -> 
     Ok(())
 }
 
-/// The function registered under `name`, or a `KeyError` naming it.
+/// The function registered under `name` here, else in libtvm_ffi's registry, or a `KeyError`
+/// naming it.
 pub fn get_global(name: &str) -> Result<Function> {
-    let globals = GLOBALS.read().unwrap_or_else(PoisonError::into_inner);
-    globals
+    let found = GLOBALS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
         .get(name)
-        .cloned()
+        .cloned();
+    found
+        .or_else(|| {
+            let object = libtvm_ffi::get()?.global_function(name)?;
+            // SAFETY: a new reference to a live object, now ours.
+            let object = unsafe { ObjectRef::<AnyObject>::from_raw(object) };
+            object.downcast().ok().map(Function::from_object)
+        })
         .ok_or_else(|| Error::key(format!("no global function named `{name}`")))
 }
 

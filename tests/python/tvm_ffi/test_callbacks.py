@@ -6,6 +6,7 @@ import threading
 
 import numpy as np
 import pytest
+import tvm_ffi
 
 import discovm
 
@@ -52,6 +53,22 @@ def test_registry_functions_are_listed_called_and_removed(registered):
         discovm.get_global_func("test.callbacks.none")
     with pytest.raises(KeyError):
         discovm.remove_global_func("test.callbacks.none")
+
+
+def test_functions_registered_with_tvm_ffi_are_found_as_in_disco_scripts(sess):
+    # A script written for Disco registers its worker functions in tvm-ffi's registry.
+    @tvm_ffi.register_global_func("test.callbacks.in_tvm_ffi", override=True)
+    def plus_worker(x: int) -> int:
+        return x + discovm.current_worker_id()
+
+    results = sess.get_global_func("test.callbacks.in_tvm_ffi")(100)
+    sess.sync_all()
+    assert [results.debug_get_from_remote(w) for w in range(4)] == [100, 101, 102, 103]
+    assert discovm.get_global_func("test.callbacks.in_tvm_ffi")(1) == 0  # off the workers: -1
+    # The library's own registry comes first.
+    discovm.register_global_func("test.callbacks.in_tvm_ffi", lambda x: -x)
+    assert discovm.get_global_func("test.callbacks.in_tvm_ffi")(1) == -1
+    discovm.remove_global_func("test.callbacks.in_tvm_ffi")
 
 
 def test_results_stay_on_their_worker_and_feed_later_calls(sess, registered):
