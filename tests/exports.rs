@@ -1,7 +1,8 @@
 //! The shared library exports the public C API and nothing else: every defined dynamic symbol
 //! is `dvm_*` or `__tvm_ffi_*`; every function declared in `include/discovm.h` is exported, and
 //! every exported `dvm_*` function is declared there; the `__tvm_ffi_*` functions (the library
-//! as a tvm-ffi module) are exactly the entry points `TVM_FFI.md` documents.
+//! as a tvm-ffi module) are exactly the entry points `TVM_FFI.md` documents, and that page
+//! names every `dvm_*` function (the one it mirrors, or why none does).
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -145,11 +146,15 @@ fn exports_match_the_header() {
     );
 }
 
+fn tvm_ffi_md() -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("TVM_FFI.md"))
+        .expect("TVM_FFI.md is readable")
+}
+
 /// The entry points `TVM_FFI.md` documents: the name of each row `| \`name(...` of its table.
 fn documented_entry_points() -> BTreeSet<String> {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("TVM_FFI.md"))
-        .expect("TVM_FFI.md is readable");
-    doc.lines()
+    tvm_ffi_md()
+        .lines()
         .filter_map(|line| line.strip_prefix("| `"))
         .filter_map(|row| row.split_once('(').map(|(name, _)| name.to_string()))
         .collect()
@@ -183,5 +188,19 @@ fn tvm_ffi_entry_points_are_functions_documented_in_tvm_ffi_md() {
         undocumented.is_empty() && missing.is_empty(),
         "TVM_FFI.md and the library disagree: exported as __tvm_ffi_<name> but not documented: \
          {undocumented:?}; documented but not exported: {missing:?}"
+    );
+}
+
+#[test]
+fn tvm_ffi_md_names_every_c_function() {
+    let doc = tvm_ffi_md();
+    let unnamed: Vec<String> = exported_symbols()
+        .into_iter()
+        .filter(|s| s.starts_with("dvm_") && !doc.contains(&format!("`{s}`")))
+        .collect();
+    assert!(
+        unnamed.is_empty(),
+        "TVM_FFI.md does not say what becomes of these C functions as tvm-ffi entry points (a \
+         row mirroring each, or why none does): {unnamed:?}"
     );
 }
