@@ -8,7 +8,8 @@ use discovm::abi::{DLDataType, DLDevice, DLTensor, KDL_FLOAT};
 use discovm::device::cpu::HostTensor;
 use discovm::object::{Function, Shape, registry};
 use discovm::session::{
-    CopyDirection, DRef, Session, SessionOptions, Target, current_worker, with_worker_stream,
+    CopyDirection, DRef, QUEUE_CAPACITY, Session, SessionOptions, Target, current_worker,
+    with_worker_stream,
 };
 use discovm::{Any, Error, ErrorKind};
 
@@ -166,6 +167,43 @@ fn registers_are_empty_once_every_dref_is_dropped() {
         (s.live_registers(0).unwrap(), s.live_registers(1).unwrap()),
         (0, 0)
     );
+}
+
+#[test]
+fn dropping_drefs_never_waits_for_room_in_a_full_queue() {
+    // A DRef may be dropped by a thread the worker waits for (a Python thread holding the
+    // interpreter lock that the worker's Python function needs), so freeing its register must
+    // not wait for room: here the worker is held inside a call while its queue is full.
+    let s = session(1);
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    global("test.session.held_until_released", move |_| {
+        held.lock().unwrap().recv().unwrap();
+        Ok(Any::None)
+    });
+    let hold = s
+        .get_global_func("test.session.held_until_released")
+        .unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let first = call(&s, &hold, &[]);
+    // With the first call taken off the queue or not, these fill it without ever waiting.
+    let queued: Vec<DRef> = (1..QUEUE_CAPACITY).map(|_| call(&s, &rank, &[])).collect();
+    let (dropped, done) = std::sync::mpsc::channel();
+    let dropper = std::thread::spawn(move || {
+        drop(queued);
+        dropped.send(()).unwrap();
+    });
+    let returned = done.recv_timeout(Duration::from_secs(60));
+    release.send(()).unwrap();
+    dropper.join().unwrap();
+    assert!(
+        returned.is_ok(),
+        "dropping DRefs waited for the held worker"
+    );
+    // The next send queues the frees that found no room; then every register is free again.
+    s.sync_all().unwrap();
+    drop((first, hold, rank));
+    assert_eq!(s.live_registers(0).unwrap(), 0);
 }
 
 #[test]

@@ -88,6 +88,12 @@ impl<T> Channel<T> {
         Ok(())
     }
 
+    /// Queues `value` without waiting and without waking the consumer, or gives it back when
+    /// the queue is full.
+    pub fn try_push(&self, value: T) -> std::result::Result<(), T> {
+        self.queue.push(value)
+    }
+
     /// Queues `value` and wakes the consumer if it sleeps.
     pub fn send(
         &self,

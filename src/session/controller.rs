@@ -103,6 +103,11 @@ pub struct Session {
     spin: SpinPolicy,
     /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown).
     ccl: Mutex<Option<Arc<CpuCcl>>>,
+    /// Registers of dropped DRefs whose frees found a worker's queue full, each with the first
+    /// worker still to be told: the next send queues them (see `free_register`).
+    deferred_frees: Mutex<Vec<(Reg, usize)>>,
+    /// Whether `deferred_frees` may hold something (so that sends skip its lock otherwise).
+    has_deferred_frees: AtomicBool,
 }
 
 /// Which workers a call goes to.
@@ -244,6 +249,8 @@ impl Session {
             timeout: options.timeout,
             spin: options.spin,
             ccl: Mutex::new(None),
+            deferred_frees: Mutex::new(Vec::new()),
+            has_deferred_frees: AtomicBool::new(false),
         });
         for link in &session.workers {
             let _ = link.shared.session.set(Arc::downgrade(&session));
@@ -352,6 +359,7 @@ impl Session {
     /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
         self.open()?;
+        self.queue_deferred_frees()?;
         let pushed = self
             .targets(target)
             .try_for_each(|w| self.push(w, message()));
@@ -398,6 +406,7 @@ impl Session {
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
         self.open()?;
+        self.queue_deferred_frees()?;
         self.push(worker, make(reply.clone()))?;
         self.wake(worker..worker + 1);
         self.wait(worker, &reply, what, self.deadline())
@@ -479,6 +488,7 @@ impl Session {
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
         self.open()?;
+        self.queue_deferred_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
             let reply: Reply<()> = Arc::new(Completion::new());
@@ -541,17 +551,62 @@ impl Session {
         })
     }
 
-    /// Frees a register on every worker (from a dropped DRef), after all earlier calls.
+    /// Frees a register on every worker (from a dropped DRef), after all earlier calls. This
+    /// never waits for room in a full queue: a DRef may be dropped by a thread the workers
+    /// themselves wait for (a Python thread holding the interpreter lock that a worker's
+    /// Python function needs). The workers whose queue is full are told by the next send.
     pub(crate) fn free_register(&self, reg: Reg) {
         if self.open().is_err() {
             return;
         }
-        if (0..self.workers.len())
-            .try_for_each(|w| self.push(w, Message::Kill(reg)))
-            .is_ok()
-        {
+        match (0..self.workers.len()).find(|&w| {
+            self.workers[w]
+                .shared
+                .channel
+                .try_push(Message::Kill(reg))
+                .is_err()
+        }) {
+            None => self.registers.release(reg),
+            Some(untold) => {
+                self.deferred_frees
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push((reg, untold));
+                self.has_deferred_frees.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Queues the frees `free_register` left to the next send, waiting for room as sends do;
+    /// a register is reused once every worker was told. What a failed wait leaves stays for
+    /// the next send.
+    fn queue_deferred_frees(&self) -> Result<()> {
+        if !self.has_deferred_frees.swap(false, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let deferred = std::mem::take(
+            &mut *self
+                .deferred_frees
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        let mut left = deferred.into_iter();
+        while let Some((reg, first)) = left.next() {
+            for w in first..self.workers.len() {
+                if let Err(error) = self.push(w, Message::Kill(reg)) {
+                    let mut back = self
+                        .deferred_frees
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    back.push((reg, w));
+                    back.extend(left);
+                    self.has_deferred_frees.store(true, Ordering::SeqCst);
+                    return Err(error);
+                }
+            }
             self.registers.release(reg);
         }
+        Ok(())
     }
 
     /// Sets up collectives between the workers: `"cpu"` (in-process shared memory, every

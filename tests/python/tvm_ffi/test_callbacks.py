@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -122,6 +124,44 @@ def test_a_failing_function_raises_worker_error_at_the_next_wait_and_the_session
     ok = sess.get_global_func("runtime.disco.worker_rank")()
     sess.sync_all()
     assert ok.debug_get_from_remote(3) == 3
+
+
+HELD_WORKERS_SCRIPT = """
+import threading
+import discovm
+
+CAPACITY = 4096  # messages a worker's queue holds (the library's session::QUEUE_CAPACITY)
+
+release = threading.Event()
+discovm.register_global_func("held", lambda: release.wait())
+calls = []
+discovm.register_global_func("count", calls.append)
+with discovm.ThreadedSession(2) as sess:
+    held, count = sess.get_global_func("held"), sess.get_global_func("count")
+    first = held()
+    # Fill both queues behind the held call, then drop every result: with no room left, the
+    # frees must not wait, for this thread holds the interpreter lock the workers need.
+    results = [count(i) for i in range(CAPACITY - 1)]
+    del results
+    release.set()
+    sess.sync_all()
+    del first
+    assert len(calls) == 2 * (CAPACITY - 1), len(calls)
+    assert [sess.live_registers(w) for w in range(2)] == [2, 2]  # held and count
+print("ok")
+"""
+
+
+def test_dropping_results_while_the_workers_queues_are_full_does_not_wait():
+    # Run apart, so that a wait that never ends fails this test instead of hanging the run.
+    done = subprocess.run(
+        [sys.executable, "-c", HELD_WORKERS_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
 
 
 def test_functions_on_workers_may_call_back_into_the_library(sess, registered):
