@@ -9,39 +9,15 @@
 # progress output goes to stderr.
 set -euo pipefail
 
-numpy_version=2.2.6
-
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv=${DVM_TVM_FFI_VENV:-$repo/target/tvm-ffi-venv}
-
-fail() {
-  printf 'numpy_venv.sh: %s\n' "$*" >&2
-  exit 1
-}
+env_var=DVM_TVM_FFI_VENV
+# shellcheck source=venv_lib.sh
+. "$repo/tests/support/venv_lib.sh"
 
 "$repo/tests/support/tvm_ffi_venv.sh" >/dev/null ||
   fail "could not make the virtual environment $venv (see the message above)."
 
-python=$venv/bin/python
-
-numpy_ready() {
-  "$python" - "$numpy_version" 2>/dev/null <<'EOF_PY'
-import importlib.metadata, sys
-sys.exit(0 if importlib.metadata.version("numpy") == sys.argv[1] else 1)
-EOF_PY
-}
-
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$venv.lock" || fail "cannot open the lock file $venv.lock"
-  flock 9 || fail "cannot lock $venv.lock"
-fi
-
-if ! numpy_ready; then
-  echo "numpy_venv.sh: installing numpy==$numpy_version into $venv" >&2
-  "$python" -m pip install --disable-pip-version-check --no-input "numpy==$numpy_version" >&2 ||
-    fail "pip could not install numpy==$numpy_version into $venv. It needs access to PyPI" \
-      "(or a configured index/proxy, see PIP_INDEX_URL). Fix that and run again, or point" \
-      "DVM_TVM_FFI_VENV at a virtual environment that already has it (and apache-tvm-ffi)."
-  numpy_ready || fail "numpy==$numpy_version was installed into $venv but does not import."
-fi
-printf '%s\n' "$python"
+lock_venv
+require_package numpy 2.2.6
+printf '%s\n' "$venv/bin/python"

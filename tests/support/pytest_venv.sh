@@ -11,29 +11,18 @@
 # progress output goes to stderr.
 set -euo pipefail
 
-pytest_version=8.3.5
-
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv=${DVM_TVM_FFI_VENV:-$repo/target/tvm-ffi-venv}
+env_var=DVM_TVM_FFI_VENV
+# shellcheck source=venv_lib.sh
+. "$repo/tests/support/venv_lib.sh"
 
-fail() {
-  printf 'pytest_venv.sh: %s\n' "$*" >&2
-  exit 1
-}
-
-python=$("$repo/tests/support/numpy_venv.sh" | tail -n 1) ||
+"$repo/tests/support/numpy_venv.sh" >/dev/null ||
   fail "could not make the virtual environment $venv with numpy (see the message above)."
-
-pytest_ready() {
-  "$python" - "$pytest_version" 2>/dev/null <<'EOF_PY'
-import importlib.metadata, sys
-sys.exit(0 if importlib.metadata.version("pytest") == sys.argv[1] else 1)
-EOF_PY
-}
 
 # The package is ready when `import discovm` finds this repository's python/discovm.
 package_ready() {
-  "$python" - "$repo/python/discovm" 2>/dev/null <<'EOF_PY'
+  "$venv/bin/python" - "$repo/python/discovm" 2>/dev/null <<'EOF_PY'
 import importlib.util, os, sys
 spec = importlib.util.find_spec("discovm")
 found = spec is not None and list(spec.submodule_search_locations or [])
@@ -41,26 +30,11 @@ sys.exit(0 if found and os.path.samefile(found[0], sys.argv[1]) else 1)
 EOF_PY
 }
 
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"$venv.lock" || fail "cannot open the lock file $venv.lock"
-  flock 9 || fail "cannot lock $venv.lock"
-fi
-
-if ! pytest_ready; then
-  echo "pytest_venv.sh: installing pytest==$pytest_version into $venv" >&2
-  "$python" -m pip install --disable-pip-version-check --no-input "pytest==$pytest_version" >&2 ||
-    fail "pip could not install pytest==$pytest_version into $venv. It needs access to PyPI" \
-      "(or a configured index/proxy, see PIP_INDEX_URL). Fix that and run again, or point" \
-      "DVM_TVM_FFI_VENV at a virtual environment that already has it (and numpy, apache-tvm-ffi)."
-  pytest_ready || fail "pytest==$pytest_version was installed into $venv but does not import."
-fi
-
+lock_venv
+require_package pytest 8.3.5
 if ! package_ready; then
-  echo "pytest_venv.sh: installing the discovm package from $repo/python into $venv" >&2
-  "$python" -m pip install --disable-pip-version-check --no-input --no-deps -e "$repo/python" >&2 ||
-    fail "pip could not install $repo/python into $venv (building it needs setuptools from" \
-      "PyPI, or a configured index/proxy, see PIP_INDEX_URL). Fix that and run again."
+  pip_install "the discovm package from $repo/python" --no-deps -e "$repo/python"
   package_ready || fail "the discovm package was installed into $venv, but its python does" \
     "not import it from $repo/python/discovm."
 fi
-printf '%s\n' "$python"
+printf '%s\n' "$venv/bin/python"
