@@ -10,8 +10,8 @@
 //!   from a Python virtual environment made by `tests/support/tvm_ffi_venv.sh`; the first run
 //!   needs python3 (with venv) and access to PyPI.
 
-#[path = "support/tvm_ffi_venv.rs"]
-mod tvm_ffi_venv;
+#[path = "support/venvs.rs"]
+mod venvs;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -138,7 +138,7 @@ fn run_abi_check(lang: &Lang, tvm_ffi_first: bool) -> String {
     };
     let program = out_dir().join(format!("abi_vs_tvm_ffi.{}.{order}", lang.name));
     let mut command = compiler(lang);
-    command.arg("-isystem").arg(tvm_ffi_venv::include_dir());
+    command.arg("-isystem").arg(venvs::tvm_ffi_include_dir());
     if tvm_ffi_first {
         command.arg("-DDVM_TVM_FFI_FIRST");
     }
@@ -194,7 +194,7 @@ fn abi_header_matches_tvm_ffi_in_both_include_orders() {
 /// compared by `abi_vs_tvm_ffi.c` (and hence exist in discovm_abi.h with the same value).
 #[test]
 fn abi_check_covers_every_tvm_ffi_type_index() {
-    let c_api_path = tvm_ffi_venv::include_dir().join("tvm/ffi/c_api.h");
+    let c_api_path = venvs::tvm_ffi_include_dir().join("tvm/ffi/c_api.h");
     let c_api = fs::read_to_string(&c_api_path)
         .unwrap_or_else(|e| panic!("cannot read {}: {e}", c_api_path.display()));
     let check = fs::read_to_string(repo().join("tests/c/abi_vs_tvm_ffi.c")).unwrap();

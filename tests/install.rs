@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+#[path = "support/venvs.rs"]
+mod venvs;
+
 /// The package version, as installed file names and the package files carry it.
 const VERSION: &str = env!("CARGO_PKG_VERSION");
 const MAJOR: &str = env!("CARGO_PKG_VERSION_MAJOR");
@@ -146,32 +149,6 @@ fn pkg_config(args: &[&str]) -> String {
     run_or(&mut command, hint).trim().to_string()
 }
 
-/// The `cmake` of the virtual environment made by `tests/support/cmake_venv.sh`.
-fn cmake() -> &'static Path {
-    static CMAKE: OnceLock<PathBuf> = OnceLock::new();
-    CMAKE.get_or_init(|| {
-        let script = repo().join("tests/support/cmake_venv.sh");
-        let output = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run bash {}: {e}", script.display()));
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let last_line = stdout.lines().last().unwrap_or("").trim();
-        assert!(
-            output.status.success() && !last_line.is_empty(),
-            "{} failed ({}):\n{}\n\
-             The CMake test installs CMake from PyPI into a Python virtual environment. Install \
-             python3 with its venv module and let pip reach PyPI once (or a mirror, through \
-             PIP_INDEX_URL), or set DVM_CMAKE_VENV to a virtual environment that already has \
-             it; then run the tests again.",
-            script.display(),
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(last_line)
-    })
-}
-
 #[test]
 fn install_puts_the_libraries_headers_and_package_files_under_prefix() {
     let prefix = prefix();
@@ -295,7 +272,7 @@ fn pkg_config_static_builds_a_c_program_with_the_static_library() {
 #[test]
 fn cmake_find_package_builds_a_cxx_program_against_both_libraries() {
     let build = fresh_dir("cmake-build");
-    let configured = run(Command::new(cmake())
+    let configured = run(Command::new(venvs::cmake())
         .arg("-S")
         .arg(repo().join("tests/consumers/cmake"))
         .arg("-B")
@@ -309,7 +286,7 @@ fn cmake_find_package_builds_a_cxx_program_against_both_libraries() {
         configured.contains(&expected),
         "cmake did not report `{expected}`:\n{configured}"
     );
-    run(Command::new(cmake()).arg("--build").arg(&build));
+    run(Command::new(venvs::cmake()).arg("--build").arg(&build));
     let expected_output =
         format!("discovm {VERSION} from C++: worker ranks 0 1\na missing function is a KeyError\n");
     for (target, dynamic) in [("consumer_shared", true), ("consumer_static", false)] {
@@ -357,7 +334,7 @@ endforeach()
     let next_minor = format!("{major}.{}", minor + 1);
     let next_major = format!("{}.0", major + 1);
     let requests = [VERSION, &same_minor, &next_minor, &next_major].join(";");
-    let output = Command::new(cmake())
+    let output = Command::new(venvs::cmake())
         .arg(format!("-DREQUESTS={requests}"))
         .arg(format!(
             "-DVERSION_FILE={}",

@@ -4,8 +4,8 @@
 //! `tests/support/tvm_ffi_venv.sh` makes), loaded with `dlopen` in the middle of the test, as a
 //! program that loads tvm-ffi late would. One test, since it changes the whole process.
 
-#[path = "support/tvm_ffi_venv.rs"]
-mod tvm_ffi_venv;
+#[path = "support/venvs.rs"]
+mod venvs;
 
 use std::ffi::{CStr, CString, c_char, c_void};
 use std::ptr::NonNull;
@@ -46,7 +46,7 @@ struct TvmFfi {
 }
 
 fn load_libtvm_ffi() -> TvmFfi {
-    let path = tvm_ffi_venv::shared_library();
+    let path = venvs::tvm_ffi_shared_library();
     let c_path = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: loads a shared library into the global scope, as tvm-ffi's Python package does.
     let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };

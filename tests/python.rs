@@ -9,6 +9,8 @@
 
 #[path = "support/built_library.rs"]
 mod built_library;
+#[path = "support/venvs.rs"]
+mod venvs;
 
 use std::path::Path;
 use std::process::Command;
@@ -38,7 +40,7 @@ fn run(mut python: Command, may_skip: bool) {
 }
 
 /// Runs a test script with the library's path as its argument.
-fn run_python(interpreter: &str, script: &str, may_skip: bool) {
+fn run_python(interpreter: impl AsRef<std::ffi::OsStr>, script: &str, may_skip: bool) {
     let mut python = Command::new(interpreter);
     python
         .arg(Path::new(REPO).join(script))
@@ -51,31 +53,9 @@ fn ctypes_calls_and_errors() {
     run_python("python3", "tests/python/test_ctypes.py", false);
 }
 
-/// The python of the virtual environment a support script makes (once) with `what` in it.
-fn venv_python(script: &str, what: &str) -> String {
-    let script = Path::new(REPO).join(script);
-    let output = Command::new("bash")
-        .arg(&script)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-    assert!(
-        output.status.success(),
-        "{} failed, so the tests that need {what} cannot run (the script's message says how \
-         to fix it):\n{}",
-        script.display(),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("the script prints a path")
-        .lines()
-        .last()
-        .expect("the script prints the python path last")
-        .to_string()
-}
-
 #[test]
 fn dlpack_round_trips_with_numpy() {
-    let python = venv_python("tests/support/numpy_venv.sh", "numpy");
+    let python = venvs::numpy_python();
     run_python(&python, "tests/python/test_dlpack_numpy.py", false);
 }
 
@@ -88,10 +68,7 @@ fn dlpack_with_cuda_consumers() {
 
 #[test]
 fn tvm_ffi_module_and_python_package() {
-    let python = venv_python(
-        "tests/support/pytest_venv.sh",
-        "pytest, numpy, apache-tvm-ffi and the discovm package",
-    );
+    let python = venvs::pytest_python();
     let mut pytest = Command::new(python);
     pytest
         .args([
