@@ -14,169 +14,12 @@ Needs numpy (tests/support/numpy_venv.sh makes an environment with it). Exits 1 
 
 import ctypes
 import gc
-import sys
 
 import numpy as np
 
-# ---- DLPack and the object header, as ctypes structures --------------------------------------
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [
-        ("data", ctypes.c_void_p),
-        ("device", DLDevice),
-        ("ndim", ctypes.c_int32),
-        ("dtype", DLDataType),
-        ("shape", ctypes.POINTER(ctypes.c_int64)),
-        ("strides", ctypes.POINTER(ctypes.c_int64)),
-        ("byte_offset", ctypes.c_uint64),
-    ]
-
-
-class DLManagedTensorVersioned(ctypes.Structure):
-    pass
-
-
-DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensorVersioned))
-DLManagedTensorVersioned._fields_ = [
-    ("major", ctypes.c_uint32),
-    ("minor", ctypes.c_uint32),
-    ("manager_ctx", ctypes.c_void_p),
-    ("deleter", ctypes.c_void_p),
-    ("flags", ctypes.c_uint64),
-    ("dl_tensor", DLTensor),
-]
-
-
-class DVMObject(ctypes.Structure):
-    _fields_ = [
-        ("combined_ref_count", ctypes.c_uint64),
-        ("type_index", ctypes.c_int32),
-        ("padding", ctypes.c_uint32),
-        ("deleter", ctypes.c_void_p),
-    ]
-
-
-KDL_CPU, KDL_FLOAT = 1, 2
-CPU = DLDevice(KDL_CPU, 0)
-F32 = DLDataType(KDL_FLOAT, 32, 1)
-DVM_OK, DVM_VALUE_ERROR = 0, 1
-
-# ---- The library -------------------------------------------------------------------------------
-
-lib = ctypes.CDLL(sys.argv[1] if len(sys.argv) > 1 else "libdiscovm.so")
-P = ctypes.c_void_p
-lib.dvm_tensor_empty.argtypes = [
-    ctypes.POINTER(ctypes.c_int64), ctypes.c_int32, DLDataType, DLDevice, ctypes.POINTER(P)
-]
-lib.dvm_tensor_free.argtypes = [P]
-lib.dvm_tensor_free.restype = None
-lib.dvm_tensor_read.argtypes = [P, P, ctypes.c_size_t]
-lib.dvm_tensor_write.argtypes = [P, P, ctypes.c_size_t]
-lib.dvm_tensor_copy.argtypes = [P, P, P]
-lib.dvm_tensor_to_dlpack.argtypes = [P, ctypes.POINTER(P)]
-lib.dvm_tensor_from_dlpack.argtypes = [P, ctypes.POINTER(P)]
-lib.dvm_stream_new.argtypes = [DLDevice, ctypes.POINTER(P)]
-lib.dvm_stream_sync.argtypes = [P]
-lib.dvm_stream_free.argtypes = [P]
-lib.dvm_stream_free.restype = None
-lib.dvm_object_inc_ref.argtypes = [P]
-lib.dvm_last_error_kind.restype = ctypes.c_char_p
-lib.dvm_last_error_message.restype = ctypes.c_char_p
-
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print(f"FAILED: {what}", file=sys.stderr)
-
-
-def ok(status, what):
-    if status != DVM_OK:
-        kind = lib.dvm_last_error_kind().decode()
-        message = lib.dvm_last_error_message().decode()
-        raise SystemExit(f"FAILED: {what} returned {status}: {kind}: {message}")
-
-
-def strong_count(handle):
-    return DVMObject.from_address(handle).combined_ref_count & 0xFFFFFFFF
-
-
-def empty(shape):
-    dims = (ctypes.c_int64 * len(shape))(*shape)
-    out = P()
-    ok(lib.dvm_tensor_empty(dims, len(shape), F32, CPU, ctypes.byref(out)), "dvm_tensor_empty")
-    return out.value
-
-
-def read_f32(handle, count):
-    out = (ctypes.c_float * count)()
-    ok(lib.dvm_tensor_read(handle, out, ctypes.sizeof(out)), "dvm_tensor_read")
-    return list(out)
-
-
-def write_f32(handle, values):
-    data = (ctypes.c_float * len(values))(*values)
-    ok(lib.dvm_tensor_write(handle, data, ctypes.sizeof(data)), "dvm_tensor_write")
-
-
-# ---- PyCapsules through the C API of Python ----------------------------------------------------
-
-api = ctypes.pythonapi
-# The destructor gets a capsule that is being destroyed: take it as a bare pointer (a
-# py_object would touch its reference count) and use the raw forms of the capsule functions.
-CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, P)
-raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, P, ctypes.c_char_p)(("PyCapsule_IsValid", api))
-raw_get_pointer = ctypes.PYFUNCTYPE(P, P, ctypes.c_char_p)(("PyCapsule_GetPointer", api))
-api.PyCapsule_New.restype = ctypes.py_object
-api.PyCapsule_New.argtypes = [P, ctypes.c_char_p, CAPSULE_DESTRUCTOR]
-api.PyCapsule_IsValid.restype = ctypes.c_int
-api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-api.PyCapsule_GetPointer.restype = P
-api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-api.PyCapsule_SetName.restype = ctypes.c_int
-api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-VERSIONED = b"dltensor_versioned"
-USED = b"used_dltensor_versioned"
-
-
-@CAPSULE_DESTRUCTOR
-def drop_unconsumed(capsule):
-    # A capsule nobody consumed still owns the export: release it (DLPack's rule).
-    if raw_is_valid(capsule, VERSIONED):
-        managed = ctypes.cast(raw_get_pointer(capsule, VERSIONED),
-                              ctypes.POINTER(DLManagedTensorVersioned))
-        DELETER(managed.contents.deleter)(managed)
-
-
-class Export:
-    """Hands numpy one export of our tensor through the __dlpack__ protocol."""
-
-    def __init__(self, handle):
-        managed = P()
-        ok(lib.dvm_tensor_to_dlpack(handle, ctypes.byref(managed)), "dvm_tensor_to_dlpack")
-        self.capsule = api.PyCapsule_New(managed, VERSIONED, drop_unconsumed)
-
-    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
-        check(max_version is not None and max_version[0] >= 1,
-              f"numpy asks for a versioned capsule (max_version={max_version})")
-        capsule, self.capsule = self.capsule, None
-        return capsule
-
-    def __dlpack_device__(self):
-        return (KDL_CPU, 0)
+from dlpack_ctypes import (CPU, DVM_VALUE_ERROR, USED, VERSIONED, VERSIONED_DELETER,
+                           DLManagedTensorVersioned, Export, P, api, check, empty, finish, lib,
+                           ok, read_f32, strong_count, write_f32)
 
 
 def numpy_reads_our_tensor():
@@ -188,7 +31,10 @@ def numpy_reads_our_tensor():
     del unused
     gc.collect()
     check(strong_count(t) == 1, "an export nobody consumed is released with its capsule")
-    array = np.from_dlpack(Export(t))
+    export = Export(t)
+    array = np.from_dlpack(export)
+    check(export.asked is not None and export.asked[0] >= 1,
+          f"numpy asks for a versioned capsule (max_version={export.asked})")
     check(strong_count(t) == 2, "the export holds a reference")
     check(array.shape == (2, 3) and array.dtype == np.float32, f"shape/dtype: {array!r}")
     check(array.tolist() == [[1, 2, 3], [4, 5, 6]], f"values: {array.tolist()}")
@@ -218,10 +64,10 @@ def numpy_tensor_through_our_streams():
     managed = ctypes.cast(api.PyCapsule_GetPointer(capsule, VERSIONED),
                           ctypes.POINTER(DLManagedTensorVersioned))
     # Count numpy's deleter: wrap it.
-    original = DELETER(managed.contents.deleter)
+    original = VERSIONED_DELETER(managed.contents.deleter)
     calls = []
 
-    @DELETER
+    @VERSIONED_DELETER
     def counting(m):
         calls.append(1)
         original(m)
@@ -304,7 +150,4 @@ numpy_reads_our_tensor()
 numpy_tensor_through_our_streams()
 read_only_arrays_stay_unwritten()
 strided_views_are_refused()
-if failures:
-    print(f"{failures} checks FAILED", file=sys.stderr)
-    sys.exit(1)
-print("dlpack with numpy: all checks passed")
+finish("dlpack with numpy")
