@@ -511,6 +511,23 @@ impl Comm {
         Ok(raw.cast())
     }
 
+    /// Makes one NCCL call named `name` on this communicator's GPU, enqueued on `stream` after
+    /// checking that it and `regions` are on that GPU; `call` gets the communicator and the raw
+    /// stream.
+    fn enqueue(
+        &self,
+        name: &str,
+        stream: &dyn DeviceStream,
+        regions: &[&Region],
+        call: impl FnOnce(RawComm, RawStream) -> NcclResult,
+    ) -> Result<()> {
+        let raw = self.stream(stream, regions)?;
+        let _ctx = self.device.enter()?;
+        let comm = self.lock();
+        let code = call(comm.0, raw);
+        self.nccl.check(name, code, Some(comm.0))
+    }
+
     /// Enqueues `ncclAllReduce` of `send` into `recv` (the same count and type) on `stream`.
     pub fn all_reduce(
         &self,
@@ -519,23 +536,21 @@ impl Comm {
         op: RedOp,
         stream: &dyn DeviceStream,
     ) -> Result<()> {
-        let raw = self.stream(stream, &[send, recv])?;
-        let _ctx = self.device.enter()?;
-        let comm = self.lock();
-        // SAFETY: both regions lie in live CUDA tensors of this GPU (the regions hold them;
-        // frees are ordered after this stream's work), `recv` holds `send.count` elements.
-        let code = unsafe {
-            (self.nccl.api.all_reduce)(
-                send.ptr(),
-                recv.ptr(),
-                send.count,
-                send.nccl_type,
-                op as c_int,
-                comm.0,
-                raw,
-            )
-        };
-        self.nccl.check("ncclAllReduce", code, Some(comm.0))
+        self.enqueue("ncclAllReduce", stream, &[send, recv], |comm, raw| {
+            // SAFETY: both regions lie in live CUDA tensors of this GPU (the regions hold them;
+            // frees are ordered after this stream's work), `recv` holds `send.count` elements.
+            unsafe {
+                (self.nccl.api.all_reduce)(
+                    send.ptr(),
+                    recv.ptr(),
+                    send.count,
+                    send.nccl_type,
+                    op as c_int,
+                    comm,
+                    raw,
+                )
+            }
+        })
     }
 
     /// Enqueues `ncclAllGather`: every rank's `send` into its place in `recv`.
@@ -545,21 +560,19 @@ impl Comm {
         recv: &Region,
         stream: &dyn DeviceStream,
     ) -> Result<()> {
-        let raw = self.stream(stream, &[send, recv])?;
-        let _ctx = self.device.enter()?;
-        let comm = self.lock();
-        // SAFETY: as in `all_reduce`; `recv` holds `size * send.count` elements.
-        let code = unsafe {
-            (self.nccl.api.all_gather)(
-                send.ptr(),
-                recv.ptr(),
-                send.count,
-                send.nccl_type,
-                comm.0,
-                raw,
-            )
-        };
-        self.nccl.check("ncclAllGather", code, Some(comm.0))
+        self.enqueue("ncclAllGather", stream, &[send, recv], |comm, raw| {
+            // SAFETY: as in `all_reduce`; `recv` holds `size * send.count` elements.
+            unsafe {
+                (self.nccl.api.all_gather)(
+                    send.ptr(),
+                    recv.ptr(),
+                    send.count,
+                    send.nccl_type,
+                    comm,
+                    raw,
+                )
+            }
+        })
     }
 
     /// Enqueues `ncclBroadcast` of the root's `send` into every rank's `recv` (`send` is read
@@ -572,47 +585,39 @@ impl Comm {
         stream: &dyn DeviceStream,
     ) -> Result<()> {
         let send = send.unwrap_or(recv);
-        let raw = self.stream(stream, &[send, recv])?;
         let root = as_int(root, "root")?;
-        let _ctx = self.device.enter()?;
-        let comm = self.lock();
-        // SAFETY: as in `all_reduce`.
-        let code = unsafe {
-            (self.nccl.api.broadcast)(
-                send.ptr(),
-                recv.ptr(),
-                recv.count,
-                recv.nccl_type,
-                root,
-                comm.0,
-                raw,
-            )
-        };
-        self.nccl.check("ncclBroadcast", code, Some(comm.0))
+        self.enqueue("ncclBroadcast", stream, &[send, recv], |comm, raw| {
+            // SAFETY: as in `all_reduce`.
+            unsafe {
+                (self.nccl.api.broadcast)(
+                    send.ptr(),
+                    recv.ptr(),
+                    recv.count,
+                    recv.nccl_type,
+                    root,
+                    comm,
+                    raw,
+                )
+            }
+        })
     }
 
     /// Enqueues `ncclSend` of `buf` to rank `peer`.
     pub fn send(&self, buf: &Region, peer: usize, stream: &dyn DeviceStream) -> Result<()> {
-        let raw = self.stream(stream, &[buf])?;
         let peer = as_int(peer, "peer")?;
-        let _ctx = self.device.enter()?;
-        let comm = self.lock();
-        // SAFETY: as in `all_reduce`.
-        let code =
-            unsafe { (self.nccl.api.send)(buf.ptr(), buf.count, buf.nccl_type, peer, comm.0, raw) };
-        self.nccl.check("ncclSend", code, Some(comm.0))
+        self.enqueue("ncclSend", stream, &[buf], |comm, raw| {
+            // SAFETY: as in `all_reduce`.
+            unsafe { (self.nccl.api.send)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
+        })
     }
 
     /// Enqueues `ncclRecv` into `buf` from rank `peer`.
     pub fn recv(&self, buf: &Region, peer: usize, stream: &dyn DeviceStream) -> Result<()> {
-        let raw = self.stream(stream, &[buf])?;
         let peer = as_int(peer, "peer")?;
-        let _ctx = self.device.enter()?;
-        let comm = self.lock();
-        // SAFETY: as in `all_reduce`.
-        let code =
-            unsafe { (self.nccl.api.recv)(buf.ptr(), buf.count, buf.nccl_type, peer, comm.0, raw) };
-        self.nccl.check("ncclRecv", code, Some(comm.0))
+        self.enqueue("ncclRecv", stream, &[buf], |comm, raw| {
+            // SAFETY: as in `all_reduce`.
+            unsafe { (self.nccl.api.recv)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
+        })
     }
 }
 
