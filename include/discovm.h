@@ -166,7 +166,7 @@ dvm_status dvm_device_count(int32_t device_type, int32_t *out);
  * `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
  * Thread safety: any thread.
  */
-dvm_status dvm_dref_get(const dvm_dref *r, int32_t worker, DVMAny *out);
+dvm_status dvm_dref_get(const dvm_dref *dref, int32_t worker, DVMAny *out);
 
 /**
  * Sets the value of the register on `worker`, after every call sent before (returns at once).
@@ -176,7 +176,7 @@ dvm_status dvm_dref_get(const dvm_dref *r, int32_t worker, DVMAny *out);
  * (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
  * Thread safety: any thread.
  */
-dvm_status dvm_dref_set(const dvm_dref *r, int32_t worker, const DVMAny *value);
+dvm_status dvm_dref_set(const dvm_dref *dref, int32_t worker, const DVMAny *value);
 
 /**
  * Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
@@ -184,7 +184,7 @@ dvm_status dvm_dref_set(const dvm_dref *r, int32_t worker, const DVMAny *value);
  *
  * Thread safety: any thread.
  */
-void dvm_dref_free(dvm_dref *r);
+void dvm_dref_free(dvm_dref *dref);
 
 /**
  * The kind of the calling thread's most recent error (`"ValueError"`, `"WorkerError"`, ...),
@@ -307,11 +307,11 @@ dvm_status dvm_session_new_threaded(int32_t num_workers,
                                     dvm_session **out);
 
 /**
- * The number of workers, or -1 if `s` is not a session.
+ * The number of workers, or -1 if `session` is not a session.
  *
  * Thread safety: any thread.
  */
-int32_t dvm_session_num_workers(const dvm_session *s);
+int32_t dvm_session_num_workers(const dvm_session *session);
 
 /**
  * Looks up a global function for use on the workers, as `dvm_func_get_global` does. The name
@@ -322,7 +322,7 @@ int32_t dvm_session_num_workers(const dvm_session *s);
  * shutdown; `ValueError` for NULL arguments.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_get_global_func(dvm_session *s, const char *name, dvm_dref **out);
+dvm_status dvm_session_get_global_func(dvm_session *session, const char *name, dvm_dref **out);
 
 /**
  * Broadcasts a call of the function in `func` to every worker. Arguments are copied once and
@@ -335,7 +335,7 @@ dvm_status dvm_session_get_global_func(dvm_session *s, const char *name, dvm_dre
  * type index; `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_call(dvm_session *s,
+dvm_status dvm_session_call(dvm_session *session,
                             const dvm_dref *func,
                             const DVMAny *args,
                             int32_t num_args,
@@ -349,7 +349,7 @@ dvm_status dvm_session_call(dvm_session *s,
  * `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_sync_worker(dvm_session *s, int32_t worker);
+dvm_status dvm_session_sync_worker(dvm_session *session, int32_t worker);
 
 /**
  * Waits until every call sent so far to every worker has finished (syncs go out to all
@@ -358,7 +358,7 @@ dvm_status dvm_session_sync_worker(dvm_session *s, int32_t worker);
  * Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_sync_all(dvm_session *s);
+dvm_status dvm_session_sync_all(dvm_session *session);
 
 /**
  * Sets up collectives between the session's workers, so that worker-side functions can call
@@ -396,7 +396,7 @@ dvm_status dvm_session_sync_all(dvm_session *s);
  * with a `WorkerError` that names the worker and the call.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_init_ccl(dvm_session *s,
+dvm_status dvm_session_init_ccl(dvm_session *session,
                                 const char *backend,
                                 const int32_t *device_ids,
                                 int32_t n);
@@ -411,7 +411,9 @@ dvm_status dvm_session_init_ccl(dvm_session *s,
  * tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_copy_to_worker0(dvm_session *s, const DLTensor *host, const dvm_dref *dst);
+dvm_status dvm_session_copy_to_worker0(dvm_session *session,
+                                       const DLTensor *host,
+                                       const dvm_dref *dst);
 
 /**
  * Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
@@ -422,7 +424,7 @@ dvm_status dvm_session_copy_to_worker0(dvm_session *s, const DLTensor *host, con
  * Errors: as `dvm_session_copy_to_worker0`.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_copy_from_worker0(dvm_session *s, DLTensor *host, const dvm_dref *src);
+dvm_status dvm_session_copy_from_worker0(dvm_session *session, DLTensor *host, const dvm_dref *src);
 
 /**
  * How many registers hold a value on `worker`, after every call sent before (0 once every DRef
@@ -431,7 +433,7 @@ dvm_status dvm_session_copy_from_worker0(dvm_session *s, DLTensor *host, const d
  * Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_live_registers(dvm_session *s, int32_t worker, int64_t *out);
+dvm_status dvm_session_live_registers(dvm_session *session, int32_t worker, int64_t *out);
 
 /**
  * Stops the workers once the work already sent has run, and joins their threads. Every later
@@ -442,7 +444,7 @@ dvm_status dvm_session_live_registers(dvm_session *s, int32_t worker, int64_t *o
  * left running); `ValueError` for NULL.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_shutdown(dvm_session *s);
+dvm_status dvm_session_shutdown(dvm_session *session);
 
 /**
  * Drops a reference to a session. NULL is fine. The workers stop when the last reference to
@@ -450,7 +452,7 @@ dvm_status dvm_session_shutdown(dvm_session *s);
  *
  * Thread safety: any thread.
  */
-void dvm_session_free(dvm_session *s);
+void dvm_session_free(dvm_session *session);
 
 /**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
@@ -671,14 +673,14 @@ dvm_status dvm_shape_new(const int64_t *dims, int32_t ndim, DVMAny *out);
  * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_worker(dvm_session *s, int32_t worker, dvm_worker **out);
+dvm_status dvm_session_worker(dvm_session *session, int32_t worker, dvm_worker **out);
 
 /**
  * Drops a reference to a worker handle. NULL is fine.
  *
  * Thread safety: any thread.
  */
-void dvm_worker_free(dvm_worker *w);
+void dvm_worker_free(dvm_worker *worker);
 
 /**
  * Calls the function in `func` on this worker only. The result DRef holds a value on this
@@ -687,7 +689,7 @@ void dvm_worker_free(dvm_worker *w);
  * Ownership and errors: as `dvm_session_call`.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_call(dvm_worker *w,
+dvm_status dvm_worker_call(dvm_worker *worker,
                            const dvm_dref *func,
                            const DVMAny *args,
                            int32_t num_args,
@@ -699,22 +701,22 @@ dvm_status dvm_worker_call(dvm_worker *w,
  * Errors: as `dvm_session_sync_worker`.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_sync(dvm_worker *w);
+dvm_status dvm_worker_sync(dvm_worker *worker);
 
 /**
- * The worker's id (0-based), or -1 if `w` is not a worker.
+ * The worker's id (0-based), or -1 if `worker` is not a worker.
  *
  * Thread safety: any thread.
  */
-int32_t dvm_worker_id(const dvm_worker *w);
+int32_t dvm_worker_id(const dvm_worker *worker);
 
 /**
  * The worker's device.
  *
- * Errors: `ValueError` for NULL pointers; `TypeError` if `w` is not a worker.
+ * Errors: `ValueError` for NULL pointers; `TypeError` if `worker` is not a worker.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_device(const dvm_worker *w, DLDevice *out);
+dvm_status dvm_worker_device(const dvm_worker *worker, DLDevice *out);
 
 /**
  * The id of the worker running the calling thread, or -1 off worker threads.

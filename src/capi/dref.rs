@@ -37,14 +37,14 @@ pub(crate) fn dref_handle(dref: DRef) -> *mut dvm_dref {
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_get(
-    r: *const dvm_dref,
+    dref: *const dvm_dref,
     worker: i32,
     out: *mut DVMAny,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let value = unsafe { dref_arg(r, "dref") }?.get(worker.into())?;
+        let value = unsafe { dref_arg(dref, "dref") }?.get(worker.into())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, value.into_raw()) };
         Ok(())
@@ -59,14 +59,14 @@ pub unsafe extern "C" fn dvm_dref_get(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_set(
-    r: *const dvm_dref,
+    dref: *const dvm_dref,
     worker: i32,
     value: *const DVMAny,
 ) -> dvm_status {
     boundary(|| {
         let value = non_null(value, "value")?;
         // SAFETY: NULL or a live handle, by contract.
-        let dref = unsafe { dref_arg(r, "dref") }?;
+        let dref = unsafe { dref_arg(dref, "dref") }?;
         // SAFETY: the caller vouches for the value for the duration of the call.
         let view = unsafe { AnyView::from_raw(*value.as_ptr()) };
         view.validate()?;
@@ -79,9 +79,9 @@ pub unsafe extern "C" fn dvm_dref_set(
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_dref_free(r: *mut dvm_dref) {
-    if !r.is_null() {
+pub unsafe extern "C" fn dvm_dref_free(dref: *mut dvm_dref) {
+    if !dref.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(r.cast()) };
+        unsafe { super::dvm_object_dec_ref(dref.cast()) };
     }
 }

@@ -134,15 +134,15 @@ pub unsafe extern "C" fn dvm_session_new_threaded(
     })
 }
 
-/// The number of workers, or -1 if `s` is not a session.
+/// The number of workers, or -1 if `session` is not a session.
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
+pub unsafe extern "C" fn dvm_session_num_workers(session: *const dvm_session) -> i32 {
     // SAFETY: NULL or a live handle, by contract.
     boundary_or(
         |_| -1,
-        || Ok(unsafe { session_arg(s) }?.num_workers() as i32),
+        || Ok(unsafe { session_arg(session) }?.num_workers() as i32),
     )
 }
 
@@ -155,14 +155,14 @@ pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_get_global_func(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     name: *const c_char,
     out: *mut *mut dvm_dref,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle / NUL-terminated string, by contract.
-        let (session, name) = unsafe { (session_arg(s)?, c_str(name, "name")?) };
+        let (session, name) = unsafe { (session_arg(session)?, c_str(name, "name")?) };
         let dref = session.get_global_func(name)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, dref_handle(dref)) };
@@ -181,7 +181,7 @@ pub unsafe extern "C" fn dvm_session_get_global_func(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_call(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     func: *const dvm_dref,
     args: *const DVMAny,
     num_args: i32,
@@ -189,7 +189,7 @@ pub unsafe extern "C" fn dvm_session_call(
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         // SAFETY: as documented above.
         unsafe { call_with(&session.0, Target::All, func, args, num_args, out) }
     })
@@ -202,10 +202,13 @@ pub unsafe extern "C" fn dvm_session_call(
 /// `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_sync_worker(s: *mut dvm_session, worker: i32) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_sync_worker(
+    session: *mut dvm_session,
+    worker: i32,
+) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         session.sync_worker(session.worker_index(worker.into())?)
     })
 }
@@ -216,9 +219,9 @@ pub unsafe extern "C" fn dvm_session_sync_worker(s: *mut dvm_session, worker: i3
 /// Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_sync_all(session: *mut dvm_session) -> dvm_status {
     // SAFETY: NULL or a live handle, by contract.
-    boundary(|| unsafe { session_arg(s) }?.sync_all())
+    boundary(|| unsafe { session_arg(session) }?.sync_all())
 }
 
 /// Sets up collectives between the session's workers, so that worker-side functions can call
@@ -257,14 +260,14 @@ pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_init_ccl(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     backend: *const c_char,
     device_ids: *const i32,
     n: i32,
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         // SAFETY: NULL or a terminated string, by contract.
         let backend = unsafe { c_str(backend, "backend") }?;
         // SAFETY: `device_ids` holds `n` entries, by contract.
@@ -281,28 +284,30 @@ pub(crate) unsafe fn copy_host(
     session: &Arc<Session>,
     host: &DLTensor,
     dref: &DRef,
+    name: &'static str,
     direction: CopyDirection,
 ) -> crate::Result<()> {
     // SAFETY: as the caller promises; the session waits for worker 0 (or for it to finish a
     // copy it started) before returning.
     let host = unsafe { HostTensor::new(host) }?;
-    session.copy_worker0(host, dref, direction)
+    session.copy_worker0(host, dref, name, direction)
 }
 
 /// # Safety
 /// As for the two copy functions.
 unsafe fn copy_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *const DLTensor,
     dref: *const dvm_dref,
+    name: &'static str,
     direction: CopyDirection,
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or live handles, by contract.
-        let (session, dref) = unsafe { (session_arg(s)?, dref_arg(dref, "dref")?) };
+        let (session, dref) = unsafe { (session_arg(session)?, dref_arg(dref, name)?) };
         let host = non_null(host, "host")?;
         // SAFETY: the caller vouches for the host buffer until this call returns.
-        unsafe { copy_host(&session, host.as_ref(), &dref, direction) }
+        unsafe { copy_host(&session, host.as_ref(), &dref, name, direction) }
     })
 }
 
@@ -316,12 +321,12 @@ unsafe fn copy_worker0(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_to_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *const DLTensor,
     dst: *const dvm_dref,
 ) -> dvm_status {
     // SAFETY: as documented above.
-    unsafe { copy_worker0(s, host, dst, CopyDirection::ToWorker) }
+    unsafe { copy_worker0(session, host, dst, "dst", CopyDirection::ToWorker) }
 }
 
 /// Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
@@ -333,12 +338,12 @@ pub unsafe extern "C" fn dvm_session_copy_to_worker0(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_from_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *mut DLTensor,
     src: *const dvm_dref,
 ) -> dvm_status {
     // SAFETY: as documented above.
-    unsafe { copy_worker0(s, host, src, CopyDirection::FromWorker) }
+    unsafe { copy_worker0(session, host, src, "src", CopyDirection::FromWorker) }
 }
 
 /// How many registers hold a value on `worker`, after every call sent before (0 once every DRef
@@ -348,14 +353,14 @@ pub unsafe extern "C" fn dvm_session_copy_from_worker0(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_live_registers(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     worker: i32,
     out: *mut i64,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         let live = session.live_registers(session.worker_index(worker.into())?)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, live as i64) };
@@ -371,9 +376,9 @@ pub unsafe extern "C" fn dvm_session_live_registers(
 /// left running); `ValueError` for NULL.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_shutdown(s: *mut dvm_session) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_shutdown(session: *mut dvm_session) -> dvm_status {
     // SAFETY: NULL or a live handle, by contract.
-    boundary(|| unsafe { session_arg(s) }?.shutdown())
+    boundary(|| unsafe { session_arg(session) }?.shutdown())
 }
 
 /// Drops a reference to a session. NULL is fine. The workers stop when the last reference to
@@ -381,9 +386,9 @@ pub unsafe extern "C" fn dvm_session_shutdown(s: *mut dvm_session) -> dvm_status
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_free(s: *mut dvm_session) {
-    if !s.is_null() {
+pub unsafe extern "C" fn dvm_session_free(session: *mut dvm_session) {
+    if !session.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(s.cast()) };
+        unsafe { super::dvm_object_dec_ref(session.cast()) };
     }
 }

@@ -36,14 +36,14 @@ pub(crate) unsafe fn worker_arg(
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_worker(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     worker: i32,
     out: *mut *mut dvm_worker,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { handle_ref::<SessionCell, _>(s, "session", "a session") }?
+        let session = unsafe { handle_ref::<SessionCell, _>(session, "session", "a session") }?
             .0
             .clone();
         let id = session.worker_index(worker.into())?;
@@ -58,10 +58,10 @@ pub unsafe extern "C" fn dvm_session_worker(
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_free(w: *mut dvm_worker) {
-    if !w.is_null() {
+pub unsafe extern "C" fn dvm_worker_free(worker: *mut dvm_worker) {
+    if !worker.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(w.cast()) };
+        unsafe { super::dvm_object_dec_ref(worker.cast()) };
     }
 }
 
@@ -72,7 +72,7 @@ pub unsafe extern "C" fn dvm_worker_free(w: *mut dvm_worker) {
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_call(
-    w: *mut dvm_worker,
+    worker: *mut dvm_worker,
     func: *const dvm_dref,
     args: *const DVMAny,
     num_args: i32,
@@ -80,7 +80,7 @@ pub unsafe extern "C" fn dvm_worker_call(
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         let session = worker.session()?;
         // SAFETY: as documented on `dvm_session_call`.
         unsafe { call_with(&session, Target::One(worker.id), func, args, num_args, out) }
@@ -92,33 +92,36 @@ pub unsafe extern "C" fn dvm_worker_call(
 /// Errors: as `dvm_session_sync_worker`.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_sync(w: *mut dvm_worker) -> dvm_status {
+pub unsafe extern "C" fn dvm_worker_sync(worker: *mut dvm_worker) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         worker.session()?.sync_worker(worker.id)
     })
 }
 
-/// The worker's id (0-based), or -1 if `w` is not a worker.
+/// The worker's id (0-based), or -1 if `worker` is not a worker.
 ///
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_id(w: *const dvm_worker) -> i32 {
+pub unsafe extern "C" fn dvm_worker_id(worker: *const dvm_worker) -> i32 {
     // SAFETY: NULL or a live handle, by contract.
-    super::boundary_or(|_| -1, || Ok(unsafe { worker_arg(w) }?.id as i32))
+    super::boundary_or(|_| -1, || Ok(unsafe { worker_arg(worker) }?.id as i32))
 }
 
 /// The worker's device.
 ///
-/// Errors: `ValueError` for NULL pointers; `TypeError` if `w` is not a worker.
+/// Errors: `ValueError` for NULL pointers; `TypeError` if `worker` is not a worker.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_device(w: *const dvm_worker, out: *mut DLDevice) -> dvm_status {
+pub unsafe extern "C" fn dvm_worker_device(
+    worker: *const dvm_worker,
+    out: *mut DLDevice,
+) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         let device = worker.session()?.worker_device(worker.id);
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, device) };

@@ -12,7 +12,7 @@ use super::builtins;
 use super::ccl::{self, CpuCcl};
 use super::completion::Completion;
 use super::dref::DRef;
-use super::message::{Arg, CopyDirection, Message, Reply, Store};
+use super::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
@@ -536,16 +536,18 @@ impl Session {
     }
 
     /// Copies between a host buffer and the tensor in `dref` on worker 0; returns when done.
+    /// Errors name `dref` as `name` (the argument that gave it).
     pub fn copy_worker0(
         self: &Arc<Self>,
         host: HostTensor,
         dref: &DRef,
+        name: &'static str,
         direction: CopyDirection,
     ) -> Result<()> {
-        self.check_owner(dref, "dref")?;
+        self.check_owner(dref, name)?;
         self.request(0, "copy", |reply| Message::Copy {
             reg: dref.reg(),
-            host: Box::new(host),
+            host: Box::new(HostCopy { host, name }),
             direction,
             reply,
         })

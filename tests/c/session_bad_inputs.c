@@ -145,13 +145,13 @@ static void null_handles(dvm_session* s, dvm_dref* rank, dvm_dref* ranks, dvm_dr
                 "`session` is NULL");
   EXPECT_STATUS(dvm_session_copy_to_worker0(s, NULL, tensor), DVM_VALUE_ERROR,
                 "`host` is NULL");
-  EXPECT_STATUS(dvm_session_copy_to_worker0(s, &host, NULL), DVM_VALUE_ERROR, "`dref` is NULL");
+  EXPECT_STATUS(dvm_session_copy_to_worker0(s, &host, NULL), DVM_VALUE_ERROR, "`dst` is NULL");
   EXPECT_STATUS(dvm_session_copy_from_worker0(NULL, &host, tensor), DVM_VALUE_ERROR,
                 "`session` is NULL");
   EXPECT_STATUS(dvm_session_copy_from_worker0(s, NULL, tensor), DVM_VALUE_ERROR,
                 "`host` is NULL");
   EXPECT_STATUS(dvm_session_copy_from_worker0(s, &host, NULL), DVM_VALUE_ERROR,
-                "`dref` is NULL");
+                "`src` is NULL");
   EXPECT_STATUS(dvm_session_live_registers(NULL, 0, &live), DVM_VALUE_ERROR,
                 "`session` is NULL");
   EXPECT_STATUS(dvm_session_live_registers(s, 0, NULL), DVM_VALUE_ERROR, "`out` is NULL");
@@ -266,9 +266,9 @@ static void drefs_of_another_session(dvm_session* s, dvm_dref* tensor) {
   int64_t dims[2] = {2, 3};
   DLTensor host = {data, kCPU, 2, kF32, dims, NULL, 0};
   EXPECT_STATUS(dvm_session_copy_to_worker0(other, &host, tensor), DVM_VALUE_ERROR,
-                "`dref` is a DRef of another session");
+                "`dst` is a DRef of another session");
   EXPECT_STATUS(dvm_session_copy_from_worker0(other, &host, tensor), DVM_VALUE_ERROR,
-                "`dref` is a DRef of another session");
+                "`src` is a DRef of another session");
 
   dvm_dref_free(rank);
   dvm_dref_free(other_ranks);

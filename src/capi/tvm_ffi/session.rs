@@ -31,7 +31,7 @@ fn copy(args: &Args<'_>, direction: CopyDirection) -> Result<Any> {
     let (session, dref) = (session(args)?, dref(args, 2, "dref")?);
     let host = super::argument(1, "host", || args.view(1).as_dltensor())?;
     // SAFETY: the host tensor is an argument, live until this call returns.
-    unsafe { copy_host(&session, host, &dref, direction) }?;
+    unsafe { copy_host(&session, host, &dref, "dref", direction) }?;
     Ok(Any::None)
 }
 
