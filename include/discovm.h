@@ -173,7 +173,9 @@ dvm_status dvm_dref_get(const dvm_dref *dref, int32_t worker, DVMAny *out);
  *
  * Ownership: `value` is borrowed and copied (objects gain a reference).
  * Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
- * (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+ * (a borrowed `DLTensor*`), an unknown type index or an object of another type than its index
+ * says; `ValueError` for NULL pointers or a malformed value (as for `dvm_func_call`);
+ * `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
 dvm_status dvm_dref_set(const dvm_dref *dref, int32_t worker, const DVMAny *value);
@@ -246,9 +248,11 @@ void dvm_func_free(dvm_func *f);
  * value (release it with `dvm_any_release`); on failure `*result` is untouched and the error
  * the function raised is reported with its kind and message.
  *
- * Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, or NULL `args` with
- * `num_args > 0`; `TypeError` if `f` is not a function or an argument has an unknown type
- * index; any error the function raises, with its kind.
+ * Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
+ * `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
+ * bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
+ * argument has an unknown type index or holds an object of another type than its index says;
+ * any error the function raises, with its kind.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_call(dvm_func *f, const DVMAny *args, int32_t num_args, DVMAny *result);
@@ -330,9 +334,10 @@ dvm_status dvm_session_get_global_func(dvm_session *session, const char *name, d
  * once; failures on the workers are reported by the next wait (sync, copy, register read).
  *
  * Ownership: arguments are borrowed; `*out` is a new DRef to the results.
- * Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
- * argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
- * type index; `SessionClosed` after shutdown.
+ * Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
+ * (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
+ * `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
+ * its index says; `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
 dvm_status dvm_session_call(dvm_session *session,

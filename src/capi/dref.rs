@@ -55,7 +55,9 @@ pub unsafe extern "C" fn dvm_dref_get(
 ///
 /// Ownership: `value` is borrowed and copied (objects gain a reference).
 /// Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
-/// (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+/// (a borrowed `DLTensor*`), an unknown type index or an object of another type than its index
+/// says; `ValueError` for NULL pointers or a malformed value (as for `dvm_func_call`);
+/// `SessionClosed` after shutdown.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_set(

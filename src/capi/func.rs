@@ -72,9 +72,11 @@ pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
 /// value (release it with `dvm_any_release`); on failure `*result` is untouched and the error
 /// the function raised is reported with its kind and message.
 ///
-/// Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, or NULL `args` with
-/// `num_args > 0`; `TypeError` if `f` is not a function or an argument has an unknown type
-/// index; any error the function raises, with its kind.
+/// Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
+/// `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
+/// bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
+/// argument has an unknown type index or holds an object of another type than its index says;
+/// any error the function raises, with its kind.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_call(

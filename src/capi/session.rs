@@ -175,9 +175,10 @@ pub unsafe extern "C" fn dvm_session_get_global_func(
 /// once; failures on the workers are reported by the next wait (sync, copy, register read).
 ///
 /// Ownership: arguments are borrowed; `*out` is a new DRef to the results.
-/// Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
-/// argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
-/// type index; `SessionClosed` after shutdown.
+/// Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
+/// (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
+/// `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
+/// its index says; `SessionClosed` after shutdown.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_call(
