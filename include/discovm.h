@@ -251,8 +251,8 @@ void dvm_func_free(dvm_func *f);
  * Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
  * `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
  * bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
- * argument has an unknown type index or holds an object of another type than its index says;
- * any error the function raises, with its kind.
+ * argument has an unknown type index or holds an object of another type than its index says
+ * (errors name the argument `args[i]`); any error the function raises, with its kind.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_call(dvm_func *f, const DVMAny *args, int32_t num_args, DVMAny *result);
@@ -337,7 +337,7 @@ dvm_status dvm_session_get_global_func(dvm_session *session, const char *name, d
  * Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
  * (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
  * `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
- * its index says; `SessionClosed` after shutdown.
+ * its index says (errors name the argument `args[i]`); `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
 dvm_status dvm_session_call(dvm_session *session,

@@ -71,8 +71,11 @@ pub unsafe extern "C" fn dvm_dref_set(
         let dref = unsafe { dref_arg(dref, "dref") }?;
         // SAFETY: the caller vouches for the value for the duration of the call.
         let view = unsafe { AnyView::from_raw(*value.as_ptr()) };
-        view.validate()?;
-        dref.set(worker.into(), view.to_owned()?)
+        let value = view
+            .validate()
+            .and_then(|()| view.to_owned())
+            .map_err(|e| e.context("`value`"))?;
+        dref.set(worker.into(), value)
     })
 }
 

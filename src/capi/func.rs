@@ -75,8 +75,8 @@ pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
 /// Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
 /// `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
 /// bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
-/// argument has an unknown type index or holds an object of another type than its index says;
-/// any error the function raises, with its kind.
+/// argument has an unknown type index or holds an object of another type than its index says
+/// (errors name the argument `args[i]`); any error the function raises, with its kind.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_call(
@@ -93,7 +93,7 @@ pub unsafe extern "C" fn dvm_func_call(
         let raw_args = unsafe { count_slice(args, num_args, "args", "num_args") }?;
         // SAFETY: the values outlive this call.
         let views = unsafe { AnyView::slice(raw_args.as_ptr(), raw_args.len()) };
-        AnyView::validate_all(views)?;
+        AnyView::validate_all(views, |i| format!("`args[{i}]`"))?;
         let value = function.call(views)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(result, value.into_raw()) };

@@ -100,7 +100,7 @@ pub(crate) unsafe fn call_with(
     let raw = unsafe { count_slice(args, num_args, "args", "num_args") }?;
     // SAFETY: the values outlive this call.
     let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
-    AnyView::validate_all(views)?;
+    AnyView::validate_all(views, |i| format!("`args[{i}]`"))?;
     let result = session.call(target, &func, views)?;
     // SAFETY: checked non-NULL above.
     unsafe { write_out(out, dref_handle(result)) };
@@ -178,7 +178,7 @@ pub unsafe extern "C" fn dvm_session_get_global_func(
 /// Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
 /// (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
 /// `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
-/// its index says; `SessionClosed` after shutdown.
+/// its index says (errors name the argument `args[i]`); `SessionClosed` after shutdown.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_call(

@@ -275,11 +275,10 @@ impl<'a> AnyView<'a> {
         })
     }
 
-    /// Validates each argument, naming the position of the first bad one.
-    pub fn validate_all(args: &[AnyView<'_>]) -> Result<()> {
+    /// Validates each argument; an error names the first bad one as `name(position)` says.
+    pub fn validate_all(args: &[AnyView<'_>], name: impl Fn(usize) -> String) -> Result<()> {
         for (position, arg) in args.iter().enumerate() {
-            arg.validate()
-                .map_err(|e| Error::new(e.kind, format!("argument {position}: {}", e.message)))?;
+            arg.validate().map_err(|e| e.context(name(position)))?;
         }
         Ok(())
     }

@@ -435,14 +435,16 @@ impl Session {
         Ok(dref)
     }
 
+    /// Argument `position` of a call, as the workers will get it (errors name it `args[i]`).
     fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
+        let name = format!("args[{position}]");
         if let Some(dref) = DRef::from_view(arg) {
-            self.check_owner(&dref, &format!("argument {position}"))?;
+            self.check_owner(&dref, &name)?;
             return Ok(Arg::Register(dref.reg()));
         }
         arg.to_owned()
             .map(Arg::Value)
-            .map_err(|e| Error::new(e.kind, format!("argument {position}: {}", e.message)))
+            .map_err(|e| e.context(format_args!("`{name}`")))
     }
 
     /// Calls the function in `func` with `args` on the target workers; DRef arguments become

@@ -81,14 +81,14 @@ int main(void) {
   EXPECT_STATUS(dvm_func_call(f, NULL, 2, &result), DVM_VALUE_ERROR, "`args` is NULL");
   args[0].type_index = 42;
   EXPECT_STATUS(dvm_func_call(f, args, 2, &result), DVM_TYPE_ERROR,
-                "argument 0: unknown type index 42");
+                "`args[0]`: unknown type index 42");
   args[0] = any_of(kDVMInt);
   args[1].type_index = -7;
   EXPECT_STATUS(dvm_func_call(f, args, 2, &result), DVM_TYPE_ERROR,
-                "argument 1: unknown type index -7");
+                "`args[1]`: unknown type index -7");
   args[1] = any_of(kDVMStr); /* an object index with a NULL v_obj */
   EXPECT_STATUS(dvm_func_call(f, args, 2, &result), DVM_VALUE_ERROR,
-                "argument 1: a ffi.String value holds a NULL object pointer");
+                "`args[1]`: a ffi.String value holds a NULL object pointer");
   args[1] = any_of(kDVMInt);
   CHECK(is_sentinel(&result)); /* no failure above wrote the result */
 

@@ -217,14 +217,14 @@ static void wrong_handles(dvm_session* s, dvm_dref* rank, dvm_dref* ranks) {
   /* Arguments that cannot be sent: an unknown type index, a borrowed DLTensor*. */
   DVMAny bad = any_of(42);
   EXPECT_STATUS(dvm_session_call(s, rank, &bad, 1, &out), DVM_TYPE_ERROR,
-                "argument 0: unknown type index 42");
+                "`args[0]`: unknown type index 42");
   float data[2] = {0};
   int64_t dims[1] = {2};
   DLTensor dl = {data, kCPU, 1, kF32, dims, NULL, 0};
   DVMAny borrowed[2] = {any_int(1), any_of(kDVMDLTensorPtr)};
   borrowed[1].v_ptr = &dl;
   EXPECT_STATUS(dvm_session_call(s, rank, borrowed, 2, &out), DVM_TYPE_ERROR,
-                "argument 1: a borrowed DLTensor* cannot be kept");
+                "`args[1]`: a borrowed DLTensor* cannot be kept");
   EXPECT_STATUS(dvm_dref_set(ranks, 0, &borrowed[1]), DVM_TYPE_ERROR,
                 "a borrowed DLTensor* cannot be kept");
   CHECK(out == (dvm_dref*)&out);
@@ -254,7 +254,7 @@ static void drefs_of_another_session(dvm_session* s, dvm_dref* tensor) {
                 "`func` is a DRef of another session");
   DVMAny args[2] = {any_int(1), any_dref(other_ranks)};
   EXPECT_STATUS(dvm_session_call(s, rank, args, 2, &out), DVM_VALUE_ERROR,
-                "`argument 1` is a DRef of another session");
+                "`args[1]` is a DRef of another session");
   dvm_worker* w1;
   CHECK_OK(dvm_session_worker(s, 1, &w1));
   EXPECT_STATUS(dvm_worker_call(w1, other_rank, NULL, 0, &out), DVM_VALUE_ERROR,

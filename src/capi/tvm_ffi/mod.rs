@@ -142,7 +142,7 @@ unsafe fn entry(
             let raw = unsafe { super::value::count_slice(args, num_args, "args", "num_args") }?;
             // SAFETY: the values outlive this call.
             let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
-            AnyView::validate_all(views)?;
+            AnyView::validate_all(views, |i| format!("argument {i}"))?;
             let value = body(Args { name, views })?;
             // SAFETY: checked non-NULL above; the caller owns the value from now on.
             unsafe { write_out(result, value.into_raw()) };
