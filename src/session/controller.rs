@@ -152,14 +152,13 @@ fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevic
     }
     if options.devices.len() != workers {
         return Err(Error::value(format!(
-            "{} devices given for {workers} workers",
+            "devices holds {} devices for {workers} workers",
             options.devices.len()
         )));
     }
     // Each worker's device must have a backend here (the host, or a GPU the CUDA driver found).
     for (w, device) in options.devices.iter().enumerate() {
-        crate::device::backend(*device)
-            .map_err(|e| Error::new(e.kind, format!("worker {w}: {}", e.message)))?;
+        crate::device::backend(*device).map_err(|e| e.context(format_args!("devices[{w}]")))?;
     }
     Ok(options.devices.clone())
 }
@@ -168,7 +167,7 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
     let given = options.cpu_affinity.len();
     if given != 0 && given != workers {
         return Err(Error::value(format!(
-            "{given} CPU ids given for {workers} workers"
+            "cpu_affinity holds {given} CPU ids for {workers} workers"
         )));
     }
     let cpus = available_cpus();
@@ -179,7 +178,7 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
         .find(|(_, c)| c.is_some_and(|c| c >= cpus))
     {
         Some((w, cpu)) => Err(Error::value(format!(
-            "worker {w}: cpu {} is out of range (this process may use {cpus} CPUs)",
+            "cpu_affinity[{w}] is {}, out of range (this process may use {cpus} CPUs)",
             cpu.unwrap_or_default()
         ))),
         None => Ok(()),
@@ -628,7 +627,7 @@ impl Session {
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
             return Err(Error::value(format!(
-                "{} device ids given for {workers} workers",
+                "device_ids holds {} device ids for {workers} workers",
                 device_ids.len()
             )));
         }

@@ -57,11 +57,11 @@ static void bad_session_starts(void) {
 
   memset(&o, 0, sizeof o);
   o.num_cpu_affinity = 2, o.cpu_affinity = far_cpu;
-  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "worker 1: cpu 100000 is out of range");
+  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "cpu_affinity[1] is 100000, out of range");
   o.cpu_affinity = bad_cpu;
   EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "cpu_affinity[0] is -2 (use -1 for no pinning)");
   o.num_cpu_affinity = 1, o.cpu_affinity = unpinned;
-  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "1 CPU ids given for 2 workers");
+  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "cpu_affinity holds 1 CPU ids for 2 workers");
   o.num_cpu_affinity = 2, o.cpu_affinity = NULL;
   EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "`cpu_affinity` is NULL");
   o.num_cpu_affinity = -1;
@@ -69,12 +69,12 @@ static void bad_session_starts(void) {
 
   memset(&o, 0, sizeof o);
   o.num_devices = 3, o.devices = three;
-  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "3 devices given for 2 workers");
+  EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "devices holds 3 devices for 2 workers");
   o.num_devices = 2, o.devices = NULL;
   EXPECT_REJECTED(2, 1, &o, DVM_VALUE_ERROR, "`devices` is NULL");
   o.devices = gpu;
   EXPECT_REJECTED(2, 1, &o, DVM_DEVICE_UNAVAILABLE,
-                  "worker 1: CUDA device 1000: ");
+                  "devices[1]: CUDA device 1000: ");
 
   memset(&o, 0, sizeof o);
   o.timeout_ms = -5;
@@ -341,7 +341,7 @@ static void bad_init_ccl(dvm_session* s) {
   EXPECT_STATUS(dvm_session_init_ccl(s, "nccl", NULL, 0), DVM_DEVICE_UNAVAILABLE,
                 "the nccl backend needs a GPU for each worker and NCCL: ");
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", ids, 3), DVM_VALUE_ERROR,
-                "3 device ids given for 2 workers");
+                "device_ids holds 3 device ids for 2 workers");
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", NULL, 2), DVM_VALUE_ERROR, "`device_ids` is NULL");
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", ids, -1), DVM_VALUE_ERROR, "`n` is negative (-1)");
   CHECK_USABLE(s);
