@@ -169,13 +169,6 @@ pub unsafe extern "C" fn dvm_func_list_global_names(out: *mut DVMAny) -> dvm_sta
 pub unsafe extern "C" fn dvm_func_remove_global(name: *const c_char) -> dvm_status {
     boundary(|| {
         // SAFETY: NUL-terminated or NULL, by contract.
-        let name = unsafe { c_str(name, "name") }?;
-        if registry::remove_global(name) {
-            Ok(())
-        } else {
-            Err(crate::Error::key(format!(
-                "no global function named `{name}`"
-            )))
-        }
+        registry::remove_global(unsafe { c_str(name, "name") }?)
     })
 }

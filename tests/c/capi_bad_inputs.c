@@ -105,7 +105,7 @@ int main(void) {
 
   /* ---- the global registry ---- */
   EXPECT_STATUS(dvm_func_get_global("test.bad.no_such_function", &out_func), DVM_KEY_ERROR,
-                "no global function named `test.bad.no_such_function`");
+                "no global function has the name `test.bad.no_such_function`");
   EXPECT_STATUS(dvm_func_get_global(NULL, &out_func), DVM_VALUE_ERROR, "`name` is NULL");
   EXPECT_STATUS(dvm_func_get_global("test.bad.f", NULL), DVM_VALUE_ERROR, "`out` is NULL");
   EXPECT_STATUS(dvm_func_get_global("bad \xff name", &out_func), DVM_VALUE_ERROR,
@@ -125,7 +125,7 @@ int main(void) {
   EXPECT_STATUS(dvm_func_get_global("test.bad.g", &out_func), DVM_KEY_ERROR, "test.bad.g");
   CHECK_OK(dvm_func_remove_global("test.bad.f"));
   EXPECT_STATUS(dvm_func_remove_global("test.bad.f"), DVM_KEY_ERROR,
-                "no global function named `test.bad.f`");
+                "no global function has the name `test.bad.f`");
   EXPECT_STATUS(dvm_func_remove_global(NULL), DVM_VALUE_ERROR, "`name` is NULL");
   EXPECT_STATUS(dvm_func_list_global_names(NULL), DVM_VALUE_ERROR, "`out` is NULL");
 

@@ -49,10 +49,7 @@ entry_point! {
     /// `func_remove_global(name: str)`: as `dvm_func_remove_global`.
     __tvm_ffi_func_remove_global(args) {
         args.count(1, 1)?;
-        let name = args.str(0, "name")?;
-        if !registry::remove_global(name) {
-            return Err(Error::key(format!("no global function named `{name}`")));
-        }
+        registry::remove_global(args.str(0, "name")?)?;
         Ok(Any::None)
     }
 }

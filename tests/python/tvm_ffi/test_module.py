@@ -150,9 +150,9 @@ def test_options_are_checked(lib):
         (
             lambda m, s: m.func_remove_global("no.such.function"),
             KeyError,
-            "no global function named",
+            "no global function has the name",
         ),
-        (lambda m, s: m.func_get_global("no.such.function"), KeyError, "no global function named"),
+        (lambda m, s: m.func_get_global("no.such.function"), KeyError, "no global function has the name"),
         (lambda m, s: m.func_register_global("", lambda: 0), ValueError, "non-empty name"),
         (lambda m, s: m.device_count(1 << 40), ValueError, "is out of range"),
         (lambda m, s: m.current_worker(), RuntimeError, "off a worker thread"),
