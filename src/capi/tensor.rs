@@ -188,7 +188,7 @@ pub unsafe extern "C" fn dvm_tensor_read(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let dst = buffer(dst, nbytes, "dst")?;
-        vm::check_access(&tensor, nbytes, vm::Access::Read)?;
+        vm::check_access(&tensor, (nbytes, "nbytes"), vm::Access::Read)?;
         // SAFETY: the caller vouches for `nbytes` writable bytes at `dst`; `nbytes` fits in the
         // tensor, so it is at most isize::MAX.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, nbytes) };
@@ -215,7 +215,7 @@ pub unsafe extern "C" fn dvm_tensor_write(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let src = buffer(src, nbytes, "src")?;
-        vm::check_access(&tensor, nbytes, vm::Access::Write)?;
+        vm::check_access(&tensor, (nbytes, "nbytes"), vm::Access::Write)?;
         // SAFETY: the caller vouches for `nbytes` readable bytes at `src`; `nbytes` fits in the
         // tensor, so it is at most isize::MAX.
         let src = unsafe { std::slice::from_raw_parts(src.cast_const(), nbytes) };

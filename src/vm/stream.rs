@@ -297,8 +297,8 @@ impl Stream {
         if dst.shape() != src.shape() || dst.dl().dtype != src.dl().dtype || dst_bytes != src_bytes
         {
             return Err(Error::value(format!(
-                "cannot copy a {:?} {} tensor ({src_bytes} bytes) into a {:?} {} tensor \
-                 ({dst_bytes} bytes): shapes, dtypes and sizes must match",
+                "cannot copy `src`, a {:?} {} tensor ({src_bytes} bytes), into `dst`, a {:?} {} \
+                 tensor ({dst_bytes} bytes): shapes, dtypes and sizes must match",
                 src.shape(),
                 dtype_name(src.dl().dtype),
                 dst.shape(),
@@ -322,7 +322,7 @@ impl Stream {
     /// stream returned.
     pub unsafe fn copy_to_host(&self, src: &Tensor, dst: *mut u8, nbytes: usize) -> Result<()> {
         let size = self.core.check_tensor(src, "src")?;
-        check_range(nbytes, size, "read from")?;
+        check_range((nbytes, "nbytes"), size, "read from")?;
         let op = Op::ToHost {
             src: src.clone(),
             dst: HostPtr(dst),
@@ -339,7 +339,7 @@ impl Stream {
     pub unsafe fn copy_from_host(&self, dst: &Tensor, src: *const u8, nbytes: usize) -> Result<()> {
         let size = self.core.check_tensor(dst, "dst")?;
         check_writable(dst, "dst")?;
-        check_range(nbytes, size, "written to")?;
+        check_range((nbytes, "nbytes"), size, "written to")?;
         let op = Op::FromHost {
             dst: dst.clone(),
             src: HostPtr(src.cast_mut()),
@@ -456,10 +456,11 @@ impl Drop for Stream {
     }
 }
 
-pub(crate) fn check_range(nbytes: usize, size: usize, verb: &str) -> Result<()> {
+/// Checks that `nbytes` (the argument `name`) fit in a tensor of `size` bytes.
+pub(crate) fn check_range((nbytes, name): (usize, &str), size: usize, verb: &str) -> Result<()> {
     if nbytes > size {
         return Err(Error::value(format!(
-            "{nbytes} bytes cannot be {verb} a tensor of {size} bytes"
+            "`{name}`: {nbytes} bytes cannot be {verb} a tensor of {size} bytes"
         )));
     }
     Ok(())

@@ -71,10 +71,10 @@ int main(void) {
   BAD(dvm_tensor_write(a, buffer, 25), DVM_VALUE_ERROR,
       "25 bytes cannot be written to a tensor of 24 bytes");
   BAD(dvm_tensor_copy(other_dtype, a, s), DVM_VALUE_ERROR,
-      "cannot copy a [2, 3] float32 tensor (24 bytes) into a [2, 3] int32 tensor (24 bytes): "
-      "shapes, dtypes and sizes must match");
-  BAD(dvm_tensor_copy(other_shape, a, s), DVM_VALUE_ERROR, "into a [3, 2] float32 tensor");
-  BAD(dvm_tensor_copy(flat, a, s), DVM_VALUE_ERROR, "into a [6] float32 tensor");
+      "cannot copy `src`, a [2, 3] float32 tensor (24 bytes), into `dst`, a [2, 3] int32 tensor "
+      "(24 bytes): shapes, dtypes and sizes must match");
+  BAD(dvm_tensor_copy(other_shape, a, s), DVM_VALUE_ERROR, "into `dst`, a [3, 2] float32 tensor");
+  BAD(dvm_tensor_copy(flat, a, s), DVM_VALUE_ERROR, "into `dst`, a [6] float32 tensor");
   BAD(dvm_tensor_copy(three, strided, s), DVM_VALUE_ERROR, "`src` is a strided view");
   BAD(dvm_tensor_copy(NULL, a, s), DVM_VALUE_ERROR, "`dst` is NULL");
   BAD(dvm_tensor_copy(a, NULL, s), DVM_VALUE_ERROR, "`src` is NULL");

@@ -73,7 +73,7 @@ entry_point! {
     __tvm_ffi_tensor_read(args) {
         args.count(2, 2)?;
         let (tensor, nbytes) = (tensor(&args, 0, "t")?, nbytes(&args, 1)?);
-        vm::check_access(&tensor, nbytes, Access::Read)?;
+        vm::check_access(&tensor, (nbytes, "nbytes"), Access::Read)?;
         let mut bytes = vec![0u8; nbytes];
         vm::read(&tensor, &mut bytes)?;
         Ok(Any::Bytes(Bytes::new(&bytes)))
@@ -87,7 +87,7 @@ entry_point! {
         args.count(2, 2)?;
         let tensor = tensor(&args, 0, "t")?;
         let data = super::argument(1, "data", || args.view(1).as_bytes())?;
-        vm::check_access(&tensor, data.len(), Access::Write)?;
+        vm::check_access(&tensor, (data.len(), "data"), Access::Write)?;
         vm::write(&tensor, data)?;
         Ok(Any::None)
     }
