@@ -125,7 +125,7 @@ pub unsafe extern "C" fn dvm_tensor_from_dlpack(
         let out = non_null(out, "out")?;
         let managed = non_null(managed, "managed")?;
         // SAFETY: the caller hands over a valid managed tensor.
-        let tensor = unsafe { Tensor::from_dlpack(managed) }?;
+        let tensor = unsafe { Tensor::from_dlpack(managed) }.map_err(|e| e.context("`managed`"))?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, into_handle(tensor)) };
         Ok(())
