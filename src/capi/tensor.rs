@@ -230,8 +230,10 @@ pub unsafe extern "C" fn dvm_tensor_write(
 ///
 /// Ownership: all three are borrowed.
 /// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
-/// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
-/// type and for tensor objects another library made (as for `dvm_tensor_read`);
+/// strided view, `dst` is read-only (a DLPack flag), or the two are distinct tensors over
+/// shared memory (DLPack imports of one buffer; a tensor copied onto itself is left as it is);
+/// `TypeError` for handles of the wrong type and for tensor objects another library made (as for
+/// `dvm_tensor_read`);
 /// `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
 /// reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
 /// GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never

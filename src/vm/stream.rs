@@ -9,7 +9,7 @@ use super::instruction::{Arg, Body, DeviceWork, HostPtr, Instruction, Op};
 use super::progress::Progress;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
-use crate::device::{DeviceStream, Marker, backend};
+use crate::device::{DeviceStream, Marker, backend, is_host_memory};
 use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Function, Result, Tensor};
 
@@ -305,6 +305,15 @@ impl Stream {
                 dtype_name(dst.dl().dtype),
             )));
         }
+        // A tensor copied onto itself is left as it is; two tensors over shared memory (DLPack
+        // imports of one buffer) cannot be copied one into the other.
+        if !dst.same(src) && overlap(dst, src, dst_bytes) {
+            return Err(Error::value(format!(
+                "`dst` and `src` share memory ({dst_bytes} bytes at {:p} and {:p})",
+                dst.data_ptr(),
+                src.data_ptr()
+            )));
+        }
         let op = Op::Copy {
             dst: dst.clone(),
             src: src.clone(),
@@ -454,6 +463,15 @@ impl Drop for Stream {
     fn drop(&mut self) {
         self.close();
     }
+}
+
+/// Whether the first `nbytes` of two tensors share memory: tensors of one device, or both in
+/// host memory, whose byte ranges intersect.
+fn overlap(a: &Tensor, b: &Tensor, nbytes: usize) -> bool {
+    let (da, db) = (a.dl().device, b.dl().device);
+    let one_space = da == db || (is_host_memory(da) && is_host_memory(db));
+    let (a, b) = (a.data_ptr() as usize, b.data_ptr() as usize);
+    one_space && nbytes > 0 && a < b.saturating_add(nbytes) && b < a.saturating_add(nbytes)
 }
 
 /// Checks that `nbytes` (the argument `name`) fit in a tensor of `size` bytes.
