@@ -442,8 +442,9 @@ dvm_status dvm_session_live_registers(dvm_session *session, int32_t worker, int6
 
 /**
  * Stops the workers once the work already sent has run, and joins their threads. Every later
- * call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
- * again does nothing.
+ * call on the session (or its DRefs and workers) fails with `SessionClosed`, except those that
+ * answer from what the session knows without its workers (`dvm_session_num_workers`,
+ * `dvm_worker_id`, `dvm_worker_device`); shutting down again does nothing.
  *
  * Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
  * left running); `ValueError` for NULL.
@@ -677,7 +678,8 @@ dvm_status dvm_shape_new(const int64_t *dims, int32_t ndim, DVMAny *out);
  *
  * Ownership: `*out` is a new reference (it keeps the session alive); free it with
  * `dvm_worker_free`.
- * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
+ * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers;
+ * `SessionClosed` after shutdown.
  * Thread safety: any thread.
  */
 dvm_status dvm_session_worker(dvm_session *session, int32_t worker, dvm_worker **out);

@@ -370,8 +370,9 @@ pub unsafe extern "C" fn dvm_session_live_registers(
 }
 
 /// Stops the workers once the work already sent has run, and joins their threads. Every later
-/// call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
-/// again does nothing.
+/// call on the session (or its DRefs and workers) fails with `SessionClosed`, except those that
+/// answer from what the session knows without its workers (`dvm_session_num_workers`,
+/// `dvm_worker_id`, `dvm_worker_device`); shutting down again does nothing.
 ///
 /// Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
 /// left running); `ValueError` for NULL.

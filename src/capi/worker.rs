@@ -4,13 +4,12 @@
 use std::mem::ManuallyDrop;
 
 use super::dref::dvm_dref;
-use super::session::{call_with, dvm_session};
+use super::session::{call_with, dvm_session, session_arg};
 use super::{boundary, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DVMAny};
 use crate::object::{Error, ErrorKind, ObjectRef};
 use crate::session::{
-    SessionCell, SessionLink, Target, WorkerCell, current_worker, current_worker_handle,
-    worker_handle,
+    Target, WorkerCell, current_worker, current_worker_handle, new_worker_handle,
 };
 
 /// One worker of a session (an object; `dvm_object_*` work on it).
@@ -32,7 +31,8 @@ pub(crate) unsafe fn worker_arg(
 ///
 /// Ownership: `*out` is a new reference (it keeps the session alive); free it with
 /// `dvm_worker_free`.
-/// Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
+/// Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers;
+/// `SessionClosed` after shutdown.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_worker(
@@ -43,11 +43,8 @@ pub unsafe extern "C" fn dvm_session_worker(
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { handle_ref::<SessionCell, _>(session, "session", "a session") }?
-            .0
-            .clone();
-        let id = session.worker_index(worker.into())?;
-        let handle = worker_handle(SessionLink::Strong(session), id);
+        let session = unsafe { session_arg(session) }?;
+        let handle = new_worker_handle(&session, worker.into())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, handle.into_raw().as_ptr().cast()) };
         Ok(())

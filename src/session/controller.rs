@@ -313,7 +313,8 @@ impl Session {
         self.timeout.map(|t| Instant::now() + t)
     }
 
-    fn open(&self) -> Result<()> {
+    /// Fails with `SessionClosed` after shutdown.
+    pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             Err(closed_error())
         } else {
@@ -357,7 +358,7 @@ impl Session {
     /// Nothing here orders sends against a concurrent shutdown: a message queued after the
     /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         let pushed = self
             .targets(target)
@@ -404,7 +405,7 @@ impl Session {
         reply: Reply<T>,
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         self.push(worker, make(reply.clone()))?;
         self.wake(worker..worker + 1);
@@ -488,7 +489,7 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
@@ -559,7 +560,7 @@ impl Session {
     /// themselves wait for (a Python thread holding the interpreter lock that a worker's
     /// Python function needs). The workers whose queue is full are told by the next send.
     pub(crate) fn free_register(&self, reg: Reg) {
-        if self.open().is_err() {
+        if self.check_open().is_err() {
             return;
         }
         match (0..self.workers.len()).find(|&w| {
@@ -618,7 +619,7 @@ impl Session {
     /// device id). The workers install the communicator in order with earlier calls, so a
     /// collective sent before this fails; calling it again replaces the communicator.
     pub fn init_ccl(self: &Arc<Self>, backend: &str, device_ids: &[i32]) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         if !matches!(backend, "cpu" | "nccl") {
             return Err(Error::value(format!(
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"

@@ -8,8 +8,8 @@ use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
 use crate::object::{Any, Error, ObjectRef, Result};
 use crate::session::{
-    CopyDirection, DRef, Session, SessionCell, SessionLink, SessionOptions, Target, WorkerCell,
-    session_handle, worker_handle,
+    CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
+    new_worker_handle, session_handle,
 };
 
 /// The session argument 0 holds, lent for the call.
@@ -155,9 +155,7 @@ entry_point! {
     /// `session_worker(session: Session, worker: int) -> Worker`: as `dvm_session_worker`.
     __tvm_ffi_session_worker(args) {
         args.count(2, 2)?;
-        let session = session(&args)?.0.clone();
-        let id = session.worker_index(args.int(1, "worker")?)?;
-        Ok(worker_handle(SessionLink::Strong(session), id).into())
+        Ok(new_worker_handle(&session(&args)?.0, args.int(1, "worker")?)?.into())
     }
 }
 
