@@ -34,6 +34,7 @@ pub(crate) fn dref_handle(dref: DRef) -> *mut dvm_dref {
 /// Errors: `IndexError` for a worker out of range; `WorkerError` if the call that should have
 /// filled the register failed (its cause in the message) or the register is empty there;
 /// `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
+/// Undefined: `dref` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_get(
@@ -58,6 +59,8 @@ pub unsafe extern "C" fn dvm_dref_get(
 /// (a borrowed `DLTensor*`), an unknown type index or an object of another type than its index
 /// says; `ValueError` for NULL pointers or a malformed value (as for `dvm_func_call`);
 /// `SessionClosed` after shutdown.
+/// Undefined: `value` whose pointer does not point at what its type index says;
+/// `dref` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_set(
@@ -79,9 +82,11 @@ pub unsafe extern "C" fn dvm_dref_set(
     })
 }
 
-/// Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
+/// Drops a reference to a DRef (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. When the last reference goes, the register is
 /// freed on every worker, after every call sent before.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_free(dref: *mut dvm_dref) {

@@ -38,6 +38,8 @@ fn into_handle(f: Function) -> *mut dvm_func {
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_func_free`.
 /// Errors: `ValueError` if `call` or `out` is NULL.
+/// Undefined: `call` or `deleter` that is not a function of its type; a callback that
+/// returns 0 without an owned value in `result`.
 /// Thread safety: any thread; the callback may later run on any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_new(
@@ -57,8 +59,10 @@ pub unsafe extern "C" fn dvm_func_new(
     })
 }
 
-/// Drops a reference to a function. NULL is fine.
+/// Drops a reference to a function (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
@@ -77,6 +81,8 @@ pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
 /// bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
 /// argument has an unknown type index or holds an object of another type than its index says
 /// (errors name the argument `args[i]`); any error the function raises, with its kind.
+/// Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+/// not point at what their type indices say; `f` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_call(
@@ -105,6 +111,7 @@ pub unsafe extern "C" fn dvm_func_call(
 ///
 /// Errors: `ValueError` for NULL or empty `name`, NULL `f`, or a name already registered when
 /// `allow_override` is 0; `TypeError` if `f` is not a function.
+/// Undefined: `name` that is not NUL-terminated; `f` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_register_global(
@@ -127,6 +134,7 @@ pub unsafe extern "C" fn dvm_func_register_global(
 /// Ownership: `*out` is a new reference; free it with `dvm_func_free`.
 /// Errors: `KeyError` naming `name` if nothing is registered under it; `ValueError` for NULL
 /// arguments.
+/// Undefined: `name` that is not NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_get_global(
@@ -164,6 +172,7 @@ pub unsafe extern "C" fn dvm_func_list_global_names(out: *mut DVMAny) -> dvm_sta
 /// Removes a global function.
 ///
 /// Errors: `KeyError` if nothing is registered under `name`; `ValueError` if it is NULL.
+/// Undefined: `name` that is not NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_remove_global(name: *const c_char) -> dvm_status {

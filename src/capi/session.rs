@@ -115,6 +115,7 @@ pub(crate) unsafe fn call_with(
 /// 1..=num_workers, `num_workers % num_groups != 0`, or an option is malformed (a CPU id out of
 /// range, array lengths that differ from `num_workers`); `DeviceUnavailable` for a device
 /// without a backend.
+/// Undefined: `opts` arrays with fewer entries than their counts.
 /// Thread safety: any thread. The session may then be used from several threads at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_new_threaded(
@@ -136,6 +137,7 @@ pub unsafe extern "C" fn dvm_session_new_threaded(
 
 /// The number of workers, or -1 if `session` is not a session.
 ///
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_num_workers(session: *const dvm_session) -> i32 {
@@ -152,6 +154,8 @@ pub unsafe extern "C" fn dvm_session_num_workers(session: *const dvm_session) ->
 /// Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
 /// Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after
 /// shutdown; `ValueError` for NULL arguments.
+/// Undefined: `session` after its last release; `name` that is not
+/// NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_get_global_func(
@@ -179,6 +183,8 @@ pub unsafe extern "C" fn dvm_session_get_global_func(
 /// (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
 /// `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
 /// its index says (errors name the argument `args[i]`); `SessionClosed` after shutdown.
+/// Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+/// not point at what their type indices say; handles after their last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_call(
@@ -201,6 +207,7 @@ pub unsafe extern "C" fn dvm_session_call(
 /// Errors: `IndexError` if `worker` is out of range; `WorkerError` if a call on that worker
 /// failed since the last wait (the message names the worker, the function and the cause);
 /// `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_sync_worker(
@@ -218,6 +225,7 @@ pub unsafe extern "C" fn dvm_session_sync_worker(
 /// workers first, then the replies are collected).
 ///
 /// Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_sync_all(session: *mut dvm_session) -> dvm_status {
@@ -258,6 +266,8 @@ pub unsafe extern "C" fn dvm_session_sync_all(session: *mut dvm_session) -> dvm_
 /// `WorkerError` if a worker failed earlier work or could not join (reported by the sync this
 /// makes); `SessionClosed` after shutdown. A collective called before this fails on its worker
 /// with a `WorkerError` that names the worker and the call.
+/// Undefined: `device_ids` with fewer than `n` entries; `backend` that is not
+/// NUL-terminated; `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_init_ccl(
@@ -319,6 +329,8 @@ unsafe fn copy_worker0(
 /// Errors: `ValueError` for NULL pointers, a non-CPU or non-contiguous host tensor, or a shape
 /// or dtype that differs from the remote tensor's; `WorkerError` if `dst` does not hold a
 /// tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
+/// Undefined: `host` describing memory that is not there (`data`, `shape` or
+/// `strides` with too few bytes or values); handles after their last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_to_worker0(
@@ -336,6 +348,8 @@ pub unsafe extern "C" fn dvm_session_copy_to_worker0(
 ///
 /// Ownership: both borrowed.
 /// Errors: as `dvm_session_copy_to_worker0`.
+/// Undefined: as for `dvm_session_copy_to_worker0`; another thread using
+/// `host`'s memory during the call.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_from_worker0(
@@ -351,6 +365,7 @@ pub unsafe extern "C" fn dvm_session_copy_from_worker0(
 /// is released: a way to check for leaks).
 ///
 /// Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_live_registers(
@@ -376,6 +391,7 @@ pub unsafe extern "C" fn dvm_session_live_registers(
 ///
 /// Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
 /// left running); `ValueError` for NULL.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_shutdown(session: *mut dvm_session) -> dvm_status {
@@ -383,9 +399,11 @@ pub unsafe extern "C" fn dvm_session_shutdown(session: *mut dvm_session) -> dvm_
     boundary(|| unsafe { session_arg(session) }?.shutdown())
 }
 
-/// Drops a reference to a session. NULL is fine. The workers stop when the last reference to
+/// Drops a reference to a session (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. The workers stop when the last reference to
 /// the session (including those held by its DRefs and worker handles) goes, if not before.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_free(session: *mut dvm_session) {

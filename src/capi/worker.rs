@@ -33,6 +33,7 @@ pub(crate) unsafe fn worker_arg(
 /// `dvm_worker_free`.
 /// Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers;
 /// `SessionClosed` after shutdown.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_worker(
@@ -51,8 +52,10 @@ pub unsafe extern "C" fn dvm_session_worker(
     })
 }
 
-/// Drops a reference to a worker handle. NULL is fine.
+/// Drops a reference to a worker handle (to any object: it is dropped as by
+/// `dvm_object_dec_ref`). NULL is fine.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_free(worker: *mut dvm_worker) {
@@ -66,6 +69,7 @@ pub unsafe extern "C" fn dvm_worker_free(worker: *mut dvm_worker) {
 /// worker alone.
 ///
 /// Ownership and errors: as `dvm_session_call`.
+/// Undefined: as for `dvm_session_call`.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_call(
@@ -87,6 +91,7 @@ pub unsafe extern "C" fn dvm_worker_call(
 /// Waits until every call sent so far to this worker has finished.
 ///
 /// Errors: as `dvm_session_sync_worker`.
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_sync(worker: *mut dvm_worker) -> dvm_status {
@@ -99,6 +104,7 @@ pub unsafe extern "C" fn dvm_worker_sync(worker: *mut dvm_worker) -> dvm_status 
 
 /// The worker's id (0-based), or -1 if `worker` is not a worker.
 ///
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_id(worker: *const dvm_worker) -> i32 {
@@ -109,6 +115,7 @@ pub unsafe extern "C" fn dvm_worker_id(worker: *const dvm_worker) -> i32 {
 /// The worker's device.
 ///
 /// Errors: `ValueError` for NULL pointers; `TypeError` if `worker` is not a worker.
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_device(
@@ -139,6 +146,8 @@ pub extern "C" fn dvm_current_worker_id() -> i32 {
 /// Ownership: `*out` is borrowed: valid while the function runs (do not free it; take a
 /// reference with `dvm_object_inc_ref` to keep it).
 /// Errors: `RuntimeError` when called off a worker thread; `ValueError` if `out` is NULL.
+/// Undefined: using `*out` once the function running on the worker returned,
+/// unless a reference was taken.
 /// Thread safety: worker threads.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_current_worker(out: *mut *mut dvm_worker) -> dvm_status {
