@@ -1,4 +1,10 @@
-/* discovm: drive worker threads and devices from one controller, with TVM-FFI-compatible values. */
+/* discovm: drive worker threads and devices from one controller, with TVM-FFI-compatible values.
+ *
+ * Every function checks what it can: NULL pointers, the type of each handle (every handle is an
+ * object whose header says its type), counts, indices, and the values in packed arguments. A
+ * check that fails returns its status, with an error that names the argument, and writes nothing
+ * to the outputs. What no function can check is listed in its "Undefined:" line; for all of
+ * them, an output (`out`, `result`) must point at writable memory of its type. */
 
 #ifndef DISCOVM_H
 #define DISCOVM_H
@@ -164,33 +170,41 @@ dvm_status dvm_device_count(int32_t device_type, int32_t *out);
  * Errors: `IndexError` for a worker out of range; `WorkerError` if the call that should have
  * filled the register failed (its cause in the message) or the register is empty there;
  * `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
+ * Undefined: `dref` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_dref_get(const dvm_dref *r, int32_t worker, DVMAny *out);
+dvm_status dvm_dref_get(const dvm_dref *dref, int32_t worker, DVMAny *out);
 
 /**
  * Sets the value of the register on `worker`, after every call sent before (returns at once).
  *
  * Ownership: `value` is borrowed and copied (objects gain a reference).
  * Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
- * (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+ * (a borrowed `DLTensor*`), an unknown type index or an object of another type than its index
+ * says; `ValueError` for NULL pointers or a malformed value (as for `dvm_func_call`);
+ * `SessionClosed` after shutdown.
+ * Undefined: `value` whose pointer does not point at what its type index says;
+ * `dref` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_dref_set(const dvm_dref *r, int32_t worker, const DVMAny *value);
+dvm_status dvm_dref_set(const dvm_dref *dref, int32_t worker, const DVMAny *value);
 
 /**
- * Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
+ * Drops a reference to a DRef (to any object: it is dropped as by `dvm_object_dec_ref`).
+ * NULL is fine. When the last reference goes, the register is
  * freed on every worker, after every call sent before.
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
-void dvm_dref_free(dvm_dref *r);
+void dvm_dref_free(dvm_dref *dref);
 
 /**
  * The kind of the calling thread's most recent error (`"ValueError"`, `"WorkerError"`, ...),
  * or NULL if no call on this thread has failed yet.
  *
  * Ownership: borrowed; valid until the next failing call on this thread.
+ * Undefined: using the string after the next failing call on this thread.
  * Thread safety: any thread; each thread has its own error.
  */
 const char *dvm_last_error_kind(void);
@@ -199,6 +213,7 @@ const char *dvm_last_error_kind(void);
  * The message of the calling thread's most recent error, or NULL if there is none.
  *
  * Ownership: borrowed; valid until the next failing call on this thread.
+ * Undefined: using the string after the next failing call on this thread.
  * Thread safety: any thread; each thread has its own error.
  */
 const char *dvm_last_error_message(void);
@@ -209,6 +224,7 @@ const char *dvm_last_error_message(void);
  * NULL message means an empty one).
  *
  * Ownership: both strings are copied.
+ * Undefined: `kind` or `message` that is not NUL-terminated.
  * Thread safety: raises on the calling thread, which must be the one running the callback.
  */
 void dvm_error_raise(const char *kind, const char *message);
@@ -227,6 +243,8 @@ const char *dvm_version(void);
  *
  * Ownership: `*out` is a new reference; free it with `dvm_func_free`.
  * Errors: `ValueError` if `call` or `out` is NULL.
+ * Undefined: `call` or `deleter` that is not a function of its type; a callback that
+ * returns 0 without an owned value in `result`.
  * Thread safety: any thread; the callback may later run on any thread.
  */
 dvm_status dvm_func_new(void *self_,
@@ -235,8 +253,10 @@ dvm_status dvm_func_new(void *self_,
                         dvm_func **out);
 
 /**
- * Drops a reference to a function. NULL is fine.
+ * Drops a reference to a function (to any object: it is dropped as by `dvm_object_dec_ref`).
+ * NULL is fine.
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
 void dvm_func_free(dvm_func *f);
@@ -246,9 +266,13 @@ void dvm_func_free(dvm_func *f);
  * value (release it with `dvm_any_release`); on failure `*result` is untouched and the error
  * the function raised is reported with its kind and message.
  *
- * Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, or NULL `args` with
- * `num_args > 0`; `TypeError` if `f` is not a function or an argument has an unknown type
- * index; any error the function raises, with its kind.
+ * Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
+ * `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
+ * bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
+ * argument has an unknown type index or holds an object of another type than its index says
+ * (errors name the argument `args[i]`); any error the function raises, with its kind.
+ * Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+ * not point at what their type indices say; `f` after its last release.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_call(dvm_func *f, const DVMAny *args, int32_t num_args, DVMAny *result);
@@ -258,6 +282,7 @@ dvm_status dvm_func_call(dvm_func *f, const DVMAny *args, int32_t num_args, DVMA
  *
  * Errors: `ValueError` for NULL or empty `name`, NULL `f`, or a name already registered when
  * `allow_override` is 0; `TypeError` if `f` is not a function.
+ * Undefined: `name` that is not NUL-terminated; `f` after its last release.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_register_global(const char *name, dvm_func *f, int32_t allow_override);
@@ -269,6 +294,7 @@ dvm_status dvm_func_register_global(const char *name, dvm_func *f, int32_t allow
  * Ownership: `*out` is a new reference; free it with `dvm_func_free`.
  * Errors: `KeyError` naming `name` if nothing is registered under it; `ValueError` for NULL
  * arguments.
+ * Undefined: `name` that is not NUL-terminated.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_get_global(const char *name, dvm_func **out);
@@ -286,6 +312,7 @@ dvm_status dvm_func_list_global_names(DVMAny *out);
  * Removes a global function.
  *
  * Errors: `KeyError` if nothing is registered under `name`; `ValueError` if it is NULL.
+ * Undefined: `name` that is not NUL-terminated.
  * Thread safety: any thread.
  */
 dvm_status dvm_func_remove_global(const char *name);
@@ -299,6 +326,7 @@ dvm_status dvm_func_remove_global(const char *name);
  * 1..=num_workers, `num_workers % num_groups != 0`, or an option is malformed (a CPU id out of
  * range, array lengths that differ from `num_workers`); `DeviceUnavailable` for a device
  * without a backend.
+ * Undefined: `opts` arrays with fewer entries than their counts.
  * Thread safety: any thread. The session may then be used from several threads at once.
  */
 dvm_status dvm_session_new_threaded(int32_t num_workers,
@@ -307,11 +335,12 @@ dvm_status dvm_session_new_threaded(int32_t num_workers,
                                     dvm_session **out);
 
 /**
- * The number of workers, or -1 if `s` is not a session.
+ * The number of workers, or -1 if `session` is not a session.
  *
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-int32_t dvm_session_num_workers(const dvm_session *s);
+int32_t dvm_session_num_workers(const dvm_session *session);
 
 /**
  * Looks up a global function for use on the workers, as `dvm_func_get_global` does. The name
@@ -320,9 +349,11 @@ int32_t dvm_session_num_workers(const dvm_session *s);
  * Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
  * Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after
  * shutdown; `ValueError` for NULL arguments.
+ * Undefined: `session` after its last release; `name` that is not
+ * NUL-terminated.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_get_global_func(dvm_session *s, const char *name, dvm_dref **out);
+dvm_status dvm_session_get_global_func(dvm_session *session, const char *name, dvm_dref **out);
 
 /**
  * Broadcasts a call of the function in `func` to every worker. Arguments are copied once and
@@ -330,12 +361,15 @@ dvm_status dvm_session_get_global_func(dvm_session *s, const char *name, dvm_dre
  * once; failures on the workers are reported by the next wait (sync, copy, register read).
  *
  * Ownership: arguments are borrowed; `*out` is a new DRef to the results.
- * Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
- * argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
- * type index; `SessionClosed` after shutdown.
+ * Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
+ * (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
+ * `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
+ * its index says (errors name the argument `args[i]`); `SessionClosed` after shutdown.
+ * Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+ * not point at what their type indices say; handles after their last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_call(dvm_session *s,
+dvm_status dvm_session_call(dvm_session *session,
                             const dvm_dref *func,
                             const DVMAny *args,
                             int32_t num_args,
@@ -347,18 +381,20 @@ dvm_status dvm_session_call(dvm_session *s,
  * Errors: `IndexError` if `worker` is out of range; `WorkerError` if a call on that worker
  * failed since the last wait (the message names the worker, the function and the cause);
  * `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_sync_worker(dvm_session *s, int32_t worker);
+dvm_status dvm_session_sync_worker(dvm_session *session, int32_t worker);
 
 /**
  * Waits until every call sent so far to every worker has finished (syncs go out to all
  * workers first, then the replies are collected).
  *
  * Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_sync_all(dvm_session *s);
+dvm_status dvm_session_sync_all(dvm_session *session);
 
 /**
  * Sets up collectives between the session's workers, so that worker-side functions can call
@@ -394,9 +430,11 @@ dvm_status dvm_session_sync_all(dvm_session *s);
  * `WorkerError` if a worker failed earlier work or could not join (reported by the sync this
  * makes); `SessionClosed` after shutdown. A collective called before this fails on its worker
  * with a `WorkerError` that names the worker and the call.
+ * Undefined: `device_ids` with fewer than `n` entries; `backend` that is not
+ * NUL-terminated; `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_init_ccl(dvm_session *s,
+dvm_status dvm_session_init_ccl(dvm_session *session,
                                 const char *backend,
                                 const int32_t *device_ids,
                                 int32_t n);
@@ -409,9 +447,13 @@ dvm_status dvm_session_init_ccl(dvm_session *s,
  * Errors: `ValueError` for NULL pointers, a non-CPU or non-contiguous host tensor, or a shape
  * or dtype that differs from the remote tensor's; `WorkerError` if `dst` does not hold a
  * tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
+ * Undefined: `host` describing memory that is not there (`data`, `shape` or
+ * `strides` with too few bytes or values); handles after their last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_copy_to_worker0(dvm_session *s, const DLTensor *host, const dvm_dref *dst);
+dvm_status dvm_session_copy_to_worker0(dvm_session *session,
+                                       const DLTensor *host,
+                                       const dvm_dref *dst);
 
 /**
  * Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
@@ -420,37 +462,44 @@ dvm_status dvm_session_copy_to_worker0(dvm_session *s, const DLTensor *host, con
  *
  * Ownership: both borrowed.
  * Errors: as `dvm_session_copy_to_worker0`.
+ * Undefined: as for `dvm_session_copy_to_worker0`; another thread using
+ * `host`'s memory during the call.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_copy_from_worker0(dvm_session *s, DLTensor *host, const dvm_dref *src);
+dvm_status dvm_session_copy_from_worker0(dvm_session *session, DLTensor *host, const dvm_dref *src);
 
 /**
  * How many registers hold a value on `worker`, after every call sent before (0 once every DRef
  * is released: a way to check for leaks).
  *
  * Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_live_registers(dvm_session *s, int32_t worker, int64_t *out);
+dvm_status dvm_session_live_registers(dvm_session *session, int32_t worker, int64_t *out);
 
 /**
  * Stops the workers once the work already sent has run, and joins their threads. Every later
- * call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
- * again does nothing.
+ * call on the session (or its DRefs and workers) fails with `SessionClosed`, except those that
+ * answer from what the session knows without its workers (`dvm_session_num_workers`,
+ * `dvm_worker_id`, `dvm_worker_device`); shutting down again does nothing.
  *
  * Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
  * left running); `ValueError` for NULL.
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_shutdown(dvm_session *s);
+dvm_status dvm_session_shutdown(dvm_session *session);
 
 /**
- * Drops a reference to a session. NULL is fine. The workers stop when the last reference to
+ * Drops a reference to a session (to any object: it is dropped as by `dvm_object_dec_ref`).
+ * NULL is fine. The workers stop when the last reference to
  * the session (including those held by its DRefs and worker handles) goes, if not before.
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
-void dvm_session_free(dvm_session *s);
+void dvm_session_free(dvm_session *session);
 
 /**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
@@ -474,6 +523,7 @@ dvm_status dvm_stream_new(DLDevice device, dvm_stream **out);
  * Ownership: `s` is borrowed.
  * Errors: `ValueError` if `s` is NULL; `TypeError` if it is not a stream; the kind of the
  * first failure; `RuntimeError` when called from a callback running on the same executor.
+ * Undefined: `s` after its last release.
  * Thread safety: any thread.
  */
 dvm_status dvm_stream_sync(dvm_stream *s);
@@ -484,16 +534,19 @@ dvm_status dvm_stream_sync(dvm_stream *s);
  *
  * Ownership: both are borrowed.
  * Errors: `ValueError` if either is NULL; `TypeError` if either is not a stream.
+ * Undefined: a stream after its last release.
  * Thread safety: any thread.
  */
 dvm_status dvm_stream_wait(dvm_stream *waiter, dvm_stream *signaler);
 
 /**
- * Drops a reference to a stream. NULL is fine. When the last reference goes, the stream first
+ * Drops a reference to a stream (to any object: it is dropped as by `dvm_object_dec_ref`).
+ * NULL is fine. When the last reference goes, the stream first
  * finishes the work submitted to it (this call then waits for it); failures not yet reported
  * by `dvm_stream_sync` are dropped, so sync first to see them. Tensors in use by that work stay
  * alive until it finishes.
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
 void dvm_stream_free(dvm_stream *s);
@@ -511,6 +564,7 @@ void dvm_stream_free(dvm_stream *s);
  * overflows, NULL pointers, or a `kDLCUDAHost` device id other than 0; `DeviceUnavailable`
  * for devices without a backend (a CUDA device or page-locked memory without the driver or a
  * GPU, a CUDA device out of range: the message says which).
+ * Undefined: `shape` with fewer than `ndim` values.
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_empty(const int64_t *shape,
@@ -520,9 +574,11 @@ dvm_status dvm_tensor_empty(const int64_t *shape,
                             dvm_tensor **out);
 
 /**
- * Drops a reference to a tensor. NULL is fine. Work still queued on a stream that uses the
+ * Drops a reference to a tensor (to any object: it is dropped as by `dvm_object_dec_ref`).
+ * NULL is fine. Work still queued on a stream that uses the
  * tensor keeps it alive until that work finishes (a DLPack tensor's deleter runs then).
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
 void dvm_tensor_free(dvm_tensor *t);
@@ -532,6 +588,7 @@ void dvm_tensor_free(dvm_tensor *t);
  * another library made).
  *
  * Ownership: borrowed; valid while `t` lives.
+ * Undefined: using the DLTensor after `t`'s last release, or writing through it.
  * Thread safety: any thread.
  */
 const DLTensor *dvm_tensor_dl(const dvm_tensor *t);
@@ -543,6 +600,9 @@ const DLTensor *dvm_tensor_dl(const dvm_tensor *t);
  * Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
  * Errors: `ValueError` for NULL pointers, an unsupported DLPack major version, or an invalid
  * description (negative dims or strides, NULL data, sizes that overflow).
+ * Undefined: `managed` describing memory that is not there; two tensors over
+ * shared memory used on different streams (streams order the uses of a tensor, not of
+ * memory that two tensors share).
  * Thread safety: any thread; the deleter may run on any thread.
  */
 dvm_status dvm_tensor_from_dlpack(DLManagedTensorVersioned *managed, dvm_tensor **out);
@@ -554,6 +614,8 @@ dvm_status dvm_tensor_from_dlpack(DLManagedTensorVersioned *managed, dvm_tensor 
  *
  * Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
  * a tensor.
+ * Undefined: calling the export's deleter more than once, or using the export
+ * after it.
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_to_dlpack(dvm_tensor *t, DLManagedTensorVersioned **out);
@@ -573,6 +635,8 @@ dvm_status dvm_tensor_to_dlpack(dvm_tensor *t, DLManagedTensorVersioned **out);
  * can be ordered); `DeviceUnavailable` for a device without a backend; the failure that should have written
  * `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
  * running on the executor that would run the read.
+ * Undefined: `dst` with fewer than `nbytes` writable bytes; `t` after its last
+ * release.
  * Thread safety: any thread; reads from several threads do not order among themselves.
  */
 dvm_status dvm_tensor_read(dvm_tensor *t,
@@ -588,6 +652,8 @@ dvm_status dvm_tensor_read(dvm_tensor *t,
  * Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
  * Errors: as for `dvm_tensor_read`, with `src` for `dst`; also `ValueError` if `t` is
  * read-only (a DLPack tensor whose producer set the read-only flag).
+ * Undefined: `src` with fewer than `nbytes` readable bytes; `t` after its last
+ * release.
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
@@ -600,12 +666,15 @@ dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
  *
  * Ownership: all three are borrowed.
  * Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
- * strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
- * type and for tensor objects another library made (as for `dvm_tensor_read`);
+ * strided view, `dst` is read-only (a DLPack flag), or the two are distinct tensors over
+ * shared memory (DLPack imports of one buffer; a tensor copied onto itself is left as it is);
+ * `TypeError` for handles of the wrong type and for tensor objects another library made (as for
+ * `dvm_tensor_read`);
  * `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
  * reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
  * GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
  * written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
+ * Undefined: handles after their last release.
  * Thread safety: any thread.
  */
 dvm_status dvm_tensor_copy(dvm_tensor *dst,
@@ -616,6 +685,8 @@ dvm_status dvm_tensor_copy(dvm_tensor *dst,
  * Adds a reference to any object (every handle of this library is one).
  *
  * Errors: `ValueError` if `obj` is NULL.
+ * Undefined: `obj` that is not a live object (its last reference dropped, or memory
+ * that holds no object header).
  * Thread safety: any thread.
  */
 dvm_status dvm_object_inc_ref(void *obj);
@@ -624,6 +695,8 @@ dvm_status dvm_object_inc_ref(void *obj);
  * Drops a reference; the object is destroyed when the last one goes.
  *
  * Errors: `ValueError` if `obj` is NULL.
+ * Undefined: dropping a reference the caller does not own; `obj` that is not a live
+ * object.
  * Thread safety: any thread.
  */
 dvm_status dvm_object_dec_ref(void *obj);
@@ -632,6 +705,8 @@ dvm_status dvm_object_dec_ref(void *obj);
  * Releases an owned value: drops its object reference, if any, and sets it to None.
  *
  * Errors: `ValueError` if `value` is NULL.
+ * Undefined: `value` that does not own what it holds (a borrowed value, or one
+ * already released through a copy of it).
  * Thread safety: any thread.
  */
 dvm_status dvm_any_release(DVMAny *value);
@@ -641,6 +716,7 @@ dvm_status dvm_any_release(DVMAny *value);
  *
  * Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
  * Errors: `ValueError` if `out` is NULL, or `data` is NULL while `len > 0`.
+ * Undefined: `data` with fewer than `len` readable bytes.
  * Thread safety: any thread.
  */
 dvm_status dvm_string_new(const char *data, size_t len, DVMAny *out);
@@ -650,6 +726,7 @@ dvm_status dvm_string_new(const char *data, size_t len, DVMAny *out);
  *
  * Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
  * Errors: `ValueError` if `out` is NULL, or `data` is NULL while `len > 0`.
+ * Undefined: `data` with fewer than `len` readable bytes.
  * Thread safety: any thread.
  */
 dvm_status dvm_bytes_new(const void *data, size_t len, DVMAny *out);
@@ -659,6 +736,7 @@ dvm_status dvm_bytes_new(const void *data, size_t len, DVMAny *out);
  *
  * Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
  * Errors: `ValueError` if `out` is NULL, `ndim` is negative, or `dims` is NULL while `ndim > 0`.
+ * Undefined: `dims` with fewer than `ndim` values.
  * Thread safety: any thread.
  */
 dvm_status dvm_shape_new(const int64_t *dims, int32_t ndim, DVMAny *out);
@@ -668,26 +746,31 @@ dvm_status dvm_shape_new(const int64_t *dims, int32_t ndim, DVMAny *out);
  *
  * Ownership: `*out` is a new reference (it keeps the session alive); free it with
  * `dvm_worker_free`.
- * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
+ * Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers;
+ * `SessionClosed` after shutdown.
+ * Undefined: `session` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_session_worker(dvm_session *s, int32_t worker, dvm_worker **out);
+dvm_status dvm_session_worker(dvm_session *session, int32_t worker, dvm_worker **out);
 
 /**
- * Drops a reference to a worker handle. NULL is fine.
+ * Drops a reference to a worker handle (to any object: it is dropped as by
+ * `dvm_object_dec_ref`). NULL is fine.
  *
+ * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.
  */
-void dvm_worker_free(dvm_worker *w);
+void dvm_worker_free(dvm_worker *worker);
 
 /**
  * Calls the function in `func` on this worker only. The result DRef holds a value on this
  * worker alone.
  *
  * Ownership and errors: as `dvm_session_call`.
+ * Undefined: as for `dvm_session_call`.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_call(dvm_worker *w,
+dvm_status dvm_worker_call(dvm_worker *worker,
                            const dvm_dref *func,
                            const DVMAny *args,
                            int32_t num_args,
@@ -697,24 +780,27 @@ dvm_status dvm_worker_call(dvm_worker *w,
  * Waits until every call sent so far to this worker has finished.
  *
  * Errors: as `dvm_session_sync_worker`.
+ * Undefined: `worker` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_sync(dvm_worker *w);
+dvm_status dvm_worker_sync(dvm_worker *worker);
 
 /**
- * The worker's id (0-based), or -1 if `w` is not a worker.
+ * The worker's id (0-based), or -1 if `worker` is not a worker.
  *
+ * Undefined: `worker` after its last release.
  * Thread safety: any thread.
  */
-int32_t dvm_worker_id(const dvm_worker *w);
+int32_t dvm_worker_id(const dvm_worker *worker);
 
 /**
  * The worker's device.
  *
- * Errors: `ValueError` for NULL pointers; `TypeError` if `w` is not a worker.
+ * Errors: `ValueError` for NULL pointers; `TypeError` if `worker` is not a worker.
+ * Undefined: `worker` after its last release.
  * Thread safety: any thread.
  */
-dvm_status dvm_worker_device(const dvm_worker *w, DLDevice *out);
+dvm_status dvm_worker_device(const dvm_worker *worker, DLDevice *out);
 
 /**
  * The id of the worker running the calling thread, or -1 off worker threads.
@@ -729,6 +815,8 @@ int32_t dvm_current_worker_id(void);
  * Ownership: `*out` is borrowed: valid while the function runs (do not free it; take a
  * reference with `dvm_object_inc_ref` to keep it).
  * Errors: `RuntimeError` when called off a worker thread; `ValueError` if `out` is NULL.
+ * Undefined: using `*out` once the function running on the worker returned,
+ * unless a reference was taken.
  * Thread safety: worker threads.
  */
 dvm_status dvm_current_worker(dvm_worker **out);

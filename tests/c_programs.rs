@@ -108,18 +108,15 @@ macro_rules! programs {
 programs! {
     func_call_values: Program::new("tests/c/func_call_values.c");
     func_errors: Program::new("tests/c/func_errors.c");
-    capi_bad_inputs: Program::new("tests/c/capi_bad_inputs.c");
     device_count: Program::new("tests/c/device_count.c");
     object_ref_counting: Program::new("tests/c/object_ref_counting.c");
     session_calls: Program::new("tests/c/session_calls.c");
     session_failures: Program::new("tests/c/session_failures.c");
-    session_bad_inputs: Program::new("tests/c/session_bad_inputs.c");
     session_load: Program::new("tests/c/session_load.c").libs(&["-lpthread"]);
     session_timeout_keeps_failures: Program::new("tests/c/session_timeout_keeps_failures.c");
     session_sync_all_timeout: Program::new("tests/c/session_sync_all_timeout.c");
     session_waits_report_failures: Program::new("tests/c/session_waits_report_failures.c");
     stream_ordering: Program::new("tests/c/stream_ordering.c");
-    stream_bad_inputs: Program::new("tests/c/stream_bad_inputs.c");
     cxx_wrapper: Program::new("tests/c/cxx_wrapper.cpp");
     cuda_roundtrip: Program::new("tests/c/cuda_roundtrip.c").needs_gpu();
     cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();

@@ -6,10 +6,11 @@
 
 #[path = "support/built_library.rs"]
 mod built_library;
+#[path = "support/exported_symbols.rs"]
+mod exported_symbols;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::process::Command;
 
 /// Prefixes an exported symbol may have.
 const PUBLIC_PREFIXES: [&str; 2] = ["dvm_", "__tvm_ffi_"];
@@ -40,34 +41,14 @@ const CORE_FUNCTIONS: [&str; 22] = [
     "dvm_version",
 ];
 
-/// The defined dynamic symbols of the shared library, from `nm -D --defined-only`.
+/// The defined dynamic symbols of the shared library.
 fn exported_symbols() -> BTreeSet<String> {
     exported_symbols_with_kinds().into_keys().collect()
 }
 
 /// The defined dynamic symbols with nm's letter for their kind (`T`: a function).
 fn exported_symbols_with_kinds() -> BTreeMap<String, String> {
-    let library = built_library::shared_library();
-    let mut nm = Command::new("nm");
-    nm.args(["-D", "--defined-only"]).arg(library);
-    let output = nm
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run nm (install binutils): {e}"));
-    assert!(
-        output.status.success(),
-        "{nm:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout)
-        .expect("nm prints text")
-        .lines()
-        // "<address> <type> <name>[@version]"
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace().skip(1);
-            let (kind, name) = (fields.next()?, fields.next()?);
-            Some((name.split('@').next()?.to_string(), kind.to_string()))
-        })
-        .collect()
+    exported_symbols::exported_symbols_with_kinds(built_library::shared_library())
 }
 
 /// The functions `include/discovm.h` declares: every `dvm_<name>(` at the start of a

@@ -212,7 +212,7 @@ fn errors_type_indices_and_functions_are_shared_with_libtvm_ffi() {
     let missing = registry::get_global("test.bridge.nowhere").unwrap_err();
     assert_eq!(
         missing.message,
-        "no global function named `test.bridge.nowhere`"
+        "no global function has the name `test.bridge.nowhere`"
     );
     assert_eq!(tvm_ffi.take_raised(), None);
 

@@ -416,12 +416,14 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
     s.copy_worker0(
         host_tensor(&mut input, &mut shape_in),
         &remote,
+        "remote",
         CopyDirection::ToWorker,
     )
     .unwrap();
     s.copy_worker0(
         host_tensor(&mut output, &mut shape_out),
         &remote,
+        "remote",
         CopyDirection::FromWorker,
     )
     .unwrap();
@@ -432,6 +434,7 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
         .copy_worker0(
             host_tensor(&mut wrong, &mut wrong_shape),
             &remote,
+            "remote",
             CopyDirection::ToWorker,
         )
         .unwrap_err();
@@ -464,6 +467,7 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
     s.copy_worker0(
         host_tensor(&mut output, &mut shape_out),
         &remote,
+        "remote",
         CopyDirection::FromWorker,
     )
     .unwrap();

@@ -185,7 +185,7 @@ fn copies_to_and_from_host_memory_are_ordered() {
     assert_eq!(err.kind, ErrorKind::Value);
     assert_eq!(
         err.message,
-        "25 bytes cannot be read from a tensor of 24 bytes"
+        "`nbytes`: 25 bytes cannot be read from a tensor of 24 bytes"
     );
 }
 
@@ -392,24 +392,27 @@ fn bad_inputs_give_clear_errors() {
     assert_eq!(err.kind, ErrorKind::Value);
     assert_eq!(
         err.message,
-        "25 bytes cannot be read from a tensor of 24 bytes"
+        "`dst`: 25 bytes cannot be read from a tensor of 24 bytes"
     );
     let err = vm::write(&a, &big).unwrap_err();
     assert_eq!(
         err.message,
-        "25 bytes cannot be written to a tensor of 24 bytes"
+        "`src`: 25 bytes cannot be written to a tensor of 24 bytes"
     );
     // Dtype, shape and size mismatches.
     let cases = [
         (
             tensor(&[2, 3], I64),
-            "a [2, 3] float32 tensor (24 bytes) into a [2, 3] int64",
+            "a [2, 3] float32 tensor (24 bytes), into `dst`, a [2, 3] int64",
         ),
         (
             tensor(&[3, 2], F32),
-            "a [2, 3] float32 tensor (24 bytes) into a [3, 2] float32",
+            "a [2, 3] float32 tensor (24 bytes), into `dst`, a [3, 2] float32",
         ),
-        (tensor(&[6], F32), "into a [6] float32 tensor (24 bytes)"),
+        (
+            tensor(&[6], F32),
+            "into `dst`, a [6] float32 tensor (24 bytes)",
+        ),
     ];
     for (dst, text) in &cases {
         let err = stream.copy(dst, &a).unwrap_err();
@@ -579,7 +582,7 @@ fn zero_sized_tensors_work() {
     let err = vm::read(&b, &mut one).unwrap_err();
     assert_eq!(
         err.message,
-        "1 bytes cannot be read from a tensor of 0 bytes"
+        "`dst`: 1 bytes cannot be read from a tensor of 0 bytes"
     );
     stream.sync().unwrap();
 }

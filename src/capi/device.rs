@@ -14,7 +14,7 @@ use super::{boundary, dvm_status, non_null, write_out};
 pub unsafe extern "C" fn dvm_device_count(device_type: i32, out: *mut i32) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
-        let count = crate::device::count(device_type)?;
+        let count = crate::device::count(device_type).map_err(|e| e.context("`device_type`"))?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, count) };
         Ok(())

@@ -34,17 +34,18 @@ pub(crate) fn dref_handle(dref: DRef) -> *mut dvm_dref {
 /// Errors: `IndexError` for a worker out of range; `WorkerError` if the call that should have
 /// filled the register failed (its cause in the message) or the register is empty there;
 /// `TimeoutError`, `SessionClosed` as for syncs; `ValueError` for NULL pointers.
+/// Undefined: `dref` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_get(
-    r: *const dvm_dref,
+    dref: *const dvm_dref,
     worker: i32,
     out: *mut DVMAny,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let value = unsafe { dref_arg(r, "dref") }?.get(worker.into())?;
+        let value = unsafe { dref_arg(dref, "dref") }?.get(worker.into())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, value.into_raw()) };
         Ok(())
@@ -55,33 +56,42 @@ pub unsafe extern "C" fn dvm_dref_get(
 ///
 /// Ownership: `value` is borrowed and copied (objects gain a reference).
 /// Errors: `IndexError` for a worker out of range; `TypeError` for a value that cannot be kept
-/// (a borrowed `DLTensor*`); `SessionClosed` after shutdown; `ValueError` for NULL pointers.
+/// (a borrowed `DLTensor*`), an unknown type index or an object of another type than its index
+/// says; `ValueError` for NULL pointers or a malformed value (as for `dvm_func_call`);
+/// `SessionClosed` after shutdown.
+/// Undefined: `value` whose pointer does not point at what its type index says;
+/// `dref` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_dref_set(
-    r: *const dvm_dref,
+    dref: *const dvm_dref,
     worker: i32,
     value: *const DVMAny,
 ) -> dvm_status {
     boundary(|| {
         let value = non_null(value, "value")?;
         // SAFETY: NULL or a live handle, by contract.
-        let dref = unsafe { dref_arg(r, "dref") }?;
+        let dref = unsafe { dref_arg(dref, "dref") }?;
         // SAFETY: the caller vouches for the value for the duration of the call.
         let view = unsafe { AnyView::from_raw(*value.as_ptr()) };
-        view.validate()?;
-        dref.set(worker.into(), view.to_owned()?)
+        let value = view
+            .validate()
+            .and_then(|()| view.to_owned())
+            .map_err(|e| e.context("`value`"))?;
+        dref.set(worker.into(), value)
     })
 }
 
-/// Drops a reference to a DRef. NULL is fine. When the last reference goes, the register is
+/// Drops a reference to a DRef (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. When the last reference goes, the register is
 /// freed on every worker, after every call sent before.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_dref_free(r: *mut dvm_dref) {
-    if !r.is_null() {
+pub unsafe extern "C" fn dvm_dref_free(dref: *mut dvm_dref) {
+    if !dref.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(r.cast()) };
+        unsafe { super::dvm_object_dec_ref(dref.cast()) };
     }
 }

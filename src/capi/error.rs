@@ -9,6 +9,7 @@ use crate::object::{Error, ErrorKind, error};
 /// or NULL if no call on this thread has failed yet.
 ///
 /// Ownership: borrowed; valid until the next failing call on this thread.
+/// Undefined: using the string after the next failing call on this thread.
 /// Thread safety: any thread; each thread has its own error.
 #[unsafe(no_mangle)]
 pub extern "C" fn dvm_last_error_kind() -> *const c_char {
@@ -18,6 +19,7 @@ pub extern "C" fn dvm_last_error_kind() -> *const c_char {
 /// The message of the calling thread's most recent error, or NULL if there is none.
 ///
 /// Ownership: borrowed; valid until the next failing call on this thread.
+/// Undefined: using the string after the next failing call on this thread.
 /// Thread safety: any thread; each thread has its own error.
 #[unsafe(no_mangle)]
 pub extern "C" fn dvm_last_error_message() -> *const c_char {
@@ -29,6 +31,7 @@ pub extern "C" fn dvm_last_error_message() -> *const c_char {
 /// NULL message means an empty one).
 ///
 /// Ownership: both strings are copied.
+/// Undefined: `kind` or `message` that is not NUL-terminated.
 /// Thread safety: raises on the calling thread, which must be the one running the callback.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_error_raise(kind: *const c_char, message: *const c_char) {

@@ -38,6 +38,8 @@ fn into_handle(f: Function) -> *mut dvm_func {
 ///
 /// Ownership: `*out` is a new reference; free it with `dvm_func_free`.
 /// Errors: `ValueError` if `call` or `out` is NULL.
+/// Undefined: `call` or `deleter` that is not a function of its type; a callback that
+/// returns 0 without an owned value in `result`.
 /// Thread safety: any thread; the callback may later run on any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_new(
@@ -57,8 +59,10 @@ pub unsafe extern "C" fn dvm_func_new(
     })
 }
 
-/// Drops a reference to a function. NULL is fine.
+/// Drops a reference to a function (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
@@ -72,9 +76,13 @@ pub unsafe extern "C" fn dvm_func_free(f: *mut dvm_func) {
 /// value (release it with `dvm_any_release`); on failure `*result` is untouched and the error
 /// the function raised is reported with its kind and message.
 ///
-/// Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, or NULL `args` with
-/// `num_args > 0`; `TypeError` if `f` is not a function or an argument has an unknown type
-/// index; any error the function raises, with its kind.
+/// Errors: `ValueError` for NULL `f` or `result`, negative `num_args`, NULL `args` with
+/// `num_args > 0`, or a malformed argument (a small string or byte string of more than 7
+/// bytes, a NULL object or borrowed pointer); `TypeError` if `f` is not a function, or an
+/// argument has an unknown type index or holds an object of another type than its index says
+/// (errors name the argument `args[i]`); any error the function raises, with its kind.
+/// Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+/// not point at what their type indices say; `f` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_call(
@@ -91,7 +99,7 @@ pub unsafe extern "C" fn dvm_func_call(
         let raw_args = unsafe { count_slice(args, num_args, "args", "num_args") }?;
         // SAFETY: the values outlive this call.
         let views = unsafe { AnyView::slice(raw_args.as_ptr(), raw_args.len()) };
-        AnyView::validate_all(views)?;
+        AnyView::validate_all(views, |i| format!("`args[{i}]`"))?;
         let value = function.call(views)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(result, value.into_raw()) };
@@ -103,6 +111,7 @@ pub unsafe extern "C" fn dvm_func_call(
 ///
 /// Errors: `ValueError` for NULL or empty `name`, NULL `f`, or a name already registered when
 /// `allow_override` is 0; `TypeError` if `f` is not a function.
+/// Undefined: `name` that is not NUL-terminated; `f` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_register_global(
@@ -125,6 +134,7 @@ pub unsafe extern "C" fn dvm_func_register_global(
 /// Ownership: `*out` is a new reference; free it with `dvm_func_free`.
 /// Errors: `KeyError` naming `name` if nothing is registered under it; `ValueError` for NULL
 /// arguments.
+/// Undefined: `name` that is not NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_get_global(
@@ -162,18 +172,12 @@ pub unsafe extern "C" fn dvm_func_list_global_names(out: *mut DVMAny) -> dvm_sta
 /// Removes a global function.
 ///
 /// Errors: `KeyError` if nothing is registered under `name`; `ValueError` if it is NULL.
+/// Undefined: `name` that is not NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_func_remove_global(name: *const c_char) -> dvm_status {
     boundary(|| {
         // SAFETY: NUL-terminated or NULL, by contract.
-        let name = unsafe { c_str(name, "name") }?;
-        if registry::remove_global(name) {
-            Ok(())
-        } else {
-            Err(crate::Error::key(format!(
-                "no global function named `{name}`"
-            )))
-        }
+        registry::remove_global(unsafe { c_str(name, "name") }?)
     })
 }

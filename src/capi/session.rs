@@ -100,7 +100,7 @@ pub(crate) unsafe fn call_with(
     let raw = unsafe { count_slice(args, num_args, "args", "num_args") }?;
     // SAFETY: the values outlive this call.
     let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
-    AnyView::validate_all(views)?;
+    AnyView::validate_all(views, |i| format!("`args[{i}]`"))?;
     let result = session.call(target, &func, views)?;
     // SAFETY: checked non-NULL above.
     unsafe { write_out(out, dref_handle(result)) };
@@ -115,6 +115,7 @@ pub(crate) unsafe fn call_with(
 /// 1..=num_workers, `num_workers % num_groups != 0`, or an option is malformed (a CPU id out of
 /// range, array lengths that differ from `num_workers`); `DeviceUnavailable` for a device
 /// without a backend.
+/// Undefined: `opts` arrays with fewer entries than their counts.
 /// Thread safety: any thread. The session may then be used from several threads at once.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_new_threaded(
@@ -134,15 +135,16 @@ pub unsafe extern "C" fn dvm_session_new_threaded(
     })
 }
 
-/// The number of workers, or -1 if `s` is not a session.
+/// The number of workers, or -1 if `session` is not a session.
 ///
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
+pub unsafe extern "C" fn dvm_session_num_workers(session: *const dvm_session) -> i32 {
     // SAFETY: NULL or a live handle, by contract.
     boundary_or(
         |_| -1,
-        || Ok(unsafe { session_arg(s) }?.num_workers() as i32),
+        || Ok(unsafe { session_arg(session) }?.num_workers() as i32),
     )
 }
 
@@ -152,17 +154,19 @@ pub unsafe extern "C" fn dvm_session_num_workers(s: *const dvm_session) -> i32 {
 /// Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
 /// Errors: `KeyError` naming `name` if no such global function exists; `SessionClosed` after
 /// shutdown; `ValueError` for NULL arguments.
+/// Undefined: `session` after its last release; `name` that is not
+/// NUL-terminated.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_get_global_func(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     name: *const c_char,
     out: *mut *mut dvm_dref,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle / NUL-terminated string, by contract.
-        let (session, name) = unsafe { (session_arg(s)?, c_str(name, "name")?) };
+        let (session, name) = unsafe { (session_arg(session)?, c_str(name, "name")?) };
         let dref = session.get_global_func(name)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, dref_handle(dref)) };
@@ -175,13 +179,16 @@ pub unsafe extern "C" fn dvm_session_get_global_func(
 /// once; failures on the workers are reported by the next wait (sync, copy, register read).
 ///
 /// Ownership: arguments are borrowed; `*out` is a new DRef to the results.
-/// Errors: `ValueError` for NULL handles or a DRef of another session; `TypeError` for an
-/// argument that cannot be kept (a borrowed `DLTensor*`: pass a Tensor object) or an unknown
-/// type index; `SessionClosed` after shutdown.
+/// Errors: `ValueError` for NULL handles, a DRef of another session, or a malformed argument
+/// (as for `dvm_func_call`); `TypeError` for an argument that cannot be kept (a borrowed
+/// `DLTensor*`: pass a Tensor object), an unknown type index or an object of another type than
+/// its index says (errors name the argument `args[i]`); `SessionClosed` after shutdown.
+/// Undefined: `args` with fewer than `num_args` values, or values whose pointers do
+/// not point at what their type indices say; handles after their last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_call(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     func: *const dvm_dref,
     args: *const DVMAny,
     num_args: i32,
@@ -189,7 +196,7 @@ pub unsafe extern "C" fn dvm_session_call(
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         // SAFETY: as documented above.
         unsafe { call_with(&session.0, Target::All, func, args, num_args, out) }
     })
@@ -200,12 +207,16 @@ pub unsafe extern "C" fn dvm_session_call(
 /// Errors: `IndexError` if `worker` is out of range; `WorkerError` if a call on that worker
 /// failed since the last wait (the message names the worker, the function and the cause);
 /// `TimeoutError` past the session's timeout; `SessionClosed` after shutdown.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_sync_worker(s: *mut dvm_session, worker: i32) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_sync_worker(
+    session: *mut dvm_session,
+    worker: i32,
+) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         session.sync_worker(session.worker_index(worker.into())?)
     })
 }
@@ -214,11 +225,12 @@ pub unsafe extern "C" fn dvm_session_sync_worker(s: *mut dvm_session, worker: i3
 /// workers first, then the replies are collected).
 ///
 /// Errors: as `dvm_session_sync_worker`; the first failing worker's error is reported.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_sync_all(session: *mut dvm_session) -> dvm_status {
     // SAFETY: NULL or a live handle, by contract.
-    boundary(|| unsafe { session_arg(s) }?.sync_all())
+    boundary(|| unsafe { session_arg(session) }?.sync_all())
 }
 
 /// Sets up collectives between the session's workers, so that worker-side functions can call
@@ -254,17 +266,19 @@ pub unsafe extern "C" fn dvm_session_sync_all(s: *mut dvm_session) -> dvm_status
 /// `WorkerError` if a worker failed earlier work or could not join (reported by the sync this
 /// makes); `SessionClosed` after shutdown. A collective called before this fails on its worker
 /// with a `WorkerError` that names the worker and the call.
+/// Undefined: `device_ids` with fewer than `n` entries; `backend` that is not
+/// NUL-terminated; `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_init_ccl(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     backend: *const c_char,
     device_ids: *const i32,
     n: i32,
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         // SAFETY: NULL or a terminated string, by contract.
         let backend = unsafe { c_str(backend, "backend") }?;
         // SAFETY: `device_ids` holds `n` entries, by contract.
@@ -281,28 +295,30 @@ pub(crate) unsafe fn copy_host(
     session: &Arc<Session>,
     host: &DLTensor,
     dref: &DRef,
+    name: &'static str,
     direction: CopyDirection,
 ) -> crate::Result<()> {
     // SAFETY: as the caller promises; the session waits for worker 0 (or for it to finish a
     // copy it started) before returning.
     let host = unsafe { HostTensor::new(host) }?;
-    session.copy_worker0(host, dref, direction)
+    session.copy_worker0(host, dref, name, direction)
 }
 
 /// # Safety
 /// As for the two copy functions.
 unsafe fn copy_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *const DLTensor,
     dref: *const dvm_dref,
+    name: &'static str,
     direction: CopyDirection,
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or live handles, by contract.
-        let (session, dref) = unsafe { (session_arg(s)?, dref_arg(dref, "dref")?) };
+        let (session, dref) = unsafe { (session_arg(session)?, dref_arg(dref, name)?) };
         let host = non_null(host, "host")?;
         // SAFETY: the caller vouches for the host buffer until this call returns.
-        unsafe { copy_host(&session, host.as_ref(), &dref, direction) }
+        unsafe { copy_host(&session, host.as_ref(), &dref, name, direction) }
     })
 }
 
@@ -313,15 +329,17 @@ unsafe fn copy_worker0(
 /// Errors: `ValueError` for NULL pointers, a non-CPU or non-contiguous host tensor, or a shape
 /// or dtype that differs from the remote tensor's; `WorkerError` if `dst` does not hold a
 /// tensor on worker 0; `TimeoutError`, `SessionClosed` as for syncs.
+/// Undefined: `host` describing memory that is not there (`data`, `shape` or
+/// `strides` with too few bytes or values); handles after their last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_to_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *const DLTensor,
     dst: *const dvm_dref,
 ) -> dvm_status {
     // SAFETY: as documented above.
-    unsafe { copy_worker0(s, host, dst, CopyDirection::ToWorker) }
+    unsafe { copy_worker0(session, host, dst, "dst", CopyDirection::ToWorker) }
 }
 
 /// Copies the tensor `src` holds on worker 0 into a compact CPU host tensor, after every call
@@ -330,32 +348,35 @@ pub unsafe extern "C" fn dvm_session_copy_to_worker0(
 ///
 /// Ownership: both borrowed.
 /// Errors: as `dvm_session_copy_to_worker0`.
+/// Undefined: as for `dvm_session_copy_to_worker0`; another thread using
+/// `host`'s memory during the call.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_copy_from_worker0(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     host: *mut DLTensor,
     src: *const dvm_dref,
 ) -> dvm_status {
     // SAFETY: as documented above.
-    unsafe { copy_worker0(s, host, src, CopyDirection::FromWorker) }
+    unsafe { copy_worker0(session, host, src, "src", CopyDirection::FromWorker) }
 }
 
 /// How many registers hold a value on `worker`, after every call sent before (0 once every DRef
 /// is released: a way to check for leaks).
 ///
 /// Errors: `IndexError`, `ValueError` for NULL pointers, and the errors of a sync.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_live_registers(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     worker: i32,
     out: *mut i64,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { session_arg(s) }?;
+        let session = unsafe { session_arg(session) }?;
         let live = session.live_registers(session.worker_index(worker.into())?)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, live as i64) };
@@ -364,26 +385,30 @@ pub unsafe extern "C" fn dvm_session_live_registers(
 }
 
 /// Stops the workers once the work already sent has run, and joins their threads. Every later
-/// call on the session (or its DRefs and workers) fails with `SessionClosed`; shutting down
-/// again does nothing.
+/// call on the session (or its DRefs and workers) fails with `SessionClosed`, except those that
+/// answer from what the session knows without its workers (`dvm_session_num_workers`,
+/// `dvm_worker_id`, `dvm_worker_device`); shutting down again does nothing.
 ///
 /// Errors: `TimeoutError` if a worker did not stop within the session's timeout (its thread is
 /// left running); `ValueError` for NULL.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_shutdown(s: *mut dvm_session) -> dvm_status {
+pub unsafe extern "C" fn dvm_session_shutdown(session: *mut dvm_session) -> dvm_status {
     // SAFETY: NULL or a live handle, by contract.
-    boundary(|| unsafe { session_arg(s) }?.shutdown())
+    boundary(|| unsafe { session_arg(session) }?.shutdown())
 }
 
-/// Drops a reference to a session. NULL is fine. The workers stop when the last reference to
+/// Drops a reference to a session (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. The workers stop when the last reference to
 /// the session (including those held by its DRefs and worker handles) goes, if not before.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_session_free(s: *mut dvm_session) {
-    if !s.is_null() {
+pub unsafe extern "C" fn dvm_session_free(session: *mut dvm_session) {
+    if !session.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(s.cast()) };
+        unsafe { super::dvm_object_dec_ref(session.cast()) };
     }
 }

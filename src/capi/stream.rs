@@ -55,6 +55,7 @@ pub unsafe extern "C" fn dvm_stream_new(device: DLDevice, out: *mut *mut dvm_str
 /// Ownership: `s` is borrowed.
 /// Errors: `ValueError` if `s` is NULL; `TypeError` if it is not a stream; the kind of the
 /// first failure; `RuntimeError` when called from a callback running on the same executor.
+/// Undefined: `s` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_stream_sync(s: *mut dvm_stream) -> dvm_status {
@@ -70,6 +71,7 @@ pub unsafe extern "C" fn dvm_stream_sync(s: *mut dvm_stream) -> dvm_status {
 ///
 /// Ownership: both are borrowed.
 /// Errors: `ValueError` if either is NULL; `TypeError` if either is not a stream.
+/// Undefined: a stream after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_stream_wait(
@@ -88,11 +90,13 @@ pub unsafe extern "C" fn dvm_stream_wait(
     })
 }
 
-/// Drops a reference to a stream. NULL is fine. When the last reference goes, the stream first
+/// Drops a reference to a stream (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. When the last reference goes, the stream first
 /// finishes the work submitted to it (this call then waits for it); failures not yet reported
 /// by `dvm_stream_sync` are dropped, so sync first to see them. Tensors in use by that work stay
 /// alive until it finishes.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_stream_free(s: *mut dvm_stream) {

@@ -59,6 +59,7 @@ fn into_handle(t: Tensor) -> *mut dvm_tensor {
 /// overflows, NULL pointers, or a `kDLCUDAHost` device id other than 0; `DeviceUnavailable`
 /// for devices without a backend (a CUDA device or page-locked memory without the driver or a
 /// GPU, a CUDA device out of range: the message says which).
+/// Undefined: `shape` with fewer than `ndim` values.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_empty(
@@ -79,9 +80,11 @@ pub unsafe extern "C" fn dvm_tensor_empty(
     })
 }
 
-/// Drops a reference to a tensor. NULL is fine. Work still queued on a stream that uses the
+/// Drops a reference to a tensor (to any object: it is dropped as by `dvm_object_dec_ref`).
+/// NULL is fine. Work still queued on a stream that uses the
 /// tensor keeps it alive until that work finishes (a DLPack tensor's deleter runs then).
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_free(t: *mut dvm_tensor) {
@@ -95,6 +98,7 @@ pub unsafe extern "C" fn dvm_tensor_free(t: *mut dvm_tensor) {
 /// another library made).
 ///
 /// Ownership: borrowed; valid while `t` lives.
+/// Undefined: using the DLTensor after `t`'s last release, or writing through it.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_dl(t: *const dvm_tensor) -> *const DLTensor {
@@ -115,6 +119,9 @@ pub unsafe extern "C" fn dvm_tensor_dl(t: *const dvm_tensor) -> *const DLTensor 
 /// Ownership: `*out` is a new reference; free it with `dvm_tensor_free`.
 /// Errors: `ValueError` for NULL pointers, an unsupported DLPack major version, or an invalid
 /// description (negative dims or strides, NULL data, sizes that overflow).
+/// Undefined: `managed` describing memory that is not there; two tensors over
+/// shared memory used on different streams (streams order the uses of a tensor, not of
+/// memory that two tensors share).
 /// Thread safety: any thread; the deleter may run on any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_from_dlpack(
@@ -125,7 +132,7 @@ pub unsafe extern "C" fn dvm_tensor_from_dlpack(
         let out = non_null(out, "out")?;
         let managed = non_null(managed, "managed")?;
         // SAFETY: the caller hands over a valid managed tensor.
-        let tensor = unsafe { Tensor::from_dlpack(managed) }?;
+        let tensor = unsafe { Tensor::from_dlpack(managed) }.map_err(|e| e.context("`managed`"))?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, into_handle(tensor)) };
         Ok(())
@@ -138,6 +145,8 @@ pub unsafe extern "C" fn dvm_tensor_from_dlpack(
 ///
 /// Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
 /// a tensor.
+/// Undefined: calling the export's deleter more than once, or using the export
+/// after it.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_to_dlpack(
@@ -177,6 +186,8 @@ fn buffer(ptr: *const c_void, nbytes: usize, name: &str) -> crate::Result<*mut u
 /// can be ordered); `DeviceUnavailable` for a device without a backend; the failure that should have written
 /// `t`, if an earlier callback or copy failed; `RuntimeError` when called from a callback
 /// running on the executor that would run the read.
+/// Undefined: `dst` with fewer than `nbytes` writable bytes; `t` after its last
+/// release.
 /// Thread safety: any thread; reads from several threads do not order among themselves.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_read(
@@ -188,7 +199,7 @@ pub unsafe extern "C" fn dvm_tensor_read(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let dst = buffer(dst, nbytes, "dst")?;
-        vm::check_access(&tensor, nbytes, vm::Access::Read)?;
+        vm::check_access(&tensor, (nbytes, "nbytes"), vm::Access::Read)?;
         // SAFETY: the caller vouches for `nbytes` writable bytes at `dst`; `nbytes` fits in the
         // tensor, so it is at most isize::MAX.
         let dst = unsafe { std::slice::from_raw_parts_mut(dst, nbytes) };
@@ -204,6 +215,8 @@ pub unsafe extern "C" fn dvm_tensor_read(
 /// Ownership: `t` is borrowed; `src` must hold `nbytes` bytes.
 /// Errors: as for `dvm_tensor_read`, with `src` for `dst`; also `ValueError` if `t` is
 /// read-only (a DLPack tensor whose producer set the read-only flag).
+/// Undefined: `src` with fewer than `nbytes` readable bytes; `t` after its last
+/// release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_write(
@@ -215,7 +228,7 @@ pub unsafe extern "C" fn dvm_tensor_write(
         // SAFETY: NULL or a live handle, by contract.
         let tensor = unsafe { tensor_arg(t, "t") }?;
         let src = buffer(src, nbytes, "src")?;
-        vm::check_access(&tensor, nbytes, vm::Access::Write)?;
+        vm::check_access(&tensor, (nbytes, "nbytes"), vm::Access::Write)?;
         // SAFETY: the caller vouches for `nbytes` readable bytes at `src`; `nbytes` fits in the
         // tensor, so it is at most isize::MAX.
         let src = unsafe { std::slice::from_raw_parts(src.cast_const(), nbytes) };
@@ -230,12 +243,15 @@ pub unsafe extern "C" fn dvm_tensor_write(
 ///
 /// Ownership: all three are borrowed.
 /// Errors: `ValueError` if any is NULL, the shapes, dtypes or byte sizes differ, either is a
-/// strided view, or `dst` is read-only (a DLPack flag); `TypeError` for handles of the wrong
-/// type and for tensor objects another library made (as for `dvm_tensor_read`);
+/// strided view, `dst` is read-only (a DLPack flag), or the two are distinct tensors over
+/// shared memory (DLPack imports of one buffer; a tensor copied onto itself is left as it is);
+/// `TypeError` for handles of the wrong type and for tensor objects another library made (as for
+/// `dvm_tensor_read`);
 /// `DeviceUnavailable` if a tensor is on a device the stream cannot reach (a host stream
 /// reaches host memory, `kDLCPU` and `kDLCUDAHost`; a CUDA stream reaches host memory and every
 /// GPU: a copy between two GPUs runs on the stream's GPU as a peer copy). A failure while the copy runs (its source was never
 /// written because an earlier callback failed) is reported by the next `dvm_stream_sync(s)`.
+/// Undefined: handles after their last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_tensor_copy(

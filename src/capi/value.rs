@@ -9,6 +9,8 @@ use crate::object::{Any, Bytes, Shape, Str, dec_ref, inc_ref};
 /// Adds a reference to any object (every handle of this library is one).
 ///
 /// Errors: `ValueError` if `obj` is NULL.
+/// Undefined: `obj` that is not a live object (its last reference dropped, or memory
+/// that holds no object header).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_object_inc_ref(obj: *mut c_void) -> dvm_status {
@@ -23,6 +25,8 @@ pub unsafe extern "C" fn dvm_object_inc_ref(obj: *mut c_void) -> dvm_status {
 /// Drops a reference; the object is destroyed when the last one goes.
 ///
 /// Errors: `ValueError` if `obj` is NULL.
+/// Undefined: dropping a reference the caller does not own; `obj` that is not a live
+/// object.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_object_dec_ref(obj: *mut c_void) -> dvm_status {
@@ -37,6 +41,8 @@ pub unsafe extern "C" fn dvm_object_dec_ref(obj: *mut c_void) -> dvm_status {
 /// Releases an owned value: drops its object reference, if any, and sets it to None.
 ///
 /// Errors: `ValueError` if `value` is NULL.
+/// Undefined: `value` that does not own what it holds (a borrowed value, or one
+/// already released through a copy of it).
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_any_release(value: *mut DVMAny) -> dvm_status {
@@ -59,6 +65,7 @@ pub unsafe extern "C" fn dvm_any_release(value: *mut DVMAny) -> dvm_status {
 ///
 /// Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
 /// Errors: `ValueError` if `out` is NULL, or `data` is NULL while `len > 0`.
+/// Undefined: `data` with fewer than `len` readable bytes.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_string_new(
@@ -80,6 +87,7 @@ pub unsafe extern "C" fn dvm_string_new(
 ///
 /// Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
 /// Errors: `ValueError` if `out` is NULL, or `data` is NULL while `len > 0`.
+/// Undefined: `data` with fewer than `len` readable bytes.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_bytes_new(
@@ -101,6 +109,7 @@ pub unsafe extern "C" fn dvm_bytes_new(
 ///
 /// Ownership: `*out` is owned by the caller; release it with `dvm_any_release`.
 /// Errors: `ValueError` if `out` is NULL, `ndim` is negative, or `dims` is NULL while `ndim > 0`.
+/// Undefined: `dims` with fewer than `ndim` values.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_shape_new(

@@ -4,13 +4,12 @@
 use std::mem::ManuallyDrop;
 
 use super::dref::dvm_dref;
-use super::session::{call_with, dvm_session};
+use super::session::{call_with, dvm_session, session_arg};
 use super::{boundary, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DVMAny};
 use crate::object::{Error, ErrorKind, ObjectRef};
 use crate::session::{
-    SessionCell, SessionLink, Target, WorkerCell, current_worker, current_worker_handle,
-    worker_handle,
+    Target, WorkerCell, current_worker, current_worker_handle, new_worker_handle,
 };
 
 /// One worker of a session (an object; `dvm_object_*` work on it).
@@ -32,36 +31,37 @@ pub(crate) unsafe fn worker_arg(
 ///
 /// Ownership: `*out` is a new reference (it keeps the session alive); free it with
 /// `dvm_worker_free`.
-/// Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers.
+/// Errors: `IndexError` for a worker out of range; `ValueError` for NULL pointers;
+/// `SessionClosed` after shutdown.
+/// Undefined: `session` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_session_worker(
-    s: *mut dvm_session,
+    session: *mut dvm_session,
     worker: i32,
     out: *mut *mut dvm_worker,
 ) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let session = unsafe { handle_ref::<SessionCell, _>(s, "session", "a session") }?
-            .0
-            .clone();
-        let id = session.worker_index(worker.into())?;
-        let handle = worker_handle(SessionLink::Strong(session), id);
+        let session = unsafe { session_arg(session) }?;
+        let handle = new_worker_handle(&session, worker.into())?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, handle.into_raw().as_ptr().cast()) };
         Ok(())
     })
 }
 
-/// Drops a reference to a worker handle. NULL is fine.
+/// Drops a reference to a worker handle (to any object: it is dropped as by
+/// `dvm_object_dec_ref`). NULL is fine.
 ///
+/// Undefined: dropping a reference the caller does not own.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_free(w: *mut dvm_worker) {
-    if !w.is_null() {
+pub unsafe extern "C" fn dvm_worker_free(worker: *mut dvm_worker) {
+    if !worker.is_null() {
         // SAFETY: the caller gives up a reference it owns.
-        unsafe { super::dvm_object_dec_ref(w.cast()) };
+        unsafe { super::dvm_object_dec_ref(worker.cast()) };
     }
 }
 
@@ -69,10 +69,11 @@ pub unsafe extern "C" fn dvm_worker_free(w: *mut dvm_worker) {
 /// worker alone.
 ///
 /// Ownership and errors: as `dvm_session_call`.
+/// Undefined: as for `dvm_session_call`.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_call(
-    w: *mut dvm_worker,
+    worker: *mut dvm_worker,
     func: *const dvm_dref,
     args: *const DVMAny,
     num_args: i32,
@@ -80,7 +81,7 @@ pub unsafe extern "C" fn dvm_worker_call(
 ) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         let session = worker.session()?;
         // SAFETY: as documented on `dvm_session_call`.
         unsafe { call_with(&session, Target::One(worker.id), func, args, num_args, out) }
@@ -90,35 +91,41 @@ pub unsafe extern "C" fn dvm_worker_call(
 /// Waits until every call sent so far to this worker has finished.
 ///
 /// Errors: as `dvm_session_sync_worker`.
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_sync(w: *mut dvm_worker) -> dvm_status {
+pub unsafe extern "C" fn dvm_worker_sync(worker: *mut dvm_worker) -> dvm_status {
     boundary(|| {
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         worker.session()?.sync_worker(worker.id)
     })
 }
 
-/// The worker's id (0-based), or -1 if `w` is not a worker.
+/// The worker's id (0-based), or -1 if `worker` is not a worker.
 ///
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_id(w: *const dvm_worker) -> i32 {
+pub unsafe extern "C" fn dvm_worker_id(worker: *const dvm_worker) -> i32 {
     // SAFETY: NULL or a live handle, by contract.
-    super::boundary_or(|_| -1, || Ok(unsafe { worker_arg(w) }?.id as i32))
+    super::boundary_or(|_| -1, || Ok(unsafe { worker_arg(worker) }?.id as i32))
 }
 
 /// The worker's device.
 ///
-/// Errors: `ValueError` for NULL pointers; `TypeError` if `w` is not a worker.
+/// Errors: `ValueError` for NULL pointers; `TypeError` if `worker` is not a worker.
+/// Undefined: `worker` after its last release.
 /// Thread safety: any thread.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dvm_worker_device(w: *const dvm_worker, out: *mut DLDevice) -> dvm_status {
+pub unsafe extern "C" fn dvm_worker_device(
+    worker: *const dvm_worker,
+    out: *mut DLDevice,
+) -> dvm_status {
     boundary(|| {
         let out = non_null(out, "out")?;
         // SAFETY: NULL or a live handle, by contract.
-        let worker = unsafe { worker_arg(w) }?;
+        let worker = unsafe { worker_arg(worker) }?;
         let device = worker.session()?.worker_device(worker.id);
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, device) };
@@ -139,6 +146,8 @@ pub extern "C" fn dvm_current_worker_id() -> i32 {
 /// Ownership: `*out` is borrowed: valid while the function runs (do not free it; take a
 /// reference with `dvm_object_inc_ref` to keep it).
 /// Errors: `RuntimeError` when called off a worker thread; `ValueError` if `out` is NULL.
+/// Undefined: using `*out` once the function running on the worker returned,
+/// unless a reference was taken.
 /// Thread safety: worker threads.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_current_worker(out: *mut *mut dvm_worker) -> dvm_status {

@@ -145,7 +145,7 @@ impl HostTensor {
             )));
         }
         // SAFETY: as the caller promises.
-        let nbytes = unsafe { check_dltensor(dl) }?;
+        let nbytes = unsafe { check_dltensor(dl) }.map_err(|e| e.context("the host tensor"))?;
         // SAFETY: as above.
         if !unsafe { is_contiguous(dl) } {
             return Err(Error::value(

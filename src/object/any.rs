@@ -232,25 +232,53 @@ impl<'a> AnyView<'a> {
         })
     }
 
-    /// Checks what a packed caller handed in: a known type index, and a non-NULL object.
+    /// Checks what a packed caller handed in: a known type index; inline bytes that fit the
+    /// payload; a non-NULL pointer where the type needs one (the borrowed forms of strings,
+    /// byte strings, tensors and objects); and an object whose own type is the one the value
+    /// claims, so that nothing reads one kind of object as another.
     pub fn validate(&self) -> Result<()> {
-        if !super::type_key::is_known(self.raw.type_index) {
-            return Err(Error::type_error(format!(
-                "unknown type index {}",
-                self.raw.type_index
-            )));
+        let index = self.raw.type_index;
+        if !super::type_key::is_known(index) {
+            return Err(Error::type_error(format!("unknown type index {index}")));
         }
-        if self.raw.type_index >= ti::STATIC_OBJECT_BEGIN {
-            self.object_ptr()?;
+        match index {
+            ti::SMALL_STR | ti::SMALL_BYTES => {
+                self.small_bytes()?;
+            }
+            // SAFETY: these forms carry `v_ptr`.
+            ti::RAW_STR | ti::BYTE_ARRAY_PTR | ti::DL_TENSOR_PTR | ti::OBJECT_RVALUE_REF
+                if unsafe { self.raw.v.v_ptr }.is_null() =>
+            {
+                return Err(self.null_pointer());
+            }
+            index if index >= ti::STATIC_OBJECT_BEGIN => {
+                // SAFETY: the caller vouches for a live object behind a non-NULL pointer.
+                let actual = unsafe { self.object_ptr()?.as_ref() }.type_index;
+                if actual != index {
+                    return Err(Error::type_error(format!(
+                        "type index {index} ({}) does not match its object, a {}",
+                        self.type_name(),
+                        type_name(actual)
+                    )));
+                }
+            }
+            _ => {}
         }
         Ok(())
     }
 
-    /// Validates each argument, naming the position of the first bad one.
-    pub fn validate_all(args: &[AnyView<'_>]) -> Result<()> {
+    /// The error for a borrowed form (a pointer) that is NULL.
+    fn null_pointer(&self) -> Error {
+        Error::value(match self.raw.type_index {
+            ti::OBJECT_RVALUE_REF => "an ObjectRValueRef value is NULL".to_string(),
+            _ => format!("a {} value is NULL", self.type_name()),
+        })
+    }
+
+    /// Validates each argument; an error names the first bad one as `name(position)` says.
+    pub fn validate_all(args: &[AnyView<'_>], name: impl Fn(usize) -> String) -> Result<()> {
         for (position, arg) in args.iter().enumerate() {
-            arg.validate()
-                .map_err(|e| Error::new(e.kind, format!("argument {position}: {}", e.message)))?;
+            arg.validate().map_err(|e| e.context(name(position)))?;
         }
         Ok(())
     }
@@ -339,7 +367,7 @@ impl<'a> AnyView<'a> {
         // SAFETY: ByteArrayPtr carries `v_ptr` to a byte array.
         let array = unsafe { self.raw.v.v_ptr }.cast::<DVMByteArray>();
         if array.is_null() {
-            return Err(Error::value("a ByteArray* value is NULL"));
+            return Err(self.null_pointer());
         }
         // SAFETY: the caller of the packed function vouches for the array.
         Ok(unsafe { byte_array_bytes(&*array) })
@@ -352,7 +380,7 @@ impl<'a> AnyView<'a> {
                 // SAFETY: RawStr carries `v_c_str`.
                 let ptr = unsafe { self.raw.v.v_c_str };
                 if ptr.is_null() {
-                    return Err(Error::value("a const char* value is NULL"));
+                    return Err(self.null_pointer());
                 }
                 // SAFETY: RawStr is NUL-terminated by contract.
                 Ok(unsafe { CStr::from_ptr(ptr) }.to_bytes())
@@ -398,7 +426,7 @@ impl<'a> AnyView<'a> {
             _ => return Err(self.mismatch("Tensor")),
         };
         if ptr.is_null() {
-            return Err(Error::value("a DLTensor* value is NULL"));
+            return Err(self.null_pointer());
         }
         // SAFETY: the packed caller vouches for the tensor for the call's duration.
         Ok(unsafe { &*ptr })
@@ -460,7 +488,7 @@ impl<'a> AnyView<'a> {
             ti::OBJECT_RVALUE_REF => {
                 let slot = unsafe { raw.v.v_ptr }.cast::<*mut DVMObject>();
                 if slot.is_null() {
-                    return Err(Error::value("an ObjectRValueRef value is NULL"));
+                    return Err(self.null_pointer());
                 }
                 // SAFETY: the caller handed over the slot; taking its object empties it.
                 let object = unsafe { std::mem::replace(&mut *slot, std::ptr::null_mut()) };

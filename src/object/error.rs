@@ -97,6 +97,11 @@ impl Error {
         Self::new(ErrorKind::Runtime, message)
     }
 
+    /// The same error, its message led by `context` (what it is about: "`value`: ...").
+    pub fn context(self, context: impl fmt::Display) -> Self {
+        Self::new(self.kind, format!("{context}: {}", self.message))
+    }
+
     /// Turns a caught panic's payload into an error.
     pub fn from_panic(payload: Box<dyn PanicPayload + Send>) -> Self {
         let text = if let Some(s) = payload.downcast_ref::<&str>() {

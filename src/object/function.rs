@@ -137,7 +137,7 @@ unsafe fn invoke(
         return Err(error::take_raised(rc));
     }
     // SAFETY: a successful call leaves an owned value in `result`.
-    unsafe { Any::from_raw(result) }
+    unsafe { Any::from_raw(result) }.map_err(|e| e.context("the result"))
 }
 
 /// A packed function (a Function object).

@@ -42,16 +42,22 @@ pub fn get_global(name: &str) -> Result<Function> {
             let object = unsafe { ObjectRef::<AnyObject>::from_raw(object) };
             object.downcast().ok().map(Function::from_object)
         })
-        .ok_or_else(|| Error::key(format!("no global function named `{name}`")))
+        .ok_or_else(|| missing(name))
 }
 
-/// Removes `name`; true if it was there.
-pub fn remove_global(name: &str) -> bool {
+/// Removes `name`, or fails with a `KeyError` naming it.
+pub fn remove_global(name: &str) -> Result<()> {
     GLOBALS
         .write()
         .unwrap_or_else(PoisonError::into_inner)
         .remove(name)
-        .is_some()
+        .map(drop)
+        .ok_or_else(|| missing(name))
+}
+
+/// The error for a name nothing is registered under.
+fn missing(name: &str) -> Error {
+    Error::key(format!("no global function has the name `{name}`"))
 }
 
 /// The registered names, sorted.
@@ -80,13 +86,13 @@ mod tests {
         register_global("test.registry.dup", constant(3), true).unwrap();
         let f = get_global("test.registry.dup").unwrap();
         assert!(matches!(f.call(&[]).unwrap(), Any::Int(3)));
-        assert!(remove_global("test.registry.dup"));
+        remove_global("test.registry.dup").unwrap();
         let err = get_global("test.registry.dup").unwrap_err();
         assert_eq!(
             (err.kind, err.message.as_str()),
             (
                 ErrorKind::Key,
-                "no global function named `test.registry.dup`"
+                "no global function has the name `test.registry.dup`"
             )
         );
     }

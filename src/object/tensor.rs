@@ -254,7 +254,7 @@ pub unsafe fn host_free(ptr: NonNull<u8>, nbytes: usize) {
 pub fn check_new(dims: &[i64], dtype: DLDataType) -> Result<usize> {
     if dims.len() > MAX_NDIM as usize {
         return Err(Error::value(format!(
-            "ndim {} exceeds {MAX_NDIM}",
+            "ndim {} exceeds {MAX_NDIM}: the shape has too many dimensions",
             dims.len()
         )));
     }

@@ -12,7 +12,7 @@ use super::builtins;
 use super::ccl::{self, CpuCcl};
 use super::completion::Completion;
 use super::dref::DRef;
-use super::message::{Arg, CopyDirection, Message, Reply, Store};
+use super::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
@@ -152,14 +152,13 @@ fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevic
     }
     if options.devices.len() != workers {
         return Err(Error::value(format!(
-            "{} devices given for {workers} workers",
+            "devices holds {} devices for {workers} workers",
             options.devices.len()
         )));
     }
     // Each worker's device must have a backend here (the host, or a GPU the CUDA driver found).
     for (w, device) in options.devices.iter().enumerate() {
-        crate::device::backend(*device)
-            .map_err(|e| Error::new(e.kind, format!("worker {w}: {}", e.message)))?;
+        crate::device::backend(*device).map_err(|e| e.context(format_args!("devices[{w}]")))?;
     }
     Ok(options.devices.clone())
 }
@@ -168,7 +167,7 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
     let given = options.cpu_affinity.len();
     if given != 0 && given != workers {
         return Err(Error::value(format!(
-            "{given} CPU ids given for {workers} workers"
+            "cpu_affinity holds {given} CPU ids for {workers} workers"
         )));
     }
     let cpus = available_cpus();
@@ -179,7 +178,7 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
         .find(|(_, c)| c.is_some_and(|c| c >= cpus))
     {
         Some((w, cpu)) => Err(Error::value(format!(
-            "worker {w}: cpu {} is out of range (this process may use {cpus} CPUs)",
+            "cpu_affinity[{w}] is {}, out of range (this process may use {cpus} CPUs)",
             cpu.unwrap_or_default()
         ))),
         None => Ok(()),
@@ -314,7 +313,8 @@ impl Session {
         self.timeout.map(|t| Instant::now() + t)
     }
 
-    fn open(&self) -> Result<()> {
+    /// Fails with `SessionClosed` after shutdown.
+    pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
             Err(closed_error())
         } else {
@@ -358,7 +358,7 @@ impl Session {
     /// Nothing here orders sends against a concurrent shutdown: a message queued after the
     /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         let pushed = self
             .targets(target)
@@ -405,7 +405,7 @@ impl Session {
         reply: Reply<T>,
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         self.push(worker, make(reply.clone()))?;
         self.wake(worker..worker + 1);
@@ -435,14 +435,16 @@ impl Session {
         Ok(dref)
     }
 
+    /// Argument `position` of a call, as the workers will get it (errors name it `args[i]`).
     fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
+        let name = format!("args[{position}]");
         if let Some(dref) = DRef::from_view(arg) {
-            self.check_owner(&dref, &format!("argument {position}"))?;
+            self.check_owner(&dref, &name)?;
             return Ok(Arg::Register(dref.reg()));
         }
         arg.to_owned()
             .map(Arg::Value)
-            .map_err(|e| Error::new(e.kind, format!("argument {position}: {}", e.message)))
+            .map_err(|e| e.context(format_args!("`{name}`")))
     }
 
     /// Calls the function in `func` with `args` on the target workers; DRef arguments become
@@ -487,7 +489,7 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         self.queue_deferred_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
@@ -536,16 +538,18 @@ impl Session {
     }
 
     /// Copies between a host buffer and the tensor in `dref` on worker 0; returns when done.
+    /// Errors name `dref` as `name` (the argument that gave it).
     pub fn copy_worker0(
         self: &Arc<Self>,
         host: HostTensor,
         dref: &DRef,
+        name: &'static str,
         direction: CopyDirection,
     ) -> Result<()> {
-        self.check_owner(dref, "dref")?;
+        self.check_owner(dref, name)?;
         self.request(0, "copy", |reply| Message::Copy {
             reg: dref.reg(),
-            host: Box::new(host),
+            host: Box::new(HostCopy { host, name }),
             direction,
             reply,
         })
@@ -556,7 +560,7 @@ impl Session {
     /// themselves wait for (a Python thread holding the interpreter lock that a worker's
     /// Python function needs). The workers whose queue is full are told by the next send.
     pub(crate) fn free_register(&self, reg: Reg) {
-        if self.open().is_err() {
+        if self.check_open().is_err() {
             return;
         }
         match (0..self.workers.len()).find(|&w| {
@@ -615,7 +619,7 @@ impl Session {
     /// device id). The workers install the communicator in order with earlier calls, so a
     /// collective sent before this fails; calling it again replaces the communicator.
     pub fn init_ccl(self: &Arc<Self>, backend: &str, device_ids: &[i32]) -> Result<()> {
-        self.open()?;
+        self.check_open()?;
         if !matches!(backend, "cpu" | "nccl") {
             return Err(Error::value(format!(
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
@@ -624,7 +628,7 @@ impl Session {
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
             return Err(Error::value(format!(
-                "{} device ids given for {workers} workers",
+                "device_ids holds {} device ids for {workers} workers",
                 device_ids.len()
             )));
         }

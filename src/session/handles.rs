@@ -61,8 +61,16 @@ pub fn session_handle(session: Arc<Session>) -> ObjectRef<SessionCell> {
     alloc_object(SessionCell::type_index(), SessionCell(session))
 }
 
-pub fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
+fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
     alloc_object(WorkerCell::type_index(), WorkerCell { session, id })
+}
+
+/// A handle to worker `worker` of `session`, which keeps the session alive. A session that was
+/// shut down hands out none (`SessionClosed`); a worker out of range is an `IndexError`.
+pub fn new_worker_handle(session: &Arc<Session>, worker: i64) -> Result<ObjectRef<WorkerCell>> {
+    session.check_open()?;
+    let id = session.worker_index(worker)?;
+    Ok(worker_handle(SessionLink::Strong(session.clone()), id))
 }
 
 /// The handle of the worker running the calling thread (a new reference to one handle the

@@ -30,6 +30,13 @@ pub enum CopyDirection {
     FromWorker,
 }
 
+/// The host side of a copy to or from worker 0, and the name of the argument that gave the
+/// remote tensor (errors name it).
+pub struct HostCopy {
+    pub host: HostTensor,
+    pub name: &'static str,
+}
+
 /// A reply to a request: a value, or the error to raise on the waiting thread.
 pub type Reply<T> = Arc<Completion<Result<T>>>;
 
@@ -57,7 +64,7 @@ pub enum Message {
     Copy {
         reg: Reg,
         /// Boxed: it is large and rare, and every queue slot is as large as its largest message.
-        host: Box<HostTensor>,
+        host: Box<HostCopy>,
         direction: CopyDirection,
         reply: Reply<()>,
     },

@@ -15,7 +15,7 @@ pub use crate::channel::SpinPolicy;
 pub use controller::{MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
 pub use dref::{DRef, DRefCell};
 pub use handles::{
-    SessionCell, SessionLink, WorkerCell, current_worker_handle, session_handle, worker_handle,
+    SessionCell, SessionLink, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
 };
 pub use message::CopyDirection;
 pub use registers::Reg;

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use super::controller::Session;
-use super::message::{Arg, CopyDirection, Message, Store, worker_error};
+use super::message::{Arg, CopyDirection, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
-use crate::device::cpu::{HostTensor, SharedCpuWatch};
+use crate::device::cpu::SharedCpuWatch;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 use crate::vm::{Placement, Stream};
 
@@ -287,13 +287,14 @@ impl Worker {
         }
     }
 
-    fn copy(&self, reg: Reg, host: &HostTensor, direction: CopyDirection) -> Result<()> {
+    fn copy(&self, reg: Reg, copy: &HostCopy, direction: CopyDirection) -> Result<()> {
+        let (host, name) = (&copy.host, copy.name);
         let what = match direction {
-            CopyDirection::ToWorker => "copy to worker 0",
-            CopyDirection::FromWorker => "copy from worker 0",
+            CopyDirection::ToWorker => format!("copy of `{name}` to worker 0"),
+            CopyDirection::FromWorker => format!("copy of `{name}` from worker 0"),
         };
         let id = self.info.id;
-        let attribute = |cause: Error| worker_error(id, what, &cause);
+        let attribute = |cause: Error| worker_error(id, &what, &cause);
         let tensor = self
             .value(reg, "the copy's tensor")
             .map_err(&attribute)?

@@ -193,19 +193,25 @@ thread_local! {
 /// tensor on any stream. Errors: `ValueError` if `dst` is longer than the tensor or the tensor
 /// is a strided view; the failure that poisoned the tensor, if one did.
 pub fn read(tensor: &Tensor, dst: &mut [u8]) -> Result<()> {
-    access(tensor, dst.as_mut_ptr(), dst.len(), Access::Read)
+    access(tensor, dst.as_mut_ptr(), (dst.len(), "dst"), Access::Read)
 }
 
 /// Copies `src` into the first `src.len()` bytes of `tensor`, after every earlier use of the
 /// tensor on any stream. Errors as for [`read`].
 pub fn write(tensor: &Tensor, src: &[u8]) -> Result<()> {
-    access(tensor, src.as_ptr().cast_mut(), src.len(), Access::Write)
+    access(
+        tensor,
+        src.as_ptr().cast_mut(),
+        (src.len(), "src"),
+        Access::Write,
+    )
 }
 
 /// Checks that `nbytes` can be read from (or written to) `tensor`: a compact tensor of at
-/// least that many bytes (and, to be written, not read-only). [`read`] and [`write`] check this too; a caller that holds a raw
-/// buffer checks it before making a slice of it.
-pub fn check_access(tensor: &Tensor, nbytes: usize, access: Access) -> Result<()> {
+/// least that many bytes (and, to be written, not read-only). Errors call the tensor `t` and
+/// the count `name`. [`read`] and [`write`] check this too; a caller that holds a raw buffer
+/// checks it before making a slice of it.
+pub fn check_access(tensor: &Tensor, (nbytes, name): (usize, &str), access: Access) -> Result<()> {
     check_compact(tensor, "t")?;
     let verb = match access {
         Access::Read => "read from",
@@ -214,11 +220,12 @@ pub fn check_access(tensor: &Tensor, nbytes: usize, access: Access) -> Result<()
             "written to"
         }
     };
-    check_range(nbytes, tensor.nbytes(), verb)
+    check_range((nbytes, name), tensor.nbytes(), verb)
 }
 
-fn access(tensor: &Tensor, host: *mut u8, nbytes: usize, access: Access) -> Result<()> {
+fn access(tensor: &Tensor, host: *mut u8, nbytes: (usize, &str), access: Access) -> Result<()> {
     check_access(tensor, nbytes, access)?;
+    let nbytes = nbytes.0;
     let size = tensor.nbytes();
     if nbytes == 0 && access == Access::Write {
         // Nothing to write. (A read of 0 bytes still waits for the last writer and reports

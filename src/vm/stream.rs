@@ -9,7 +9,7 @@ use super::instruction::{Arg, Body, DeviceWork, HostPtr, Instruction, Op};
 use super::progress::Progress;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
-use crate::device::{DeviceStream, Marker, backend};
+use crate::device::{DeviceStream, Marker, backend, is_host_memory};
 use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Function, Result, Tensor};
 
@@ -297,12 +297,21 @@ impl Stream {
         if dst.shape() != src.shape() || dst.dl().dtype != src.dl().dtype || dst_bytes != src_bytes
         {
             return Err(Error::value(format!(
-                "cannot copy a {:?} {} tensor ({src_bytes} bytes) into a {:?} {} tensor \
-                 ({dst_bytes} bytes): shapes, dtypes and sizes must match",
+                "cannot copy `src`, a {:?} {} tensor ({src_bytes} bytes), into `dst`, a {:?} {} \
+                 tensor ({dst_bytes} bytes): shapes, dtypes and sizes must match",
                 src.shape(),
                 dtype_name(src.dl().dtype),
                 dst.shape(),
                 dtype_name(dst.dl().dtype),
+            )));
+        }
+        // A tensor copied onto itself is left as it is; two tensors over shared memory (DLPack
+        // imports of one buffer) cannot be copied one into the other.
+        if !dst.same(src) && overlap(dst, src, dst_bytes) {
+            return Err(Error::value(format!(
+                "`dst` and `src` share memory ({dst_bytes} bytes at {:p} and {:p})",
+                dst.data_ptr(),
+                src.data_ptr()
             )));
         }
         let op = Op::Copy {
@@ -322,7 +331,7 @@ impl Stream {
     /// stream returned.
     pub unsafe fn copy_to_host(&self, src: &Tensor, dst: *mut u8, nbytes: usize) -> Result<()> {
         let size = self.core.check_tensor(src, "src")?;
-        check_range(nbytes, size, "read from")?;
+        check_range((nbytes, "nbytes"), size, "read from")?;
         let op = Op::ToHost {
             src: src.clone(),
             dst: HostPtr(dst),
@@ -339,7 +348,7 @@ impl Stream {
     pub unsafe fn copy_from_host(&self, dst: &Tensor, src: *const u8, nbytes: usize) -> Result<()> {
         let size = self.core.check_tensor(dst, "dst")?;
         check_writable(dst, "dst")?;
-        check_range(nbytes, size, "written to")?;
+        check_range((nbytes, "nbytes"), size, "written to")?;
         let op = Op::FromHost {
             dst: dst.clone(),
             src: HostPtr(src.cast_mut()),
@@ -456,10 +465,20 @@ impl Drop for Stream {
     }
 }
 
-pub(crate) fn check_range(nbytes: usize, size: usize, verb: &str) -> Result<()> {
+/// Whether the first `nbytes` of two tensors share memory: tensors of one device, or both in
+/// host memory, whose byte ranges intersect.
+fn overlap(a: &Tensor, b: &Tensor, nbytes: usize) -> bool {
+    let (da, db) = (a.dl().device, b.dl().device);
+    let one_space = da == db || (is_host_memory(da) && is_host_memory(db));
+    let (a, b) = (a.data_ptr() as usize, b.data_ptr() as usize);
+    one_space && nbytes > 0 && a < b.saturating_add(nbytes) && b < a.saturating_add(nbytes)
+}
+
+/// Checks that `nbytes` (the argument `name`) fit in a tensor of `size` bytes.
+pub(crate) fn check_range((nbytes, name): (usize, &str), size: usize, verb: &str) -> Result<()> {
     if nbytes > size {
         return Err(Error::value(format!(
-            "{nbytes} bytes cannot be {verb} a tensor of {size} bytes"
+            "`{name}`: {nbytes} bytes cannot be {verb} a tensor of {size} bytes"
         )));
     }
     Ok(())

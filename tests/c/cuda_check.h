@@ -36,7 +36,7 @@ static inline int32_t require_cuda(const char* program) {
   options.devices = &kGpu0;
   dvm_session* session = NULL;
   EXPECT_STATUS(dvm_session_new_threaded(1, 1, &options, &session), DVM_DEVICE_UNAVAILABLE,
-                "worker 0: CUDA device 0: ");
+                "devices[0]: CUDA device 0: ");
   if (check_finish() != 0) exit(1);
   printf("%s: skipped: no CUDA device here (dvm_device_count(kDLCUDA) is 0: %s)\n", program,
          dvm_last_error_message());

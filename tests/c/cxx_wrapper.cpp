@@ -349,7 +349,7 @@ void sessions() {
   const discovm::Session pinned(2, 2, options);
   CHECK(pinned.num_workers() == 2);
   options.cpu_affinity = {-1};
-  EXPECT_ERROR(DVM_VALUE_ERROR, "1 CPU ids given for 2 workers", discovm::Session(2, 1, options));
+  EXPECT_ERROR(DVM_VALUE_ERROR, "cpu_affinity holds 1 CPU ids for 2 workers", discovm::Session(2, 1, options));
   EXPECT_ERROR(DVM_VALUE_ERROR, "num_workers", discovm::Session(0));
 
   for (const char* name : {"cxx_test.describe", "cxx_test.scale", "cxx_test.whoami",

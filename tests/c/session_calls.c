@@ -207,7 +207,7 @@ static void the_current_worker_inside_a_callback(void) {
   const DLDevice other_host[4] = {{kDLCPU, 0}, {kDLCPU, 1}, {kDLCPU, 0}, {kDLCPU, 0}};
   options.devices = other_host;
   EXPECT_STATUS(dvm_session_new_threaded(4, 2, &options, &s), DVM_VALUE_ERROR,
-                "worker 1: CPU device id 1 is out of range (the host is device 0)");
+                "devices[1]: CPU device id 1 is out of range (the host is device 0)");
   options.devices = devices;
   CHECK_OK(dvm_session_new_threaded(4, 2, &options, &s));
   dvm_dref* f = session_func(s, "test.c.whoami");

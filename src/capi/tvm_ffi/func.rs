@@ -8,7 +8,7 @@ use crate::session::{current_worker, current_worker_handle};
 
 entry_point! {
     /// `version() -> str`: the library version, as `dvm_version`.
-    __tvm_ffi_version(args) {
+    __tvm_ffi_version(args: []) {
         args.count(0, 0)?;
         Ok(Any::from(env!("CARGO_PKG_VERSION")))
     }
@@ -16,9 +16,9 @@ entry_point! {
 
 entry_point! {
     /// `device_count(device_type: int) -> int`: as `dvm_device_count`.
-    __tvm_ffi_device_count(args) {
+    __tvm_ffi_device_count(args: ["device_type"]) {
         args.count(1, 1)?;
-        let count = crate::device::count(args.int32(0, "device_type")?)?;
+        let count = args.read(0, |view| crate::device::count(super::int32(view)?))?;
         Ok(Any::Int(count.into()))
     }
 }
@@ -26,12 +26,13 @@ entry_point! {
 entry_point! {
     /// `func_register_global(name: str, f: Function, allow_override: bool = False)`: as
     /// `dvm_func_register_global`; `f` may be a Python callable, which tvm-ffi wraps.
-    __tvm_ffi_func_register_global(args) {
+    __tvm_ffi_func_register_global(args: ["name", "f", "allow_override"]) {
         args.count(2, 3)?;
-        let name = args.str(0, "name")?;
+        let name = args.str(0)?;
+        let (f, f_name) = args.handle(1, "a function")?;
         // SAFETY: an object argument, live for the call.
-        let function = unsafe { function_arg(args.handle(1, "f", "a function")?, "f") }?;
-        let allow_override = args.bool_or(2, "allow_override", false)?;
+        let function = unsafe { function_arg(f, &f_name) }?;
+        let allow_override = args.bool_or(2, false)?;
         registry::register_global(name, (*function).clone(), allow_override)?;
         Ok(Any::None)
     }
@@ -39,27 +40,24 @@ entry_point! {
 
 entry_point! {
     /// `func_get_global(name: str) -> Function`: as `dvm_func_get_global`.
-    __tvm_ffi_func_get_global(args) {
+    __tvm_ffi_func_get_global(args: ["name"]) {
         args.count(1, 1)?;
-        Ok(registry::get_global(args.str(0, "name")?)?.into())
+        Ok(registry::get_global(args.str(0)?)?.into())
     }
 }
 
 entry_point! {
     /// `func_remove_global(name: str)`: as `dvm_func_remove_global`.
-    __tvm_ffi_func_remove_global(args) {
+    __tvm_ffi_func_remove_global(args: ["name"]) {
         args.count(1, 1)?;
-        let name = args.str(0, "name")?;
-        if !registry::remove_global(name) {
-            return Err(Error::key(format!("no global function named `{name}`")));
-        }
+        registry::remove_global(args.str(0)?)?;
         Ok(Any::None)
     }
 }
 
 entry_point! {
     /// `func_list_global_names() -> list[str]`: as `dvm_func_list_global_names`.
-    __tvm_ffi_func_list_global_names(args) {
+    __tvm_ffi_func_list_global_names(args: []) {
         args.count(0, 0)?;
         let names = registry::global_names().into_iter().map(|n| Any::Str(Str::from(n.as_str())));
         Ok(Array::new(names).into())
@@ -68,17 +66,18 @@ entry_point! {
 
 entry_point! {
     /// `func_call(f: Function, *args) -> Any`: as `dvm_func_call`.
-    __tvm_ffi_func_call(args) {
+    __tvm_ffi_func_call(args: ["f", "*args"]) {
         args.count(1, usize::MAX)?;
+        let (f, name) = args.handle(0, "a function")?;
         // SAFETY: an object argument, live for the call.
-        let function = unsafe { function_arg(args.handle(0, "f", "a function")?, "f") }?;
+        let function = unsafe { function_arg(f, &name) }?;
         function.call(args.rest(1))
     }
 }
 
 entry_point! {
     /// `current_worker_id() -> int`: as `dvm_current_worker_id` (-1 off worker threads).
-    __tvm_ffi_current_worker_id(args) {
+    __tvm_ffi_current_worker_id(args: []) {
         args.count(0, 0)?;
         Ok(Any::Int(current_worker().map_or(-1, |info| info.id as i64)))
     }
@@ -86,7 +85,7 @@ entry_point! {
 
 entry_point! {
     /// `current_worker() -> Worker`: as `dvm_current_worker`, but a new reference.
-    __tvm_ffi_current_worker(args) {
+    __tvm_ffi_current_worker(args: []) {
         args.count(0, 0)?;
         current_worker_handle()
             .ok_or_else(|| Error::runtime("current_worker called off a worker thread"))

@@ -20,11 +20,28 @@ use crate::abi::{DLDevice, DVMAny, type_index as ti};
 use crate::object::args::{argument, arity, is_none, optional};
 use crate::object::{Any, AnyView, Error, Result, type_key};
 
-/// The arguments of one entry point, named in its errors.
+/// The arguments of one entry point, named in its errors by the parameter names it declares.
 struct Args<'a> {
     /// The entry point's name without its prefix (`session_call`).
     name: &'static str,
+    /// Its parameters' names, as `TVM_FFI.md` gives them; a last `*args` takes the rest.
+    params: &'static [&'static str],
     views: &'a [AnyView<'a>],
+}
+
+/// An int that fits in 32 bits (a device type).
+fn int32(view: &AnyView<'_>) -> Result<i32> {
+    let value = view.as_i64()?;
+    i32::try_from(value).map_err(|_| Error::value(format!("{value} is out of range")))
+}
+
+/// The name of argument `i` of an entry point with these parameters (`args[0]` for the first
+/// one a trailing `*args` takes), if it has one.
+fn param_name(params: &[&str], i: usize) -> Option<String> {
+    match params.iter().position(|p| *p == "*args") {
+        Some(rest) if i >= rest => Some(format!("args[{}]", i - rest)),
+        _ => params.get(i).map(|p| p.to_string()),
+    }
 }
 
 impl<'a> Args<'a> {
@@ -33,46 +50,50 @@ impl<'a> Args<'a> {
         arity(self.name, self.views, min, max)
     }
 
-    /// Argument `i` (the count was checked).
-    fn view(&self, i: usize) -> &'a AnyView<'a> {
-        &self.views[i]
+    /// The name of argument `i` (which the count admitted).
+    fn param(&self, i: usize) -> String {
+        param_name(self.params, i).unwrap_or_else(|| format!("argument {i}"))
     }
 
-    fn int(&self, i: usize, what: &str) -> Result<i64> {
-        argument(i, what, || self.view(i).as_i64())
+    /// Reads argument `i` (the count was checked); an error names it.
+    fn read<T>(&self, i: usize, read: impl FnOnce(&'a AnyView<'a>) -> Result<T>) -> Result<T> {
+        argument(i, &self.param(i), || read(&self.views[i]))
     }
 
-    /// An int that fits in 32 bits (a device type).
-    fn int32(&self, i: usize, what: &str) -> Result<i32> {
-        let value = self.int(i, what)?;
-        i32::try_from(value)
-            .map_err(|_| Error::value(format!("argument {i} ({what}): {value} is out of range")))
+    fn int(&self, i: usize) -> Result<i64> {
+        self.read(i, AnyView::as_i64)
     }
 
-    fn int_or(&self, i: usize, what: &str, default: i64) -> Result<i64> {
-        optional(self.views, i, what, default, AnyView::as_i64)
+    /// A count of bytes.
+    fn size(&self, i: usize) -> Result<usize> {
+        self.read(i, |view| {
+            let value = view.as_i64()?;
+            usize::try_from(value).map_err(|_| Error::value(format!("{value} is negative")))
+        })
     }
 
-    fn bool_or(&self, i: usize, what: &str, default: bool) -> Result<bool> {
-        optional(self.views, i, what, default, AnyView::as_bool)
+    fn int_or(&self, i: usize, default: i64) -> Result<i64> {
+        optional(self.views, i, &self.param(i), default, AnyView::as_i64)
     }
 
-    fn str(&self, i: usize, what: &str) -> Result<&'a str> {
-        let view = self.view(i);
-        argument(i, what, || view.as_str())
+    fn bool_or(&self, i: usize, default: bool) -> Result<bool> {
+        optional(self.views, i, &self.param(i), default, AnyView::as_bool)
     }
 
-    fn device_or(&self, i: usize, what: &str, default: DLDevice) -> Result<DLDevice> {
-        optional(self.views, i, what, default, AnyView::as_device)
+    fn str(&self, i: usize) -> Result<&'a str> {
+        self.read(i, AnyView::as_str)
+    }
+
+    fn device_or(&self, i: usize, default: DLDevice) -> Result<DLDevice> {
+        optional(self.views, i, &self.param(i), default, AnyView::as_device)
     }
 
     /// A list of ints: a Shape, an Array of ints, or None (no ints).
-    fn ints(&self, i: usize, what: &str) -> Result<Vec<i64>> {
+    fn ints(&self, i: usize) -> Result<Vec<i64>> {
         if is_none(self.views, i) {
             return Ok(Vec::new());
         }
-        let view = &self.views[i];
-        argument(i, what, || match view.type_index() {
+        self.read(i, |view| match view.type_index() {
             ti::SHAPE => Ok(view.as_shape()?.as_slice().to_vec()),
             ti::ARRAY => view
                 .as_array()?
@@ -88,13 +109,12 @@ impl<'a> Args<'a> {
     }
 
     /// A list of devices: an Array of them, or None (no devices).
-    fn devices(&self, i: usize, what: &str) -> Result<Vec<DLDevice>> {
+    fn devices(&self, i: usize) -> Result<Vec<DLDevice>> {
         if is_none(self.views, i) {
             return Ok(Vec::new());
         }
-        argument(i, what, || {
-            self.views[i]
-                .as_array()?
+        self.read(i, |view| {
+            view.as_array()?
                 .items()
                 .iter()
                 .map(AnyView::as_device)
@@ -103,15 +123,15 @@ impl<'a> Args<'a> {
     }
 
     /// The object argument `i` holds, as a handle pointer for the `dvm_*` argument readers
-    /// (which check its type); a value that is no object is refused here, naming `what` it
-    /// should have been.
-    fn handle<H>(&self, i: usize, name: &str, what: &str) -> Result<*const H> {
-        let view = &self.views[i];
+    /// (which check its type and name it as the parameter); a value that is no object is
+    /// refused here, naming `what` it should have been.
+    fn handle<H>(&self, i: usize, what: &str) -> Result<(*const H, String)> {
+        let (view, name) = (&self.views[i], self.param(i));
         if view.type_index() < ti::STATIC_OBJECT_BEGIN {
-            return Err(not_a(name, what, view.type_index()));
+            return Err(not_a(&name, what, view.type_index()));
         }
         // SAFETY: object values carry `v_obj`; the entry point checked it is not NULL.
-        Ok(unsafe { view.raw().v.v_obj }.cast_const().cast::<H>())
+        Ok((unsafe { view.raw().v.v_obj }.cast_const().cast::<H>(), name))
     }
 
     /// The arguments from `i` on (the arguments of a call, passed on).
@@ -127,7 +147,7 @@ impl<'a> Args<'a> {
 /// `args` points at `num_args` valid values (any pointer if 0) and `result` at a writable
 /// value, as the packed convention promises.
 unsafe fn entry(
-    name: &'static str,
+    (name, params): (&'static str, &'static [&'static str]),
     args: *const DVMAny,
     num_args: i32,
     result: *mut DVMAny,
@@ -142,8 +162,15 @@ unsafe fn entry(
             let raw = unsafe { super::value::count_slice(args, num_args, "args", "num_args") }?;
             // SAFETY: the values outlive this call.
             let views = unsafe { AnyView::slice(raw.as_ptr(), raw.len()) };
-            AnyView::validate_all(views)?;
-            let value = body(Args { name, views })?;
+            AnyView::validate_all(views, |i| match param_name(params, i) {
+                Some(param) => format!("argument {i} ({param})"),
+                None => format!("argument {i}"),
+            })?;
+            let value = body(Args {
+                name,
+                params,
+                views,
+            })?;
             // SAFETY: checked non-NULL above; the caller owns the value from now on.
             unsafe { write_out(result, value.into_raw()) };
             Ok(0)
@@ -151,10 +178,11 @@ unsafe fn entry(
     )
 }
 
-/// Defines the entry point `__tvm_ffi_<name>`, whose body reads its arguments from `$args`
-/// and returns the result as an [`Any`].
+/// Defines the entry point `__tvm_ffi_<name>` with the parameters named in `[...]` (as
+/// `TVM_FFI.md` names them), whose body reads its arguments from `$args` and returns the result
+/// as an [`Any`].
 macro_rules! entry_point {
-    ($(#[$doc:meta])* $name:ident($args:ident) $body:block) => {
+    ($(#[$doc:meta])* $name:ident($args:ident: [$($param:literal),*]) $body:block) => {
         $(#[$doc])*
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
@@ -167,7 +195,7 @@ macro_rules! entry_point {
             let body = |$args: super::Args<'_>| -> $crate::Result<$crate::Any> { $body };
             // SAFETY: tvm-ffi's packed convention: `num_args` values at `args`, a writable
             // result.
-            unsafe { super::entry(name, args, num_args, result, body) }
+            unsafe { super::entry((name, &[$($param),*]), args, num_args, result, body) }
         }
     };
 }

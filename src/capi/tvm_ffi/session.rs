@@ -6,32 +6,34 @@ use super::{Args, entry_point};
 use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
-use crate::object::{Any, Error, ObjectRef, Result};
+use crate::object::{Any, AnyView, Error, ObjectRef, Result};
 use crate::session::{
-    CopyDirection, DRef, Session, SessionCell, SessionLink, SessionOptions, Target, WorkerCell,
-    session_handle, worker_handle,
+    CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
+    new_worker_handle, session_handle,
 };
 
 /// The session argument 0 holds, lent for the call.
 fn session(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<SessionCell>>> {
+    let (session, _) = args.handle::<dvm_session>(0, "a session")?;
     // SAFETY: an object argument, live for the call.
-    unsafe { session_arg(args.handle::<dvm_session>(0, "session", "a session")?) }
+    unsafe { session_arg(session) }
 }
 
 /// The DRef argument `i` holds, lent for the call.
-fn dref(args: &Args<'_>, i: usize, name: &str) -> Result<ManuallyDrop<DRef>> {
+fn dref(args: &Args<'_>, i: usize) -> Result<ManuallyDrop<DRef>> {
+    let (dref, name) = args.handle::<dvm_dref>(i, "a DRef")?;
     // SAFETY: an object argument, live for the call.
-    unsafe { dref_arg(args.handle::<dvm_dref>(i, name, "a DRef")?, name) }
+    unsafe { dref_arg(dref, &name) }
 }
 
 /// Copies between the host tensor in argument 1 and the tensor the DRef in argument 2 holds on
 /// worker 0.
 fn copy(args: &Args<'_>, direction: CopyDirection) -> Result<Any> {
     args.count(3, 3)?;
-    let (session, dref) = (session(args)?, dref(args, 2, "dref")?);
-    let host = super::argument(1, "host", || args.view(1).as_dltensor())?;
+    let (session, dref) = (session(args)?, dref(args, 2)?);
+    let host = args.read(1, AnyView::as_dltensor)?;
     // SAFETY: the host tensor is an argument, live until this call returns.
-    unsafe { copy_host(&session, host, &dref, direction) }?;
+    unsafe { copy_host(&session, host, &dref, "dref", direction) }?;
     Ok(Any::None)
 }
 
@@ -39,22 +41,24 @@ entry_point! {
     /// `session_new_threaded(num_workers: int, num_groups: int = 1, timeout_ms: int = 0,
     /// spin_us: int = 0, cpu_affinity: list[int] | None = None, devices: list[Device] | None =
     /// None) -> Session`: as `dvm_session_new_threaded`, with the options' fields as arguments.
-    __tvm_ffi_session_new_threaded(args) {
+    __tvm_ffi_session_new_threaded(args: [
+        "num_workers", "num_groups", "timeout_ms", "spin_us", "cpu_affinity", "devices"
+    ]) {
         args.count(1, 6)?;
         let options = SessionOptions::from_values(
-            args.int_or(2, "timeout_ms", 0)?,
-            args.int_or(3, "spin_us", 0)?,
-            args.ints(4, "cpu_affinity")?,
-            args.devices(5, "devices")?,
+            args.int_or(2, 0)?,
+            args.int_or(3, 0)?,
+            args.ints(4)?,
+            args.devices(5)?,
         )?;
-        let (workers, groups) = (args.int(0, "num_workers")?, args.int_or(1, "num_groups", 1)?);
+        let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_threaded(workers, groups, options)?).into())
     }
 }
 
 entry_point! {
     /// `session_num_workers(session: Session) -> int`: as `dvm_session_num_workers`.
-    __tvm_ffi_session_num_workers(args) {
+    __tvm_ffi_session_num_workers(args: ["session"]) {
         args.count(1, 1)?;
         Ok(Any::Int(session(&args)?.num_workers() as i64))
     }
@@ -63,34 +67,34 @@ entry_point! {
 entry_point! {
     /// `session_get_global_func(session: Session, name: str) -> DRef`: as
     /// `dvm_session_get_global_func`.
-    __tvm_ffi_session_get_global_func(args) {
+    __tvm_ffi_session_get_global_func(args: ["session", "name"]) {
         args.count(2, 2)?;
-        Ok(session(&args)?.get_global_func(args.str(1, "name")?)?.into())
+        Ok(session(&args)?.get_global_func(args.str(1)?)?.into())
     }
 }
 
 entry_point! {
     /// `session_call(session: Session, func: DRef, *args) -> DRef`: as `dvm_session_call`.
-    __tvm_ffi_session_call(args) {
+    __tvm_ffi_session_call(args: ["session", "func", "*args"]) {
         args.count(2, usize::MAX)?;
-        let (session, func) = (session(&args)?, dref(&args, 1, "func")?);
+        let (session, func) = (session(&args)?, dref(&args, 1)?);
         Ok(session.call(Target::All, &func, args.rest(2))?.into())
     }
 }
 
 entry_point! {
     /// `session_sync_worker(session: Session, worker: int)`: as `dvm_session_sync_worker`.
-    __tvm_ffi_session_sync_worker(args) {
+    __tvm_ffi_session_sync_worker(args: ["session", "worker"]) {
         args.count(2, 2)?;
         let session = session(&args)?;
-        session.sync_worker(session.worker_index(args.int(1, "worker")?)?)?;
+        session.sync_worker(session.worker_index(args.int(1)?)?)?;
         Ok(Any::None)
     }
 }
 
 entry_point! {
     /// `session_sync_all(session: Session)`: as `dvm_session_sync_all`.
-    __tvm_ffi_session_sync_all(args) {
+    __tvm_ffi_session_sync_all(args: ["session"]) {
         args.count(1, 1)?;
         session(&args)?.sync_all()?;
         Ok(Any::None)
@@ -100,17 +104,19 @@ entry_point! {
 entry_point! {
     /// `session_init_ccl(session: Session, backend: str, device_ids: list[int] | None = None)`:
     /// as `dvm_session_init_ccl`.
-    __tvm_ffi_session_init_ccl(args) {
+    __tvm_ffi_session_init_ccl(args: ["session", "backend", "device_ids"]) {
         args.count(2, 3)?;
         let session = session(&args)?;
         let ids = args
-            .ints(2, "device_ids")?
+            .ints(2)?
             .into_iter()
             .map(|id| {
-                i32::try_from(id).map_err(|_| Error::value(format!("device id {id} is out of range")))
+                i32::try_from(id).map_err(|_| {
+                    Error::value(format!("argument 2 (device_ids): {id} is out of range"))
+                })
             })
             .collect::<Result<Vec<i32>>>()?;
-        session.init_ccl(args.str(1, "backend")?, &ids)?;
+        session.init_ccl(args.str(1)?, &ids)?;
         Ok(Any::None)
     }
 }
@@ -118,7 +124,7 @@ entry_point! {
 entry_point! {
     /// `session_copy_to_worker0(session: Session, host: Tensor, dref: DRef)`: as
     /// `dvm_session_copy_to_worker0`; `host` may be a numpy array, which tvm-ffi wraps.
-    __tvm_ffi_session_copy_to_worker0(args) {
+    __tvm_ffi_session_copy_to_worker0(args: ["session", "host", "dref"]) {
         copy(&args, CopyDirection::ToWorker)
     }
 }
@@ -126,7 +132,7 @@ entry_point! {
 entry_point! {
     /// `session_copy_from_worker0(session: Session, host: Tensor, dref: DRef)`: as
     /// `dvm_session_copy_from_worker0`; `host` may be a writable numpy array.
-    __tvm_ffi_session_copy_from_worker0(args) {
+    __tvm_ffi_session_copy_from_worker0(args: ["session", "host", "dref"]) {
         copy(&args, CopyDirection::FromWorker)
     }
 }
@@ -134,17 +140,17 @@ entry_point! {
 entry_point! {
     /// `session_live_registers(session: Session, worker: int) -> int`: as
     /// `dvm_session_live_registers`.
-    __tvm_ffi_session_live_registers(args) {
+    __tvm_ffi_session_live_registers(args: ["session", "worker"]) {
         args.count(2, 2)?;
         let session = session(&args)?;
-        let live = session.live_registers(session.worker_index(args.int(1, "worker")?)?)?;
+        let live = session.live_registers(session.worker_index(args.int(1)?)?)?;
         Ok(Any::Int(live as i64))
     }
 }
 
 entry_point! {
     /// `session_shutdown(session: Session)`: as `dvm_session_shutdown`.
-    __tvm_ffi_session_shutdown(args) {
+    __tvm_ffi_session_shutdown(args: ["session"]) {
         args.count(1, 1)?;
         session(&args)?.shutdown()?;
         Ok(Any::None)
@@ -153,32 +159,31 @@ entry_point! {
 
 entry_point! {
     /// `session_worker(session: Session, worker: int) -> Worker`: as `dvm_session_worker`.
-    __tvm_ffi_session_worker(args) {
+    __tvm_ffi_session_worker(args: ["session", "worker"]) {
         args.count(2, 2)?;
-        let session = session(&args)?.0.clone();
-        let id = session.worker_index(args.int(1, "worker")?)?;
-        Ok(worker_handle(SessionLink::Strong(session), id).into())
+        Ok(new_worker_handle(&session(&args)?.0, args.int(1)?)?.into())
     }
 }
 
 /// The worker argument 0 holds, lent for the call.
 fn worker(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<WorkerCell>>> {
+    let (worker, _) = args.handle::<dvm_worker>(0, "a worker")?;
     // SAFETY: an object argument, live for the call.
-    unsafe { worker_arg(args.handle::<dvm_worker>(0, "worker", "a worker")?) }
+    unsafe { worker_arg(worker) }
 }
 
 entry_point! {
     /// `worker_call(worker: Worker, func: DRef, *args) -> DRef`: as `dvm_worker_call`.
-    __tvm_ffi_worker_call(args) {
+    __tvm_ffi_worker_call(args: ["worker", "func", "*args"]) {
         args.count(2, usize::MAX)?;
-        let (worker, func) = (worker(&args)?, dref(&args, 1, "func")?);
+        let (worker, func) = (worker(&args)?, dref(&args, 1)?);
         Ok(worker.session()?.call(Target::One(worker.id), &func, args.rest(2))?.into())
     }
 }
 
 entry_point! {
     /// `worker_sync(worker: Worker)`: as `dvm_worker_sync`.
-    __tvm_ffi_worker_sync(args) {
+    __tvm_ffi_worker_sync(args: ["worker"]) {
         args.count(1, 1)?;
         let worker = worker(&args)?;
         worker.session()?.sync_worker(worker.id)?;
@@ -188,7 +193,7 @@ entry_point! {
 
 entry_point! {
     /// `worker_id(worker: Worker) -> int`: as `dvm_worker_id`.
-    __tvm_ffi_worker_id(args) {
+    __tvm_ffi_worker_id(args: ["worker"]) {
         args.count(1, 1)?;
         Ok(Any::Int(worker(&args)?.id as i64))
     }
@@ -196,7 +201,7 @@ entry_point! {
 
 entry_point! {
     /// `worker_device(worker: Worker) -> Device`: as `dvm_worker_device`.
-    __tvm_ffi_worker_device(args) {
+    __tvm_ffi_worker_device(args: ["worker"]) {
         args.count(1, 1)?;
         let worker = worker(&args)?;
         Ok(Any::Device(worker.session()?.worker_device(worker.id)))
@@ -205,18 +210,18 @@ entry_point! {
 
 entry_point! {
     /// `dref_get(dref: DRef, worker: int) -> Any`: as `dvm_dref_get`.
-    __tvm_ffi_dref_get(args) {
+    __tvm_ffi_dref_get(args: ["dref", "worker"]) {
         args.count(2, 2)?;
-        dref(&args, 0, "dref")?.get(args.int(1, "worker")?)
+        dref(&args, 0)?.get(args.int(1)?)
     }
 }
 
 entry_point! {
     /// `dref_set(dref: DRef, worker: int, value: Any)`: as `dvm_dref_set`.
-    __tvm_ffi_dref_set(args) {
+    __tvm_ffi_dref_set(args: ["dref", "worker", "value"]) {
         args.count(3, 3)?;
-        let value = super::argument(2, "value", || args.view(2).to_owned())?;
-        dref(&args, 0, "dref")?.set(args.int(1, "worker")?, value)?;
+        let value = args.read(2, AnyView::to_owned)?;
+        dref(&args, 0)?.set(args.int(1)?, value)?;
         Ok(Any::None)
     }
 }

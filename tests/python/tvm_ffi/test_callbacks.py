@@ -51,7 +51,7 @@ def test_registry_functions_are_listed_called_and_removed(registered):
         discovm.register_global_func("test.callbacks.add", lambda a, b: a - b)
     discovm.register_global_func("test.callbacks.add", lambda a, b: a - b, override=True)
     assert discovm.get_global_func("test.callbacks.add")(2, 3) == -1
-    with pytest.raises(KeyError, match="no global function named `test.callbacks.none`"):
+    with pytest.raises(KeyError, match="no global function has the name `test.callbacks.none`"):
         discovm.get_global_func("test.callbacks.none")
     with pytest.raises(KeyError):
         discovm.remove_global_func("test.callbacks.none")

@@ -90,9 +90,9 @@ def test_options_are_checked(lib):
         lib.session_new_threaded(1, 1, -5)
     with pytest.raises(ValueError, match=r"cpu_affinity\[0\] is -2"):
         lib.session_new_threaded(1, 1, 0, 0, [-2])
-    with pytest.raises(ValueError, match="2 CPU ids given for 1 workers"):
+    with pytest.raises(ValueError, match="cpu_affinity holds 2 CPU ids for 1 workers"):
         lib.session_new_threaded(1, 1, 0, 0, [-1, -1])
-    with pytest.raises(RuntimeError, match="worker 0") as no_gpu:
+    with pytest.raises(RuntimeError, match=r"devices\[0\]: CUDA device 0") as no_gpu:
         lib.session_new_threaded(1, 1, 0, 0, None, [tvm_ffi.device("cuda", 0)])
     assert no_gpu.value.__tvm_ffi_error__.kind == "DeviceUnavailable"
     with pytest.raises(TypeError, match=r"argument 4 \(cpu_affinity\): expected a list of ints"):
@@ -150,9 +150,9 @@ def test_options_are_checked(lib):
         (
             lambda m, s: m.func_remove_global("no.such.function"),
             KeyError,
-            "no global function named",
+            "no global function has the name",
         ),
-        (lambda m, s: m.func_get_global("no.such.function"), KeyError, "no global function named"),
+        (lambda m, s: m.func_get_global("no.such.function"), KeyError, "no global function has the name"),
         (lambda m, s: m.func_register_global("", lambda: 0), ValueError, "non-empty name"),
         (lambda m, s: m.device_count(1 << 40), ValueError, "is out of range"),
         (lambda m, s: m.current_worker(), RuntimeError, "off a worker thread"),

@@ -138,7 +138,7 @@ def test_copies_to_and_from_worker_0(sess):
 
 
 def test_get_global_func_checks_the_name_at_once_and_calls_on_every_worker(sess):
-    with pytest.raises(KeyError, match="no global function named `no.such.function`"):
+    with pytest.raises(KeyError, match="no global function has the name `no.such.function`"):
         sess.get_global_func("no.such.function")
     rank = sess.get_global_func("runtime.disco.worker_rank")
     assert isinstance(rank, discovm.DPackedFunc) and rank.session is sess
