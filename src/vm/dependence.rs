@@ -65,8 +65,16 @@ impl AccessRecord {
         }
     }
 
-    /// Records an access at `seq` on `stream`.
+    /// Records an access at `seq` on `stream`. Uses on streams freed since are dropped first:
+    /// a stream finishes its work before it closes, so nothing waits for them, and keeping them
+    /// would keep every freed stream alive as long as the tensor (a long-lived tensor read by
+    /// short-lived streams would collect one per stream).
     pub fn record(&mut self, stream: &Arc<StreamCore>, seq: u64, access: Access) {
+        let freed = |u: &Use| u.stream.is_closed() && u.is_done();
+        self.readers.retain(|r| !freed(r));
+        if self.writer.as_ref().is_some_and(freed) {
+            self.writer = None;
+        }
         match access {
             Access::Write => {
                 self.readers.clear();
@@ -150,6 +158,48 @@ impl TensorDeps {
         if self.poisoned.load(Ordering::Acquire) {
             *self.poison.lock().unwrap_or_else(PoisonError::into_inner) = None;
             self.poisoned.store(false, Ordering::Release);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::abi::{DLDataType, DLDevice, KDL_UINT};
+    use crate::vm::Stream;
+
+    fn tensor() -> Tensor {
+        crate::device::empty(&[64], DLDataType::new(KDL_UINT, 8, 1), DLDevice::cpu()).unwrap()
+    }
+
+    /// A long-lived tensor (weights, say) read or written by streams that come and go: its
+    /// record keeps only uses on streams still open, so it does not grow, and it does not keep
+    /// freed streams alive (a freed stream finished all its work before it closed).
+    #[test]
+    fn a_tensor_forgets_the_streams_freed_since_they_used_it() {
+        let (weights, scratch) = (tensor(), tensor());
+        for _ in 0..100 {
+            let stream = Stream::new(DLDevice::cpu()).unwrap();
+            stream.copy(&tensor(), &weights).unwrap();
+            stream.copy(&scratch, &tensor()).unwrap();
+        }
+        let open = Stream::new(DLDevice::cpu()).unwrap();
+        open.copy(&tensor(), &weights).unwrap();
+        open.copy(&tensor(), &scratch).unwrap();
+        for (what, t) in [("weights", &weights), ("scratch", &scratch)] {
+            let record = TensorDeps::of(t).lock();
+            let uses: Vec<&Use> = record.writer.iter().chain(&record.readers).collect();
+            assert!(
+                uses.iter().all(|u| !u.stream.is_closed()),
+                "{what}: {} of {} recorded uses are on freed streams",
+                uses.iter().filter(|u| u.stream.is_closed()).count(),
+                uses.len()
+            );
+            assert_eq!(
+                record.readers.len(),
+                1,
+                "{what}: one reader, the open stream"
+            );
         }
     }
 }
