@@ -810,3 +810,25 @@ fn a_worker_whose_arguments_are_rejected_fails_the_others_at_once() {
     })
     .unwrap();
 }
+
+#[test]
+fn init_ccl_from_several_threads_at_once_leaves_the_workers_one_working_communicator() {
+    let _turn = heavy();
+    for round in 0..100 {
+        let s = session(4, 1, 2000);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                scope.spawn(|| {
+                    for _ in 0..5 {
+                        s.init_ccl("cpu", &[]).unwrap();
+                    }
+                });
+            }
+        });
+        let r = run(&s, "runtime.disco.barrier", &[]);
+        assert!(
+            r.is_ok(),
+            "round {round}: a barrier after the set-ups: {r:?}"
+        );
+    }
+}

@@ -108,6 +108,10 @@ pub struct Session {
     deferred_frees: Mutex<Vec<(Reg, usize)>>,
     /// Whether `deferred_frees` may hold something (so that sends skip its lock otherwise).
     has_deferred_frees: AtomicBool,
+    /// Held by `init_ccl` from sending the new communicator to the workers until it keeps it,
+    /// so that every worker installs the same one last, and that is the one kept. (Not `ccl`'s
+    /// lock: shutdown takes that one to break waits that this call's sync may be stuck behind.)
+    ccl_setup: Mutex<()>,
 }
 
 /// Which workers a call goes to.
@@ -250,6 +254,7 @@ impl Session {
             ccl: Mutex::new(None),
             deferred_frees: Mutex::new(Vec::new()),
             has_deferred_frees: AtomicBool::new(false),
+            ccl_setup: Mutex::new(()),
         });
         for link in &session.workers {
             let _ = link.shared.session.set(Arc::downgrade(&session));
@@ -632,6 +637,10 @@ impl Session {
                 device_ids.len()
             )));
         }
+        let _one_at_a_time = self
+            .ccl_setup
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let (init, args, cpu) = if backend == "nccl" {
             let devices: Vec<DLDevice> = self.workers.iter().map(|l| l.device).collect();
             let args = ccl::nccl::init_args(&devices, self.num_groups, device_ids)?;
