@@ -550,27 +550,26 @@ fn int_arg(args: &[DVMAny], i: usize) -> Result<i64, Fail> {
     Ok(unsafe { args[i].v.v_int64 })
 }
 
-/// Runs `f` on the bytes and dtype of a CPU tensor argument.
-fn with_tensor<R>(
-    args: &[DVMAny],
-    i: usize,
-    f: impl FnOnce(&mut [u8], DLDataType) -> R,
-) -> Result<R, Fail> {
+/// A tensor argument (a Tensor object): its handle, its size in bytes and its dtype.
+fn tensor_arg(args: &[DVMAny], i: usize) -> Result<(*mut dvm_tensor, usize, DLDataType), Fail> {
     let not_tensor = || Fail::Raise("TypeError", format!("argument {i}: expected a tensor"));
-    // SAFETY: a Tensor holds a live tensor object, a DLTensorPtr a live DLTensor; both outlive
-    // the call, and the calls that reach a tensor are ordered, so nothing else touches it now.
+    if args[i].type_index != ti::TENSOR {
+        return Err(not_tensor());
+    }
+    // SAFETY: a Tensor value holds a live tensor object, and its DLTensor lives as long.
     unsafe {
-        let dl = match args[i].type_index {
-            ti::TENSOR => dvm_tensor_dl(args[i].v.v_obj.cast()),
-            ti::DL_TENSOR_PTR => args[i].v.v_ptr.cast::<DLTensor>(),
-            _ => return Err(not_tensor()),
-        };
-        let dl = dl.as_ref().ok_or_else(not_tensor)?;
+        let handle = args[i].v.v_obj.cast::<dvm_tensor>();
+        let dl = dvm_tensor_dl(handle).as_ref().ok_or_else(not_tensor)?;
         let dims = std::slice::from_raw_parts(dl.shape, dl.ndim as usize);
         let len = dims.iter().product::<i64>() as usize * usize::from(dl.dtype.bits / 8);
-        let data = dl.data.cast::<u8>().add(dl.byte_offset as usize);
-        Ok(f(std::slice::from_raw_parts_mut(data, len), dl.dtype))
+        Ok((handle, len, dl.dtype))
     }
+}
+
+/// A failed call of the C API inside a callback, raised again.
+fn reraise(what: &str) -> Fail {
+    let message = c_text(dvm_last_error_message());
+    Fail::Raise("RuntimeError", format!("{what}: {message}"))
 }
 
 fn worker_id() -> i64 {
@@ -650,22 +649,35 @@ static FILL: Callback = Callback {
     arity: 2,
     body: |args| {
         let salt = int_arg(args, 1)? as u64;
+        let (tensor, len, dtype) = tensor_arg(args, 0)?;
+        if dtype != I32 {
+            return Err(Fail::Raise("TypeError", "stress.fill needs int32".into()));
+        }
         let worker = worker_id() as usize;
-        with_tensor(args, 0, |data, dtype| {
-            if dtype != I32 {
-                return Err(Fail::Raise("TypeError", "stress.fill needs int32".into()));
-            }
-            for (i, element) in data.chunks_exact_mut(4).enumerate() {
-                element.copy_from_slice(&pattern(worker, i, salt).to_le_bytes());
-            }
-            Ok(DVMAny::none())
-        })?
+        let data: Vec<u8> = (0..len / 4)
+            .flat_map(|i| pattern(worker, i, salt).to_le_bytes())
+            .collect();
+        // SAFETY: a live tensor of `len` bytes; `data` holds as many.
+        if unsafe { dvm_tensor_write(tensor, data.as_ptr().cast(), len) } != DVM_OK {
+            return Err(reraise("dvm_tensor_write"));
+        }
+        Ok(DVMAny::none())
     },
 };
 
+/// `stress.digest(tensor)`: the tensor read through `dvm_tensor_read`, which waits for the
+/// copies into it that streams still have queued.
 static DIGEST: Callback = Callback {
     arity: 1,
-    body: |args| with_tensor(args, 0, |data, _| int(digest(data))),
+    body: |args| {
+        let (tensor, len, _) = tensor_arg(args, 0)?;
+        let mut data = vec![0u8; len];
+        // SAFETY: a live tensor of `len` bytes; `data` has room for them.
+        if unsafe { dvm_tensor_read(tensor, data.as_mut_ptr().cast(), len) } != DVM_OK {
+            return Err(reraise("dvm_tensor_read"));
+        }
+        Ok(int(digest(&data)))
+    },
 };
 
 /// Registers the functions the workers run, once per process: C callbacks through the C API,
@@ -1344,6 +1356,9 @@ impl Driver {
 
     /// Random bytes to worker 0's tensor and back, checked on the worker and on the host.
     fn copy_worker0(&mut self, live: &mut Live) {
+        if self.rng.chance(20) {
+            return self.copy_from_worker0_after_a_stream(live);
+        }
         let len = self.rng.size(256 << 10);
         let worker0_only = self.rng.chance(50);
         let t = live.empty(len, U8, worker0_only);
@@ -1368,6 +1383,25 @@ impl Driver {
         if live.kept.len() < 8 && self.rng.chance(30) {
             live.kept.push(t);
         }
+    }
+
+    /// A host tensor that a stream copy is still filling, handed to worker 0 and copied from
+    /// there: worker 0's copy waits for the stream's.
+    fn copy_from_worker0_after_a_stream(&mut self, live: &mut Live) {
+        let shared = self.shared.clone();
+        let len = shared.source_data.len();
+        let host = Tensor::bytes(len);
+        host.copy_from(&shared.source, &shared.streams[self.rng.below(2)]);
+        let t = live.empty(len, U8, true);
+        t.set(0, &object(host.0));
+        drop(host); // worker 0's register keeps it
+        let mut back = vec![0u8; len];
+        live.s.copy_worker0(&t, U8, &mut back, false);
+        self.check_bytes(
+            &back,
+            &shared.source_data,
+            "a copy from worker 0 after a stream's",
+        );
     }
 
     /// Bytes through three tensors on two streams, read back; sometimes handed to the workers.
@@ -1411,6 +1445,11 @@ impl Driver {
         if self.rng.chance(50) {
             drop(b); // the queued copies keep it alive
         }
+        // The workers read `c` too, maybe while the copies into it are still queued.
+        let digests = self
+            .rng
+            .chance(50)
+            .then(|| live.call("stress.digest", &[object(c.0)]));
         let prefix = self.rng.range(0, len);
         let got = c.read(prefix);
         self.check_bytes(&got, &data[..prefix], "a read after two copies");
@@ -1418,10 +1457,14 @@ impl Driver {
             let got = c.through_dlpack().read(len);
             self.check_bytes(&got, data, "a read through a DLPack export and import");
         }
-        if self.rng.chance(50) {
-            let out = live.call("stress.digest", &[object(c.0)]);
+        if let Some(digests) = digests {
             for w in 0..live.workers {
-                self.int_on(&out, w, digest(data), "a worker's digest of a host tensor");
+                self.int_on(
+                    &digests,
+                    w,
+                    digest(data),
+                    "a worker's digest of a host tensor",
+                );
             }
         }
         first.sync();
