@@ -38,7 +38,7 @@ use std::ffi::{CStr, CString, c_char, c_void};
 use std::fmt::Debug;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Once, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -680,6 +680,36 @@ static DIGEST: Callback = Callback {
     },
 };
 
+/// A function object that counts itself: its `self` is a counter of live ones (an `Arc`
+/// reference of its own), which the deleter decrements. Calls return 42.
+unsafe extern "C" fn counted_call(
+    _self: *mut c_void,
+    _args: *const DVMAny,
+    _num_args: i32,
+    result: *mut DVMAny,
+) -> i32 {
+    // SAFETY: the caller passes a writable result.
+    unsafe { result.write(int(42)) };
+    0
+}
+
+unsafe extern "C" fn counted_delete(self_: *mut c_void) {
+    // SAFETY: `self_` is the `Arc` reference `counted_function` gave the function.
+    let live = unsafe { Arc::from_raw(self_.cast::<AtomicI64>()) };
+    live.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// A new function object counted in `live`.
+fn counted_function(live: &Arc<AtomicI64>) -> Value {
+    live.fetch_add(1, Ordering::Relaxed);
+    let this = Arc::into_raw(live.clone()).cast_mut().cast::<c_void>();
+    let mut f = null_mut();
+    // SAFETY: `this` is an `Arc` reference the deleter gives back.
+    status(unsafe { dvm_func_new(this, Some(counted_call), Some(counted_delete), &mut f) })
+        .must("dvm_func_new");
+    Value(object(f))
+}
+
 /// Registers the functions the workers run, once per process: C callbacks through the C API,
 /// and one Rust function that panics.
 fn register_functions() {
@@ -948,6 +978,8 @@ struct Driver {
     streams: Option<Arc<[Stream; 2]>>,
     /// What every host thread uses.
     shared: Arc<Shared>,
+    /// Function objects made by this thread (and its helpers) and not yet deleted.
+    functions: Arc<AtomicI64>,
     sessions: u64,
 }
 
@@ -1056,6 +1088,7 @@ impl Driver {
                 doing: self.doing.clone(),
                 streams: None,
                 shared: self.shared.clone(),
+                functions: self.functions.clone(),
                 sessions: self.sessions,
             };
             let mut other = Live::new(live.s.share(), workers, groups);
@@ -1202,9 +1235,10 @@ impl Driver {
         self.keep(live, out, values);
     }
 
-    /// A random value (a number, a short or long string, bytes, a shape) through `stress.echo`.
+    /// A random value (a number, a short or long string, bytes, a shape, a function) through
+    /// `stress.echo`; a function that comes back is called.
     fn echo(&mut self, live: &mut Live) {
-        let (value, want) = match self.rng.below(7) {
+        let (value, want) = match self.rng.below(8) {
             0 => {
                 let x = self.rng.next() as i64;
                 (Value(int(x)), Plain::Int(x))
@@ -1234,6 +1268,10 @@ impl Driver {
                     .collect();
                 (shape(&dims), Plain::Shape(dims))
             }
+            6 => (
+                counted_function(&self.functions),
+                Plain::Other(ti::FUNCTION),
+            ),
             _ => (Value(DVMAny::none()), Plain::None),
         };
         let one = self.rng.chance(30).then(|| self.rng.below(live.workers));
@@ -1245,6 +1283,19 @@ impl Driver {
         for w in (0..live.workers).filter(|&w| one.is_none_or(|one| one == w)) {
             let got = out.get(w).must("reading an echo");
             self.check(plain(&got.0), want.clone(), "an echoed value");
+            if want == Plain::Other(ti::FUNCTION) {
+                let mut result = DVMAny::none();
+                // SAFETY: a live function object; no arguments; a writable result.
+                let called = unsafe {
+                    dvm_func_call(got.0.v.v_obj.cast(), std::ptr::null(), 0, &mut result)
+                };
+                status(called).must("calling an echoed function");
+                self.check(
+                    plain(&result),
+                    Plain::Int(42),
+                    "an echoed function's result",
+                );
+            }
         }
     }
 
@@ -1654,6 +1705,13 @@ impl Driver {
             let count = s.live_registers(w);
             self.check(count, 0, "live registers at the end of a session");
         }
+        // The workers dropped their registers' values before they counted them.
+        let functions = self.functions.load(Ordering::Relaxed);
+        self.check(
+            functions,
+            0,
+            "function objects alive at the end of a session",
+        );
         let kind = match self.rng.below(5) {
             0 => {
                 s.shutdown();
@@ -1857,6 +1915,7 @@ fn host_thread(
         doing,
         streams: None,
         shared,
+        functions: Arc::default(),
         sessions: 0,
     };
     for phase_end in phases {
