@@ -780,6 +780,7 @@ enum Kind {
     Allgather,
     BroadcastCcl,
     Barrier,
+    SendRecv,
     RejectedCollective,
     Sync,
     Burst,
@@ -790,7 +791,7 @@ enum Kind {
     LastReleaseOnWorker,
 }
 
-const KINDS: [Kind; 26] = [
+const KINDS: [Kind; 27] = [
     Kind::Session,
     Kind::SharedSession,
     Kind::Broadcast,
@@ -809,6 +810,7 @@ const KINDS: [Kind; 26] = [
     Kind::Allgather,
     Kind::BroadcastCcl,
     Kind::Barrier,
+    Kind::SendRecv,
     Kind::RejectedCollective,
     Kind::Sync,
     Kind::Burst,
@@ -835,13 +837,14 @@ impl Kind {
                 | Kind::Allgather
                 | Kind::BroadcastCcl
                 | Kind::Barrier
+                | Kind::SendRecv
                 | Kind::RejectedCollective
         )
     }
 }
 
 /// How often each operation is picked, relative to the others.
-const MIX_WEIGHTS: [(usize, Kind); 18] = [
+const MIX_WEIGHTS: [(usize, Kind); 19] = [
     (16, Kind::Broadcast),
     (10, Kind::WorkerCall),
     (8, Kind::Echo),
@@ -856,6 +859,7 @@ const MIX_WEIGHTS: [(usize, Kind); 18] = [
     (3, Kind::Allgather),
     (3, Kind::BroadcastCcl),
     (2, Kind::Barrier),
+    (2, Kind::SendRecv),
     (2, Kind::RejectedCollective),
     (5, Kind::Sync),
     (1, Kind::InitCcl),
@@ -1145,6 +1149,7 @@ impl Driver {
             }
             Kind::Sync => self.sync(live),
             Kind::Burst => self.burst(live),
+            Kind::SendRecv => self.send_recv(live),
             Kind::InitCcl => {
                 live.s.init_ccl();
                 live.ccl = true;
@@ -1630,6 +1635,37 @@ impl Driver {
         let mut got = vec![0u8; recv_len * 4];
         live.s.copy_worker0(&recv, I32, &mut got, false);
         self.check_bytes(&got, &want(0), "worker 0's collective output");
+    }
+
+    /// Worker `from` sends its buffer to worker `to` (the session needs two workers; with one
+    /// this is an allreduce); the receiver's buffer then holds the sender's pattern.
+    fn send_recv(&mut self, live: &mut Live) {
+        if live.workers < 2 {
+            return self.collective(live, Kind::Allreduce);
+        }
+        self.ensure_ccl(live);
+        let from = self.rng.below(live.workers);
+        let to = (from + 1 + self.rng.below(live.workers - 1)) % live.workers;
+        let len = self.rng.size(4096);
+        let salt = self.rng.next() >> 1;
+        let t = live.empty(len, I32, false);
+        drop(live.call("stress.fill", &[object(t.0), int(salt as i64)]));
+        let sent = live.call_on(
+            from,
+            "runtime.disco.send_to_worker",
+            &[object(t.0), int(to as i64)],
+        );
+        let received = live.call_on(
+            to,
+            "runtime.disco.recv_from_worker",
+            &[object(t.0), int(from as i64)],
+        );
+        drop((sent, received));
+        let want: Vec<u8> = (0..len)
+            .flat_map(|i| pattern(from, i, salt).to_le_bytes())
+            .collect();
+        let d = live.call_on(to, "stress.digest", &[object(t.0)]);
+        self.int_on(&d, to, digest(&want), "what a worker received from another");
     }
 
     /// Thousands of calls with no wait between them, their results dropped at once: more
