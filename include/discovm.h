@@ -610,10 +610,13 @@ dvm_status dvm_tensor_from_dlpack(DLManagedTensorVersioned *managed, dvm_tensor 
 /**
  * Exports a tensor through DLPack without copying. The export keeps the tensor alive until
  * the consumer calls `(*out)->deleter(*out)`. Any tensor object is accepted, also one another
- * library made.
+ * library made. It first waits until the work queued so far on any stream that uses `t` has
+ * finished (on a GPU too), since the consumer takes no part in the streams' ordering; work
+ * queued through `t` later is not ordered with the consumer's.
  *
  * Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
- * a tensor.
+ * a tensor; `RuntimeError` when called from a callback running on the executor that still has
+ * to run such work.
  * Undefined: calling the export's deleter more than once, or using the export
  * after it.
  * Thread safety: any thread.

@@ -141,10 +141,13 @@ pub unsafe extern "C" fn dvm_tensor_from_dlpack(
 
 /// Exports a tensor through DLPack without copying. The export keeps the tensor alive until
 /// the consumer calls `(*out)->deleter(*out)`. Any tensor object is accepted, also one another
-/// library made.
+/// library made. It first waits until the work queued so far on any stream that uses `t` has
+/// finished (on a GPU too), since the consumer takes no part in the streams' ordering; work
+/// queued through `t` later is not ordered with the consumer's.
 ///
 /// Errors: `ValueError` for NULL pointers or an invalid description; `TypeError` if `t` is not
-/// a tensor.
+/// a tensor; `RuntimeError` when called from a callback running on the executor that still has
+/// to run such work.
 /// Undefined: calling the export's deleter more than once, or using the export
 /// after it.
 /// Thread safety: any thread.
@@ -158,6 +161,7 @@ pub unsafe extern "C" fn dvm_tensor_to_dlpack(
         // SAFETY: NULL or a live handle, by contract.
         let object = unsafe { handle_ref::<TensorCell, _>(t, "t", "a tensor") }?;
         let tensor = Tensor::from_object((*object).clone())?;
+        vm::settle(&tensor)?;
         // SAFETY: checked non-NULL above.
         unsafe { write_out(out, tensor.to_dlpack().as_ptr()) };
         Ok(())

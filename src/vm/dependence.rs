@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::stream::StreamCore;
-use crate::object::{Error, Tensor};
+use crate::object::{Error, Result, Tensor};
 
 /// How an instruction uses a tensor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +117,40 @@ impl AccessRecord {
             .map(|w| &w.stream)
             .filter(|s| !s.is_closed())
     }
+}
+
+/// Waits until every use of `tensor` queued so far, on any stream, has finished (on the device
+/// too), so that code taking no part in the streams' ordering (a DLPack consumer) finds its
+/// memory settled. Errors: `RuntimeError` when a use still to run is queued on the executor of
+/// the calling thread (it would wait for itself).
+pub fn settle(tensor: &Tensor) -> Result<()> {
+    let uses: Vec<Use> = {
+        let record = TensorDeps::of(tensor).lock();
+        record
+            .writer
+            .iter()
+            .chain(&record.readers)
+            .cloned()
+            .collect()
+    };
+    for u in uses.iter().filter(|u| !u.is_done()) {
+        if u.stream.executor().is_current() {
+            return Err(Error::runtime(
+                "settling a tensor would wait for the thread it runs on (it was called from a \
+                 callback running on a stream of the executor that still has to use it)",
+            ));
+        }
+        u.stream.progress.wait_for(u.seq);
+    }
+    // On a device whose work outlives the host call, the uses were issued by now; wait for the
+    // device to finish them too.
+    for u in uses
+        .iter()
+        .filter(|u| !u.stream.device_stream().completes_on_host())
+    {
+        u.stream.device_stream().synchronize()?;
+    }
+    Ok(())
 }
 
 /// The VM's per-tensor state.

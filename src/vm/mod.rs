@@ -30,7 +30,7 @@ mod progress;
 mod small_mem;
 mod stream;
 
-pub use dependence::Access;
+pub use dependence::{Access, settle};
 pub use executor::QUEUE_CAPACITY;
 pub use instruction::{Arg, DeviceWork};
 pub use small_mem::{check_access, read, write};

@@ -1,8 +1,9 @@
 /*
  * Streams and tensors from C: copies on one stream run in order, copies on two streams that
  * share tensors are ordered by those tensors (soft sync), dvm_stream_wait orders streams,
- * synchronous reads and writes see every earlier copy, and tensors released while copies use
- * them stay alive until the copies ran (DLPack deleters run exactly once, afterwards).
+ * synchronous reads and writes see every earlier copy, tensors released while copies use
+ * them stay alive until the copies ran (DLPack deleters run exactly once, afterwards), and a
+ * DLPack export waits for the copies queued into its tensor.
  */
 #include "check.h"
 
@@ -144,10 +145,36 @@ static void released_tensors_live_until_copied(void) {
   dvm_tensor_free(b);
 }
 
+/* A DLPack consumer takes no part in the streams' ordering: an export waits for the copies
+ * queued into the tensor, so the consumer finds their bytes. */
+static void an_export_waits_for_queued_copies(void) {
+  enum { N = 1 << 20, COPIES = 8 };
+  dvm_stream* s = NULL;
+  CHECK_OK(dvm_stream_new(cpu, &s));
+  int64_t* values = malloc(N * sizeof *values);
+  for (int64_t i = 0; i < N; i++) values[i] = i * 7 + 1;
+  dvm_tensor* src = new_tensor(N);
+  CHECK_OK(dvm_tensor_write(src, values, N * sizeof *values));
+  for (int round = 0; round < 4; round++) {
+    dvm_tensor* dst = new_tensor(N);
+    for (int i = 0; i < COPIES; i++) CHECK_OK(dvm_tensor_copy(dst, src, s));
+    DLManagedTensorVersioned* exported = NULL;
+    CHECK_OK(dvm_tensor_to_dlpack(dst, &exported));
+    CHECK(memcmp(exported->dl_tensor.data, values, N * sizeof *values) == 0);
+    exported->deleter(exported);
+    dvm_tensor_free(dst);
+  }
+  free(values);
+  dvm_tensor_free(src);
+  CHECK_OK(dvm_stream_sync(s));
+  dvm_stream_free(s);
+}
+
 int main(void) {
   chain_alternates_streams();
   ping_pong_with_the_host();
   stream_wait_and_sync();
   released_tensors_live_until_copied();
+  an_export_waits_for_queued_copies();
   return check_finish();
 }
