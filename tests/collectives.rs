@@ -832,3 +832,55 @@ fn init_ccl_from_several_threads_at_once_leaves_the_workers_one_working_communic
         );
     }
 }
+
+#[test]
+fn a_collective_waits_for_the_copies_queued_into_its_buffers() {
+    let s = session(2, 1, 300);
+    s.init_ccl("cpu", &[]).unwrap();
+    // A stream held shut by a gate, with copies queued into each worker's send buffer.
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = open.clone();
+    let gate = Function::from_closure(move |_| {
+        while !held.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        Ok(Any::None)
+    });
+    let stream = discovm::vm::Stream::new(DLDevice::cpu()).unwrap();
+    stream.call(&gate, Vec::new()).unwrap();
+    let i32t = DLDataType::new(KDL_INT, 32, 1);
+    let threes = tensor(i32t, 64);
+    fill(&threes, 64, |_| 3);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let (send, recv) = (
+        s.call(Target::All, &rank, &[]).unwrap(),
+        s.call(Target::All, &rank, &[]).unwrap(),
+    );
+    for w in 0..2 {
+        let queued = tensor(i32t, 64);
+        stream.copy(&queued, &threes).unwrap();
+        s.set_register(send.reg(), w, queued.into()).unwrap();
+        s.set_register(recv.reg(), w, tensor(i32t, 64).into())
+            .unwrap();
+    }
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let args = [
+        Any::from(send.clone()),
+        Shape::new(&[0]).into(),
+        Any::Bool(false),
+        Any::from(recv.clone()),
+    ];
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    let _out = s.call(Target::All, &allreduce, &views).unwrap();
+    // The workers wait for the copies, so this wait times out; had they not waited, they would
+    // have reduced the zeros the buffers held before the copies, and it would succeed.
+    let waited = s.sync_worker(0).map_err(|e| e.kind);
+    open.store(true, std::sync::atomic::Ordering::Release);
+    assert_eq!(waited, Err(ErrorKind::Timeout));
+    s.sync_all().unwrap();
+    for w in 0..2 {
+        let got = s.get_register(recv.reg(), w).unwrap();
+        let got = got.view().as_tensor().unwrap();
+        expect_eq("recv", &got, 64, |_| 6).unwrap();
+    }
+}

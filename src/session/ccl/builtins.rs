@@ -54,7 +54,8 @@ fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
     })
 }
 
-/// A tensor argument as a buffer; None when it is absent or None and `required` is false.
+/// A tensor argument as a buffer, once the work queued on it on any stream has finished; None
+/// when it is absent or None and `required` is false.
 fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Buf>> {
     if is_none(args, i) {
         if required {
@@ -79,6 +80,9 @@ fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<
             return Err(Error::value("the tensor is read-only"));
         }
         let elem = Elem::of(dl.dtype)?;
+        // The collective reads and writes the memory directly: first let the work that
+        // streams have queued on the tensor finish (a copy still filling it, say).
+        crate::vm::settle(&tensor)?;
         let addr = tensor.data_ptr() as usize;
         if !addr.is_multiple_of(elem.size()) {
             return Err(Error::value(format!(
