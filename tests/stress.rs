@@ -1570,8 +1570,9 @@ impl Driver {
         self.collective(live, Kind::Allreduce);
     }
 
-    /// A collective over the session or a group, every worker's output checked on the worker
-    /// (its digest) and worker 0's byte for byte on the host.
+    /// A collective over the session or a group, its inputs written on the workers or copied in
+    /// by a stream; every worker's output checked on the worker (its digest) and worker 0's
+    /// byte for byte on the host.
     fn collective(&mut self, live: &mut Live, kind: Kind) {
         self.ensure_ccl(live);
         let in_group = live.groups > 1 && self.rng.chance(50);
@@ -1592,7 +1593,21 @@ impl Driver {
         let len = self.rng.size(4096);
         let salt = self.rng.next() >> 1;
         let send = live.empty(len, I32, false);
-        drop(live.call("stress.fill", &[object(send.0), int(salt as i64)]));
+        if self.rng.chance(30) {
+            // Each worker's input is a host tensor that a stream copy may still be filling.
+            let stream = &self.shared.streams[self.rng.below(2)];
+            for w in 0..live.workers {
+                let input: Vec<u8> = (0..len)
+                    .flat_map(|i| pattern(w, i, salt).to_le_bytes())
+                    .collect();
+                let (src, dst) = (Tensor::new(len, I32), Tensor::new(len, I32));
+                src.write(&input);
+                dst.copy_from(&src, stream);
+                send.set(w, &object(dst.0));
+            }
+        } else {
+            drop(live.call("stress.fill", &[object(send.0), int(salt as i64)]));
+        }
         let op = self.rng.below(5);
         let (recv_len, name) = match kind {
             Kind::Allreduce => (len, "runtime.disco.allreduce"),
