@@ -3,8 +3,9 @@
 //! and running a random mix of operations on each, for a bounded time:
 //!
 //! - broadcast and single-worker calls of C callbacks, with plain and DRef arguments, every
-//!   worker's result read back and checked; values of every kind echoed through the workers;
-//!   bursts of thousands of calls, more than a worker's queue holds;
+//!   worker's result read back and checked; values of every kind echoed through the workers,
+//!   function objects among them (each deleted by the end of its session); bursts of thousands
+//!   of calls, more than a worker's queue holds;
 //! - callbacks that raise (the kind and message come back, once, with the next wait), callbacks
 //!   that return failure without raising, Rust functions that panic, and calls that depend on a
 //!   failed register;
@@ -13,12 +14,14 @@
 //!   sometimes into a tensor of the host's that worker 0 holds;
 //! - streams and tensors: writes, copies ordered across two streams (the thread's own, made
 //!   again now and then, or two that every thread uses), reads, syncs, tensors freed while their
-//!   copies are queued, a tensor every thread copies from, DLPack export and import, tensors
-//!   handed to the workers;
-//! - CPU collectives (allreduce with every reduction, allgather, broadcast, barrier; over the
-//!   session or a group; communicators set up again), every worker's output checked; an
-//!   allreduce the workers reject, reported by every worker, after which collectives still work;
-//! - sessions that a second host thread uses at the same time;
+//!   copies are queued, a tensor every thread copies from, DLPack exports taken while copies into
+//!   the tensor are queued, tensors handed to the workers (which read and write them through the
+//!   VM);
+//! - CPU collectives (allreduce with every reduction, allgather, broadcast, barrier, transfers
+//!   between two workers; over the session or a group; communicators set up again; inputs that
+//!   a stream copy may still be filling), every worker's output checked; an allreduce the
+//!   workers reject, reported by every worker, after which collectives still work;
+//! - sessions that a second host thread uses at the same time (both setting up collectives);
 //! - shutdown (explicit; with work still queued; while another thread calls; by the last
 //!   release, on the host or on a worker that held the session in a register) and re-creation.
 //!
