@@ -365,6 +365,21 @@ impl Session {
 
     /// Copies `host` (elements of `dtype`) into, or out of, the tensor `dref` holds on worker 0.
     fn copy_worker0(&self, dref: &DRef, dtype: DLDataType, host: &mut [u8], to_worker: bool) {
+        let copied = self.try_copy_worker0(dref, dtype, host, to_worker);
+        copied.must(if to_worker {
+            "dvm_session_copy_to_worker0"
+        } else {
+            "dvm_session_copy_from_worker0"
+        });
+    }
+
+    fn try_copy_worker0(
+        &self,
+        dref: &DRef,
+        dtype: DLDataType,
+        host: &mut [u8],
+        to_worker: bool,
+    ) -> Result<(), Failure> {
         let mut len = (host.len() / usize::from(dtype.bits / 8)) as i64;
         let mut dl = DLTensor {
             data: host.as_mut_ptr().cast(),
@@ -376,18 +391,13 @@ impl Session {
             byte_offset: 0,
         };
         // SAFETY: a compact host tensor over `host`, which outlives the call; live handles.
-        let rc = unsafe {
+        status(unsafe {
             if to_worker {
                 dvm_session_copy_to_worker0(self.0, &dl, dref.0)
             } else {
                 dvm_session_copy_from_worker0(self.0, &mut dl, dref.0)
             }
-        };
-        status(rc).must(if to_worker {
-            "dvm_session_copy_to_worker0"
-        } else {
-            "dvm_session_copy_from_worker0"
-        });
+        })
     }
 
     fn shutdown(&self) {
@@ -1710,8 +1720,9 @@ impl Driver {
     }
 
     /// Shuts the session down while a second thread calls `stress.mix` on it and reads the
-    /// results as fast as it can: every result it reads is right, and once the session is
-    /// closed every call and read fails at once with `SessionClosed`, never a hang or a timeout.
+    /// results, syncs, and copies to worker 0 and back, as fast as it can: every result it
+    /// reads is right, and once the session is closed every call and wait fails at once with
+    /// `SessionClosed`, never a hang or a timeout.
     fn shutdown_while_calling(&mut self, s: &Session) {
         let other = s.share();
         let (started, calling) = std::sync::mpsc::channel();
@@ -1719,20 +1730,39 @@ impl Driver {
             .name(format!("stress-{}-caller", self.thread))
             .spawn(move || {
                 let f = other.func("stress.mix").must("dvm_session_get_global_func");
+                let empty = other
+                    .func("runtime.disco.empty")
+                    .must("dvm_session_get_global_func");
+                let t = other
+                    .call(&empty, &[shape(&[64]).0, dtype(U8)])
+                    .must("dvm_session_call");
                 let _ = started.send(());
                 let mut i = 0;
                 loop {
-                    match other.call(&f, &[int(i), int(7)]).and_then(|out| out.get(0)) {
-                        Ok(value) => assert_eq!(plain(&value.0), Plain::Int(mix(i, 7, 0))),
-                        Err(failure) => {
-                            assert_eq!(
-                                (failure.status, failure.kind.as_str()),
-                                (DVM_SESSION_CLOSED, "SessionClosed"),
-                                "a call or read while the session shut down: {}",
-                                failure.message
-                            );
-                            return i as u64 + 1;
+                    let step = match i % 3 {
+                        0 => other.call(&f, &[int(i), int(7)]).and_then(|out| {
+                            let value = out.get(0)?;
+                            assert_eq!(plain(&value.0), Plain::Int(mix(i, 7, 0)));
+                            Ok(())
+                        }),
+                        1 => other.sync_all(),
+                        _ => {
+                            let mut sent = [i as u8; 64];
+                            let mut back = [0u8; 64];
+                            other
+                                .try_copy_worker0(&t, U8, &mut sent, true)
+                                .and_then(|()| other.try_copy_worker0(&t, U8, &mut back, false))
+                                .map(|()| assert_eq!(back, sent))
                         }
+                    };
+                    if let Err(failure) = step {
+                        assert_eq!(
+                            (failure.status, failure.kind.as_str()),
+                            (DVM_SESSION_CLOSED, "SessionClosed"),
+                            "a call or wait while the session shut down: {}",
+                            failure.message
+                        );
+                        return i as u64 + 1;
                     }
                     i += 1;
                 }
