@@ -3,9 +3,11 @@
 //! per collective; for allgather the gathered buffer), plus the 4 KiB allreduce latency. In
 //! the same run: the floors, a plain `memcpy` and a single-thread `c = a + b` over the same
 //! sizes. The collectives loop on the workers (timed on worker 0), so controller round trips
-//! are not counted.
+//! are not counted. Every figure is the median of 11 to 101 samples, each a short batch of
+//! calls after a barrier, so that samples another process interrupted do not move it.
 //!
-//! Run: `cargo bench --bench ccl_bench` (add `-- --quick` for a smoke test). Absolute numbers
+//! Run: `cargo bench --bench ccl_bench` (add `-- --quick` for a smoke test).
+//! `DVM_CCL_WORKERS=2,4` and `DVM_CCL_SIZES=4,1024` (KiB) choose what runs. Absolute numbers
 //! on small shared machines drift between runs; compare ratios within one run.
 
 use std::sync::Arc;
@@ -24,18 +26,28 @@ fn tensor(bytes: usize) -> Tensor {
     discovm::device::empty(&[(bytes / 4) as i64], F32, DLDevice::cpu()).expect("tensor")
 }
 
-/// How many repetitions make a measurement of roughly `budget`.
-fn iterations(bytes: usize, quick: bool) -> usize {
-    let per_round = if quick { 8 * MIB } else { 512 * MIB };
-    (per_round / bytes).clamp(3, 20_000)
+/// How a figure is sampled: `samples` batches of `batch` calls each (the median is reported),
+/// about 512 MiB of buffers in all (8 MiB with `--quick`), each batch short enough (about
+/// 1 MiB) that most batches run without another process taking the CPU.
+fn sampling(bytes: usize, quick: bool) -> (usize, usize) {
+    let per_figure = if quick { 8 * MIB } else { 512 * MIB };
+    let batch = (MIB / bytes).clamp(1, 200);
+    (batch, (per_figure / bytes / batch).clamp(11, 101))
 }
 
-/// `bench.ccl(kind, bytes, iters)` on every worker: runs the collective `iters` times after
-/// one warm-up; returns the mean seconds per collective measured on this worker.
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// `bench.ccl(kind, bytes, batch, samples)` on every worker: after one warm-up call,
+/// `samples` times a barrier and `batch` collectives; returns the median seconds per
+/// collective on this worker.
 fn worker_loop(args: &[AnyView<'_>]) -> Result<Any> {
     let kind = args[0].as_i64()?;
     let bytes = args[1].as_i64()? as usize;
-    let iters = args[2].as_i64()? as usize;
+    let batch = args[2].as_i64()? as usize;
+    let samples = args[3].as_i64()? as usize;
     let n = current_worker().expect("on a worker").num_workers;
     let (name, send, recv): (&str, Tensor, Tensor) = match kind {
         0 => ("runtime.disco.allreduce", tensor(bytes), tensor(bytes)),
@@ -70,21 +82,25 @@ fn worker_loop(args: &[AnyView<'_>]) -> Result<Any> {
     let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
     let barrier = registry::get_global("runtime.disco.barrier")?;
     f.call(&views)?;
-    barrier.call(&[])?;
-    let start = Instant::now();
-    for _ in 0..iters {
-        f.call(&views)?;
+    let mut times = Vec::with_capacity(samples);
+    for _ in 0..samples {
+        barrier.call(&[])?;
+        let start = Instant::now();
+        for _ in 0..batch {
+            f.call(&views)?;
+        }
+        times.push(start.elapsed().as_secs_f64() / batch as f64);
     }
-    barrier.call(&[])?;
-    Ok(Any::Float(start.elapsed().as_secs_f64() / iters as f64))
+    Ok(Any::Float(median(times)))
 }
 
-fn collective(s: &Arc<Session>, kind: i64, bytes: usize, iters: usize) -> f64 {
+fn collective(s: &Arc<Session>, kind: i64, bytes: usize, (batch, samples): (usize, usize)) -> f64 {
     let f = s.get_global_func("bench.ccl").unwrap();
     let args = [
         Any::Int(kind),
         Any::Int(bytes as i64),
-        Any::Int(iters as i64),
+        Any::Int(batch as i64),
+        Any::Int(samples as i64),
     ];
     let views: Vec<_> = args.iter().map(Any::view).collect();
     let out = s.call(Target::All, &f, &views).unwrap();
@@ -95,13 +111,18 @@ fn collective(s: &Arc<Session>, kind: i64, bytes: usize, iters: usize) -> f64 {
     }
 }
 
-fn time_per(iters: usize, mut body: impl FnMut()) -> f64 {
+fn time_per((batch, samples): (usize, usize), mut body: impl FnMut()) -> f64 {
     body();
-    let start = Instant::now();
-    for _ in 0..iters {
-        body();
-    }
-    start.elapsed().as_secs_f64() / iters as f64
+    let times = (0..samples)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..batch {
+                body();
+            }
+            start.elapsed().as_secs_f64() / batch as f64
+        })
+        .collect();
+    median(times)
 }
 
 fn floors(bytes: usize, quick: bool) -> (f64, f64) {
@@ -109,12 +130,12 @@ fn floors(bytes: usize, quick: bool) -> (f64, f64) {
     let a = vec![1.0f32; len];
     let b = vec![2.0f32; len];
     let mut c = vec![0.0f32; len];
-    let iters = iterations(bytes, quick);
-    let copy = time_per(iters, || {
+    let sampling = sampling(bytes, quick);
+    let copy = time_per(sampling, || {
         c.copy_from_slice(std::hint::black_box(&a));
         std::hint::black_box(&mut c);
     });
-    let add = time_per(iters, || {
+    let add = time_per(sampling, || {
         for ((c, a), b) in c.iter_mut().zip(std::hint::black_box(&a)).zip(&b) {
             *c = a + b;
         }
@@ -130,7 +151,17 @@ fn gbps(bytes: usize, seconds: f64) -> f64 {
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     registry::register_global("bench.ccl", Function::from_closure(worker_loop), true).unwrap();
-    let sizes = [4 * KIB, MIB, 16 * MIB, 64 * MIB];
+    let list = |var: &str, default: &[usize]| -> Vec<usize> {
+        std::env::var(var).map_or_else(
+            |_| default.to_vec(),
+            |v| v.split(',').map(|n| n.parse().expect("a number")).collect(),
+        )
+    };
+    let sizes: Vec<usize> = list("DVM_CCL_SIZES", &[4, 1024, 16 * 1024, 64 * 1024])
+        .into_iter()
+        .map(|k| k * KIB)
+        .collect();
+    let workers = list("DVM_CCL_WORKERS", &[2, 4]);
     let label = |b: usize| {
         if b >= MIB {
             format!("{} MiB", b / MIB)
@@ -147,24 +178,17 @@ fn main() {
     let mut latency = Vec::new();
     for &bytes in &sizes {
         let (copy, add) = floors(bytes, quick);
-        let workers: Vec<i64> = std::env::var("DVM_CCL_WORKERS")
-            .map(|v| {
-                v.split(',')
-                    .map(|n| n.parse().expect("a worker count"))
-                    .collect()
-            })
-            .unwrap_or_else(|_| vec![2, 4]);
         for &n in &workers {
             let options = SessionOptions {
                 timeout: Some(Duration::from_secs(120)),
                 ..SessionOptions::default()
             };
-            let s = Session::new_threaded(n, 1, options).unwrap();
+            let s = Session::new_threaded(n as i64, 1, options).unwrap();
             s.init_ccl("cpu", &[]).unwrap();
-            let iters = iterations(bytes, quick);
-            let ar = collective(&s, 0, bytes, iters);
-            let ag = collective(&s, 1, bytes, iters);
-            let bc = collective(&s, 2, bytes, iters);
+            let sampling = sampling(bytes, quick);
+            let ar = collective(&s, 0, bytes, sampling);
+            let ag = collective(&s, 1, bytes, sampling);
+            let bc = collective(&s, 2, bytes, sampling);
             if bytes == 4 * KIB {
                 latency.push((n, ar));
             }

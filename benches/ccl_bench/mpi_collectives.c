@@ -5,16 +5,21 @@
  *
  * Sizes are the bytes of one float32 buffer; allreduce is out of place (send and receive of S
  * bytes), allgather gathers S bytes (S/N from each rank), broadcast sends S bytes from rank 0.
- * Each measurement: a barrier, `iters` back-to-back calls, the slowest rank's time / iters.
+ * Each figure: the median of `samples` samples; a sample is a barrier, then `batch`
+ * back-to-back calls, timed on every rank, the slowest rank's time / batch (as in main.rs).
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static size_t iterations(size_t bytes) {
-  size_t n = (512u << 20) / bytes;
-  return n < 3 ? 3 : (n > 20000 ? 20000 : n);
+#define MAX_SAMPLES 101
+
+static size_t clamp(size_t n, size_t lo, size_t hi) { return n < lo ? lo : (n > hi ? hi : n); }
+
+static int by_value(const void* a, const void* b) {
+  double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
 }
 
 static void* buffer(size_t bytes) {
@@ -32,27 +37,31 @@ static double measure(int kind, size_t bytes, int n) {
   size_t count = bytes / 4;
   float* send = buffer(bytes);
   float* recv = buffer(bytes);
-  size_t iters = iterations(bytes);
-  double start = 0;
-  for (size_t i = 0; i < iters + 2; i++) {
-    if (i == 2) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      start = MPI_Wtime();
+  size_t batch = clamp((1u << 20) / bytes, 1, 200);
+  int samples = (int)clamp((512u << 20) / bytes / batch, 11, MAX_SAMPLES);
+  double mine[MAX_SAMPLES], slowest[MAX_SAMPLES];
+  for (int s = -1; s < samples; s++) { /* sample -1 warms up */
+    MPI_Barrier(MPI_COMM_WORLD);
+    double start = MPI_Wtime();
+    for (size_t i = 0; i < batch; i++) {
+      if (kind == 0) {
+        MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      } else if (kind == 1) {
+        MPI_Allgather(send, (int)(count / n), MPI_FLOAT, recv, (int)(count / n), MPI_FLOAT,
+                      MPI_COMM_WORLD);
+      } else {
+        MPI_Bcast(send, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+      }
     }
-    if (kind == 0) {
-      MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    } else if (kind == 1) {
-      MPI_Allgather(send, (int)(count / n), MPI_FLOAT, recv, (int)(count / n), MPI_FLOAT,
-                    MPI_COMM_WORLD);
-    } else {
-      MPI_Bcast(send, (int)count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (s >= 0) {
+      mine[s] = (MPI_Wtime() - start) / (double)batch;
     }
   }
-  double mine = (MPI_Wtime() - start) / (double)iters, slowest = 0;
-  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(mine, slowest, samples, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  qsort(slowest, (size_t)samples, sizeof slowest[0], by_value);
   free(send);
   free(recv);
-  return slowest;
+  return slowest[samples / 2];
 }
 
 int main(int argc, char** argv) {

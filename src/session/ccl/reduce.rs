@@ -1,7 +1,10 @@
 //! Element types and reductions of the CPU collectives. Reductions work in blocks that stay in
 //! L1: each block of worker 0's input is widened into an accumulator, the other inputs are
 //! folded in with one simple loop per operation (so the compiler vectorises it), and the result
-//! is narrowed and written out. float16 and bfloat16 accumulate in float32.
+//! is narrowed and written out, with streaming stores when the outputs are large. float16 and
+//! bfloat16 accumulate in float32.
+
+use std::mem::MaybeUninit;
 
 use crate::abi::DLDataType;
 use crate::object::tensor::dtype_name;
@@ -237,6 +240,11 @@ impl Element for BHalf {
 /// Elements per block: small enough that the accumulator stays in L1.
 const BLOCK: usize = 1024;
 
+/// A worker that writes at least this many bytes of outputs in one reduction writes them with
+/// streaming stores: they would not stay in its caches anyway, and streaming stores skip
+/// reading each line before overwriting it.
+const STREAMING_BYTES: usize = 4 << 20;
+
 /// Where a reduction reads and writes: element `i` of input `k` is at
 /// `inputs[k] + i * size`; the result goes to every output at the same offset.
 pub struct Buffers<'a> {
@@ -259,27 +267,24 @@ fn fold<A: Accumulate, E: Element<Acc = A>>(acc: &mut [A], input: &[E], f: impl 
 /// reads elements `lo..hi` of an output (inputs and outputs may be the same memory).
 unsafe fn reduce_range<E: Element>(op: ReduceOp, buffers: &Buffers<'_>, lo: usize, hi: usize) {
     let n = buffers.inputs.len();
-    let mut acc = [E::Acc::default(); BLOCK];
+    let streaming = (hi - lo) * size_of::<E>() * buffers.outputs.len() >= STREAMING_BYTES;
+    let mut acc = [const { MaybeUninit::<E::Acc>::uninit() }; BLOCK];
+    let mut out = [const { MaybeUninit::<E>::uninit() }; BLOCK];
     let mut start = lo;
     while start < hi {
         let len = BLOCK.min(hi - start);
-        let acc = &mut acc[..len];
-        for (k, &input) in buffers.inputs.iter().enumerate() {
-            // SAFETY: in bounds and not written concurrently, by the contract above; the
-            // slice dies before anything is written to this range.
-            let input: &[E] =
-                unsafe { std::slice::from_raw_parts((input as *const E).add(start), len) };
-            if k == 0 {
-                for (a, x) in acc.iter_mut().zip(input) {
-                    *a = x.widen();
-                }
-                continue;
-            }
+        // SAFETY: in bounds and not written concurrently, by the contract above; the
+        // slices die before anything is written to this range.
+        let input = |k: usize| unsafe {
+            std::slice::from_raw_parts((buffers.inputs[k] as *const E).add(start), len)
+        };
+        let acc = init(&mut acc[..len], input(0), |x: &E| x.widen());
+        for k in 1..n {
             match op {
-                ReduceOp::Sum | ReduceOp::Avg => fold(acc, input, Accumulate::add),
-                ReduceOp::Prod => fold(acc, input, Accumulate::mul),
-                ReduceOp::Min => fold(acc, input, Accumulate::min),
-                ReduceOp::Max => fold(acc, input, Accumulate::max),
+                ReduceOp::Sum | ReduceOp::Avg => fold(acc, input(k), Accumulate::add),
+                ReduceOp::Prod => fold(acc, input(k), Accumulate::mul),
+                ReduceOp::Min => fold(acc, input(k), Accumulate::min),
+                ReduceOp::Max => fold(acc, input(k), Accumulate::max),
             }
         }
         if op == ReduceOp::Avg {
@@ -287,17 +292,82 @@ unsafe fn reduce_range<E: Element>(op: ReduceOp, buffers: &Buffers<'_>, lo: usiz
                 *a = a.avg(n);
             }
         }
-        for &output in buffers.outputs {
-            // SAFETY: in bounds, and nobody else touches this range of the output; the
-            // input slices over the same memory (in place) are dead by now.
-            let dst: &mut [E] =
-                unsafe { std::slice::from_raw_parts_mut((output as *mut E).add(start), len) };
-            for (d, a) in dst.iter_mut().zip(acc.iter()) {
-                *d = E::narrow(*a);
+        if streaming {
+            let out = init(&mut out[..len], acc, |a: &E::Acc| E::narrow(*a));
+            for &output in buffers.outputs {
+                // SAFETY: in bounds, and nobody else touches this range of the output; the
+                // input slices over the same memory (in place) are dead by now.
+                unsafe { stream(out, (output as *mut E).add(start)) };
+            }
+        } else {
+            for &output in buffers.outputs {
+                // SAFETY: as for `stream` above.
+                let dst: &mut [E] =
+                    unsafe { std::slice::from_raw_parts_mut((output as *mut E).add(start), len) };
+                for (d, a) in dst.iter_mut().zip(acc.iter()) {
+                    *d = E::narrow(*a);
+                }
             }
         }
         start += len;
     }
+    if streaming {
+        finish_streaming();
+    }
+}
+
+/// Fills `slots` with `f` of each of `from` (as many as there are slots) and returns them.
+#[inline(always)]
+fn init<'a, T, U>(slots: &'a mut [MaybeUninit<T>], from: &[U], f: impl Fn(&U) -> T) -> &'a mut [T] {
+    assert_eq!(slots.len(), from.len());
+    for (slot, x) in slots.iter_mut().zip(from) {
+        slot.write(f(x));
+    }
+    // SAFETY: every element was written just above.
+    unsafe { &mut *(std::ptr::from_mut(slots) as *mut [T]) }
+}
+
+/// Copies `src` to `dst` with streaming stores where the target has them.
+///
+/// # Safety
+/// `dst` is valid for `src.len()` writes and does not overlap `src`.
+#[inline(always)]
+unsafe fn stream<E>(src: &[E], dst: *mut E) {
+    let (src, dst, len) = (
+        src.as_ptr().cast::<u8>(),
+        dst.cast::<u8>(),
+        size_of_val(src),
+    );
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_stream_si128};
+        let head = dst.align_offset(16).min(len);
+        // SAFETY: within both ranges; the streamed part is 16-byte aligned at `dst`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src, dst, head);
+            let mut i = head;
+            while i + 16 <= len {
+                let v = _mm_loadu_si128(src.add(i).cast::<__m128i>());
+                _mm_stream_si128(dst.add(i).cast::<__m128i>(), v);
+                i += 16;
+            }
+            std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), len - i);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as the caller promises.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, dst, len)
+    };
+}
+
+/// Orders streaming stores before what follows (the release that publishes them).
+fn finish_streaming() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a store fence has no preconditions.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
+    };
 }
 
 /// Reduces elements `lo..hi` of every input of type `elem` into every output.
