@@ -130,6 +130,38 @@ fn with_ccl<T>(name: &str, body: impl FnOnce(WorkerInfo, &CpuCcl) -> Result<T>) 
     })
 }
 
+/// Passes through what the arguments that say whom to meet (`in_group`, a peer) gave; when
+/// they are wrong, the others cannot know that this worker will not join them, so the
+/// communicator breaks and they fail at once.
+fn whom<T>(ccl: &CpuCcl, info: WorkerInfo, what: &str, found: Result<T>) -> Result<T> {
+    found.map_err(|e| {
+        ccl.abort(&Error::value(format!(
+            "{what}: worker {} could not tell whom to meet ({}: {}); the communicator is \
+             now broken (call init_ccl again)",
+            info.id,
+            e.kind.name(),
+            e.message
+        )));
+        Error::new(
+            e.kind,
+            format!(
+                "{} (the communicator is now broken: call init_ccl again)",
+                e.message
+            ),
+        )
+    })
+}
+
+/// This worker's team and rank in it for `in_group` (`grouped`), through [`whom`].
+fn team_of<'c>(
+    ccl: &'c CpuCcl,
+    info: WorkerInfo,
+    what: &str,
+    grouped: Result<bool>,
+) -> Result<(&'c Arc<Team>, usize)> {
+    Ok(ccl.team(info.id, whom(ccl, info, what, grouped)?))
+}
+
 /// Passes `result` through; when it is an error, first joins the collective with a post that
 /// says so, so the other participants fail at once instead of waiting for this one.
 fn joined<T>(
@@ -212,7 +244,7 @@ fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
     const WHAT: &str = "allreduce";
     with_ccl(NAME, |info, ccl| {
         let grouped = arity(NAME, args, 4, 4).and_then(|()| in_group(args, 2));
-        let (team, rank) = ccl.team(info.id, grouped?);
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
         let send = join(buffer(args, 0, "send", true))?.expect("required");
         let kind = argument(1, "kind", || {
@@ -264,7 +296,7 @@ fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
     const WHAT: &str = "allgather";
     with_ccl(NAME, |info, ccl| {
         let grouped = arity(NAME, args, 3, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = ccl.team(info.id, grouped?);
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
         let send = join(buffer(args, 0, "send", true))?.expect("required");
         let recv = join(buffer(args, 2, "recv", true))?;
@@ -311,7 +343,7 @@ fn root_checks(
 fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: bool) -> Result<Any> {
     with_ccl(name, |info, ccl| {
         let grouped = arity(name, args, 3, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = ccl.team(info.id, grouped?);
+        let (team, rank) = team_of(ccl, info, what, grouped)?;
         let join = |r| joined(ccl, team, rank, what, r);
         let send = join(buffer(args, 0, "send", rank == 0))?;
         let recv = join(buffer(args, 2, "recv", true))?.expect("required");
@@ -364,7 +396,7 @@ fn gather(args: &[AnyView<'_>]) -> Result<Any> {
     const WHAT: &str = "gather_to_worker0";
     with_ccl(NAME, |info, ccl| {
         let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = ccl.team(info.id, grouped?);
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
         let send = join(buffer(args, 0, "send", true))?.expect("required");
         let recv = join(buffer(args, 2, "recv", rank == 0))?;
@@ -403,7 +435,7 @@ fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
                 in_group(args, 0)
             }
         });
-        let (team, rank) = ccl.team(info.id, grouped?);
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let post = Post::new(WHAT, 0, None, None);
         ccl.run(
             team,
@@ -481,7 +513,12 @@ fn send_to_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.send_to_worker";
     const WHAT: &str = "send_to_worker";
     with_ccl(NAME, |info, ccl| {
-        let to = arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, info))?;
+        let to = whom(
+            ccl,
+            info,
+            WHAT,
+            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, info)),
+        )?;
         transfer(args, WHAT, info, ccl, info.id, to)?;
         Ok(Any::None)
     })
@@ -491,7 +528,12 @@ fn recv_from_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_worker";
     const WHAT: &str = "recv_from_worker";
     with_ccl(NAME, |info, ccl| {
-        let from = arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, info))?;
+        let from = whom(
+            ccl,
+            info,
+            WHAT,
+            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, info)),
+        )?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
     })
@@ -510,7 +552,7 @@ fn recv_from_worker0(args: &[AnyView<'_>]) -> Result<Any> {
             }
             Ok(0)
         });
-        let from = found?;
+        let from = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
     })
@@ -530,7 +572,7 @@ fn send_to_next_group(args: &[AnyView<'_>]) -> Result<Any> {
             }
             Ok(to)
         });
-        let to = found?;
+        let to = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, info.id, to)?;
         Ok(Any::None)
     })
@@ -550,7 +592,7 @@ fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
                 ))
             })
             });
-        let from = found?;
+        let from = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
     })

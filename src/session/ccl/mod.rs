@@ -24,12 +24,14 @@
 //! sharing its CPU with another member moves itself to another CPU.
 //!
 //! Errors. A worker whose own arguments are rejected still joins, with a post that says so,
-//! and every participant fails; only a bad `in_group` or a missing communicator leave the
-//! others waiting, as they cannot tell which team to join. A worker that never joins: every
-//! join waits at most the session's timeout, then breaks the communicator. Without a timeout,
-//! a join waits until the session shuts down, which breaks the communicator and releases the
-//! waiters. A broken communicator fails every later collective at once until `init_ccl` is
-//! called again.
+//! and every participant fails. A worker whose arguments do not say whom to meet (a wrong
+//! `in_group` type, a bad peer) breaks the communicator, as nobody could tell it will not
+//! come. Workers that wait for each other in different teams (they disagree on `in_group` or
+//! on which collective comes next) are found by the waiters, which break the communicator.
+//! A worker that never joins: every join waits at most the session's timeout, then breaks the
+//! communicator. Without a timeout, a join waits until the session shuts down, which breaks
+//! the communicator and releases the waiters. A broken communicator fails every later
+//! collective at once until `init_ccl` is called again.
 //!
 //! Breaking is safe with participants mid-way: a participant posts by moving its slot's number
 //! forward with a compare-and-swap, and a waiter that sees the communicator broken locks every
@@ -233,6 +235,10 @@ impl Team {
         self.crowded && nbytes <= STAGED_BYTES
     }
 
+    fn rank_of(&self, worker: usize) -> Option<usize> {
+        self.members.iter().position(|&m| m == worker)
+    }
+
     /// The ranks that have not joined collective `seq` (nor been locked out of it).
     fn missing(&self, seq: u64) -> impl Iterator<Item = usize> {
         (0..self.slots.len()).filter(move |&r| self.slots[r].joined.load(Ordering::Acquire) < seq)
@@ -244,6 +250,9 @@ impl Team {
 struct Waiter {
     sleeper: Sleeper,
     thread: OnceLock<Thread>,
+    /// The team, number and name of the collective it last waited on for long: the others
+    /// look here for workers that wait for each other in different teams.
+    waits_in: Mutex<Option<(Arc<Team>, u64, &'static str)>>,
     /// Moves it off a CPU it keeps sharing with another member (only it locks this).
     shared_cpu: Mutex<SharedCpuWatch>,
 }
@@ -415,7 +424,7 @@ impl CpuCcl {
                     .all(|s| s.left.load(Ordering::Acquire) >= seq)
                     .then_some(())
             };
-            self.wait(team, me, None, what, done)?;
+            self.wait(team, me, None, what, || Ok(()), done)?;
         }
         verdict
     }
@@ -423,7 +432,7 @@ impl CpuCcl {
     /// Waits until every participant joined collective `seq`, the deadline passes, or the
     /// communicator breaks; then every slot has joined or was locked out, and the verdict is
     /// the same on every participant.
-    fn join(&self, team: &Team, rank: usize, seq: u64, what: &str) -> Result<()> {
+    fn join(&self, team: &Arc<Team>, rank: usize, seq: u64, what: &'static str) -> Result<()> {
         let me = team.members[rank];
         let joined = || {
             let mut pending = false;
@@ -443,7 +452,20 @@ impl CpuCcl {
             }
         };
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        let waited = self.wait(team, me, deadline, what, joined);
+        let waited = self.wait(
+            team,
+            me,
+            deadline,
+            what,
+            || {
+                *lock(&self.waiters[me].waits_in) = Some((team.clone(), seq, what));
+                if let Some(error) = self.crossed(team, rank, seq, what) {
+                    self.abort(&error);
+                }
+                Ok(())
+            },
+            joined,
+        );
         match waited {
             Ok(verdict) => verdict,
             Err(_) => {
@@ -469,17 +491,19 @@ impl CpuCcl {
         }
     }
 
-    /// Worker `me` (the calling thread) waits until `poll` gives a value. Before parking it
-    /// spins for the session's spin budget, as the awaited worker runs on another CPU
-    /// (yielding would hand this CPU to other processes for a while); but when the team is
-    /// crowded, or an awaited worker last ran on this CPU, it yields `YIELDS` times instead. A
-    /// worker that keeps sharing its CPU with a member of lower id moves to another CPU.
+    /// Worker `me` (the calling thread) waits until `poll` gives a value, then parks (`slow`
+    /// runs before it parks and whenever a park ends). Before parking it spins for the
+    /// session's spin budget, as the awaited worker runs on another CPU (yielding would hand
+    /// this CPU to other processes for a while); but when the team is crowded, or an awaited
+    /// worker last ran on this CPU, it yields `YIELDS` times instead. A worker that keeps
+    /// sharing its CPU with a member of lower id moves to another CPU.
     fn wait<T>(
         &self,
         team: &Team,
         me: usize,
         deadline: Option<Instant>,
         what: &str,
+        mut slow: impl FnMut() -> Result<()>,
         mut poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         if let Some(value) = poll() {
@@ -518,6 +542,7 @@ impl CpuCcl {
                 }
             }
         }
+        slow()?;
         let park = SpinPolicy {
             budget: Duration::ZERO,
         };
@@ -525,7 +550,7 @@ impl CpuCcl {
             park,
             deadline,
             || format!("{what} in {}", team.name),
-            || Ok(()),
+            slow,
             poll,
         )
     }
@@ -550,5 +575,28 @@ impl CpuCcl {
             complete &= n & LOCKED == 0;
         }
         if complete { Ok(()) } else { Err(self.why()) }
+    }
+
+    /// Whether a worker this one waits for in `team` itself waits in another team for this
+    /// one: then neither can go on, and the error says why.
+    fn crossed(&self, team: &Arc<Team>, rank: usize, seq: u64, what: &str) -> Option<Error> {
+        let me = team.members[rank];
+        team.missing(seq).find_map(|r| {
+            let other = team.members[r];
+            let (theirs, their_seq, their_what) = lock(&self.waiters[other].waits_in).clone()?;
+            let mine = theirs.rank_of(me)?;
+            if Arc::ptr_eq(&theirs, team)
+                || theirs.slots[mine].joined.load(Ordering::Acquire) >= their_seq
+            {
+                return None;
+            }
+            Some(Error::value(format!(
+                "{what}: worker {me} waits for worker {other} in {}, but worker {other} \
+                 waits for worker {me} in `{their_what}` in {}: the workers disagree on \
+                 in_group or on which collective comes next (the communicator is now broken; \
+                 call init_ccl again)",
+                team.name, theirs.name
+            )))
+        })
     }
 }
