@@ -647,14 +647,6 @@ fn self_sends_bad_peers_and_roles_are_value_errors() {
 fn bad_arguments_name_the_argument() {
     let s = session(2, 1, 10_000);
     s.init_ccl("cpu", &[]).unwrap();
-    let r = on_workers(&s, "test.ccl.in_group_not_bool", |_| {
-        allreduce_sum(f32_tensor(1), Any::from(Shape::new(&[1])), f32_tensor(1))
-    });
-    assert_error(
-        r,
-        ErrorKind::Worker,
-        &["TypeError", "argument 2 (in_group)"],
-    );
     let r = on_workers(&s, "test.ccl.bad_kind", |_| {
         call(
             &builtin("runtime.disco.allreduce"),
@@ -693,26 +685,37 @@ fn bad_arguments_name_the_argument() {
 }
 
 #[test]
-fn different_collectives_or_a_wrong_in_group_are_reported() {
+fn different_collectives_or_a_wrong_in_group_fail_every_worker_at_once() {
     // Two groups: worker 0 and 1 in group 0, 2 and 3 in group 1. A group collective on some
-    // workers and a session-wide one on the others never meet: the timeout reports it.
-    let s = session(4, 2, 300);
+    // workers and a session-wide one on the others never meet: the workers waiting for each
+    // other in different teams notice it long before the timeout (a minute) and break the
+    // communicator, which fails the others too.
+    let s = session(4, 2, 60_000);
     s.init_ccl("cpu", &[]).unwrap();
     let r = on_workers(&s, "test.ccl.wrong_in_group", |id| {
         allreduce_sum(f32_tensor(2), Any::Bool(id == 3), f32_tensor(2))
     });
-    let r = after_timeouts(&s, r);
     assert_error(
         r,
         ErrorKind::Worker,
-        &["TimeoutError", "allreduce", "joined within"],
+        &[
+            "worker 0",
+            "ValueError: allreduce: worker ",
+            "group 1 (workers [2, 3])",
+            "disagree on in_group",
+        ],
     );
     // The broken communicator fails at once until init_ccl runs again.
     let r = on_workers(&s, "test.ccl.after_break", |_| {
         allreduce_sum(f32_tensor(2), Any::Bool(false), f32_tensor(2))
     });
-    assert_error(r, ErrorKind::Worker, &["now broken"]);
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &["disagree on in_group", "now broken"],
+    );
     s.init_ccl("cpu", &[]).unwrap();
+    // Collectives that meet but differ fail on every worker; the communicator stays usable.
     let r = on_workers(&s, "test.ccl.different_calls", |id| {
         if id == 1 {
             call(&builtin("runtime.disco.barrier"), &[])
@@ -725,6 +728,101 @@ fn different_collectives_or_a_wrong_in_group_are_reported() {
         ErrorKind::Worker,
         &["worker 1 called `barrier` while worker 0 called `allreduce`"],
     );
+    // A transfer on one worker and a collective on the others cross the same way.
+    let r = on_workers(&s, "test.ccl.transfer_against_barrier", |id| {
+        if id == 0 {
+            call(
+                &builtin("runtime.disco.send_to_worker"),
+                &[f32_tensor(2), Any::Int(1)],
+            )
+        } else {
+            call(&builtin("runtime.disco.barrier"), &[])
+        }
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "send_to_worker",
+            "the transfer from worker 0 to worker 1",
+            "barrier",
+            "in the session",
+            "disagree on in_group",
+        ],
+    );
+    s.init_ccl("cpu", &[]).unwrap();
+    on_workers(&s, "test.ccl.after_reinit", |_| {
+        allreduce_sum(f32_tensor(2), Any::Bool(true), f32_tensor(2))
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_worker_that_cannot_tell_whom_to_meet_fails_the_others_at_once() {
+    // No timeout: if the others waited for that worker, this test would hang.
+    let s = session(3, 1, 0);
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.in_group_not_bool", |id| {
+        let in_group = if id == 1 {
+            Any::from(Shape::new(&[1]))
+        } else {
+            Any::Bool(false)
+        };
+        allreduce_sum(f32_tensor(1), in_group, f32_tensor(1))
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "worker 0: `test.ccl.in_group_not_bool` failed: ValueError: allreduce: worker 1 \
+             could not tell whom to meet (TypeError: argument 2 (in_group)",
+            "worker 1: `test.ccl.in_group_not_bool` failed: TypeError: argument 2 (in_group)",
+            "now broken",
+        ],
+    );
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.bad_peer_against_recv", |id| match id {
+        0 => call(
+            &builtin("runtime.disco.recv_from_worker"),
+            &[f32_tensor(1), Any::Int(2)],
+        ),
+        2 => call(
+            &builtin("runtime.disco.send_to_worker"),
+            &[f32_tensor(1), Any::Int(5)],
+        ),
+        _ => Ok(Any::None),
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "worker 0: `test.ccl.bad_peer_against_recv` failed: ValueError: send_to_worker: \
+             worker 2 could not tell whom to meet (IndexError: peer worker 5 out of range",
+            "worker 2: `test.ccl.bad_peer_against_recv` failed: IndexError",
+        ],
+    );
+    s.init_ccl("cpu", &[]).unwrap();
+    let r = on_workers(&s, "test.ccl.missing_in_group", |id| {
+        let mut args = vec![f32_tensor(1), Any::Bool(false), f32_tensor(3)];
+        if id == 1 {
+            args.truncate(1);
+        }
+        call(&builtin("runtime.disco.allgather"), &args)
+    });
+    assert_error(
+        r,
+        ErrorKind::Worker,
+        &[
+            "worker 0: `test.ccl.missing_in_group` failed: ValueError: allgather: worker 1 \
+             could not tell whom to meet (TypeError: `runtime.disco.allgather` takes 3 \
+             arguments but got 1)",
+        ],
+    );
+    s.init_ccl("cpu", &[]).unwrap();
+    on_workers(&s, "test.ccl.after_whom", |_| {
+        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
+    })
+    .unwrap();
 }
 
 #[test]

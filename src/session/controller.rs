@@ -655,7 +655,12 @@ impl Session {
                     "the cpu backend needs every worker on the CPU; worker {w} is not"
                 )));
             }
-            let fresh = Arc::new(CpuCcl::new(workers, self.num_groups, self.timeout));
+            let fresh = Arc::new(CpuCcl::new(
+                workers,
+                self.num_groups,
+                self.timeout,
+                self.spin,
+            ));
             let stage = ccl::stage(fresh.clone());
             let args = vec![Any::Int(stage)];
             (

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use super::reduce::{Buffers, Elem, ReduceOp, reduce};
-use super::{Buf, CpuCcl, Post, Team};
+use super::{Buf, CpuCcl, Post, Posts, Team};
 use crate::abi::KDL_CPU;
 use crate::object::args::{argument, arity, is_none};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
@@ -44,14 +44,6 @@ pub fn unstage(id: i64) {
     {
         map.remove(&id);
     }
-}
-
-fn communicator(name: &str) -> Result<Arc<CpuCcl>> {
-    CCL.with(|c| c.borrow().clone()).ok_or_else(|| {
-        Error::runtime(format!(
-            "`{name}` needs a communicator: call init_ccl on the session first"
-        ))
-    })
 }
 
 /// A tensor argument as a buffer, once the work queued on it on any stream has finished; None
@@ -117,7 +109,7 @@ pub(super) fn reduce_kind(args: &[AnyView<'_>], i: usize) -> Result<ReduceOp> {
 }
 
 /// Every participant called the same collective with the same parameter.
-fn same_call(team: &Team, posts: &[Post]) -> Result<()> {
+fn same_call(team: &Team, posts: &Posts) -> Result<()> {
     let first = &posts[0];
     for (rank, post) in posts.iter().enumerate().skip(1) {
         if post.what != first.what {
@@ -136,24 +128,61 @@ fn same_call(team: &Team, posts: &[Post]) -> Result<()> {
     Ok(())
 }
 
+/// The worker running on this thread, with its communicator, for built-in `name`.
+fn with_ccl<T>(name: &str, body: impl FnOnce(WorkerInfo, &CpuCcl) -> Result<T>) -> Result<T> {
+    let info = on_worker(name)?;
+    CCL.with(|c| match &*c.borrow() {
+        Some(ccl) => body(info, ccl),
+        None => Err(Error::runtime(format!(
+            "`{name}` needs a communicator: call init_ccl on the session first"
+        ))),
+    })
+}
+
+/// Passes through what the arguments that say whom to meet (`in_group`, a peer) gave; when
+/// they are wrong, the others cannot know that this worker will not join them, so the
+/// communicator breaks and they fail at once.
+fn whom<T>(ccl: &CpuCcl, info: WorkerInfo, what: &str, found: Result<T>) -> Result<T> {
+    found.map_err(|e| {
+        ccl.abort(&Error::value(format!(
+            "{what}: worker {} could not tell whom to meet ({}: {}); the communicator is \
+             now broken (call init_ccl again)",
+            info.id,
+            e.kind.name(),
+            e.message
+        )));
+        Error::new(
+            e.kind,
+            format!(
+                "{} (the communicator is now broken: call init_ccl again)",
+                e.message
+            ),
+        )
+    })
+}
+
+/// This worker's team and rank in it for `in_group` (`grouped`), through [`whom`].
+fn team_of<'c>(
+    ccl: &'c CpuCcl,
+    info: WorkerInfo,
+    what: &str,
+    grouped: Result<bool>,
+) -> Result<(&'c Arc<Team>, usize)> {
+    Ok(ccl.team(info.id, whom(ccl, info, what, grouped)?))
+}
+
 /// Passes `result` through; when it is an error, first joins the collective with a post that
 /// says so, so the other participants fail at once instead of waiting for this one.
 fn joined<T>(
-    team: &Team,
+    ccl: &CpuCcl,
+    team: &Arc<Team>,
     rank: usize,
     what: &'static str,
-    ccl: &CpuCcl,
     result: Result<T>,
 ) -> Result<T> {
     if let Err(error) = &result {
-        let post = Post {
-            failed: Some(format!("{}: {}", error.kind.name(), error.message)),
-            what,
-            param: 0,
-            send: None,
-            recv: None,
-        };
-        let _ = team.run(rank, post, ccl.deadline(), |_| Ok(()), |_| {});
+        let post = Post::failed(what, format!("{}: {}", error.kind.name(), error.message));
+        let _ = ccl.run(team, rank, post, true, |_| Ok(()), |_| {});
     }
     result
 }
@@ -169,7 +198,7 @@ fn recv_of(post: &Post) -> &Buf {
 /// Every participant's `pick` buffer has the same shape and dtype.
 fn same_buffers(
     team: &Team,
-    posts: &[Post],
+    posts: &Posts,
     role: &str,
     pick: impl Fn(&Post) -> &Buf,
 ) -> Result<()> {
@@ -213,125 +242,88 @@ fn copy(from: usize, to: usize, len: usize) {
     if from == to || len == 0 {
         return;
     }
-    // SAFETY: both ranges lie inside tensors their owners hold for the whole collective (they
-    // are inside `Team::run` until everyone leaves); the collective's layout gives each
-    // destination range to exactly one writer and no reader during the copy.
+    // SAFETY: both ranges lie inside tensors (or staged copies) their owners hold for the
+    // whole collective; the collective's layout gives each destination range to exactly one
+    // writer and no reader during the copy.
     unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
-}
-
-struct Ctx {
-    info: WorkerInfo,
-    ccl: Arc<CpuCcl>,
-}
-
-fn ctx(name: &str) -> Result<Ctx> {
-    Ok(Ctx {
-        info: on_worker(name)?,
-        ccl: communicator(name)?,
-    })
 }
 
 fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allreduce";
-    arity(NAME, args, 4, 4)?;
-    let grouped = in_group(args, 2)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, "allreduce", &ccl, r);
-    let send = join(buffer(args, 0, "send", true))?;
-    let kind = joined(team, rank, "allreduce", &ccl, reduce_kind(args, 1))?;
-    let recv = join(buffer(args, 3, "recv", true))?;
-    let elem = Elem::of(send.as_ref().expect("required").dtype).expect("checked by `buffer`");
-    let post = Post {
-        failed: None,
-        what: "allreduce",
-        param: kind as i64,
-        send,
-        recv,
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
+    const WHAT: &str = "allreduce";
+    with_ccl(NAME, |info, ccl| {
+        let grouped = arity(NAME, args, 4, 4).and_then(|()| in_group(args, 2));
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+        let join = |r| joined(ccl, team, rank, WHAT, r);
+        let send = join(buffer(args, 0, "send", true))?.expect("required");
+        let kind = joined(ccl, team, rank, WHAT, reduce_kind(args, 1))?;
+        let recv = join(buffer(args, 3, "recv", true))?;
+        let elem = Elem::of(send.dtype).expect("checked by `buffer`");
+        let staged = team.staged(send.nbytes);
+        let post = Post::new(WHAT, kind as i64, Some(send), recv);
+        let check = |posts: &Posts| {
             same_call(team, posts)?;
             same_buffers(team, posts, "send", send_of)?;
             same_buffers(team, posts, "recv", recv_of)?;
-            sized(
-                "allreduce",
-                recv_of(&posts[0]),
-                "recv",
-                send_of(&posts[0]),
-                1,
-            )
-        },
-        |posts| {
+            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), 1)
+        };
+        ccl.run(team, rank, post, staged, check, |posts| {
             let n = posts.len();
             let count = send_of(&posts[0]).nbytes / elem.size();
             let inputs: Vec<usize> = posts.iter().map(|p| send_of(p).addr).collect();
-            let outputs: Vec<usize> = posts.iter().map(|p| recv_of(p).addr).collect();
-            let (lo, hi) = (rank * count / n, (rank + 1) * count / n);
+            let (outputs, lo, hi): (Vec<usize>, _, _) = if staged {
+                // Everyone reduces the whole of the staged copies into its own output.
+                (vec![recv_of(&posts[rank]).addr], 0, count)
+            } else {
+                let outputs = posts.iter().map(|p| recv_of(p).addr).collect();
+                (outputs, rank * count / n, (rank + 1) * count / n)
+            };
             let buffers = Buffers {
                 inputs: &inputs,
                 outputs: &outputs,
             };
             // SAFETY: every buffer holds `count` aligned elements of `elem` (checked above) and
-            // stays alive until everyone leaves; this participant alone reads and writes
-            // elements `lo..hi` of every buffer during the work.
+            // stays alive until everyone is done with it; this participant alone writes
+            // elements `lo..hi` of the outputs, which nobody else reads meanwhile.
             unsafe { reduce(elem, kind, &buffers, lo, hi) };
-        },
-    )?;
-    Ok(Any::None)
+        })?;
+        Ok(Any::None)
+    })
 }
 
 fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allgather";
-    arity(NAME, args, 3, 3)?;
-    let grouped = in_group(args, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, "allgather", &ccl, r);
-    let send = join(buffer(args, 0, "send", true))?;
-    let recv = join(buffer(args, 2, "recv", true))?;
-    let post = Post {
-        failed: None,
-        what: "allgather",
-        param: 0,
-        send,
-        recv,
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
+    const WHAT: &str = "allgather";
+    with_ccl(NAME, |info, ccl| {
+        let grouped = arity(NAME, args, 3, 3).and_then(|()| in_group(args, 1));
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+        let join = |r| joined(ccl, team, rank, WHAT, r);
+        let send = join(buffer(args, 0, "send", true))?.expect("required");
+        let recv = join(buffer(args, 2, "recv", true))?;
+        let staged = team.staged(send.nbytes);
+        let post = Post::new(WHAT, 0, Some(send), recv);
+        let check = |posts: &Posts| {
             same_call(team, posts)?;
             same_buffers(team, posts, "send", send_of)?;
             same_buffers(team, posts, "recv", recv_of)?;
             let n = posts.len();
-            sized(
-                "allgather",
-                recv_of(&posts[0]),
-                "recv",
-                send_of(&posts[0]),
-                n,
-            )
-        },
-        |posts| {
+            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
+        };
+        ccl.run(team, rank, post, staged, check, |posts| {
             let mine = recv_of(&posts[rank]).addr;
             let size = send_of(&posts[0]).nbytes;
             for (j, post) in posts.iter().enumerate() {
                 copy(send_of(post).addr, mine + j * size, size);
             }
-        },
-    )?;
-    Ok(Any::None)
+        })?;
+        Ok(Any::None)
+    })
 }
 
 /// Who a root-based collective's root is in this team (rank 0: worker 0 or the group leader).
 fn root_checks(
     team: &Team,
-    posts: &[Post],
+    posts: &Posts,
     what: &str,
     root_role: &str,
     root_has: fn(&Post) -> bool,
@@ -349,25 +341,16 @@ fn root_checks(
 /// Worker 0 of the team sends: the whole `send` buffer to everyone (`split` false: broadcast)
 /// or one `recv`-sized part of it to each worker in rank order (`split` true: scatter).
 fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: bool) -> Result<Any> {
-    arity(name, args, 3, 3)?;
-    let grouped = in_group(args, 1)?;
-    let Ctx { info, ccl } = ctx(name)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, what, &ccl, r);
-    let send = join(buffer(args, 0, "send", rank == 0))?;
-    let recv = join(buffer(args, 2, "recv", true))?;
-    let post = Post {
-        failed: None,
-        what,
-        param: 0,
-        send: if rank == 0 { send } else { None },
-        recv,
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
+    with_ccl(name, |info, ccl| {
+        let grouped = arity(name, args, 3, 3).and_then(|()| in_group(args, 1));
+        let (team, rank) = team_of(ccl, info, what, grouped)?;
+        let join = |r| joined(ccl, team, rank, what, r);
+        let send = join(buffer(args, 0, "send", rank == 0))?;
+        let recv = join(buffer(args, 2, "recv", true))?.expect("required");
+        let staged = team.staged(recv.nbytes);
+        let send = if rank == 0 { send } else { None };
+        let post = Post::new(what, 0, send, Some(recv));
+        let check = |posts: &Posts| {
             root_checks(team, posts, what, "send", |p| p.send.is_some())?;
             same_buffers(team, posts, "recv", recv_of)?;
             let (send, recv) = (send_of(&posts[0]), recv_of(&posts[0]));
@@ -376,8 +359,8 @@ fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: boo
             } else {
                 sized(what, recv, "recv", send, 1)
             }
-        },
-        |posts| {
+        };
+        ccl.run(team, rank, post, staged, check, |posts| {
             let size = recv_of(&posts[rank]).nbytes;
             let offset = if split { rank * size } else { 0 };
             copy(
@@ -385,9 +368,9 @@ fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: boo
                 recv_of(&posts[rank]).addr,
                 size,
             );
-        },
-    )?;
-    Ok(Any::None)
+        })?;
+        Ok(Any::None)
+    })
 }
 
 fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
@@ -410,127 +393,101 @@ fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
 
 fn gather(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.gather_to_worker0";
-    arity(NAME, args, 2, 3)?;
-    let grouped = in_group(args, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let join = |r| joined(team, rank, "gather_to_worker0", &ccl, r);
-    let send = join(buffer(args, 0, "send", true))?;
-    let recv = join(buffer(args, 2, "recv", rank == 0))?;
-    let post = Post {
-        failed: None,
-        what: "gather_to_worker0",
-        param: 0,
-        send,
-        recv: if rank == 0 { recv } else { None },
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
-            root_checks(team, posts, "gather_to_worker0", "recv", |p| {
-                p.recv.is_some()
-            })?;
+    const WHAT: &str = "gather_to_worker0";
+    with_ccl(NAME, |info, ccl| {
+        let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+        let join = |r| joined(ccl, team, rank, WHAT, r);
+        let send = join(buffer(args, 0, "send", true))?.expect("required");
+        let recv = join(buffer(args, 2, "recv", rank == 0))?;
+        let staged = team.staged(send.nbytes);
+        let recv = if rank == 0 { recv } else { None };
+        let post = Post::new(WHAT, 0, Some(send), recv);
+        let check = |posts: &Posts| {
+            root_checks(team, posts, WHAT, "recv", |p| p.recv.is_some())?;
             same_buffers(team, posts, "send", send_of)?;
             let n = posts.len();
-            sized(
-                "gather_to_worker0",
-                recv_of(&posts[0]),
-                "recv",
-                send_of(&posts[0]),
-                n,
-            )
-        },
-        |posts| {
+            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
+        };
+        ccl.run(team, rank, post, staged, check, |posts| {
+            // The root collects the staged copies; large sends go in by their owners at once.
             let size = send_of(&posts[rank]).nbytes;
-            copy(
-                send_of(&posts[rank]).addr,
-                recv_of(&posts[0]).addr + rank * size,
-                size,
-            );
-        },
-    )?;
-    Ok(Any::None)
+            let root = recv_of(&posts[0]).addr;
+            let place = |r: usize| copy(send_of(&posts[r]).addr, root + r * size, size);
+            match (staged, rank) {
+                (true, 0) => (0..posts.len()).for_each(place),
+                (true, _) => {}
+                (false, _) => place(rank),
+            }
+        })?;
+        Ok(Any::None)
+    })
 }
 
 fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.barrier";
-    arity(NAME, args, 0, 1)?;
-    let grouped = if is_none(args, 0) {
-        false
-    } else {
-        in_group(args, 0)?
-    };
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let (team, rank) = ccl.team(info.id, grouped);
-    let post = Post {
-        failed: None,
-        what: "barrier",
-        param: 0,
-        send: None,
-        recv: None,
-    };
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| same_call(team, posts),
-        |_| {},
-    )?;
-    Ok(Any::None)
+    const WHAT: &str = "barrier";
+    with_ccl(NAME, |info, ccl| {
+        let grouped = arity(NAME, args, 0, 1).and_then(|()| {
+            if is_none(args, 0) {
+                Ok(false)
+            } else {
+                in_group(args, 0)
+            }
+        });
+        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+        let post = Post::new(WHAT, 0, None, None);
+        ccl.run(
+            team,
+            rank,
+            post,
+            true,
+            |posts| same_call(team, posts),
+            |_| {},
+        )?;
+        Ok(Any::None)
+    })
 }
 
-/// One side of a transfer between `from` and `to` (global ids).
+/// One side of a transfer between `from` and `to` (global ids) of the buffer argument 0.
 fn transfer(
+    args: &[AnyView<'_>],
     what: &'static str,
-    info: &WorkerInfo,
+    info: WorkerInfo,
     ccl: &CpuCcl,
-    buf: Buf,
     from: usize,
     to: usize,
 ) -> Result<()> {
     let sending = info.id == from;
     let team = ccl.pair(from, to);
-    let post = Post {
-        failed: None,
-        what,
-        param: 0,
-        send: sending.then(|| buf.clone()),
-        recv: (!sending).then_some(buf),
-    };
     let rank = usize::from(!sending);
-    team.run(
-        rank,
-        post,
-        ccl.deadline(),
-        |posts| {
-            let (s, r) = (send_of(&posts[0]), recv_of(&posts[1]));
-            if s.shape != r.shape || s.dtype != r.dtype {
-                return Err(Error::value(format!(
-                    "worker {from} sent {} ({}) but worker {to} receives {} ({})",
-                    s.describe(),
-                    posts[0].what,
-                    r.describe(),
-                    posts[1].what
-                )));
-            }
-            Ok(())
-        },
-        |posts| {
-            if !sending {
-                copy(
-                    send_of(&posts[0]).addr,
-                    recv_of(&posts[1]).addr,
-                    r_len(posts),
-                );
-            }
-        },
-    )
-}
-
-fn r_len(posts: &[Post]) -> usize {
-    recv_of(&posts[1]).nbytes
+    let buf = buffer(args, 0, if sending { "send" } else { "recv" }, true);
+    let buf = joined(ccl, &team, rank, what, buf)?.expect("required");
+    let staged = team.staged(buf.nbytes);
+    let post = if sending {
+        Post::new(what, 0, Some(buf), None)
+    } else {
+        Post::new(what, 0, None, Some(buf))
+    };
+    let check = |posts: &Posts| {
+        let (s, r) = (send_of(&posts[0]), recv_of(&posts[1]));
+        if s.shape != r.shape || s.dtype != r.dtype {
+            return Err(Error::value(format!(
+                "worker {from} sent {} ({}) but worker {to} receives {} ({})",
+                s.describe(),
+                posts[0].what,
+                r.describe(),
+                posts[1].what
+            )));
+        }
+        Ok(())
+    };
+    ccl.run(&team, rank, post, staged, check, |posts| {
+        if !sending {
+            let recv = recv_of(&posts[1]);
+            copy(send_of(&posts[0]).addr, recv.addr, recv.nbytes);
+        }
+    })
 }
 
 pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
@@ -554,67 +511,91 @@ pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<
 
 fn send_to_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.send_to_worker";
-    arity(NAME, args, 2, 2)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let buf = buffer(args, 0, "send", true)?.expect("required");
-    let to = peer(args, 1, &info)?;
-    transfer("send_to_worker", &info, &ccl, buf, info.id, to)?;
-    Ok(Any::None)
+    const WHAT: &str = "send_to_worker";
+    with_ccl(NAME, |info, ccl| {
+        let to = whom(
+            ccl,
+            info,
+            WHAT,
+            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, &info)),
+        )?;
+        transfer(args, WHAT, info, ccl, info.id, to)?;
+        Ok(Any::None)
+    })
 }
 
 fn recv_from_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_worker";
-    arity(NAME, args, 2, 2)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let buf = buffer(args, 0, "recv", true)?.expect("required");
-    let from = peer(args, 1, &info)?;
-    transfer("recv_from_worker", &info, &ccl, buf, from, info.id)?;
-    Ok(Any::None)
+    const WHAT: &str = "recv_from_worker";
+    with_ccl(NAME, |info, ccl| {
+        let from = whom(
+            ccl,
+            info,
+            WHAT,
+            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, &info)),
+        )?;
+        transfer(args, WHAT, info, ccl, from, info.id)?;
+        Ok(Any::None)
+    })
 }
 
 fn recv_from_worker0(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_worker0";
-    arity(NAME, args, 1, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    if info.id == 0 {
-        return Err(Error::value(
-            "worker 0 cannot receive from itself (recv_from_worker0 runs on the other workers)",
-        ));
-    }
-    let buf = buffer(args, 0, "recv", true)?.expect("required");
-    transfer("recv_from_worker0", &info, &ccl, buf, 0, info.id)?;
-    Ok(Any::None)
+    const WHAT: &str = "recv_from_worker0";
+    with_ccl(NAME, |info, ccl| {
+        let found = arity(NAME, args, 1, 1).and_then(|()| {
+            if info.id == 0 {
+                return Err(Error::value(
+                    "worker 0 cannot receive from itself (recv_from_worker0 runs on the other \
+                     workers)",
+                ));
+            }
+            Ok(0)
+        });
+        let from = whom(ccl, info, WHAT, found)?;
+        transfer(args, WHAT, info, ccl, from, info.id)?;
+        Ok(Any::None)
+    })
 }
 
 fn send_to_next_group(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.send_to_next_group";
-    arity(NAME, args, 1, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let to = info.id + info.workers_per_group();
-    if to >= info.num_workers {
-        return Err(Error::value(format!(
-            "worker {} is in the last group: there is no next group to send to",
-            info.id
-        )));
-    }
-    let buf = buffer(args, 0, "send", true)?.expect("required");
-    transfer("send_to_next_group", &info, &ccl, buf, info.id, to)?;
-    Ok(Any::None)
+    const WHAT: &str = "send_to_next_group";
+    with_ccl(NAME, |info, ccl| {
+        let found = arity(NAME, args, 1, 1).and_then(|()| {
+            let to = info.id + info.workers_per_group();
+            if to >= info.num_workers {
+                return Err(Error::value(format!(
+                    "worker {} is in the last group: there is no next group to send to",
+                    info.id
+                )));
+            }
+            Ok(to)
+        });
+        let to = whom(ccl, info, WHAT, found)?;
+        transfer(args, WHAT, info, ccl, info.id, to)?;
+        Ok(Any::None)
+    })
 }
 
 fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_prev_group";
-    arity(NAME, args, 1, 1)?;
-    let Ctx { info, ccl } = ctx(NAME)?;
-    let Some(from) = info.id.checked_sub(info.workers_per_group()) else {
-        return Err(Error::value(format!(
-            "worker {} is in the first group: there is no previous group to receive from",
-            info.id
-        )));
-    };
-    let buf = buffer(args, 0, "recv", true)?.expect("required");
-    transfer("recv_from_prev_group", &info, &ccl, buf, from, info.id)?;
-    Ok(Any::None)
+    const WHAT: &str = "recv_from_prev_group";
+    with_ccl(NAME, |info, ccl| {
+        let found =
+            arity(NAME, args, 1, 1).and_then(|()| {
+                info.id.checked_sub(info.workers_per_group()).ok_or_else(|| {
+                Error::value(format!(
+                    "worker {} is in the first group: there is no previous group to receive \
+                     from",
+                    info.id
+                ))
+            })
+            });
+        let from = whom(ccl, info, WHAT, found)?;
+        transfer(args, WHAT, info, ccl, from, info.id)?;
+        Ok(Any::None)
+    })
 }
 
 /// `runtime.disco.cpu.init_ccl_per_worker(stage)`: installs the staged communicator on this
@@ -622,7 +603,7 @@ fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.cpu.init_ccl_per_worker";
     arity(NAME, args, 1, 1)?;
-    on_worker(NAME)?;
+    let info = on_worker(NAME)?;
     let id = argument(0, "stage", || args[0].as_i64())?;
     let ccl = STAGED
         .lock()
@@ -630,6 +611,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         .as_ref()
         .and_then(|m| m.get(&id).cloned())
         .ok_or_else(|| Error::value(format!("no communicator is staged under {id}")))?;
+    ccl.adopt(info.id);
     CCL.with(|c| *c.borrow_mut() = Some(ccl));
     Ok(Any::None)
 }
