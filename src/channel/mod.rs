@@ -2,6 +2,7 @@
 //! wake it only when it sleeps.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{Ordering, fence};
 use std::thread::Thread;
 use std::time::Instant;
 
@@ -35,10 +36,12 @@ impl<T> Channel<T> {
         let _ = self.consumer.set(thread);
     }
 
+    /// Wakes the consumer if it sleeps. The fence comes before looking for the consumer: one
+    /// that names itself while the value arrives is then either found here or finds the value
+    /// when it polls after announcing its sleep.
     fn wake_consumer(&self) {
-        if let Some(consumer) = self.consumer.get() {
-            self.sleeper.wake(consumer);
-        }
+        fence(Ordering::SeqCst);
+        self.wake_fenced();
     }
 
     /// Wakes the consumer if it sleeps; the caller issued `fence(SeqCst)` after its pushes.
