@@ -27,6 +27,7 @@ pub mod device;
 pub mod object;
 /// cbindgen:ignore
 pub mod session;
+mod sync;
 /// cbindgen:ignore
 pub mod vm;
 

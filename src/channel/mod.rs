@@ -2,15 +2,16 @@
 //! wake it only when it sleeps.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{Ordering, fence};
-use std::thread::Thread;
-use std::time::Instant;
 
-use crossbeam_queue::ArrayQueue;
-
+#[cfg(all(test, loom))]
+mod loom_model;
 mod wait;
 
 use crate::object::Result;
+use crate::sync::ArrayQueue;
+use crate::sync::atomic::{Ordering, fence};
+use crate::sync::thread::Thread;
+use crate::sync::time::Instant;
 pub use wait::{Sleeper, SpinPolicy};
 
 pub struct Channel<T> {

@@ -3,18 +3,23 @@
 //! hands its vCPU to runnable threads, which matters when workers outnumber cores), then park.
 //! The thread that makes progress wakes a waiter only when it announced that it sleeps.
 
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::thread::{self, Thread};
+use crate::sync::time::Instant;
 
 /// PAUSEs before yielding, about 0.8 µs: longer than a cross-core round trip. The waiter polls
 /// after each one, so it sees an answer within one PAUSE of its arrival (polling a line nobody
 /// writes costs no traffic).
+#[cfg(not(loom))]
 const PAUSES: u32 = 31;
+/// A model polls once: every poll only reads, so one covers what the others could see.
+#[cfg(loom)]
+const PAUSES: u32 = 1;
 /// A parked waiter wakes at least this often to check that its peer is still there.
 const PARK_SLICE: Duration = Duration::from_millis(20);
 
@@ -40,6 +45,10 @@ impl Default for SpinPolicy {
 /// The "I am asleep" flag of one waiting thread.
 #[derive(Default)]
 pub struct Sleeper {
+    /// Written only by swaps, by the waiter too: each write then reads the one before, which
+    /// orders it after a waker's concurrent swap in the model checker as on hardware (loom
+    /// cannot order a plain store against a swap it did not see, and would report lost
+    /// wake-ups that cannot happen). The waiter swaps only on its way to and from a park.
     sleeping: CachePadded<AtomicBool>,
 }
 
@@ -76,30 +85,30 @@ impl Sleeper {
             }
             if !policy.budget.is_zero() {
                 for _ in 0..PAUSES {
-                    std::hint::spin_loop();
+                    crate::sync::spin_loop();
                     if let Some(value) = poll() {
                         return Ok(value);
                     }
                 }
                 let spin_end = Instant::now() + policy.budget;
                 while Instant::now() < spin_end {
-                    std::thread::yield_now();
+                    thread::yield_now();
                     if let Some(value) = poll() {
                         return Ok(value);
                     }
                 }
             }
-            self.sleeping.store(true, Ordering::Relaxed);
+            self.sleeping.swap(true, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             if let Some(value) = poll() {
-                self.sleeping.store(false, Ordering::Relaxed);
+                self.sleeping.swap(false, Ordering::Relaxed);
                 return Ok(value);
             }
             let slice = match deadline {
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
-                        self.sleeping.store(false, Ordering::Relaxed);
+                        self.sleeping.swap(false, Ordering::Relaxed);
                         return Err(Error::new(
                             ErrorKind::Timeout,
                             format!("{} timed out", what()),
@@ -109,8 +118,8 @@ impl Sleeper {
                 }
                 None => PARK_SLICE,
             };
-            std::thread::park_timeout(slice);
-            self.sleeping.store(false, Ordering::Relaxed);
+            thread::park_timeout(slice);
+            self.sleeping.swap(false, Ordering::Relaxed);
             check()?;
         }
     }

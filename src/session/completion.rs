@@ -1,13 +1,12 @@
 //! A one-shot reply from a worker to the thread that waits for it.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::Thread;
-use std::time::Instant;
-
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::object::Result;
+use crate::sync::atomic::{AtomicU8, Ordering};
+use crate::sync::thread::{self, Thread};
+use crate::sync::time::Instant;
+use crate::sync::{Arc, Mutex};
 
 const PENDING: u8 = 0;
 const CLAIMED: u8 = 1;
@@ -30,7 +29,7 @@ impl<T> Completion<T> {
         Completion {
             state: AtomicU8::new(PENDING),
             value: Mutex::new(None),
-            waiter: std::thread::current(),
+            waiter: thread::current(),
             waiter_cpu: current_cpu(),
             sleeper: Sleeper::default(),
         }
@@ -41,7 +40,7 @@ impl<T> Completion<T> {
         match old {
             Some(mut old) => match Arc::get_mut(&mut old) {
                 Some(slot) => {
-                    *slot.state.get_mut() = PENDING;
+                    slot.state.store(PENDING, Ordering::Relaxed);
                     slot.waiter_cpu = current_cpu();
                     *slot.value.get_mut().unwrap_or_else(|e| e.into_inner()) = None;
                     old

@@ -3,10 +3,8 @@
 //! session; a send gate makes shutdown wait for sends in progress, so nothing is queued after
 //! the final `Shutdown` and no wait can outlive its worker.
 
-use std::sync::atomic::{AtomicBool, Ordering, fence};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
 
 use super::builtins;
 use super::ccl::{self, CpuCcl};
@@ -20,8 +18,12 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::time::Instant;
 
-thread_local! {
+crate::sync::thread_local! {
     /// Each host thread reuses one reply slot for its syncs.
     static SYNC_REPLY: std::cell::Cell<Option<Reply<()>>> = const { std::cell::Cell::new(None) };
 }
@@ -215,9 +217,9 @@ impl Session {
                 device,
             };
             let cpu = options.cpu_affinity.get(id).copied().flatten();
-            let ready: Reply<()> = Arc::new(Completion::new());
+            let ready: Reply<()> = Reply::new(Completion::new());
             let (thread_shared, thread_ready, spin) = (shared.clone(), ready.clone(), options.spin);
-            let thread = std::thread::Builder::new()
+            let thread = thread::Builder::new()
                 .name(format!("dvm-worker-{id}"))
                 .spawn(move || {
                     let pinned = cpu.map_or(Ok(()), pin_current_thread);
@@ -400,7 +402,7 @@ impl Session {
         what: &str,
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
-        self.request_with(worker, what, Arc::new(Completion::new()), make)
+        self.request_with(worker, what, Reply::new(Completion::new()), make)
     }
 
     fn request_with<T>(
@@ -498,7 +500,7 @@ impl Session {
         self.queue_deferred_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
-            let reply: Reply<()> = Arc::new(Completion::new());
+            let reply: Reply<()> = Reply::new(Completion::new());
             self.push(worker, Message::Sync(reply.clone()))?;
             replies.push(reply);
             Ok(())
@@ -730,7 +732,7 @@ impl Session {
         }
         let me = worker::current().map(|info| info.id);
         for (worker, link) in self.workers.iter().enumerate() {
-            let Some(thread) = link
+            let Some(handle) = link
                 .thread
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -738,11 +740,11 @@ impl Session {
             else {
                 continue;
             };
-            if me == Some(worker) && std::thread::current().id() == thread.thread().id() {
+            if me == Some(worker) && thread::current().id() == handle.thread().id() {
                 continue; // a worker dropping its own session: it exits when it returns to its loop
             }
             if let Some(deadline) = deadline {
-                while !thread.is_finished() {
+                while !thread::is_finished(&handle) {
                     if Instant::now() >= deadline {
                         first.get_or_insert(Error::new(
                             ErrorKind::Timeout,
@@ -752,13 +754,13 @@ impl Session {
                         ));
                         break;
                     }
-                    std::thread::sleep(Duration::from_micros(200));
+                    thread::sleep(Duration::from_micros(200));
                 }
-                if !thread.is_finished() {
+                if !thread::is_finished(&handle) {
                     continue;
                 }
             }
-            let _ = thread.join();
+            let _ = handle.join();
         }
         first.map_or(Ok(()), Err)
     }

@@ -38,7 +38,7 @@ pub struct HostCopy {
 }
 
 /// A reply to a request: a value, or the error to raise on the waiting thread.
-pub type Reply<T> = Arc<Completion<Result<T>>>;
+pub type Reply<T> = crate::sync::Arc<Completion<Result<T>>>;
 
 /// One entry of a worker's queue.
 pub enum Message {

@@ -7,6 +7,8 @@ mod completion;
 mod controller;
 mod dref;
 mod handles;
+#[cfg(all(test, loom))]
+mod loom_model;
 mod message;
 mod registers;
 mod worker;

@@ -1,8 +1,9 @@
 //! Registers: ids handed out by the controller, and each worker's file of values.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use crate::object::{Any, Error};
+use crate::sync::Mutex;
 
 /// A register id. Register 0 is reserved (it never holds a value).
 pub type Reg = u32;

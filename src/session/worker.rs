@@ -3,7 +3,6 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use super::controller::Session;
@@ -14,6 +13,7 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
@@ -44,7 +44,7 @@ impl WorkerInfo {
     }
 }
 
-thread_local! {
+crate::sync::thread_local! {
     static CURRENT: RefCell<Option<(WorkerInfo, Arc<WorkerShared>, Any)>> = const { RefCell::new(None) };
     /// The worker's stream on its device, made on first use: copies to and from worker 0 and
     /// the device work of built-ins (NCCL collectives) go through it. It runs inline, on the
@@ -115,7 +115,7 @@ struct Worker {
 pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinned: bool) {
     let _guard = ExitGuard(shared.clone());
     CURRENT.with(|c| *c.borrow_mut() = Some((info, shared.clone(), Any::None)));
-    shared.channel.set_consumer(std::thread::current());
+    shared.channel.set_consumer(crate::sync::thread::current());
     let mut worker = Worker {
         info,
         pinned,

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::{JoinHandle, ThreadId};
 
 use super::instruction::Instruction;
-use super::small_mem::SmallMemAccess;
+use super::small_mem::Request;
 use super::stream::StreamCore;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
@@ -22,7 +22,7 @@ pub const QUEUE_CAPACITY: usize = 4096;
 
 pub(crate) enum Task {
     Run(Box<Instruction>),
-    Access(Arc<SmallMemAccess>),
+    Access(Request),
     Exit,
 }
 
@@ -108,7 +108,7 @@ impl Executor {
 
     fn run(self: Arc<Self>) {
         CURRENT.with(|c| c.set(Arc::as_ptr(&self) as usize));
-        self.channel.set_consumer(std::thread::current());
+        self.channel.set_consumer(crate::sync::thread::current());
         // A thread reading small amounts spins while it waits: keep off its CPU.
         let mut shared_cpu = SharedCpuWatch::default();
         loop {

@@ -10,9 +10,7 @@
 //! so the executor finds nobody asleep and wakes nobody.
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::Thread;
+use std::sync::{Arc, PoisonError};
 
 use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
@@ -22,6 +20,9 @@ use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::device::{MemPtr, is_host_memory};
 use crate::object::{Error, Result, Tensor};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicU32, Ordering};
+use crate::sync::thread::{self, Thread};
 
 const PENDING: u32 = 0;
 const STARTED: u32 = 1;
@@ -31,14 +32,108 @@ const DONE: u32 = 2;
 /// the executor starts it; with fewer it only spins (and the executor wakes nobody).
 const SKIP_BLOCKING_THRESHOLD: usize = 1;
 
+/// The handshake between the thread that waits for an access and the executor that runs it:
+/// one state word, the waiter's sleep flag and the access's outcome.
+pub(crate) struct Handshake {
+    state: AtomicU32,
+    waiter: Thread,
+    sleeper: Sleeper,
+    /// Whether the waiter may park until the access starts (the executor had other work):
+    /// only then does the executor announce the start.
+    waiter_may_park: bool,
+    error: Mutex<Option<Error>>,
+}
+
+impl Handshake {
+    /// A handshake for the calling thread to wait on.
+    fn new() -> Self {
+        Handshake {
+            state: AtomicU32::new(DONE),
+            waiter: thread::current(),
+            sleeper: Sleeper::default(),
+            waiter_may_park: false,
+            error: Mutex::new(None),
+        }
+    }
+
+    /// Readies the handshake for the next access (the waiter holds the only reference).
+    fn arm(&mut self, waiter_may_park: bool) {
+        self.state.store(PENDING, Ordering::Relaxed);
+        self.waiter_may_park = waiter_may_park;
+        *self.error.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+
+    /// On the executor, before the access: wakes a waiter that may sleep until now.
+    fn start(&self) {
+        if self.waiter_may_park {
+            self.state.store(STARTED, Ordering::Release);
+            self.sleeper.wake(&self.waiter);
+        }
+    }
+
+    /// On the executor, last: publishes the outcome and wakes the waiter if it sleeps.
+    fn finish(&self, outcome: Result<()>) {
+        if let Err(error) = outcome {
+            *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
+        }
+        self.state.store(DONE, Ordering::Release);
+        self.sleeper.wake(&self.waiter);
+    }
+
+    /// On the waiter: the access's outcome, once the executor has finished it.
+    fn wait(&self, policy: SpinPolicy) -> Result<()> {
+        if self.waiter_may_park {
+            // Busy: block (spin, yield, then park) until the executor starts the access.
+            self.sleeper.wait(
+                policy,
+                None,
+                String::new,
+                || Ok(()),
+                || (self.state.load(Ordering::Acquire) >= STARTED).then_some(()),
+            )?;
+        }
+        self.sleeper.wait(
+            policy,
+            None,
+            String::new,
+            || Ok(()),
+            || (self.state.load(Ordering::Acquire) == DONE).then_some(()),
+        )?;
+        match self
+            .error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            Some(error) => Err(error),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Waits until `shared` has no other reference: the executor drops its own right after it
+/// finished the access.
+fn wait_unshared<T>(shared: &crate::sync::Arc<T>) {
+    let mut spins = 0u32;
+    while crate::sync::Arc::strong_count(shared) > 1 {
+        spins += 1;
+        if spins < 64 {
+            crate::sync::spin_loop();
+        } else {
+            thread::yield_now();
+        }
+    }
+}
+
+/// The calling thread's access instruction, shared with the executor while it runs.
+pub(crate) type Request = crate::sync::Arc<SmallMemAccess>;
+
 /// One thread's reusable access instruction. Its fields are set only while the caller holds
 /// the sole reference (`Arc::get_mut`), so the executor sees them read-only.
 pub(crate) struct SmallMemAccess {
-    state: AtomicU32,
-    waiter: Thread,
+    handshake: Handshake,
     /// The CPU the waiter ran on when it queued the access.
     waiter_cpu: Option<usize>,
-    sleeper: Sleeper,
     stream: Option<Arc<StreamCore>>,
     seq: u64,
     waits: Waits,
@@ -53,10 +148,6 @@ pub(crate) struct SmallMemAccess {
     /// The tensor's dependence record, for its poison state. The caller holds the tensor and
     /// blocks until the access is done, and the executor stops using this before it says so.
     deps: *const TensorDeps,
-    /// Whether the caller may park until the access starts (the executor had other work):
-    /// only then does the executor announce the start.
-    caller_may_park: bool,
-    error: Mutex<Option<Error>>,
 }
 
 // SAFETY: the raw pointers are the caller's buffer, the tensor's memory and its dependence
@@ -68,10 +159,8 @@ unsafe impl Sync for SmallMemAccess {}
 impl SmallMemAccess {
     fn new() -> Self {
         SmallMemAccess {
-            state: AtomicU32::new(DONE),
-            waiter: std::thread::current(),
+            handshake: Handshake::new(),
             waiter_cpu: None,
-            sleeper: Sleeper::default(),
             stream: None,
             seq: 0,
             waits: Waits::new(),
@@ -82,8 +171,6 @@ impl SmallMemAccess {
             nbytes: 0,
             full: false,
             deps: std::ptr::null(),
-            caller_may_park: false,
-            error: Mutex::new(None),
         }
     }
 
@@ -93,22 +180,16 @@ impl SmallMemAccess {
     }
 
     /// Runs on the executor.
-    pub fn execute(self: Arc<Self>) {
+    pub fn execute(&self) {
         let stream = self.stream.as_ref().expect("a queued access has a stream");
         let waited = wait_all(stream, &self.waits);
-        if self.caller_may_park {
-            self.state.store(STARTED, Ordering::Release);
-            self.sleeper.wake(&self.waiter);
-        }
-        // SAFETY: set from a live tensor the caller holds until it sees DONE, stored below.
+        self.handshake.start();
+        // SAFETY: set from a live tensor the caller holds until the handshake says the access
+        // is finished, below.
         let deps = unsafe { self.deps.as_ref() };
-        let result = waited.and_then(|()| self.copy(stream, deps));
-        if let Err(error) = result {
-            *self.error.lock().unwrap_or_else(PoisonError::into_inner) = Some(error);
-        }
+        let outcome = waited.and_then(|()| self.copy(stream, deps));
         stream.finish(self.seq);
-        self.state.store(DONE, Ordering::Release);
-        self.sleeper.wake(&self.waiter);
+        self.handshake.finish(outcome);
     }
 
     fn copy(&self, stream: &StreamCore, deps: Option<&TensorDeps>) -> Result<()> {
@@ -186,7 +267,7 @@ fn poisoned(cause: &Error) -> Error {
 }
 
 thread_local! {
-    static ACCESS: RefCell<Option<Arc<SmallMemAccess>>> = const { RefCell::new(None) };
+    static ACCESS: RefCell<Option<Request>> = const { RefCell::new(None) };
 }
 
 /// Copies the first `dst.len()` bytes of `tensor` into `dst`, after every earlier use of the
@@ -234,23 +315,14 @@ fn access(tensor: &Tensor, host: *mut u8, nbytes: (usize, &str), access: Access)
     }
     ACCESS.with(|slot| {
         let mut slot = slot.borrow_mut();
-        let request = slot.get_or_insert_with(|| Arc::new(SmallMemAccess::new()));
-        // The executor drops its reference right after it marks the access done.
-        let mut spins = 0u32;
-        while Arc::strong_count(request) > 1 {
-            spins += 1;
-            if spins < 64 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        let request = slot.get_or_insert_with(|| Request::new(SmallMemAccess::new()));
+        wait_unshared(request);
         run(request, tensor, host, nbytes, size, access)
     })
 }
 
 fn run(
-    request: &mut Arc<SmallMemAccess>,
+    request: &mut Request,
     tensor: &Tensor,
     host: *mut u8,
     nbytes: usize,
@@ -285,7 +357,7 @@ fn run(
         ));
     }
     {
-        let job = Arc::get_mut(request).expect("the executor released the access");
+        let job = Request::get_mut(request).expect("the executor released the access");
         job.waits.clear();
         record.needs(&stream, access, &mut job.waits);
         job.access = access;
@@ -295,12 +367,11 @@ fn run(
         job.nbytes = nbytes;
         job.full = nbytes == size;
         job.waiter_cpu = current_cpu();
-        *job.state.get_mut() = PENDING;
         job.deps = deps;
         // The executor's queue before this access: with nothing else on it, the caller only
         // spins, so the executor finds nobody asleep.
-        job.caller_may_park = stream.executor().in_flight() >= SKIP_BLOCKING_THRESHOLD;
-        *job.error.get_mut().unwrap_or_else(PoisonError::into_inner) = None;
+        job.handshake
+            .arm(stream.executor().in_flight() >= SKIP_BLOCKING_THRESHOLD);
         match &job.stream {
             Some(s) if Arc::ptr_eq(s, &stream) => {}
             _ => job.stream = Some(stream.clone()),
@@ -308,7 +379,7 @@ fn run(
     }
     let executor = stream.executor().clone();
     let (seq, inline) = executor.submit(&stream, |seq| {
-        Arc::get_mut(request)
+        Request::get_mut(request)
             .expect("the executor released the access")
             .seq = seq;
         Task::Access(request.clone())
@@ -319,28 +390,86 @@ fn run(
         run.run();
     }
 
-    let policy = SpinPolicy::default();
-    let poll_done = || (request.state.load(Ordering::Acquire) == DONE).then_some(());
-    if request.caller_may_park {
-        // Busy: block (spin, yield, then park) until the executor starts the access.
-        request.sleeper.wait(
-            policy,
-            None,
-            String::new,
-            || Ok(()),
-            || (request.state.load(Ordering::Acquire) >= STARTED).then_some(()),
-        )?;
+    request.handshake.wait(SpinPolicy::default())
+}
+
+/// A model of the access handshake and of the reuse of one thread's access instruction.
+#[cfg(all(test, loom))]
+mod loom_model {
+    use std::time::Duration;
+
+    use loom::thread::spawn;
+
+    use super::{Handshake, wait_unshared};
+    use crate::channel::SpinPolicy;
+    use crate::object::Error;
+    use crate::sync::{Arc, explore};
+
+    /// Two accesses in a row through one handshake, as one thread's reads make them. An
+    /// executor thread starts and finishes each and lets go of it afterwards; the waiter parks
+    /// until the start (when it may) and until the end, then waits until it holds the only
+    /// reference before arming the handshake again. A lost wake-up would leave the waiter
+    /// parked for good (a deadlock in the model); the second access must report the failure
+    /// its executor published, and the first none.
+    fn two_accesses(first_may_park: bool, policy: SpinPolicy) {
+        let mut request = Arc::new(Handshake::new());
+        let mut executors = Vec::new();
+        for (failed, waiter_may_park) in [(false, first_may_park), (true, !first_may_park)] {
+            wait_unshared(&request);
+            Arc::get_mut(&mut request)
+                .expect("the executor let go")
+                .arm(waiter_may_park);
+            let running = request.clone();
+            executors.push(spawn(move || {
+                running.start();
+                running.finish(if failed {
+                    Err(Error::runtime("the copy failed"))
+                } else {
+                    Ok(())
+                });
+            }));
+            let outcome = request.wait(policy).map_err(|e| e.message);
+            let expected = if failed {
+                Err("the copy failed".to_string())
+            } else {
+                Ok(())
+            };
+            assert_eq!(outcome, expected);
+        }
+        for executor in executors {
+            executor.join().unwrap();
+        }
     }
-    request
-        .sleeper
-        .wait(policy, None, String::new, || Ok(()), poll_done)?;
-    match request
-        .error
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .take()
-    {
-        Some(error) => Err(error),
-        None => Ok(()),
+
+    /// The waiter parks as soon as its poll fails: the model then explores every point at
+    /// which it may fall asleep (a spinning waiter yields, and the model runs the executor
+    /// first).
+    const PARK_AT_ONCE: SpinPolicy = SpinPolicy {
+        budget: Duration::ZERO,
+    };
+
+    #[test]
+    fn a_waiter_that_parks_then_spins_sees_both_outcomes() {
+        explore(
+            "small-memory access: parking, then spinning waiter",
+            Some(5),
+            || two_accesses(true, PARK_AT_ONCE),
+        );
+    }
+
+    #[test]
+    fn a_waiter_that_spins_then_parks_sees_both_outcomes() {
+        explore(
+            "small-memory access: spinning, then parking waiter",
+            Some(5),
+            || two_accesses(false, PARK_AT_ONCE),
+        );
+    }
+
+    #[test]
+    fn a_waiter_with_the_default_spin_sees_both_outcomes() {
+        explore("small-memory access: default spin", None, || {
+            two_accesses(true, SpinPolicy::default())
+        });
     }
 }
