@@ -1,5 +1,8 @@
 //! Compiles the C and C++ tests in `tests/c/` and the examples in `examples-c/` against the
-//! built shared library, runs them, and expects exit status 0.
+//! built shared library, runs them, and expects exit status 0. Each program runs twice: directly,
+//! and under valgrind's memcheck (`valgrind --error-exitcode=1 --leak-check=full
+//! --errors-for-leak-kinds=definite`), where any memory error or definite leak fails it. The
+//! valgrind tests need valgrind installed (Debian: `apt-get install valgrind`).
 //!
 //! C programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude`, C++ programs
 //! (`.cpp`) with `g++ -std=c++17 -Wall -Wextra -Werror -pedantic` and stricter warnings; both
@@ -41,6 +44,24 @@ const CXXFLAGS: [&str; 10] = [
 
 /// The exit status that means "skipped: this program needs a GPU".
 const EXIT_SKIP: i32 = 77;
+
+/// How a program is run.
+#[derive(Clone, Copy, PartialEq)]
+enum Runner {
+    Native,
+    /// Under valgrind's memcheck.
+    Valgrind,
+}
+
+/// The memcheck options: an error, or a block no pointer reaches any more, fails the run.
+/// Blocks still reachable at exit (the global function registry, thread-locals of threads
+/// that are still alive) are not leaks.
+const VALGRIND: [&str; 4] = [
+    "--error-exitcode=1",
+    "--leak-check=full",
+    "--errors-for-leak-kinds=definite",
+    "--quiet",
+];
 
 /// How a program reaches the library.
 #[derive(Clone, Copy, PartialEq)]
@@ -92,15 +113,25 @@ impl Program {
     }
 }
 
-/// Declares one `#[test]` per program, and the list of them all.
+/// Declares one `#[test]` per program, the same under valgrind (in `valgrind::`), and the
+/// list of them all.
 macro_rules! programs {
     ($($name:ident: $program:expr;)*) => {
         $(
             #[test]
             fn $name() {
-                build_and_run(&$program);
+                build_and_run(&$program, Runner::Native);
             }
         )*
+        mod valgrind {
+            use super::*;
+            $(
+                #[test]
+                fn $name() {
+                    build_and_run(&$program, Runner::Valgrind);
+                }
+            )*
+        }
         const PROGRAMS: &[Program] = &[$($program),*];
     };
 }
@@ -137,9 +168,13 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Where compiled programs go.
-fn out_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("c_programs");
+/// Where compiled programs go (one directory per runner, as both build the same programs at
+/// once).
+fn out_dir(runner: Runner) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(match runner {
+        Runner::Native => "c_programs",
+        Runner::Valgrind => "c_programs_valgrind",
+    });
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     dir
 }
@@ -154,10 +189,10 @@ fn describe(command: &Command, output: &Output) -> String {
     )
 }
 
-fn compile(program: &Program) -> PathBuf {
+fn compile(program: &Program, runner: Runner) -> PathBuf {
     let source = repo().join(program.source);
     let stem = source.file_stem().unwrap().to_string_lossy().into_owned();
-    let binary = out_dir().join(stem);
+    let binary = out_dir(runner).join(stem);
     let (compiler, flags): (&str, &[&str]) = if program.source.ends_with(".cpp") {
         ("g++", &CXXFLAGS)
     } else {
@@ -192,11 +227,27 @@ fn compile(program: &Program) -> PathBuf {
     binary
 }
 
+/// The command that runs `binary`.
+fn command(runner: Runner, binary: &Path) -> Command {
+    match runner {
+        Runner::Native => Command::new(binary),
+        Runner::Valgrind => {
+            let mut valgrind = Command::new("valgrind");
+            valgrind.args(VALGRIND).arg(binary);
+            valgrind
+        }
+    }
+}
+
 /// Runs a compiled program and checks how it ended; prints what it printed.
-fn run(program: &Program, command: &mut Command) {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+fn run(program: &Program, runner: Runner, command: &mut Command) {
+    let output = command.output().unwrap_or_else(|e| match runner {
+        Runner::Native => panic!("cannot run {command:?}: {e}"),
+        Runner::Valgrind => panic!(
+            "cannot run {command:?}: {e} (the memory checks need valgrind: on Debian, \
+             `apt-get install valgrind`)"
+        ),
+    });
     print!("{}", String::from_utf8_lossy(&output.stdout));
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
     match output.status.code() {
@@ -214,17 +265,22 @@ fn run(program: &Program, command: &mut Command) {
     }
 }
 
-fn build_and_run(program: &Program) {
-    let binary = compile(program);
+fn build_and_run(program: &Program, runner: Runner) {
+    let binary = compile(program, runner);
     match program.link {
-        Link::Library => run(program, &mut Command::new(&binary)),
+        Link::Library => run(program, runner, &mut command(runner, &binary)),
         Link::Dlopen => {
             // The path both ways the program accepts it: as its argument, and from the
             // environment.
-            run(program, Command::new(&binary).arg(shared_library()));
             run(
                 program,
-                Command::new(&binary).env("DVM_LIBRARY", shared_library()),
+                runner,
+                command(runner, &binary).arg(shared_library()),
+            );
+            run(
+                program,
+                runner,
+                command(runner, &binary).env("DVM_LIBRARY", shared_library()),
             );
         }
     }
