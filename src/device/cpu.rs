@@ -181,8 +181,11 @@ impl HostTensor {
 
     /// The first byte of the host buffer.
     pub fn ptr(&self) -> *mut u8 {
-        // SAFETY: byte_offset lies within the buffer the caller described.
-        unsafe { self.dl.data.cast::<u8>().add(self.dl.byte_offset as usize) }
+        // Checked in `new` to fit in the address space when there are bytes to copy.
+        self.dl
+            .data
+            .cast::<u8>()
+            .wrapping_add(self.dl.byte_offset as usize)
     }
 
     /// Bytes the host tensor holds.

@@ -84,25 +84,30 @@ fn too_large(dims: &[i64], dtype: DLDataType) -> Error {
     ))
 }
 
-/// Bytes of a compact tensor of this shape and dtype; sub-byte dtypes round up.
+/// Bytes of a compact tensor of this shape and dtype; sub-byte dtypes round up. The product
+/// of the nonzero dims must be addressable too, even when a zero dim leaves no element: the
+/// tensor's row-major strides are products of its trailing dims.
 pub fn compact_nbytes(dims: &[i64], dtype: DLDataType) -> Result<usize> {
     check_dtype(dtype)?;
-    let mut elements: u64 = 1;
+    let mut extent: u64 = 1;
+    let mut empty = false;
     for (axis, &dim) in dims.iter().enumerate() {
         let dim = u64::try_from(dim)
             .map_err(|_| Error::value(format!("dimension {axis} of shape {dims:?} is negative")))?;
-        elements = elements
-            .checked_mul(dim)
+        empty |= dim == 0;
+        extent = extent
+            .checked_mul(dim.max(1))
+            .filter(|&e| e <= i64::MAX as u64)
             .ok_or_else(|| too_large(dims, dtype))?;
     }
-    let bits = elements
-        .checked_mul(u64::from(dtype.bits) * u64::from(dtype.lanes))
-        .ok_or_else(|| too_large(dims, dtype))?;
-    let bytes = bits.div_ceil(8);
-    usize::try_from(bytes)
-        .ok()
+    let element_bits = u64::from(dtype.bits) * u64::from(dtype.lanes);
+    let extent_bytes = extent
+        .checked_mul(element_bits)
+        .map(|bits| bits.div_ceil(8))
+        .and_then(|bytes| usize::try_from(bytes).ok())
         .filter(|&b| b <= isize::MAX as usize - HOST_ALIGNMENT)
-        .ok_or_else(|| too_large(dims, dtype))
+        .ok_or_else(|| too_large(dims, dtype))?;
+    Ok(if empty { 0 } else { extent_bytes })
 }
 
 /// The shape of a DLTensor, after checking `ndim` and the pointer.
@@ -129,19 +134,43 @@ pub unsafe fn dl_shape(dl: &DLTensor) -> Result<&[i64]> {
     Ok(unsafe { std::slice::from_raw_parts(dl.shape, dl.ndim as usize) })
 }
 
-/// Checks a DLTensor's description and returns the bytes its elements span.
+/// Checks a DLTensor's description and returns the bytes its elements span. The span, after
+/// the byte offset, must fit in the address space.
 ///
 /// # Safety
 /// `dl.shape` and `dl.strides` (when not NULL) point at `dl.ndim` values each.
 pub unsafe fn check_dltensor(dl: &DLTensor) -> Result<usize> {
     // SAFETY: the caller vouches for the arrays.
     let dims = unsafe { dl_shape(dl) }?;
-    let compact = compact_nbytes(dims, dl.dtype)?;
-    if dl.data.is_null() && compact > 0 {
-        return Err(Error::value(format!(
-            "data is NULL for a tensor of shape {dims:?}"
-        )));
+    // SAFETY: as above.
+    let span = unsafe { span(dl, dims) }?;
+    if span > 0 {
+        if dl.data.is_null() {
+            return Err(Error::value(format!(
+                "data is NULL for a tensor of shape {dims:?}"
+            )));
+        }
+        let end = usize::try_from(dl.byte_offset)
+            .ok()
+            .and_then(|offset| (dl.data as usize).checked_add(offset))
+            .and_then(|first| first.checked_add(span));
+        if end.is_none() {
+            return Err(Error::value(format!(
+                "byte_offset {} puts the {span} bytes of a tensor of shape {dims:?} past the \
+                 end of the address space",
+                dl.byte_offset
+            )));
+        }
     }
+    Ok(span)
+}
+
+/// The bytes a described tensor's elements span, from its first element.
+///
+/// # Safety
+/// `dl.strides`, when not NULL, points at `dims.len()` values.
+unsafe fn span(dl: &DLTensor, dims: &[i64]) -> Result<usize> {
+    let compact = compact_nbytes(dims, dl.dtype)?;
     if dl.strides.is_null() || compact == 0 {
         return Ok(compact);
     }
@@ -162,8 +191,11 @@ pub unsafe fn check_dltensor(dl: &DLTensor) -> Result<usize> {
             .ok_or_else(|| too_large(dims, dl.dtype))?;
     }
     let element_bits = u64::from(dl.dtype.bits) * u64::from(dl.dtype.lanes);
-    let span = (last + 1).checked_mul(element_bits).map(|b| b.div_ceil(8));
-    span.and_then(|s| usize::try_from(s).ok())
+    last.checked_add(1)
+        .and_then(|elements| elements.checked_mul(element_bits))
+        .map(|bits| bits.div_ceil(8))
+        .and_then(|bytes| usize::try_from(bytes).ok())
+        .filter(|&bytes| bytes <= isize::MAX as usize)
         .ok_or_else(|| too_large(dims, dl.dtype))
 }
 
@@ -434,8 +466,13 @@ impl Tensor {
             // SAFETY: as above.
             unsafe { std::slice::from_raw_parts(dl.strides, shape.len()) }.into()
         };
-        // SAFETY: byte_offset stays within the allocation the producer described.
-        let data = unsafe { dl.data.cast::<u8>().add(dl.byte_offset as usize) }.cast();
+        // The first element's address (checked above to fit in the address space when the
+        // tensor has elements; an empty tensor's is never dereferenced).
+        let data = dl
+            .data
+            .cast::<u8>()
+            .wrapping_add(dl.byte_offset as usize)
+            .cast();
         Ok(Self::assemble(
             data,
             dl.device,
@@ -612,6 +649,19 @@ mod tests {
     }
 
     #[test]
+    fn empty_tensors_with_unaddressable_dims_are_value_errors() {
+        // No element, but row-major strides would overflow: numpy refuses this shape too.
+        let err = compact_nbytes(&[0, i64::MAX, i64::MAX], F32).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(err.message.contains("too large"), "{}", err.message);
+        let err = Tensor::empty(&[0, 1 << 40, 1 << 40], F32, DLDevice::cpu()).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        // Empty tensors whose other dims multiply to an addressable extent are fine.
+        let t = Tensor::empty(&[3, 0, 1 << 20], F32, DLDevice::cpu()).unwrap();
+        assert_eq!((t.nbytes(), t.strides()), (0, &[0, 1 << 20, 1][..]));
+    }
+
+    #[test]
     fn sub_byte_dtypes_round_up() {
         let int4 = DLDataType::new(KDL_INT, 4, 1);
         assert_eq!(compact_nbytes(&[3], int4).unwrap(), 2);
@@ -685,6 +735,38 @@ mod tests {
         let mine = Tensor::empty(&[1], F32, DLDevice::cpu()).unwrap();
         let again = Tensor::from_object(mine.object().clone()).unwrap();
         assert!(again.same(&mine), "tensors made here are used as they are");
+    }
+
+    #[test]
+    fn spans_and_offsets_past_the_address_space_are_value_errors() {
+        let mut data = [0f32; 8];
+        let mut shape = [2i64, 2, 2];
+        let mut strides = [i64::MAX, i64::MAX, 1];
+        let mut dl = DLTensor {
+            data: data.as_mut_ptr().cast(),
+            device: DLDevice::cpu(),
+            ndim: 3,
+            dtype: F32,
+            shape: shape.as_mut_ptr(),
+            strides: strides.as_mut_ptr(),
+            byte_offset: 0,
+        };
+        // The last element sits 2^64 - 1 elements past the first.
+        // SAFETY: the arrays above outlive the checks.
+        let err = unsafe { check_dltensor(&dl) }.unwrap_err();
+        assert!(err.message.contains("too large"), "{}", err.message);
+        dl.strides = std::ptr::null_mut();
+        dl.byte_offset = u64::MAX - 3;
+        // SAFETY: as above.
+        let err = unsafe { check_dltensor(&dl) }.unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(err.message.contains("past the end"), "{}", err.message);
+        // An empty tensor's offset is never used to reach an element.
+        // SAFETY: as above; the shape array is rewritten in place.
+        unsafe {
+            dl.shape.write(0);
+            assert_eq!(check_dltensor(&dl).unwrap(), 0);
+        }
     }
 
     #[test]
