@@ -27,6 +27,7 @@ pub mod device;
 pub mod object;
 /// cbindgen:ignore
 pub mod session;
+/// cbindgen:ignore
 mod sync;
 /// cbindgen:ignore
 pub mod vm;

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 use super::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 
 /// The most values a queue holds in a model (each slot is an atomic the model tracks).
-pub const MODEL_CAPACITY: usize = 16;
+const MODEL_CAPACITY: usize = 16;
 
 struct Slot<T> {
     published: AtomicBool,
