@@ -46,10 +46,8 @@ mod reduce;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::Index;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::thread::Thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
@@ -61,6 +59,9 @@ use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::{SharedCpuWatch, available_cpus, current_cpu};
 use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::sync::thread::{self, Thread};
+use crate::sync::time::Instant;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -306,7 +307,7 @@ impl CpuCcl {
 
     /// Records the calling thread as worker `id`'s, so that posts can wake it.
     pub(crate) fn adopt(&self, id: usize) {
-        let _ = self.waiters[id].thread.set(std::thread::current());
+        let _ = self.waiters[id].thread.set(thread::current());
     }
 
     /// The team of worker `id`: the session, or its group.
@@ -530,7 +531,7 @@ impl CpuCcl {
                 if let Some(value) = poll() {
                     return Ok(value);
                 }
-                std::thread::yield_now();
+                thread::yield_now();
             }
         } else {
             let end = Instant::now() + self.spin.budget;
@@ -539,7 +540,7 @@ impl CpuCcl {
                     if let Some(value) = poll() {
                         return Ok(value);
                     }
-                    std::hint::spin_loop();
+                    crate::sync::spin_loop();
                 }
             }
         }
