@@ -33,9 +33,11 @@ impl Use {
 /// The uses an instruction waits for before it runs, at most one per stream.
 pub(crate) type Waits = Vec<Use>;
 
-/// Adds `u` to `waits`, keeping the later point per stream.
+/// Adds `u` to `waits`, keeping the later point per stream. A use already issued is left out
+/// only on a stream whose work is finished when issued: on a device stream (a GPU's) it may
+/// still be running, and the waiter must wait for it on the device.
 fn add_wait(waits: &mut Waits, u: &Use) {
-    if u.is_done() {
+    if u.is_done() && u.stream.device_stream().completes_on_host() {
         return;
     }
     match waits.iter_mut().find(|w| Arc::ptr_eq(&w.stream, &u.stream)) {
@@ -204,6 +206,94 @@ mod tests {
 
     fn tensor() -> Tensor {
         crate::device::empty(&[64], DLDataType::new(KDL_UINT, 8, 1), DLDevice::cpu()).unwrap()
+    }
+
+    /// A device stream whose work outlives the host call that issued it, as a GPU's does (its
+    /// copies are plain host copies; what it logs is which markers it recorded and waited for).
+    struct Asynchronous {
+        name: &'static str,
+        log: Arc<Mutex<Vec<String>>>,
+    }
+
+    struct Mark;
+
+    impl crate::device::Marker for Mark {
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn synchronize(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    impl crate::device::DeviceStream for Asynchronous {
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+        fn can_reach(&self, _: DLDevice) -> bool {
+            true
+        }
+        unsafe fn copy(
+            &self,
+            dst: crate::device::MemPtr,
+            src: crate::device::MemPtr,
+            nbytes: usize,
+        ) -> Result<()> {
+            // SAFETY: the caller's contract.
+            unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast_const(), dst.ptr, nbytes) };
+            Ok(())
+        }
+        fn completes_on_host(&self) -> bool {
+            false
+        }
+        fn new_marker(&self) -> Result<Box<dyn crate::device::Marker>> {
+            Ok(Box::new(Mark))
+        }
+        fn record(&self, _: &dyn crate::device::Marker) -> Result<()> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{} records", self.name));
+            Ok(())
+        }
+        fn wait(&self, _: &dyn crate::device::Marker) -> Result<()> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{} waits", self.name));
+            Ok(())
+        }
+        fn synchronize(&self) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    /// On a device stream, an instruction issued is not an instruction finished: an access on
+    /// another stream waits for it on the device (a marker recorded after it, waited for by
+    /// the accessing stream), however long ago it was issued.
+    #[test]
+    fn uses_issued_on_a_device_stream_are_waited_for_on_the_device() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stream = |name| {
+            let dev = Box::new(Asynchronous {
+                name,
+                log: log.clone(),
+            });
+            Stream::on_device_stream(DLDevice::cpu(), dev, crate::vm::Placement::OwnThread).unwrap()
+        };
+        let (a, b) = (stream("a"), stream("b"));
+        let (t, src, dst) = (tensor(), tensor(), tensor());
+        a.copy(&t, &src).unwrap();
+        a.sync().unwrap();
+        log.lock().unwrap().clear();
+        b.copy(&dst, &t).unwrap();
+        b.sync().unwrap();
+        assert_eq!(*log.lock().unwrap(), ["a records", "b waits"]);
+        // A read on the same stream, and a second read elsewhere, need no marker.
+        log.lock().unwrap().clear();
+        a.copy(&tensor(), &t).unwrap();
+        a.sync().unwrap();
+        assert_eq!(*log.lock().unwrap(), Vec::<String>::new());
     }
 
     /// A long-lived tensor (weights, say) read or written by streams that come and go: its

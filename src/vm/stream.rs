@@ -256,8 +256,15 @@ impl Stream {
 
     /// A stream on `device`, run where `placement` says.
     pub fn with_placement(device: DLDevice, placement: Placement) -> Result<Stream> {
-        let backend = backend(device)?;
-        let dev = backend.new_stream()?;
+        Self::on_device_stream(device, backend(device)?.new_stream()?, placement)
+    }
+
+    /// A stream that issues its work on `dev`, a stream of `device`'s backend.
+    pub(crate) fn on_device_stream(
+        device: DLDevice,
+        dev: Box<dyn DeviceStream>,
+        placement: Placement,
+    ) -> Result<Stream> {
         let marker = dev.new_marker()?;
         let (executor, own_executor) = match placement {
             Placement::SharedPerDevice => (shared_executor(device)?, false),
