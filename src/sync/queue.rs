@@ -48,9 +48,12 @@ impl<T> ArrayQueue<T> {
 
     pub fn push(&self, value: T) -> Result<(), T> {
         let capacity = self.slots.len();
-        let mut tail = self.tail.load(Ordering::Relaxed);
+        // The latest tail (a read-modify-write reads the newest value; a plain load may read
+        // an older one, which with a newer head would look like a full queue).
+        let mut tail = self.tail.fetch_add(0, Ordering::Relaxed);
         loop {
-            if tail - self.head.load(Ordering::Acquire) >= capacity {
+            let head = self.head.load(Ordering::Acquire);
+            if tail.saturating_sub(head) >= capacity {
                 return Err(value);
             }
             match self

@@ -40,6 +40,8 @@
 //! all joined (everyone works, whatever broke meanwhile) or not (nobody works).
 
 mod builtins;
+#[cfg(all(test, loom))]
+mod loom_model;
 pub(crate) mod nccl;
 mod reduce;
 
