@@ -48,10 +48,10 @@ impl<T> ArrayQueue<T> {
 
     pub fn push(&self, value: T) -> Result<(), T> {
         let capacity = self.slots.len();
-        // The latest tail (a read-modify-write reads the newest value; a plain load may read
-        // an older one, which with a newer head would look like a full queue).
-        let mut tail = self.tail.fetch_add(0, Ordering::Relaxed);
+        let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
+            // An older tail than the head read here is behind the pops: the queue is not full,
+            // and the reservation below fails and reads the tail again.
             let head = self.head.load(Ordering::Acquire);
             if tail.saturating_sub(head) >= capacity {
                 return Err(value);
