@@ -25,19 +25,26 @@ pub(crate) struct Use {
 }
 
 impl Use {
+    /// Whether the stream's executor got past the use: it ran, or on a device stream, it was
+    /// issued.
     pub fn is_done(&self) -> bool {
         self.stream.progress.done() >= self.seq
+    }
+
+    /// Whether the use is over, on the device too: done, on a stream whose work is finished
+    /// once issued. (On a GPU stream, done is only issued; waiting for it needs a marker.)
+    pub fn is_finished(&self) -> bool {
+        self.is_done() && self.stream.device_stream().completes_on_host()
     }
 }
 
 /// The uses an instruction waits for before it runs, at most one per stream.
 pub(crate) type Waits = Vec<Use>;
 
-/// Adds `u` to `waits`, keeping the later point per stream. A use already issued is left out
-/// only on a stream whose work is finished when issued: on a device stream (a GPU's) it may
-/// still be running, and the waiter must wait for it on the device.
+/// Adds `u` to `waits`, keeping the later point per stream; a use already finished needs no
+/// wait (one only issued on a GPU stream does: it may still be running there).
 fn add_wait(waits: &mut Waits, u: &Use) {
-    if u.is_done() && u.stream.device_stream().completes_on_host() {
+    if u.is_finished() {
         return;
     }
     match waits.iter_mut().find(|w| Arc::ptr_eq(&w.stream, &u.stream)) {
@@ -107,9 +114,8 @@ impl AccessRecord {
     /// Whether every earlier use an access must follow has finished, all on streams whose work
     /// is done when their host call returns (so "finished" means the memory is settled).
     pub fn settled(&self, access: Access) -> bool {
-        let finished = |u: &Use| u.is_done() && u.stream.device_stream().completes_on_host();
-        self.writer.as_ref().is_none_or(finished)
-            && (access == Access::Read || self.readers.iter().all(finished))
+        self.writer.as_ref().is_none_or(Use::is_finished)
+            && (access == Access::Read || self.readers.iter().all(Use::is_finished))
     }
 
     /// The stream of the last write, if it still takes instructions.
@@ -294,6 +300,10 @@ mod tests {
         a.copy(&tensor(), &t).unwrap();
         a.sync().unwrap();
         assert_eq!(*log.lock().unwrap(), Vec::<String>::new());
+        // An explicit wait for a point another device stream only issued waits on the device.
+        b.wait(&a.record()).unwrap();
+        b.sync().unwrap();
+        assert_eq!(*log.lock().unwrap(), ["a records", "b waits"]);
     }
 
     /// A long-lived tensor (weights, say) read or written by streams that come and go: its

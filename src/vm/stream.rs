@@ -423,7 +423,7 @@ impl Stream {
 
     /// Makes later instructions of this stream wait until `point` was passed (soft sync).
     pub fn wait(&self, point: &StreamPoint) -> Result<()> {
-        if Arc::ptr_eq(&point.0.stream, &self.core) || point.0.is_done() {
+        if Arc::ptr_eq(&point.0.stream, &self.core) || point.0.is_finished() {
             return Ok(());
         }
         let stream = self.core.clone();
