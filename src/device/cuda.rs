@@ -6,9 +6,11 @@
 //! The backend: [`CudaDevice`] works in the device's primary context, which every call first
 //! makes current on the calling thread (so any thread may use a device without setting anything
 //! up); a context the thread already had (a user's thread working on another GPU) is put back
-//! afterwards, and a session worker binds its device for good. Its streams are non-blocking
-//! CUDA streams whose copies are queued with the `cuMemcpy*Async` calls on raw pointers (between
-//! two GPUs `cuMemcpyPeerAsync`); markers are CUDA events (`record` = `cuEventRecord`, `wait` =
+//! afterwards, and a session worker binds its device for good. Its streams are blocking CUDA
+//! streams, ordered with the legacy default stream as Disco's are (kernels a worker's functions
+//! launch there come before the copies and collectives queued after them, and the other way
+//! round), whose copies are queued with the `cuMemcpy*Async` calls on raw pointers (between
+//! two GPUs' memory `cuMemcpyPeerAsync`); markers are CUDA events (`record` = `cuEventRecord`, `wait` =
 //! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host).
 //!
 //! Device memory is stream-ordered where the GPU has memory pools (every GPU since Volta with a
@@ -17,15 +19,18 @@
 //! second stream after that stream waited, on the GPU, for the work issued so far on every
 //! stream of this library (the VM lets go of a tensor once its last instruction was issued,
 //! which on a GPU is before it finished) and on the device's legacy default stream (where a
-//! DLPack consumer such as PyTorch queues its work by default). No free blocks the host. A GPU
-//! without memory pools falls back to `cuMemAlloc`, and a free there synchronizes the context.
+//! DLPack consumer such as PyTorch queues its work by default). No free blocks the host, and the
+//! pool is told not to hand out memory whose free is still queued (an allocation, waited for on
+//! the host, would otherwise wait for every stream). A GPU without memory pools falls back to
+//! `cuMemAlloc`, and a free there synchronizes the context.
 //!
 //! Host memory: large copies from and to pageable host memory go through the driver's own
 //! page-locked staging (a host-to-device copy returns once the host bytes were taken, a
 //! device-to-host copy once they arrived), which is what a VM copy needs from a caller's buffer.
 //! `kDLCUDAHost` tensors ([`PinnedHost`]) are page-locked host memory from `cuMemHostAlloc`
 //! (portable, cached: not write-combined, since the host reads it too), copied directly and
-//! asynchronously. Small device-to-host copies into `kDLCPU` memory (the VM's small reads) land
+//! asynchronously; a free records an event on every stream of this library and releases the
+//! memory once all have passed, at a later allocation or free (no host wait). Small device-to-host copies into `kDLCPU` memory (the VM's small reads) land
 //! in a page-locked buffer of the stream (flags 0) and are copied out after a stream sync, which
 //! is the driver's fast path.
 
@@ -152,6 +157,22 @@ impl PoolStreams {
         if unsafe { result::device::get_attribute(device, pools) }? == 0 {
             return Ok(None);
         }
+        // The pool may not hand out memory whose free is still queued by making the allocating
+        // stream wait for the freeing one: that stream waits for every stream of this library,
+        // and an allocation waited for on the host could then wait for a collective that
+        // waits for the allocating thread.
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        let mut no = 0i32;
+        // SAFETY: `device` is the current context's; the attribute takes an int.
+        unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, device).result()?;
+            sys::cuMemPoolSetAttribute(
+                pool,
+                sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES,
+                (&raw mut no).cast(),
+            )
+            .result()?;
+        }
         let stream = || result::stream::create(result::stream::StreamKind::NonBlocking);
         Ok(Some(PoolStreams {
             alloc: stream()?,
@@ -161,6 +182,18 @@ impl PoolStreams {
     }
 }
 
+/// Waits until the work queued so far on CUDA device `device_id`'s legacy default stream has
+/// finished, and with it the earlier work of the device's blocking streams: how a session
+/// worker's sync covers the kernels its functions launched there.
+pub fn synchronize_default_stream(device_id: i32) -> Result<()> {
+    let device = CudaDevice::shared(device_id)?;
+    let _ctx = device.enter()?;
+    // SAFETY: the legacy stream of the context just made current.
+    driver("synchronizing the default stream", || unsafe {
+        result::stream::synchronize(LEGACY_STREAM)
+    })
+}
+
 impl CudaDevice {
     /// The shared backend of CUDA device `device_id`, or `DeviceUnavailable` saying why.
     pub fn shared(device_id: i32) -> Result<Arc<CudaDevice>> {
@@ -168,7 +201,7 @@ impl CudaDevice {
         if !(0..device_count()).contains(&device_id) {
             return Err(unavailable(device_id));
         }
-        let mut devices = DEVICES.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut devices = lock(&DEVICES);
         if let Some(device) = devices.iter().find(|d| d.id == device_id) {
             return Ok(device.clone());
         }
@@ -181,8 +214,16 @@ impl CudaDevice {
         })
         .map_err(unusable)?;
         let ctx = driver(&what, || CudaContext::new(device_id as usize)).map_err(unusable)?;
-        let _restore = Entered(previous.filter(|&p| p != ctx.cu_ctx()));
-        let pool = driver(&what, || PoolStreams::open(ctx.cu_device())).map_err(unusable)?;
+        let restore = Entered(previous.filter(|&p| p != ctx.cu_ctx()));
+        let pool = match driver(&what, || PoolStreams::open(ctx.cu_device())) {
+            Ok(pool) => pool,
+            Err(error) => {
+                // Releasing the context makes it current; the thread's own comes back after.
+                drop(ctx);
+                drop(restore);
+                return Err(unusable(error));
+            }
+        };
         let device = Arc::new(CudaDevice {
             id: device_id,
             ctx,
@@ -318,8 +359,10 @@ impl Device for CudaDevice {
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
         let device = Self::shared(self.id)?;
         let _ctx = self.enter()?;
+        // A blocking stream: ordered with the legacy default stream, where kernels go by
+        // default (a worker's functions launch theirs there), as streams are in Disco.
         let raw = driver("creating a stream", || {
-            result::stream::create(result::stream::StreamKind::NonBlocking)
+            result::stream::create(result::stream::StreamKind::Default)
         })?;
         let queue = Queue { device, raw };
         let fence = queue.new_event()?;
@@ -361,6 +404,46 @@ impl PinnedHost {
     }
 }
 
+/// Page-locked memory freed while work issued before the free may still use it.
+struct Retired {
+    ptr: usize,
+    /// Events recorded at the free on every stream of this library.
+    fences: Vec<CudaMarker>,
+}
+
+static RETIRED: Mutex<Vec<Retired>> = Mutex::new(Vec::new());
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl PinnedHost {
+    /// Frees the retired memory whose fences have all passed.
+    fn free_retired(&self) {
+        let passed: Vec<Retired> = {
+            let mut retired = lock(&RETIRED);
+            let (passed, waiting) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|r| r.fences.iter().all(CudaMarker::passed));
+            *retired = waiting;
+            passed
+        };
+        if passed.is_empty() {
+            return;
+        }
+        let Ok(_ctx) = self.device.enter() else {
+            return;
+        };
+        for retired in passed {
+            // SAFETY: from `cuMemHostAlloc` (`allocate`), freed by its owner; the GPU work
+            // issued before that has finished (every fence passed).
+            let _ = driver("freeing page-locked host memory", || unsafe {
+                result::free_host(retired.ptr as *mut std::ffi::c_void)
+            });
+        }
+    }
+}
+
 impl Device for PinnedHost {
     fn dl_device(&self) -> DLDevice {
         DLDevice {
@@ -370,6 +453,7 @@ impl Device for PinnedHost {
     }
 
     fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
+        self.free_retired();
         let _ctx = self.device.enter()?;
         let what = format!("allocating {nbytes} bytes of page-locked host memory");
         // SAFETY: a context is current; portable, cached page-locked memory.
@@ -384,17 +468,23 @@ impl Device for PinnedHost {
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, _nbytes: usize) {
-        let Ok(_ctx) = self.device.enter() else {
-            return;
-        };
-        for queue in live_queues() {
-            let _ = queue.queue.synchronize();
-        }
-        // SAFETY: from `cuMemHostAlloc` (`allocate`), as the caller promises; the GPU work
-        // issued on it has finished.
-        let _ = driver("freeing page-locked host memory", || unsafe {
-            result::free_host(ptr.as_ptr().cast())
+        // Copies issued on any of this library's streams may still read or write the memory.
+        // Rather than wait for them on the host (which could wait for a collective that waits
+        // for this very thread), an event is recorded on each stream, and the memory is freed
+        // once every one has passed, at this or a later allocation or free.
+        let fences = live_queues()
+            .iter()
+            .filter_map(|queue| {
+                let event = queue.queue.new_event().ok()?;
+                queue.queue.record(&event).ok()?;
+                Some(event)
+            })
+            .collect();
+        lock(&RETIRED).push(Retired {
+            ptr: ptr.as_ptr() as usize,
+            fences,
         });
+        self.free_retired();
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
@@ -475,21 +565,16 @@ impl QueueWithFence {
 static QUEUES: Mutex<Vec<Weak<QueueWithFence>>> = Mutex::new(Vec::new());
 
 fn register(queue: &Arc<QueueWithFence>) {
-    let mut queues = QUEUES.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut queues = lock(&QUEUES);
     queues.retain(|q| q.strong_count() > 0);
     queues.push(Arc::downgrade(queue));
 }
 
 fn live_queues() -> Vec<Arc<QueueWithFence>> {
-    QUEUES
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .iter()
-        .filter_map(Weak::upgrade)
-        .collect()
+    lock(&QUEUES).iter().filter_map(Weak::upgrade).collect()
 }
 
-/// A non-blocking CUDA stream: copies are queued on the GPU and finish later; markers are
+/// A blocking CUDA stream: copies are queued on the GPU and finish later; markers are
 /// events.
 struct CudaStream {
     queue: Arc<QueueWithFence>,
@@ -536,6 +621,21 @@ impl Marker for CudaMarker {
         driver("waiting for an event on the host", || unsafe {
             result::event::synchronize(self.raw)
         })
+    }
+}
+
+impl CudaMarker {
+    /// Whether the GPU has passed the event's latest recording. A failed query (a context
+    /// that can run nothing any more) counts as passed: nothing will touch the memory again.
+    fn passed(&self) -> bool {
+        let Ok(_ctx) = self.device.enter() else {
+            return true;
+        };
+        // SAFETY: the event is ours and alive.
+        let query = catch_unwind(AssertUnwindSafe(|| unsafe {
+            result::event::query(self.raw)
+        }));
+        !matches!(query, Ok(Err(DriverError(CUresult::CUDA_ERROR_NOT_READY))))
     }
 }
 
@@ -600,6 +700,21 @@ impl CudaStream {
         ))
     }
 
+    /// Checks that the device side of a copy with host memory is this stream's GPU: another
+    /// GPU's memory (from its pool, say) need not be reachable from this one's context.
+    fn check_own_device(&self, side: &str, mem: MemPtr) -> Result<()> {
+        self.check_device(side, mem)?;
+        let own = self.device().id;
+        if mem.device.device_id == own {
+            return Ok(());
+        }
+        Err(Error::value(format!(
+            "a stream of CUDA device {own} cannot copy between host memory and the memory of \
+             CUDA device {} (use a stream of that device)",
+            mem.device.device_id
+        )))
+    }
+
     /// A small device-to-host copy through the page-locked staging buffer, then into `dst`.
     /// It returns with the bytes in `dst`, as the driver's own copy into pageable memory does,
     /// but takes the fast path of a page-locked destination (small reads hit this).
@@ -613,7 +728,7 @@ impl CudaStream {
         src: sys::CUdeviceptr,
         nbytes: usize,
     ) -> Result<()> {
-        let mut staging = self.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut staging = lock(&self.staging);
         let buffer = match &*staging {
             Some(Staging(buffer)) => *buffer,
             None => {
@@ -660,7 +775,7 @@ impl DeviceStream for CudaStream {
         let stream = self.queue.queue.raw;
         match (is_host_memory(dst.device), is_host_memory(src.device)) {
             (false, true) => {
-                self.check_device("to", dst)?;
+                self.check_own_device("to", dst)?;
                 // SAFETY: the host range is valid for `nbytes` until the copy finished, as the
                 // caller promises.
                 let host = unsafe { std::slice::from_raw_parts(src.ptr.cast_const(), nbytes) };
@@ -670,12 +785,12 @@ impl DeviceStream for CudaStream {
                 })
             }
             (true, false) if dst.device.device_type == KDL_CPU && nbytes <= STAGING_BYTES => {
-                self.check_device("from", src)?;
+                self.check_own_device("from", src)?;
                 // SAFETY: as above.
                 unsafe { self.copy_small_to_host(dst.ptr, device_ptr(src), nbytes) }
             }
             (true, false) => {
-                self.check_device("from", src)?;
+                self.check_own_device("from", src)?;
                 // SAFETY: as above.
                 let host = unsafe { std::slice::from_raw_parts_mut(dst.ptr, nbytes) };
                 driver("copying device to host", || unsafe {
@@ -686,7 +801,8 @@ impl DeviceStream for CudaStream {
             (false, false) => {
                 self.check_device("to", dst)?;
                 self.check_device("from", src)?;
-                if dst.device.device_id == src.device.device_id {
+                let own = self.device().id;
+                if dst.device.device_id == own && src.device.device_id == own {
                     driver("copying device to device", || unsafe {
                         // SAFETY: both device ranges are valid for `nbytes` (the caller).
                         result::memcpy_dtod_async(device_ptr(dst), device_ptr(src), nbytes, stream)

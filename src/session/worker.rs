@@ -8,10 +8,11 @@ use std::sync::{Arc, OnceLock, Weak};
 use super::controller::Session;
 use super::message::{Arg, CopyDirection, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
-use crate::abi::DLDevice;
+use crate::abi::{DLDevice, KDL_CUDA};
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
+use crate::device::cuda;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::vm::{Placement, Stream};
@@ -148,7 +149,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             Message::Sync(reply) => {
                 worker.share_less(reply.waiter_cpu());
                 if reply.claim() {
-                    worker.sync_stream();
+                    worker.sync_device();
                     reply.complete(worker.take_failure());
                 }
             }
@@ -252,14 +253,19 @@ impl Worker {
         }
     }
 
-    /// Waits for the device work queued on the worker's stream, if it has one, and keeps its
-    /// failures for the reply.
-    fn sync_stream(&mut self) {
-        let Some(stream) = STREAM.with(|s| s.borrow().clone()) else {
-            return;
-        };
-        if let Err(cause) = stream.sync() {
+    /// Waits for the device work the worker queued, and keeps its failures for the reply: the
+    /// work on its stream, if it has one, and on a GPU also the kernels its functions launched
+    /// on the device's default stream.
+    fn sync_device(&mut self) {
+        if let Some(stream) = STREAM.with(|s| s.borrow().clone())
+            && let Err(cause) = stream.sync()
+        {
             self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
+        }
+        if self.info.device.device_type == KDL_CUDA
+            && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id)
+        {
+            self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
     }
 
