@@ -10,12 +10,16 @@
 //!   from a Python virtual environment made by `tests/support/tvm_ffi_venv.sh`; the first run
 //!   needs python3 (with venv) and access to PyPI.
 
+#[path = "support/commands.rs"]
+mod commands;
 #[path = "support/venvs.rs"]
 mod venvs;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use commands::run_or;
 
 const WARNINGS: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
 
@@ -55,20 +59,9 @@ fn out_dir() -> PathBuf {
     dir
 }
 
-/// Runs `command` and returns its stdout; panics with the command line and its output unless it
-/// exits with status 0.
+/// Runs `command` and returns its stdout; panics unless it exits with status 0.
 fn run(command: &mut Command) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e} (are gcc and g++ installed?)"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
+    run_or(command, " (are gcc and g++ installed?)")
 }
 
 /// A compiler command for `lang` with the project's warning flags and `include/` on the path.

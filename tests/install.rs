@@ -19,6 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
+use commands::run_or;
+
+#[path = "support/commands.rs"]
+mod commands;
 #[path = "support/venvs.rs"]
 mod venvs;
 
@@ -68,21 +72,6 @@ fn fresh_dir(name: &str) -> PathBuf {
 /// Runs `command` and returns its stdout; panics with everything it printed unless it exits 0.
 fn run(command: &mut Command) -> String {
     run_or(command, "")
-}
-
-/// [`run`], with a hint for when the program is missing.
-fn run_or(command: &mut Command, hint_if_missing: &str) -> String {
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}{hint_if_missing}"));
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    assert!(
-        output.status.success(),
-        "{command:?} failed ({})\n--- stdout\n{stdout}\n--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    stdout
 }
 
 /// Runs `make <args>` in the repository, with this test's cargo and target directory. One at
