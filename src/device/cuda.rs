@@ -537,6 +537,18 @@ impl Marker for CudaMarker {
             result::event::synchronize(self.raw)
         })
     }
+
+    fn is_passed(&self) -> Result<bool> {
+        let _ctx = self.device.enter()?;
+        driver("querying an event", || {
+            // SAFETY: the event is alive (owned by self); a query never blocks.
+            match unsafe { result::event::query(self.raw) } {
+                Ok(()) => Ok(true),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+    }
 }
 
 impl Drop for CudaMarker {

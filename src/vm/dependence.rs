@@ -224,6 +224,9 @@ mod tests {
         fn synchronize(&self) -> Result<()> {
             Ok(())
         }
+        fn is_passed(&self) -> Result<bool> {
+            Ok(true)
+        }
     }
 
     impl crate::device::DeviceStream for Asynchronous {
