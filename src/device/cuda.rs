@@ -15,10 +15,11 @@
 //! recent driver): it comes from the device's pool (`cuMemAllocAsync` on a stream of its own,
 //! waited for before the memory is handed out), and a free is queued with `cuMemFreeAsync` on a
 //! second stream after that stream waited, on the GPU, for the work issued so far on every
-//! stream of this library (the VM lets go of a tensor once its last instruction was issued,
-//! which on a GPU is before it finished) and on the device's legacy default stream (where a
-//! DLPack consumer such as PyTorch queues its work by default). No free blocks the host. A GPU
-//! without memory pools falls back to `cuMemAlloc`, and a free there synchronizes the context.
+//! stream of this library (the VM keeps a tensor until the GPU passed its instructions, but
+//! work the VM does not see may use the memory too: a kernel a callback launched) and on the
+//! device's legacy default stream (where a DLPack consumer such as PyTorch queues its work by
+//! default). No free blocks the host. A GPU without memory pools falls back to `cuMemAlloc`,
+//! and a free there synchronizes the context.
 //!
 //! Host memory: large copies from and to pageable host memory go through the driver's own
 //! page-locked staging (a host-to-device copy returns once the host bytes were taken, a

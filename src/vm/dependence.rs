@@ -150,7 +150,9 @@ pub fn settle(tensor: &Tensor) -> Result<()> {
         .iter()
         .filter(|u| !u.stream.device_stream().completes_on_host())
     {
+        let issued = u.stream.progress.done();
         u.stream.device_stream().synchronize()?;
+        u.stream.retiring.release_through(issued);
     }
     Ok(())
 }
@@ -201,102 +203,29 @@ impl TensorDeps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{DLDataType, DLDevice, KDL_UINT};
+    use crate::abi::DLDevice;
     use crate::vm::Stream;
-
-    fn tensor() -> Tensor {
-        crate::device::empty(&[64], DLDataType::new(KDL_UINT, 8, 1), DLDevice::cpu()).unwrap()
-    }
-
-    /// A device stream whose work outlives the host call that issued it, as a GPU's does (its
-    /// copies are plain host copies; what it logs is which markers it recorded and waited for).
-    struct Asynchronous {
-        name: &'static str,
-        log: Arc<Mutex<Vec<String>>>,
-    }
-
-    struct Mark;
-
-    impl crate::device::Marker for Mark {
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
-        fn is_passed(&self) -> Result<bool> {
-            Ok(true)
-        }
-    }
-
-    impl crate::device::DeviceStream for Asynchronous {
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn can_reach(&self, _: DLDevice) -> bool {
-            true
-        }
-        unsafe fn copy(
-            &self,
-            dst: crate::device::MemPtr,
-            src: crate::device::MemPtr,
-            nbytes: usize,
-        ) -> Result<()> {
-            // SAFETY: the caller's contract.
-            unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast_const(), dst.ptr, nbytes) };
-            Ok(())
-        }
-        fn completes_on_host(&self) -> bool {
-            false
-        }
-        fn new_marker(&self) -> Result<Box<dyn crate::device::Marker>> {
-            Ok(Box::new(Mark))
-        }
-        fn record(&self, _: &dyn crate::device::Marker) -> Result<()> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{} records", self.name));
-            Ok(())
-        }
-        fn wait(&self, _: &dyn crate::device::Marker) -> Result<()> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{} waits", self.name));
-            Ok(())
-        }
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
-    }
+    use crate::vm::mock_device::{MockDevice, tensor};
 
     /// On a device stream, an instruction issued is not an instruction finished: an access on
     /// another stream waits for it on the device (a marker recorded after it, waited for by
     /// the accessing stream), however long ago it was issued.
     #[test]
     fn uses_issued_on_a_device_stream_are_waited_for_on_the_device() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stream = |name| {
-            let dev = Box::new(Asynchronous {
-                name,
-                log: log.clone(),
-            });
-            Stream::on_device_stream(DLDevice::cpu(), dev, crate::vm::Placement::OwnThread).unwrap()
-        };
+        let device = Arc::new(MockDevice::default());
+        let stream = |name| device.stream(name, crate::vm::Placement::OwnThread);
         let (a, b) = (stream("a"), stream("b"));
         let (t, src, dst) = (tensor(), tensor(), tensor());
         a.copy(&t, &src).unwrap();
         a.sync().unwrap();
-        log.lock().unwrap().clear();
+        device.take_log();
         b.copy(&dst, &t).unwrap();
         b.sync().unwrap();
-        assert_eq!(*log.lock().unwrap(), ["a records", "b waits"]);
+        assert_eq!(device.take_log(), ["a records", "b waits"]);
         // A read on the same stream, and a second read elsewhere, need no marker.
-        log.lock().unwrap().clear();
         a.copy(&tensor(), &t).unwrap();
         a.sync().unwrap();
-        assert_eq!(*log.lock().unwrap(), Vec::<String>::new());
+        assert_eq!(device.take_log(), Vec::<String>::new());
     }
 
     /// A long-lived tensor (weights, say) read or written by streams that come and go: its
