@@ -70,9 +70,15 @@ impl AccessRecord {
     /// Records an access at `seq` on `stream`. Uses on streams freed since are dropped first:
     /// a stream finishes its work before it closes, so nothing waits for them, and keeping them
     /// would keep every freed stream alive as long as the tensor (a long-lived tensor read by
-    /// short-lived streams would collect one per stream).
+    /// short-lived streams would collect one per stream). On a device whose work outlives the
+    /// host call, a use is dropped only once the device finished the stream's work (a stream
+    /// closed from a callback on its executor could not wait for it when it closed).
     pub fn record(&mut self, stream: &Arc<StreamCore>, seq: u64, access: Access) {
-        let freed = |u: &Use| u.stream.is_closed() && u.is_done();
+        let freed = |u: &Use| {
+            u.stream.is_closed()
+                && u.is_done()
+                && (u.stream.device_stream().completes_on_host() || u.stream.is_finished())
+        };
         self.readers.retain(|r| !freed(r));
         if self.writer.as_ref().is_some_and(freed) {
             self.writer = None;
@@ -226,6 +232,55 @@ mod tests {
         a.copy(&tensor(), &t).unwrap();
         a.sync().unwrap();
         assert_eq!(device.take_log(), Vec::<String>::new());
+    }
+
+    /// A stream closed by a callback on its own executor cannot wait for its work then; until
+    /// the device finished it, its uses stay in the tensors' records, so that later accesses
+    /// on other streams still wait for them. Its last instruction waits for the device and
+    /// lets go of what the stream's instructions held.
+    #[test]
+    fn a_stream_closed_from_its_own_callback_keeps_its_uses_until_its_device_work_finished() {
+        use crate::object::{Any, Function};
+        use crate::vm::Arg;
+        use crate::vm::mock_device::imported;
+        use std::sync::atomic::Ordering;
+        let device = Arc::new(MockDevice::default());
+        device.busy.store(true, Ordering::Release);
+        let a = Arc::new(device.stream("a", crate::vm::Placement::Inline));
+        let b = Arc::new(device.stream("b", crate::vm::Placement::OwnThread));
+        let (src, deleted) = imported();
+        let t = tensor();
+        a.copy(&t, &src).unwrap();
+        drop(src);
+        let kept = Arc::new(Mutex::new(None));
+        let callback = {
+            let (a, b, t, kept) = (a.clone(), b.clone(), t.clone(), kept.clone());
+            Function::from_closure(move |_| {
+                a.close();
+                // A read on another stream records its use, forgetting those it may.
+                b.copy(&tensor(), &t)?;
+                let record = TensorDeps::of(&t).lock();
+                let writer = record.writer.as_ref();
+                *kept.lock().unwrap() = Some(writer.is_some_and(|w| w.stream.is_closed()));
+                Ok(Any::None)
+            })
+        };
+        a.call(&callback, vec![Arg::Value(Any::None)]).unwrap();
+        assert_eq!(
+            *kept.lock().unwrap(),
+            Some(true),
+            "the write on `a` was kept"
+        );
+        assert_eq!(
+            deleted.load(Ordering::Acquire),
+            1,
+            "the import goes once the device finished the closed stream's work"
+        );
+        b.sync().unwrap();
+        // The device finished the closed stream's work: now its use can go.
+        b.copy(&tensor(), &t).unwrap();
+        assert!(TensorDeps::of(&t).lock().writer.is_none());
+        b.sync().unwrap();
     }
 
     /// A long-lived tensor (weights, say) read or written by streams that come and go: its

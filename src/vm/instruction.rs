@@ -204,6 +204,12 @@ impl Instruction {
         } else if let Err(error) = stream.retiring.hold(dev, seq, op) {
             stream.report(error);
         }
+        // A stream closed from a callback on its executor could not wait for its work then:
+        // its last instruction does, on the device, once issued.
+        if stream.is_closed() && seq == stream.issued() {
+            stream.settle_device(seq);
+            stream.mark_finished();
+        }
         stream.finish(seq);
     }
 }

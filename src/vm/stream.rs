@@ -41,6 +41,8 @@ pub(crate) struct StreamCore {
     /// The first failure since the last sync, and how many followed it.
     error: Mutex<Option<(Error, usize)>>,
     closed: AtomicBool,
+    /// Closed, and the device finished all its work: other streams need not wait for its uses.
+    finished: AtomicBool,
     /// What its finished instructions hold until the device finished them too.
     pub(crate) retiring: Retiring,
 }
@@ -60,6 +62,16 @@ impl StreamCore {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether the stream was closed and all its work finished, on the device too (a use
+    /// on it can be forgotten).
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_finished(&self) {
+        self.finished.store(true, Ordering::Release);
     }
 
     pub fn issued(&self) -> u64 {
@@ -317,6 +329,7 @@ impl Stream {
                 progress: Progress::default(),
                 error: Mutex::new(None),
                 closed: AtomicBool::new(false),
+                finished: AtomicBool::new(false),
                 retiring: Retiring::default(),
             }),
         })
@@ -489,9 +502,20 @@ impl Stream {
         if core.is_closed() {
             return;
         }
-        let _ = core.drain();
+        let drained = core.drain().is_ok();
         let _ = core.take_failures();
         core.closed.store(true, Ordering::Release);
+        if drained {
+            core.mark_finished();
+        } else if core.progress.done() >= core.issued() {
+            // Called from a callback on the executor, whose instructions of this stream have
+            // all run (none runs while this one does): wait for the device here.
+            core.settle_device(core.issued());
+            core.mark_finished();
+        }
+        // Otherwise the stream's last instruction, still to run on this executor, waits for
+        // the device after it (see `Instruction::execute`); until then the stream's uses are
+        // kept, so that other streams wait for them.
         if core.own_executor {
             core.executor.stop();
         }
