@@ -205,8 +205,9 @@ impl Instruction {
             stream.report(error);
         }
         // A stream closed from a callback on its executor could not wait for its work then:
-        // its last instruction does, on the device, once issued.
-        if stream.is_closed() && seq == stream.issued() {
+        // its last instruction does, on the device, once issued. (`>=`: a submitter publishes
+        // the number after queueing, so the executor may run it first.)
+        if stream.is_closed() && seq >= stream.issued() {
             stream.settle_device(seq);
             stream.mark_finished();
         }
