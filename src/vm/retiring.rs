@@ -11,7 +11,8 @@
 //! free of per-tensor checks. Host streams hold nothing: their work is done when issued.
 //!
 //! Held instructions are let go: by a sync of the stream (after the device finished what was
-//! issued), by its close, by `settle`; and, without any of these, in batches: every
+//! issued), by its close, by `settle`, by a small read or write on it (which waits for the
+//! device); and, without any of these, in batches: every
 //! [`BATCH`] instructions a marker is recorded after the batch, and batches whose marker the
 //! device passed (a query, which never blocks) are let go. When more than [`MAX_BATCHES`]
 //! batches are waiting, the executor waits on the device for the oldest one (the device is far
@@ -194,6 +195,23 @@ mod tests {
             1,
             "deleted when the stream closed"
         );
+    }
+
+    /// A small read of a tensor a device stream wrote runs on that stream and waits for the
+    /// device: what the stream's earlier instructions held goes then too.
+    #[test]
+    fn a_small_read_on_a_device_stream_lets_go_of_what_it_waited_for() {
+        let device = Arc::new(MockDevice::default());
+        device.busy.store(true, Ordering::Release);
+        let stream = device.stream("s", Placement::OwnThread);
+        let (src, deleted) = imported();
+        let dst = tensor();
+        stream.copy(&dst, &src).unwrap();
+        drop(src);
+        let mut out = [0u8; 64];
+        crate::vm::read(&dst, &mut out).unwrap();
+        assert_eq!(out, [7; 64]);
+        assert_eq!(deleted.load(Ordering::Acquire), 1);
     }
 
     /// On the host nothing changes: the copy is done when it ran, and the import goes with it.
