@@ -576,7 +576,8 @@ dvm_status dvm_tensor_empty(const int64_t *shape,
 /**
  * Drops a reference to a tensor (to any object: it is dropped as by `dvm_object_dec_ref`).
  * NULL is fine. Work still queued on a stream that uses the
- * tensor keeps it alive until that work finishes (a DLPack tensor's deleter runs then).
+ * tensor keeps it alive until that work finishes, on the device too (a DLPack tensor's
+ * deleter runs after that: on a GPU stream, by the stream's next sync or close at the latest).
  *
  * Undefined: dropping a reference the caller does not own.
  * Thread safety: any thread.

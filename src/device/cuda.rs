@@ -17,12 +17,13 @@
 //! recent driver): it comes from the device's pool (`cuMemAllocAsync` on a stream of its own,
 //! waited for before the memory is handed out), and a free is queued with `cuMemFreeAsync` on a
 //! second stream after that stream waited, on the GPU, for the work issued so far on every
-//! stream of this library (the VM lets go of a tensor once its last instruction was issued,
-//! which on a GPU is before it finished) and on the device's legacy default stream (where a
-//! DLPack consumer such as PyTorch queues its work by default). No free blocks the host, and the
-//! pool is told not to hand out memory whose free is still queued (an allocation, waited for on
-//! the host, would otherwise wait for every stream). A GPU without memory pools falls back to
-//! `cuMemAlloc`, and a free there synchronizes the context.
+//! stream of this library (the VM keeps a tensor until the GPU passed its instructions, but
+//! work the VM does not see may use the memory too: a kernel a callback launched) and on the
+//! device's legacy default stream (where a DLPack consumer such as PyTorch queues its work by
+//! default). No free blocks the host, and the pool is told not to hand out memory whose free is
+//! still queued (an allocation, waited for on the host, would otherwise wait for every stream).
+//! A GPU without memory pools falls back to `cuMemAlloc`, and a free there synchronizes the
+//! context.
 //!
 //! Host memory: large copies from and to pageable host memory go through the driver's own
 //! page-locked staging (a host-to-device copy returns once the host bytes were taken, a
@@ -30,9 +31,10 @@
 //! `kDLCUDAHost` tensors ([`PinnedHost`]) are page-locked host memory from `cuMemHostAlloc`
 //! (portable, cached: not write-combined, since the host reads it too), copied directly and
 //! asynchronously; a free records an event on every stream of this library and releases the
-//! memory once all have passed, at a later allocation or free (no host wait). Small device-to-host copies into `kDLCPU` memory (the VM's small reads) land
-//! in a page-locked buffer of the stream (flags 0) and are copied out after a stream sync, which
-//! is the driver's fast path.
+//! memory once all have passed, at a later allocation or free (no host wait). Small
+//! device-to-host copies into `kDLCPU` memory (the VM's small reads) land in a page-locked
+//! buffer of the stream (flags 0) and are copied out after a stream sync, which is the driver's
+//! fast path.
 
 use std::any::Any as StdAny;
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -422,9 +424,13 @@ impl PinnedHost {
     fn free_retired(&self) {
         let passed: Vec<Retired> = {
             let mut retired = lock(&RETIRED);
-            let (passed, waiting) = std::mem::take(&mut *retired)
-                .into_iter()
-                .partition(|r| r.fences.iter().all(CudaMarker::passed));
+            let (passed, waiting) = std::mem::take(&mut *retired).into_iter().partition(|r| {
+                // A failed query (a context that can run nothing any more) counts as
+                // passed: nothing will touch the memory again.
+                r.fences
+                    .iter()
+                    .all(|fence| fence.is_passed().unwrap_or(true))
+            });
             *retired = waiting;
             passed
         };
@@ -622,20 +628,17 @@ impl Marker for CudaMarker {
             result::event::synchronize(self.raw)
         })
     }
-}
 
-impl CudaMarker {
-    /// Whether the GPU has passed the event's latest recording. A failed query (a context
-    /// that can run nothing any more) counts as passed: nothing will touch the memory again.
-    fn passed(&self) -> bool {
-        let Ok(_ctx) = self.device.enter() else {
-            return true;
-        };
-        // SAFETY: the event is ours and alive.
-        let query = catch_unwind(AssertUnwindSafe(|| unsafe {
-            result::event::query(self.raw)
-        }));
-        !matches!(query, Ok(Err(DriverError(CUresult::CUDA_ERROR_NOT_READY))))
+    fn is_passed(&self) -> Result<bool> {
+        let _ctx = self.device.enter()?;
+        driver("querying an event", || {
+            // SAFETY: the event is alive (owned by self); a query never blocks.
+            match unsafe { result::event::query(self.raw) } {
+                Ok(()) => Ok(true),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
     }
 }
 

@@ -92,6 +92,10 @@ pub trait Marker: Send + Sync {
     /// Blocks the calling thread until the device passed the marker's latest recording (how a
     /// host stream waits for a device stream).
     fn synchronize(&self) -> Result<()>;
+
+    /// Whether the device passed the marker's latest recording (never blocks: how a stream
+    /// finds which of the tensors its finished instructions held it may let go).
+    fn is_passed(&self) -> Result<bool>;
 }
 
 /// Whether `device` is host memory the CPU reads and writes directly: the host's own, or

@@ -77,9 +77,15 @@ impl AccessRecord {
     /// Records an access at `seq` on `stream`. Uses on streams freed since are dropped first:
     /// a stream finishes its work before it closes, so nothing waits for them, and keeping them
     /// would keep every freed stream alive as long as the tensor (a long-lived tensor read by
-    /// short-lived streams would collect one per stream).
+    /// short-lived streams would collect one per stream). On a device whose work outlives the
+    /// host call, a use is dropped only once the device finished the stream's work (a stream
+    /// closed from a callback on its executor could not wait for it when it closed).
     pub fn record(&mut self, stream: &Arc<StreamCore>, seq: u64, access: Access) {
-        let freed = |u: &Use| u.stream.is_closed() && u.is_done();
+        let freed = |u: &Use| {
+            u.stream.is_closed()
+                && u.is_done()
+                && (u.stream.device_stream().completes_on_host() || u.stream.is_finished())
+        };
         self.readers.retain(|r| !freed(r));
         if self.writer.as_ref().is_some_and(freed) {
             self.writer = None;
@@ -156,7 +162,9 @@ pub fn settle(tensor: &Tensor) -> Result<()> {
         .iter()
         .filter(|u| !u.stream.device_stream().completes_on_host())
     {
+        let issued = u.stream.progress.done();
         u.stream.device_stream().synchronize()?;
+        u.stream.retiring.release_through(issued);
     }
     Ok(())
 }
@@ -207,103 +215,82 @@ impl TensorDeps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::abi::{DLDataType, DLDevice, KDL_UINT};
+    use crate::abi::DLDevice;
     use crate::vm::Stream;
-
-    fn tensor() -> Tensor {
-        crate::device::empty(&[64], DLDataType::new(KDL_UINT, 8, 1), DLDevice::cpu()).unwrap()
-    }
-
-    /// A device stream whose work outlives the host call that issued it, as a GPU's does (its
-    /// copies are plain host copies; what it logs is which markers it recorded and waited for).
-    struct Asynchronous {
-        name: &'static str,
-        log: Arc<Mutex<Vec<String>>>,
-    }
-
-    struct Mark;
-
-    impl crate::device::Marker for Mark {
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
-    }
-
-    impl crate::device::DeviceStream for Asynchronous {
-        fn as_any(&self) -> &dyn std::any::Any {
-            self
-        }
-        fn can_reach(&self, _: DLDevice) -> bool {
-            true
-        }
-        unsafe fn copy(
-            &self,
-            dst: crate::device::MemPtr,
-            src: crate::device::MemPtr,
-            nbytes: usize,
-        ) -> Result<()> {
-            // SAFETY: the caller's contract.
-            unsafe { std::ptr::copy_nonoverlapping(src.ptr.cast_const(), dst.ptr, nbytes) };
-            Ok(())
-        }
-        fn completes_on_host(&self) -> bool {
-            false
-        }
-        fn new_marker(&self) -> Result<Box<dyn crate::device::Marker>> {
-            Ok(Box::new(Mark))
-        }
-        fn record(&self, _: &dyn crate::device::Marker) -> Result<()> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{} records", self.name));
-            Ok(())
-        }
-        fn wait(&self, _: &dyn crate::device::Marker) -> Result<()> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{} waits", self.name));
-            Ok(())
-        }
-        fn synchronize(&self) -> Result<()> {
-            Ok(())
-        }
-    }
+    use crate::vm::mock_device::{MockDevice, tensor};
 
     /// On a device stream, an instruction issued is not an instruction finished: an access on
     /// another stream waits for it on the device (a marker recorded after it, waited for by
     /// the accessing stream), however long ago it was issued.
     #[test]
     fn uses_issued_on_a_device_stream_are_waited_for_on_the_device() {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stream = |name| {
-            let dev = Box::new(Asynchronous {
-                name,
-                log: log.clone(),
-            });
-            Stream::on_device_stream(DLDevice::cpu(), dev, crate::vm::Placement::OwnThread).unwrap()
-        };
+        let device = Arc::new(MockDevice::default());
+        let stream = |name| device.stream(name, crate::vm::Placement::OwnThread);
         let (a, b) = (stream("a"), stream("b"));
         let (t, src, dst) = (tensor(), tensor(), tensor());
         a.copy(&t, &src).unwrap();
         a.sync().unwrap();
-        log.lock().unwrap().clear();
+        device.take_log();
         b.copy(&dst, &t).unwrap();
         b.sync().unwrap();
-        assert_eq!(*log.lock().unwrap(), ["a records", "b waits"]);
+        assert_eq!(device.take_log(), ["a records", "b waits"]);
         // A read on the same stream, and a second read elsewhere, need no marker.
-        log.lock().unwrap().clear();
         a.copy(&tensor(), &t).unwrap();
         a.sync().unwrap();
-        assert_eq!(*log.lock().unwrap(), Vec::<String>::new());
+        assert_eq!(device.take_log(), Vec::<String>::new());
         // An explicit wait for a point another device stream only issued waits on the device.
         b.wait(&a.record()).unwrap();
         b.sync().unwrap();
-        assert_eq!(*log.lock().unwrap(), ["a records", "b waits"]);
+        assert_eq!(device.take_log(), ["a records", "b waits"]);
+    }
+
+    /// A stream closed by a callback on its own executor cannot wait for its work then; until
+    /// the device finished it, its uses stay in the tensors' records, so that later accesses
+    /// on other streams still wait for them. Its last instruction waits for the device and
+    /// lets go of what the stream's instructions held.
+    #[test]
+    fn a_stream_closed_from_its_own_callback_keeps_its_uses_until_its_device_work_finished() {
+        use crate::object::{Any, Function};
+        use crate::vm::Arg;
+        use crate::vm::mock_device::imported;
+        use std::sync::atomic::Ordering;
+        let device = Arc::new(MockDevice::default());
+        device.busy.store(true, Ordering::Release);
+        let a = Arc::new(device.stream("a", crate::vm::Placement::Inline));
+        let b = Arc::new(device.stream("b", crate::vm::Placement::OwnThread));
+        let (src, deleted) = imported();
+        let t = tensor();
+        a.copy(&t, &src).unwrap();
+        drop(src);
+        let kept = Arc::new(Mutex::new(None));
+        let callback = {
+            let (a, b, t, kept) = (a.clone(), b.clone(), t.clone(), kept.clone());
+            Function::from_closure(move |_| {
+                a.close();
+                // A read on another stream records its use, forgetting those it may.
+                b.copy(&tensor(), &t)?;
+                let record = TensorDeps::of(&t).lock();
+                let writer = record.writer.as_ref();
+                *kept.lock().unwrap() = Some(writer.is_some_and(|w| w.stream.is_closed()));
+                Ok(Any::None)
+            })
+        };
+        a.call(&callback, vec![Arg::Value(Any::None)]).unwrap();
+        assert_eq!(
+            *kept.lock().unwrap(),
+            Some(true),
+            "the write on `a` was kept"
+        );
+        assert_eq!(
+            deleted.load(Ordering::Acquire),
+            1,
+            "the import goes once the device finished the closed stream's work"
+        );
+        b.sync().unwrap();
+        // The device finished the closed stream's work: now its use can go.
+        b.copy(&tensor(), &t).unwrap();
+        assert!(TensorDeps::of(&t).lock().writer.is_none());
+        b.sync().unwrap();
     }
 
     /// A long-lived tensor (weights, say) read or written by streams that come and go: its

@@ -190,12 +190,26 @@ impl Instruction {
             op,
         } = self;
         let result = wait_all(&stream, &waits).and_then(|()| op.run(&stream));
-        // Release the tensors before the stream says it got here: a sync that returns has
-        // seen every reference its instructions held go.
-        drop(op);
         drop(waits);
         if let Err(error) = result {
             stream.report(error);
+        }
+        // Release the tensors before the stream says it got here: a sync that returns has
+        // seen every reference its instructions held go. On a device whose work outlives the
+        // host call, the op was only issued: what it holds is kept until the device finished
+        // it (a sync lets go of it after waiting for the device).
+        let dev = stream.device_stream();
+        if dev.completes_on_host() || matches!(op, Op::Mark) {
+            drop(op);
+        } else if let Err(error) = stream.retiring.hold(dev, seq, op) {
+            stream.report(error);
+        }
+        // A stream closed from a callback on its executor could not wait for its work then:
+        // its last instruction does, on the device, once issued. (`>=`: a submitter publishes
+        // the number after queueing, so the executor may run it first.)
+        if stream.is_closed() && seq >= stream.issued() {
+            stream.settle_device(seq);
+            stream.mark_finished();
         }
         stream.finish(seq);
     }

@@ -11,7 +11,9 @@
 //!   are placed only when a stream waits, never after every instruction). Reads after writes,
 //!   writes after reads and writes after writes across streams are ordered; two reads are not. The bookkeeping happens on the submitting thread: no scheduler thread.
 //! - Instructions hold references to their tensors, so a tensor released while they run stays
-//!   alive until they finish.
+//!   alive until they finish: on a device whose work outlives the host call, until the device
+//!   finished them (see `retiring`), so that a DLPack import's deleter never hands memory back
+//!   to its producer while a copy still uses it.
 //! - A failing callback poisons the tensors it should have written; instructions that use them
 //!   skip and fail in turn. Each failure is reported by the next sync of its stream.
 //!
@@ -26,7 +28,10 @@
 mod dependence;
 mod executor;
 mod instruction;
+#[cfg(test)]
+mod mock_device;
 mod progress;
+mod retiring;
 mod small_mem;
 mod stream;
 

@@ -188,6 +188,10 @@ impl SmallMemAccess {
         // is finished, below.
         let deps = unsafe { self.deps.as_ref() };
         let outcome = waited.and_then(|()| self.copy(stream, deps));
+        if outcome.is_ok() && !stream.device_stream().completes_on_host() {
+            // The copy synchronized the device stream: what its earlier instructions held can go.
+            stream.retiring.release_through(self.seq);
+        }
         stream.finish(self.seq);
         self.handshake.finish(outcome);
     }

@@ -7,6 +7,7 @@ use super::dependence::{Access, TensorDeps, Use, Waits};
 use super::executor::{Executor, Task};
 use super::instruction::{Arg, Body, DeviceWork, HostPtr, Instruction, Op};
 use super::progress::Progress;
+use super::retiring::Retiring;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
 use crate::device::{DeviceStream, Marker, backend, is_host_memory};
@@ -40,6 +41,10 @@ pub(crate) struct StreamCore {
     /// The first failure since the last sync, and how many followed it.
     error: Mutex<Option<(Error, usize)>>,
     closed: AtomicBool,
+    /// Closed, and the device finished all its work: other streams need not wait for its uses.
+    finished: AtomicBool,
+    /// What its finished instructions hold until the device finished them too.
+    pub(crate) retiring: Retiring,
 }
 
 impl StreamCore {
@@ -57,6 +62,16 @@ impl StreamCore {
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::Acquire)
+    }
+
+    /// Whether the stream was closed and all its work finished, on the device too (a use
+    /// on it can be forgotten).
+    pub fn is_finished(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn mark_finished(&self) {
+        self.finished.store(true, Ordering::Release);
     }
 
     pub fn issued(&self) -> u64 {
@@ -92,15 +107,41 @@ impl StreamCore {
     }
 
     /// Waits for everything issued so far (on a device whose streams finish later, until the
-    /// device finished it), then reports the failures since the last sync.
-    pub fn sync(&self) -> Result<()> {
+    /// device finished it, then lets go of what its instructions held). Errors: `RuntimeError`
+    /// on the stream's executor (it would wait for itself); failures of the work stay for
+    /// the next sync.
+    fn drain(&self) -> Result<()> {
         self.check_not_on_executor("a stream sync")?;
-        self.progress.wait_for(self.issued());
-        if !self.dev.completes_on_host()
-            && let Err(error) = self.dev.synchronize()
-        {
+        let issued = self.issued();
+        self.progress.wait_for(issued);
+        self.settle_device(issued);
+        Ok(())
+    }
+
+    /// After instruction `seq` ran on the host: waits for the device to finish it and what
+    /// came before, then lets go of what they held. Nothing to do on the host. A device that
+    /// fails to synchronize (its failure is reported by the next sync) will not run that work
+    /// any more (a CUDA error is sticky), so the instructions are let go all the same: keeping
+    /// them would keep their memory forever.
+    pub(crate) fn settle_device(&self, seq: u64) {
+        if self.dev.completes_on_host() {
+            return;
+        }
+        if let Err(error) = self.dev.synchronize() {
             self.report(error);
         }
+        self.retiring.release_through(seq);
+    }
+
+    /// Waits for everything issued so far (on a device whose streams finish later, until the
+    /// device finished it), then reports the failures since the last sync.
+    pub fn sync(&self) -> Result<()> {
+        self.drain()?;
+        self.take_failures()
+    }
+
+    /// The first failure since the last sync (with a count of the others), if any.
+    fn take_failures(&self) -> Result<()> {
         let first = self
             .error
             .lock()
@@ -288,6 +329,8 @@ impl Stream {
                 progress: Progress::default(),
                 error: Mutex::new(None),
                 closed: AtomicBool::new(false),
+                finished: AtomicBool::new(false),
+                retiring: Retiring::default(),
             }),
         })
     }
@@ -455,13 +498,36 @@ impl Stream {
     /// Finishes the pending work and stops taking more; failures not yet reported are dropped.
     /// Dropping the stream does this.
     pub fn close(&self) {
-        if self.core.is_closed() {
+        let core = &self.core;
+        if core.is_closed() {
             return;
         }
-        let _ = self.core.sync();
-        self.core.closed.store(true, Ordering::Release);
-        if self.core.own_executor {
-            self.core.executor.stop();
+        let drained = core.drain().is_ok();
+        let _ = core.take_failures();
+        core.closed.store(true, Ordering::Release);
+        if drained {
+            core.mark_finished();
+        } else if core.progress.done() >= core.issued() {
+            // Called from a callback on the executor, whose instructions of this stream have
+            // all run (none runs while this one does): wait for the device here.
+            core.settle_device(core.issued());
+            core.mark_finished();
+        }
+        // Otherwise the stream's last instruction, still to run on this executor, waits for
+        // the device after it (see `Instruction::execute`); until then the stream's uses are
+        // kept, so that other streams wait for them.
+        if core.own_executor {
+            core.executor.stop();
+        }
+    }
+}
+
+impl Drop for StreamCore {
+    fn drop(&mut self) {
+        // Whatever is still held (a stream whose work a failed device never finished) goes
+        // after the device is done with it.
+        if !self.retiring.is_empty() {
+            let _ = self.dev.synchronize();
         }
     }
 }
