@@ -7,7 +7,9 @@ For each consumer present (PyTorch, CuPy):
   dvm_tensor_read and ours by it; the export is released exactly once (our reference count goes
   back down) once it lets go;
 - its own CUDA tensor comes in through dvm_tensor_from_dlpack (where it exports DLPack 1.x) and
-  our streams copy it to the host.
+  our streams copy it to the host;
+- (torch) an import freed while our copies of it are queued goes back to torch only after the
+  GPU finished them, even when torch reuses the memory at once on a stream of its own.
 
 Usage: python3 tests/python/test_dlpack_cuda.py path/to/libdiscovm.so
 Exits 77 (skipped) without a GPU or without any of the consumers, 1 on failure.
@@ -70,6 +72,44 @@ def consumer_tensor_through_our_streams(name, tensor, synchronize):
     lib.dvm_stream_free(s)
 
 
+def import_outlives_our_copy(torch):
+    """An import freed right after a copy was queued on our stream: the producer gets the memory
+    back only once the GPU finished the copy. The consumer's tensor lives on a side stream of
+    its own (not ordered with ours), whose allocator hands the freed block out again at once
+    and overwrites it; our copy must still see the original values."""
+    n = 64 << 20  # 256 MiB of float32: a copy long enough for a reuse to overlap it
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        src = torch.full((n,), 1.0, device="cuda:0")
+    side.synchronize()
+    capsule = src.__dlpack__(max_version=(1, 0))
+    managed = api.PyCapsule_GetPointer(capsule, VERSIONED)
+    t = P()
+    ok(lib.dvm_tensor_from_dlpack(managed, ctypes.byref(t)), "dvm_tensor_from_dlpack")
+    api.PyCapsule_SetName(capsule, USED)
+    s, dst = P(), empty([n], GPU0)
+    ok(lib.dvm_stream_new(GPU0, ctypes.byref(s)), "dvm_stream_new")
+    for _ in range(4):
+        ok(lib.dvm_tensor_copy(dst, t, s), "dvm_tensor_copy")
+    lib.dvm_tensor_free(t)
+    del capsule, src
+    gc.collect()
+    with torch.cuda.stream(side):
+        junk = torch.full((n,), 2.0, device="cuda:0")
+    ok(lib.dvm_stream_sync(s), "dvm_stream_sync")
+    side.synchronize()
+    export = Export(dst)
+    seen = torch.from_dlpack(export)
+    wrong = int((seen != 1.0).sum().item())
+    check(wrong == 0, f"torch: {wrong} elements of our copy were overwritten after the free")
+    print(f"torch: an import freed during our copies was given back after them "
+          f"({junk.numel() * 4 >> 20} MiB reused on a side stream)")
+    del seen, export, junk
+    gc.collect()
+    lib.dvm_tensor_free(dst)
+    lib.dvm_stream_free(s)
+
+
 count = ctypes.c_int32()
 ok(lib.dvm_device_count(KDL_CUDA, ctypes.byref(count)), "dvm_device_count")
 if count.value == 0:
@@ -86,6 +126,7 @@ try:
                                   lambda x: x.cpu().tolist())
         consumer_tensor_through_our_streams(
             "torch", torch.tensor([0.5, 1.5, 2.5, 3.5], device="cuda:0"), torch.cuda.synchronize)
+        import_outlives_our_copy(torch)
 except ImportError:
     pass
 try:
