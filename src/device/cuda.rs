@@ -358,6 +358,10 @@ impl Device for CudaDevice {
         }
     }
 
+    fn bind_thread(&self) -> Result<()> {
+        self.bind()
+    }
+
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
         let device = Self::shared(self.id)?;
         let _ctx = self.enter()?;

@@ -39,6 +39,13 @@ pub trait Device: Send + Sync + 'static {
 
     /// Creates a stream: work issued on it runs in issue order.
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>>;
+
+    /// Prepares the calling thread, which will run this device's streams, for its work: a
+    /// GPU's context becomes current there, so that the callbacks it runs reach the device.
+    /// Nothing to do by default.
+    fn bind_thread(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// One side of a copy: an address and the device whose memory it is.

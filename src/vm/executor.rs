@@ -12,6 +12,7 @@ use std::thread::{JoinHandle, ThreadId};
 use super::instruction::Instruction;
 use super::small_mem::Request;
 use super::stream::StreamCore;
+use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
@@ -91,13 +92,20 @@ impl Executor {
             .is_none_or(|owner| owner == std::thread::current().id())
     }
 
-    /// Starts an executor thread named `name`.
-    pub fn start(name: String) -> Result<Arc<Executor>> {
+    /// Starts an executor thread named `name`, for streams of `device`.
+    pub fn start(name: String, device: DLDevice) -> Result<Arc<Executor>> {
         let executor = Arc::new(Self::new(QUEUE_CAPACITY, None));
         let me = executor.clone();
         let handle = std::thread::Builder::new()
             .name(name)
-            .spawn(move || me.run())
+            .spawn(move || {
+                // A GPU's context is current on the thread, for the callbacks it runs (the
+                // stream was made on the device, so its backend is there).
+                if let Ok(backend) = crate::device::backend(device) {
+                    let _ = backend.bind_thread();
+                }
+                me.run()
+            })
             .map_err(|e| Error::runtime(format!("cannot start a stream thread: {e}")))?;
         *executor
             .thread

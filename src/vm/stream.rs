@@ -265,10 +265,10 @@ fn shared_executor(device: DLDevice) -> Result<Arc<Executor>> {
     if let Some((_, executor)) = executors.iter().find(|(d, _)| *d == device) {
         return Ok(executor.clone());
     }
-    let executor = Executor::start(format!(
-        "dvm-vm-{}-{}",
-        device.device_type, device.device_id
-    ))?;
+    let executor = Executor::start(
+        format!("dvm-vm-{}-{}", device.device_type, device.device_id),
+        device,
+    )?;
     executors.push((device, executor.clone()));
     Ok(executor)
 }
@@ -310,10 +310,10 @@ impl Stream {
         let (executor, own_executor) = match placement {
             Placement::SharedPerDevice => (shared_executor(device)?, false),
             Placement::OwnThread => (
-                Executor::start(format!(
-                    "dvm-stream-{}-{}",
-                    device.device_type, device.device_id
-                ))?,
+                Executor::start(
+                    format!("dvm-stream-{}-{}", device.device_type, device.device_id),
+                    device,
+                )?,
                 true,
             ),
             Placement::Inline => (Executor::inline(), true),
