@@ -58,8 +58,8 @@ class Stream:
 
 class Tensor:
     """A tensor of the library's: its uses are ordered across streams, and it reads and writes
-    a few bytes synchronously after them. numpy reads it without a copy (``np.from_dlpack``),
-    and it passes as an argument to any tvm-ffi call.
+    a few bytes synchronously after them. numpy reads it without a copy (``np.from_dlpack``,
+    after the copies queued on it), and it passes as an argument to any tvm-ffi call.
 
     Parameters
     ----------
@@ -93,8 +93,11 @@ class Tensor:
         return self._handle
 
     def __dlpack__(self, **kwargs: Any) -> Any:
-        """The DLPack export of the memory itself (not ordered after queued copies: sync the
-        streams that write it, or use :meth:`numpy`)."""
+        """The DLPack export of the memory itself, without a copy (``np.from_dlpack(t)``).
+        It first waits until every use of the tensor queued so far on any stream has finished
+        (on a GPU too), so the consumer sees what queued copies wrote; what is queued on the
+        tensor later is not ordered with the consumer's own reads and writes."""
+        module().tensor_settle(self._handle)
         return self._handle.__dlpack__(**kwargs)
 
     def __dlpack_device__(self) -> tuple[int, int]:

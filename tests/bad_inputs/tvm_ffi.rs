@@ -67,6 +67,7 @@ entry_points!(
     __tvm_ffi_tensor_read,
     __tvm_ffi_tensor_write,
     __tvm_ffi_tensor_copy,
+    __tvm_ffi_tensor_settle,
     __tvm_ffi_tensor_from_dlpack,
 );
 
@@ -239,7 +240,7 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
             object(f.tensor.cast()),
             object(f.stream.cast()),
         ],
-        "tensor_from_dlpack" => vec![object(f.tensor.cast())],
+        "tensor_settle" | "tensor_from_dlpack" => vec![object(f.tensor.cast())],
         _ => return None,
     })
 }

@@ -100,6 +100,20 @@ entry_point! {
 }
 
 entry_point! {
+    /// `tensor_settle(t: Tensor)`: waits until every use of `t` queued so far, on any stream,
+    /// has finished (on a GPU too), as `dvm_tensor_to_dlpack` does before it exports, so that
+    /// tvm-ffi's own DLPack export of `t` (`__dlpack__`, which takes no part in the streams'
+    /// ordering) finds its memory settled. A tensor made elsewhere is refused as by
+    /// `tensor_read`: streams use only its import, which is the one to settle.
+    __tvm_ffi_tensor_settle(args: ["t"]) {
+        args.count(1, 1)?;
+        let tensor = tensor(&args, 0)?;
+        vm::settle(&tensor)?;
+        Ok(Any::None)
+    }
+}
+
+entry_point! {
     /// `tensor_from_dlpack(t: Tensor) -> Tensor`: a tensor of this library's over the memory of
     /// `t` (for a numpy array, the array's memory), as `dvm_tensor_from_dlpack` makes from a
     /// DLPack tensor; streams order its uses. A tensor this library made comes back as it is.

@@ -26,7 +26,7 @@ def documented_entry_points() -> list[str]:
 
 def test_every_documented_entry_point_is_in_the_module(lib):
     names = documented_entry_points()
-    assert len(names) == 35
+    assert len(names) == 36
     for name in names:
         assert callable(getattr(lib, name)), name
     with pytest.raises(AttributeError):
@@ -323,6 +323,47 @@ def test_tensors_made_elsewhere_are_imported_once_then_ordered(lib):
     assert np.frombuffer(lib.tensor_read(target, 16), dtype="float32").tolist() == [9, 1, 2, 3]
     with pytest.raises(TypeError, match="expected ffi.Tensor but got int"):
         lib.tensor_from_dlpack(3)
+
+
+def test_tensor_settle_orders_dlpack_exports_after_queued_copies(lib):
+    # A copy of 64 MiB queued on a stream's thread is still running when the call returns;
+    # tvm-ffi's export of `dst` reads whatever is there. The copy writes its last element
+    # last, so a view read before the copy finished shows the previous round's value there.
+    n = 1 << 24
+    arrays = [np.full(n, value, dtype="float32") for value in (1, 2)]
+    sources = [lib.tensor_from_dlpack(a) for a in arrays]
+    dst, stream = lib.tensor_empty((n,), F32, CPU), lib.stream_new(CPU)
+    for round_ in range(8):
+        value = round_ % 2 + 1
+        lib.tensor_copy(dst, sources[round_ % 2], stream)
+        assert lib.tensor_settle(dst) is None
+        view = np.from_dlpack(dst)
+        assert view[-1] == value, f"round {round_}: the export ran before the copy finished"
+        assert (view == value).all(), f"round {round_}"
+        del view
+    lib.tensor_settle(sources[0])  # a tensor that was only read settles too
+    lib.stream_sync(stream)
+
+
+def test_tensor_settle_refuses_what_is_no_tensor_of_the_library(lib):
+    with pytest.raises(TypeError, match=r"`t` is not a tensor \(it is int\)"):
+        lib.tensor_settle(3)
+    with pytest.raises(TypeError, match=r"`t` is not a tensor \(it is discovm.Stream\)"):
+        lib.tensor_settle(lib.stream_new(CPU))
+    with pytest.raises(TypeError, match=r"`t` is not a tensor \(it is None\)"):
+        lib.tensor_settle(None)
+    with pytest.raises(TypeError, match="`tensor_settle` takes "):
+        lib.tensor_settle()
+    with pytest.raises(TypeError, match="`tensor_settle` takes "):
+        lib.tensor_settle(lib.tensor_empty((1,), F32), 1)
+    # No stream uses an array made elsewhere, only its import: that is the one to settle.
+    array = np.arange(4, dtype="float32")
+    with pytest.raises(TypeError, match="`t` is a tensor made by another library: import it"):
+        lib.tensor_settle(array)
+    imported = lib.tensor_from_dlpack(array)
+    lib.tensor_copy(imported, lib.tensor_empty((4,), F32), lib.stream_new(CPU))
+    lib.tensor_settle(imported)
+    np.testing.assert_array_equal(array, np.zeros(4))
 
 
 def test_every_tensor_is_released_exactly_once(lib):

@@ -53,6 +53,28 @@ def test_a_stream_copies_in_order_and_reads_wait_for_its_copies():
     np.testing.assert_array_equal(src.numpy(), np.zeros(1024))
 
 
+@pytest.mark.parametrize(
+    "consumer",
+    [np.from_dlpack, lambda t: np.from_dlpack(tvm_ffi.from_dlpack(t))],
+    ids=["numpy", "tvm_ffi"],
+)
+def test_dlpack_consumers_see_the_copies_queued_before_them(consumer):
+    # Each round queues a copy of 64 MiB on a stream's thread and exports the destination at
+    # once. The copy writes the last element last: an export that did not wait for it shows
+    # the previous round's value there.
+    n = 1 << 24
+    sources = [discovm.Tensor.from_dlpack(np.full(n, value, dtype="float32")) for value in (1, 2)]
+    dst = discovm.Tensor((n,), "float32")
+    with discovm.Stream() as stream:
+        for round_ in range(8):
+            value = round_ % 2 + 1
+            stream.copy(dst, sources[round_ % 2])
+            view = consumer(dst)
+            assert view[-1] == value, f"round {round_}: the export ran before the copy finished"
+            assert (view == value).all(), f"round {round_}"
+            del view
+
+
 def test_tensors_made_elsewhere_are_imported_for_streams():
     array = np.arange(3, dtype="int32")
     t = discovm.Tensor((3,), "int32")
