@@ -35,6 +35,8 @@ type RawComm = *mut c_void;
 type RawStream = *mut c_void;
 
 const NCCL_SUCCESS: NcclResult = 0;
+/// `ncclInProgress`: a non-blocking operation has not finished yet.
+const NCCL_IN_PROGRESS: NcclResult = 7;
 
 /// The bytes every rank of a new communicator starts from (`ncclUniqueId`).
 #[repr(C)]
@@ -283,6 +285,15 @@ impl Nccl {
         if code == NCCL_SUCCESS {
             return Ok(());
         }
+        Err(Error::runtime(format!(
+            "NCCL: {what} failed: {}",
+            self.describe(code, comm)
+        )))
+    }
+
+    /// NCCL's description of result `code`, with its number and the communicator's last error
+    /// where NCCL keeps one.
+    fn describe(&self, code: NcclResult, comm: Option<RawComm>) -> String {
         let text = |p: *const c_char| {
             // SAFETY: NCCL returns NULL or a terminated string it owns; copied at once.
             (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
@@ -298,9 +309,7 @@ impl Nccl {
             .filter(|t| !t.is_empty())
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
-        Err(Error::runtime(format!(
-            "NCCL: {what} failed: {description} (code {code}){last}"
-        )))
+        format!("{description} (code {code}){last}")
     }
 
     /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd`: the point-to-point calls it
@@ -423,7 +432,7 @@ pub struct Comm {
     size: usize,
 }
 
-/// A communicator handle.
+/// A communicator handle; NULL once the communicator was aborted ([`Comm::abort`]).
 struct Handle(RawComm);
 
 // SAFETY: an NCCL communicator may be used from any thread, one at a time (the lock in `Comm`
@@ -460,7 +469,7 @@ impl Comm {
         };
         let (color, key) = (as_int(color, "color")?, as_int(key, "key")?);
         let _ctx = self.device.enter()?;
-        let comm = self.lock();
+        let comm = self.live()?;
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: a live communicator; writes one handle; a NULL config inherits this one's.
         let code = unsafe { split(comm.0, color, key, &mut raw, std::ptr::null_mut()) };
@@ -480,6 +489,58 @@ impl Comm {
 
     fn lock(&self) -> MutexGuard<'_, Handle> {
         self.raw.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The locked handle, or a `RuntimeError` when the communicator was aborted (NCCL must
+    /// never see the handle again).
+    fn live(&self) -> Result<MutexGuard<'_, Handle>> {
+        let comm = self.lock();
+        if comm.0.is_null() {
+            return Err(Error::runtime(
+                "NCCL: the communicator was aborted and can run nothing more",
+            ));
+        }
+        Ok(comm)
+    }
+
+    /// Whether the communicator failed asynchronously (`ncclCommGetAsyncError`: a peer lost,
+    /// a network or internal error in a running collective); `Ok` while it is healthy or was
+    /// aborted. Cheap: NCCL reads a field of the communicator.
+    pub fn async_error(&self) -> Result<()> {
+        let comm = self.lock();
+        if comm.0.is_null() {
+            return Ok(());
+        }
+        let mut state = NCCL_SUCCESS;
+        // SAFETY: a live communicator (under its lock); writes one result code.
+        let asked = unsafe { (self.nccl.api.comm_get_async_error)(comm.0, &mut state) };
+        self.nccl
+            .check("ncclCommGetAsyncError", asked, Some(comm.0))?;
+        // ncclInProgress: a non-blocking communicator still setting up, not a failure.
+        if state == NCCL_SUCCESS || state == NCCL_IN_PROGRESS {
+            return Ok(());
+        }
+        Err(Error::runtime(format!(
+            "NCCL reported an asynchronous error: {}",
+            self.nccl.describe(state, Some(comm.0))
+        )))
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): its kernels stop without waiting for the
+    /// peers, and its resources go. Later calls on it fail at once; aborting again, or
+    /// dropping it, does nothing more.
+    pub fn abort(&self) {
+        let mut comm = self.lock();
+        if comm.0.is_null() {
+            return;
+        }
+        let raw = std::mem::replace(&mut comm.0, std::ptr::null_mut());
+        // NCCL frees the communicator in its own context; a failure to enter leaves it be.
+        let Ok(_ctx) = self.device.enter() else {
+            return;
+        };
+        // SAFETY: a live communicator, which nothing uses again (its handle is gone).
+        unsafe { (self.nccl.api.comm_abort)(raw) };
     }
 
     /// The loaded library, for its group calls.
@@ -523,7 +584,7 @@ impl Comm {
     ) -> Result<()> {
         let raw = self.stream(stream, regions)?;
         let _ctx = self.device.enter()?;
-        let comm = self.lock();
+        let comm = self.live()?;
         let code = call(comm.0, raw);
         self.nccl.check(name, code, Some(comm.0))
     }
@@ -626,6 +687,9 @@ impl Drop for Comm {
         // A communicator that failed asynchronously (a peer lost) is aborted, which does not
         // wait for its peers; a healthy one is destroyed after its work.
         let raw = self.lock().0;
+        if raw.is_null() {
+            return; // aborted: NCCL already freed it
+        }
         let mut state = NCCL_SUCCESS;
         // SAFETY: a live communicator; writes one result code.
         let asked = unsafe { (self.nccl.api.comm_get_async_error)(raw, &mut state) };

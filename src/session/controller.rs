@@ -208,6 +208,7 @@ impl Session {
             let shared = Arc::new(WorkerShared {
                 channel: Channel::new(QUEUE_CAPACITY),
                 exited: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
                 session: OnceLock::new(),
             });
             let info = WorkerInfo {
@@ -699,7 +700,11 @@ impl Session {
             return Ok(());
         }
         // A collective some worker never joins would keep its worker from ever reading the
-        // shutdown: break the communicator so its waits end.
+        // shutdown: break the communicator so its waits end. A worker waiting for NCCL work on
+        // its GPU sees its flag, aborts its communicators and stops waiting.
+        for link in &self.workers {
+            link.shared.stopping.store(true, Ordering::SeqCst);
+        }
         if let Some(ccl) = self
             .ccl
             .lock()

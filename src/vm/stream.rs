@@ -92,14 +92,20 @@ impl StreamCore {
     }
 
     /// Waits for everything issued so far (on a device whose streams finish later, until the
-    /// device finished it), then reports the failures since the last sync.
-    pub fn sync(&self) -> Result<()> {
+    /// device finished it), then reports the failures since the last sync. With a `check`, the
+    /// device wait polls and gives up with `check`'s error (see
+    /// [`DeviceStream::synchronize_checked`]).
+    pub fn sync(&self, check: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
         self.check_not_on_executor("a stream sync")?;
         self.progress.wait_for(self.issued());
-        if !self.dev.completes_on_host()
-            && let Err(error) = self.dev.synchronize()
-        {
-            self.report(error);
+        if !self.dev.completes_on_host() {
+            let waited = match check {
+                None => self.dev.synchronize(),
+                Some(check) => self.dev.synchronize_checked(check),
+            };
+            if let Err(error) = waited {
+                self.report(error);
+            }
         }
         let first = self
             .error
@@ -449,7 +455,15 @@ impl Stream {
     /// Waits until everything submitted so far has run; returns the first failure since the
     /// last sync (with a count of the others), if any.
     pub fn sync(&self) -> Result<()> {
-        self.core.sync()
+        self.core.sync(None)
+    }
+
+    /// Like [`Stream::sync`], for a thread that must be able to give up on device work that may
+    /// never finish: with a `check`, the device wait polls, calls `check` between polls, and
+    /// ends with `check`'s error when it fails (reported like the stream's own failures);
+    /// without one it is [`Stream::sync`].
+    pub fn sync_checked(&self, check: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
+        self.core.sync(check)
     }
 
     /// Finishes the pending work and stops taking more; failures not yet reported are dropped.
@@ -458,7 +472,7 @@ impl Stream {
         if self.core.is_closed() {
             return;
         }
-        let _ = self.core.sync();
+        let _ = self.core.sync(None);
         self.core.closed.store(true, Ordering::Release);
         if self.core.own_executor {
             self.core.executor.stop();

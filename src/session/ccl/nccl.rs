@@ -12,14 +12,28 @@
 //! streams, and return at once. A sync of the worker waits for them and reports their failures.
 //! `barrier` reduces one int32 across the team and waits for it on the host.
 //!
+//! Waits: NCCL's kernels wait on the GPU, without end, for a peer that never joins their
+//! collective, passed another shape, or failed. So a worker with NCCL communicators never
+//! waits for its GPU in the driver: its sync, `barrier`, and the copies to and from worker 0
+//! record an event after the work and poll it (a short spin, then yields, then sleeps of at
+//! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
+//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`) or the session's
+//! shutdown aborts them (`ncclCommAbort`, which stops their kernels) and ends the wait with an
+//! error naming the communicator and giving NCCL's text (`SessionClosed` at shutdown). After
+//! that, collectives on the worker fail at once, telling the user to call `init_ccl` again,
+//! until it is called again. Workers without NCCL communicators wait as before.
+//!
 //! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
 //! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
-//! different shapes, or a worker that never joins, leave NCCL's kernels waiting, and the
-//! controller's wait then ends with the session's timeout. Workers sharing one GPU are
-//! refused: NCCL needs a GPU per rank.
+//! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
+//! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
+//! until NCCL reports an error or the session is shut down, which frees the worker. Only the
+//! waits for the GPU are watched: a call into NCCL that itself blocks on the host (joining a
+//! communicator waits for every rank; the first collective between two ranks may connect them)
+//! still waits for the peers. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use super::ReduceOp;
 use super::builtins::{in_group, peer, reduce_kind};
@@ -28,9 +42,9 @@ use crate::device::DeviceStream;
 use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
 use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
-use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
+use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::session::builtins::on_worker;
-use crate::session::worker::{WorkerInfo, with_stream};
+use crate::session::worker::{self, WorkerInfo, with_stream};
 use crate::vm::Arg;
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
@@ -43,6 +57,8 @@ struct Comms {
     group: Option<Comm>,
     /// One int32 on the worker's GPU that `barrier` reduces.
     flag: Region,
+    /// Why the communicators were aborted, once they were: later collectives fail at once.
+    aborted: Mutex<Option<Error>>,
 }
 
 impl Comms {
@@ -52,6 +68,77 @@ impl Comms {
             Some(group) if in_group => (group, self.info.local_id()),
             _ => (&self.world, self.info.id),
         }
+    }
+
+    /// The reason the communicators were aborted, if they were.
+    fn aborted(&self) -> Option<Error> {
+        self.aborted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// See [`Watch::check`].
+    fn check(&self) -> Result<()> {
+        if self.aborted().is_some() {
+            return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
+        }
+        let id = self.info.id;
+        let failed = [(false, "the session's"), (true, "its group's")]
+            .into_iter()
+            .filter(|&(grouped, _)| !grouped || self.group.is_some())
+            .find_map(|(grouped, which)| {
+                let (comm, rank) = self.team(grouped);
+                let cause = comm.async_error().err()?;
+                Some(Error::runtime(format!(
+                    "worker {id}: {which} NCCL communicator (rank {rank} of {}) failed: {}; the \
+                     worker's NCCL communicators were aborted",
+                    comm.size(),
+                    cause.message
+                )))
+            });
+        let cause = match failed {
+            Some(cause) => cause,
+            None if worker::stopping() => Error::new(
+                ErrorKind::SessionClosed,
+                format!(
+                    "worker {id}: the session was shut down while the worker waited for its \
+                     NCCL work; the worker's NCCL communicators were aborted"
+                ),
+            ),
+            None => return Ok(()),
+        };
+        // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting.
+        self.world.abort();
+        if let Some(group) = &self.group {
+            group.abort();
+        }
+        *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
+        Err(cause)
+    }
+}
+
+/// What a device wait of a worker with NCCL communicators checks between polls (PyTorch's
+/// NCCL watchdog): NCCL's kernels wait on the GPU, forever, for a peer that never joins their
+/// collective, passed another shape, or failed, and a wait in the driver would hold the worker
+/// with them.
+pub(crate) struct Watch(Arc<Comms>);
+
+/// The watch of the NCCL communicators of the worker running on this thread; `None` when it
+/// has none (its waits block in the driver, as before).
+pub(crate) fn watch() -> Option<Watch> {
+    COMMS.with(|c| c.borrow().clone()).map(Watch)
+}
+
+impl Watch {
+    /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
+    /// the error names the communicator and gives NCCL's text) or the session is shutting down
+    /// (`SessionClosed`); both first abort the worker's communicators (`ncclCommAbort`), which
+    /// stops their kernels, and later collectives fail at once until `init_ccl` makes new ones.
+    /// Once they were aborted there is nothing left to watch: the check passes, and a wait
+    /// goes on for the work that is not NCCL's (which cannot wait for another worker).
+    pub(crate) fn check(&self) -> Result<()> {
+        self.0.check()
     }
 }
 
@@ -172,6 +259,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         world,
         group,
         flag: Region::of(&flag)?,
+        aborted: Mutex::new(None),
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
     Ok(Any::None)
@@ -194,6 +282,9 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         return None;
     }
     let comms = COMMS.with(|c| c.borrow().clone())?;
+    if let Some(cause) = comms.aborted() {
+        return Some(Err(aborted_error(comms.info.id, &cause)));
+    }
     let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
         "runtime.disco.allreduce" => allreduce,
         "runtime.disco.allgather" => allgather,
@@ -209,6 +300,15 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         _ => return None,
     };
     Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
+}
+
+/// What a collective on a worker whose communicators were aborted (for `cause`) says.
+fn aborted_error(worker: usize, cause: &Error) -> Error {
+    Error::runtime(format!(
+        "worker {worker} has no working NCCL communicators (they were aborted: {}); call \
+         init_ccl again before more collectives",
+        cause.message
+    ))
 }
 
 /// Disco's argument counts.
@@ -438,11 +538,12 @@ fn recv_from_prev_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     let grouped = !is_none(args, 0) && in_group(args, 0)?;
     let flag = comms.flag.clone();
+    let watch = Watch(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)
             .0
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
     })?;
-    with_stream(|stream| stream.sync())
+    with_stream(|stream| stream.sync_checked(Some(&mut || watch.check())))
 }
