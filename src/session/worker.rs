@@ -15,7 +15,7 @@ use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
@@ -26,6 +26,10 @@ pub struct WorkerShared {
     /// Set by shutdown before it tells the worker to stop: a device wait of a worker with NCCL
     /// communicators (which could wait forever for a peer) sees it and gives up.
     pub stopping: AtomicBool,
+    /// How many times `init_ccl` sent the workers new communicators (counted before it sends
+    /// them): a device wait of a worker whose NCCL communicators are older gives up, so that a
+    /// worker stuck on them gets to the new ones.
+    pub ccl_generation: AtomicU64,
     /// The session, once it exists (for the worker's own handle; weak, so no cycle).
     pub session: OnceLock<Weak<Session>>,
 }
@@ -75,14 +79,9 @@ pub fn with_stream<R>(f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
     f(&stream)
 }
 
-/// Whether the session of the worker running on this thread is shutting down (false off
-/// worker threads).
-pub fn stopping() -> bool {
-    CURRENT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .is_some_and(|(_, shared, _)| shared.stopping.load(Ordering::SeqCst))
-    })
+/// What the worker running on this thread shares with the controller, if any.
+pub fn shared() -> Option<Arc<WorkerShared>> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|(_, shared, _)| shared.clone()))
 }
 
 /// The worker running on this thread, if any.
@@ -193,6 +192,12 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             }
             Message::Shutdown => break,
         }
+    }
+    // NCCL work queued and never synced would hold the stream's teardown in the driver if a
+    // peer never joined it: it is waited for by polling first, which gives up (aborting the
+    // communicators) as the session is shutting down.
+    if nccl::watch().is_some() {
+        worker.sync_device();
     }
     // Values die on their own worker's thread, as they were made there.
     worker.registers.clear();

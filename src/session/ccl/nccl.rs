@@ -17,11 +17,12 @@
 //! waits for its GPU in the driver: its sync, `barrier`, and the copies to and from worker 0
 //! record an event after the work and poll it (a short spin, then yields, then sleeps of at
 //! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
-//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`) or the session's
-//! shutdown aborts them (`ncclCommAbort`, which stops their kernels) and ends the wait with an
-//! error naming the communicator and giving NCCL's text (`SessionClosed` at shutdown). After
-//! that, collectives on the worker fail at once, telling the user to call `init_ccl` again,
-//! until it is called again. Workers without NCCL communicators wait as before.
+//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
+//! shutdown, or a later `init_ccl` aborts them (`ncclCommAbort`, which stops their kernels)
+//! and ends the wait with an error that says which (naming the communicator and giving NCCL's
+//! text for an error; `SessionClosed` at shutdown). After that, collectives on the worker fail
+//! at once, telling the user to call `init_ccl` again, until it is called again. Workers
+//! without NCCL communicators wait as before.
 //!
 //! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
 //! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
@@ -44,7 +45,8 @@ use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::session::builtins::on_worker;
-use crate::session::worker::{self, WorkerInfo, with_stream};
+use crate::session::worker::{self, WorkerInfo, WorkerShared, with_stream};
+use crate::sync::atomic::Ordering;
 use crate::vm::Arg;
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
@@ -59,6 +61,10 @@ struct Comms {
     flag: Region,
     /// Why the communicators were aborted, once they were: later collectives fail at once.
     aborted: Mutex<Option<Error>>,
+    /// What the worker shares with the controller: the flags a wait watches.
+    shared: Arc<WorkerShared>,
+    /// The worker's `ccl_generation` when it joined these communicators.
+    generation: u64,
 }
 
 impl Comms {
@@ -99,20 +105,27 @@ impl Comms {
             });
         let cause = match failed {
             Some(cause) => cause,
-            None if worker::stopping() => Error::new(
+            None if self.shared.stopping.load(Ordering::SeqCst) => Error::new(
                 ErrorKind::SessionClosed,
                 format!(
                     "worker {id}: the session was shut down while the worker waited for its \
                      NCCL work; the worker's NCCL communicators were aborted"
                 ),
             ),
+            None if self.shared.ccl_generation.load(Ordering::SeqCst) != self.generation => {
+                Error::runtime(format!(
+                    "worker {id}: init_ccl was called again while the worker waited for its \
+                     NCCL work; the worker's old NCCL communicators were aborted"
+                ))
+            }
             None => return Ok(()),
         };
-        // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting.
-        self.world.abort();
+        // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting. The
+        // group's communicator was split from the session's: it goes first.
         if let Some(group) = &self.group {
             group.abort();
         }
+        self.world.abort();
         *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
         Err(cause)
     }
@@ -132,9 +145,10 @@ pub(crate) fn watch() -> Option<Watch> {
 
 impl Watch {
     /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
-    /// the error names the communicator and gives NCCL's text) or the session is shutting down
-    /// (`SessionClosed`); both first abort the worker's communicators (`ncclCommAbort`), which
-    /// stops their kernels, and later collectives fail at once until `init_ccl` makes new ones.
+    /// the error names the communicator and gives NCCL's text), the session is shutting down
+    /// (`SessionClosed`), or `init_ccl` was called again (it sends the worker new ones); each
+    /// first aborts the worker's communicators (`ncclCommAbort`), which stops their kernels,
+    /// and later collectives fail at once until `init_ccl` makes new ones.
     /// Once they were aborted there is nothing left to watch: the check passes, and a wait
     /// goes on for the work that is not NCCL's (which cannot wait for another worker).
     pub(crate) fn check(&self) -> Result<()> {
@@ -234,6 +248,9 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             info.id, info.device.device_type, info.device.device_id
         )));
     }
+    let shared =
+        worker::shared().ok_or_else(|| Error::runtime(format!("{INIT} runs on workers")))?;
+    let generation = shared.ccl_generation.load(Ordering::SeqCst);
     let world_id = unique_id(bytes, 0)?;
     // Every worker leaves its old communicators before joining the new ones.
     COMMS.with(|c| c.borrow_mut().take());
@@ -260,6 +277,8 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         group,
         flag: Region::of(&flag)?,
         aborted: Mutex::new(None),
+        shared,
+        generation,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
     Ok(Any::None)
