@@ -674,7 +674,8 @@ impl Session {
             )
         };
         // A worker waiting for work of its NCCL communicators (a collective a peer never
-        // joined) sees the count change, aborts them and gets to the new ones.
+        // joined) sees the count change, aborts them and gets to the new ones: the way back
+        // after a sync that timed out.
         for link in &self.workers {
             link.shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
         }

@@ -27,8 +27,8 @@ pub struct WorkerShared {
     /// communicators (which could wait forever for a peer) sees it and gives up.
     pub stopping: AtomicBool,
     /// How many times `init_ccl` sent the workers new communicators (counted before it sends
-    /// them): a device wait of a worker whose NCCL communicators are older gives up, so that a
-    /// worker stuck on them gets to the new ones.
+    /// them): a device wait of a worker with NCCL communicators gives up when it changes, so
+    /// that a worker stuck on its old ones gets to the new ones.
     pub ccl_generation: AtomicU64,
     /// The session, once it exists (for the worker's own handle; weak, so no cycle).
     pub session: OnceLock<Weak<Session>>,

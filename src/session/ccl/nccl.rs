@@ -18,17 +18,18 @@
 //! record an event after the work and poll it (a short spin, then yields, then sleeps of at
 //! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
 //! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
-//! shutdown, or a later `init_ccl` aborts them (`ncclCommAbort`, which stops their kernels)
-//! and ends the wait with an error that says which (naming the communicator and giving NCCL's
-//! text for an error; `SessionClosed` at shutdown). After that, collectives on the worker fail
-//! at once, telling the user to call `init_ccl` again, until it is called again. Workers
-//! without NCCL communicators wait as before.
+//! shutdown, or an `init_ccl` called meanwhile aborts them (`ncclCommAbort`, which stops their
+//! kernels) and ends the wait with an error that says which (naming the communicator and
+//! giving NCCL's text for an error; `SessionClosed` at shutdown). After that, collectives on
+//! the worker fail at once, telling the user to call `init_ccl` again, until it is called
+//! again. So after a sync that timed out (a peer never joined), `init_ccl` or shutdown frees
+//! the worker. Workers without NCCL communicators wait as before.
 //!
 //! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
 //! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
 //! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
 //! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
-//! until NCCL reports an error or the session is shut down, which frees the worker. Only the
+//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Only the
 //! waits for the GPU are watched: a call into NCCL that itself blocks on the host (joining a
 //! communicator waits for every rank; the first collective between two ranks may connect them)
 //! still waits for the peers. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
@@ -63,8 +64,6 @@ struct Comms {
     aborted: Mutex<Option<Error>>,
     /// What the worker shares with the controller: the flags a wait watches.
     shared: Arc<WorkerShared>,
-    /// The worker's `ccl_generation` when it joined these communicators.
-    generation: u64,
 }
 
 impl Comms {
@@ -84,8 +83,9 @@ impl Comms {
             .clone()
     }
 
-    /// See [`Watch::check`].
-    fn check(&self) -> Result<()> {
+    /// See [`Watch::check`]; `generation` is the worker's `ccl_generation` when the wait
+    /// began.
+    fn check(&self, generation: u64) -> Result<()> {
         if self.aborted().is_some() {
             return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
         }
@@ -112,7 +112,7 @@ impl Comms {
                      NCCL work; the worker's NCCL communicators were aborted"
                 ),
             ),
-            None if self.shared.ccl_generation.load(Ordering::SeqCst) != self.generation => {
+            None if self.shared.ccl_generation.load(Ordering::SeqCst) != generation => {
                 Error::runtime(format!(
                     "worker {id}: init_ccl was called again while the worker waited for its \
                      NCCL work; the worker's old NCCL communicators were aborted"
@@ -134,25 +134,35 @@ impl Comms {
 /// What a device wait of a worker with NCCL communicators checks between polls (PyTorch's
 /// NCCL watchdog): NCCL's kernels wait on the GPU, forever, for a peer that never joins their
 /// collective, passed another shape, or failed, and a wait in the driver would hold the worker
-/// with them.
-pub(crate) struct Watch(Arc<Comms>);
+/// with them. Made when a wait begins.
+pub(crate) struct Watch {
+    comms: Arc<Comms>,
+    /// The worker's `ccl_generation` when the wait began.
+    generation: u64,
+}
 
-/// The watch of the NCCL communicators of the worker running on this thread; `None` when it
-/// has none (its waits block in the driver, as before).
+/// The watch of the NCCL communicators of the worker running on this thread, for a wait that
+/// begins now; `None` when it has none (its waits block in the driver, as before).
 pub(crate) fn watch() -> Option<Watch> {
-    COMMS.with(|c| c.borrow().clone()).map(Watch)
+    COMMS.with(|c| c.borrow().clone()).map(Watch::new)
 }
 
 impl Watch {
+    fn new(comms: Arc<Comms>) -> Watch {
+        let generation = comms.shared.ccl_generation.load(Ordering::SeqCst);
+        Watch { comms, generation }
+    }
+
     /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
     /// the error names the communicator and gives NCCL's text), the session is shutting down
-    /// (`SessionClosed`), or `init_ccl` was called again (it sends the worker new ones); each
-    /// first aborts the worker's communicators (`ncclCommAbort`), which stops their kernels,
-    /// and later collectives fail at once until `init_ccl` makes new ones.
-    /// Once they were aborted there is nothing left to watch: the check passes, and a wait
-    /// goes on for the work that is not NCCL's (which cannot wait for another worker).
+    /// (`SessionClosed`), or `init_ccl` was called since the wait began (it sends the worker
+    /// new communicators, and a worker stuck here would never get to them); each first aborts
+    /// the worker's communicators (`ncclCommAbort`), which stops their kernels, and later
+    /// collectives fail at once until `init_ccl` makes new ones. Once they were aborted there
+    /// is nothing left to watch: the check passes, and a wait goes on for the work that is not
+    /// NCCL's (which cannot wait for another worker).
     pub(crate) fn check(&self) -> Result<()> {
-        self.0.check()
+        self.comms.check(self.generation)
     }
 }
 
@@ -250,9 +260,15 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     }
     let shared =
         worker::shared().ok_or_else(|| Error::runtime(format!("{INIT} runs on workers")))?;
-    let generation = shared.ccl_generation.load(Ordering::SeqCst);
     let world_id = unique_id(bytes, 0)?;
-    // Every worker leaves its old communicators before joining the new ones.
+    // Every worker leaves its old communicators before joining the new ones. Their teardown
+    // (`ncclCommDestroy`) waits for their work, so that is waited for first, by polling: their
+    // failure, or the shutdown, aborts them instead. Such a failure is reported after joining
+    // the new ones, which the other workers wait in for this one.
+    let flushed = match watch() {
+        Some(watch) => with_stream(|stream| stream.sync_checked(Some(&mut || watch.check()))),
+        None => Ok(()),
+    };
     COMMS.with(|c| c.borrow_mut().take());
     let world = Comm::init_rank(info.device.device_id, info.num_workers, info.id, &world_id)?;
     let group = if info.num_groups > 1 {
@@ -278,10 +294,9 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         flag: Region::of(&flag)?,
         aborted: Mutex::new(None),
         shared,
-        generation,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
-    Ok(Any::None)
+    flushed.map(|()| Any::None)
 }
 
 /// Registers the NCCL init built-in once per process.
@@ -557,7 +572,7 @@ fn recv_from_prev_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     let grouped = !is_none(args, 0) && in_group(args, 0)?;
     let flag = comms.flag.clone();
-    let watch = Watch(comms.clone());
+    let watch = Watch::new(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)
