@@ -11,7 +11,9 @@
 //! launch there come before the copies and collectives queued after them, and the other way
 //! round), whose copies are queued with the `cuMemcpy*Async` calls on raw pointers (between
 //! two GPUs' memory `cuMemcpyPeerAsync`); markers are CUDA events (`record` = `cuEventRecord`, `wait` =
-//! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host).
+//! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host). A thread
+//! whose device work may wait forever for another thread's (an NCCL collective) waits on the
+//! host by polling an event, and can give up ([`DeviceStream::synchronize_checked`]).
 //!
 //! Device memory is stream-ordered where the GPU has memory pools (every GPU since Volta with a
 //! recent driver): it comes from the device's pool (`cuMemAllocAsync` on a stream of its own,
@@ -709,8 +711,8 @@ impl CudaMarker {
     /// while the work before it runs; a failure of that work or of the context as an error.
     fn query(&self) -> Result<bool> {
         let _ctx = self.device.enter()?;
-        // SAFETY: the event is ours and alive.
         driver("querying an event", || {
+            // SAFETY: the event is ours and alive.
             match unsafe { result::event::query(self.raw) } {
                 Ok(()) => Ok(true),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
