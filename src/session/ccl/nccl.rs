@@ -61,7 +61,7 @@ struct Comms {
     /// One int32 on the worker's GPU that `barrier` reduces.
     flag: Region,
     /// Why the communicators were aborted, once they were: later collectives fail at once.
-    aborted: Mutex<Option<Error>>,
+    aborted: Mutex<Option<String>>,
     /// What the worker shares with the controller: the flags a wait watches.
     shared: Arc<WorkerShared>,
 }
@@ -75,8 +75,8 @@ impl Comms {
         }
     }
 
-    /// The reason the communicators were aborted, if they were.
-    fn aborted(&self) -> Option<Error> {
+    /// Why the communicators were aborted, if they were.
+    fn aborted(&self) -> Option<String> {
         self.aborted
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -89,34 +89,26 @@ impl Comms {
         if self.aborted().is_some() {
             return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
         }
-        let id = self.info.id;
         let failed = [(false, "the session's"), (true, "its group's")]
             .into_iter()
             .filter(|&(grouped, _)| !grouped || self.group.is_some())
             .find_map(|(grouped, which)| {
                 let (comm, rank) = self.team(grouped);
                 let cause = comm.async_error().err()?;
-                Some(Error::runtime(format!(
-                    "worker {id}: {which} NCCL communicator (rank {rank} of {}) failed: {}; the \
-                     worker's NCCL communicators were aborted",
+                Some(format!(
+                    "{which} NCCL communicator (rank {rank} of {}) failed: {}",
                     comm.size(),
                     cause.message
-                )))
+                ))
             });
-        let cause = match failed {
-            Some(cause) => cause,
-            None if self.shared.stopping.load(Ordering::SeqCst) => Error::new(
+        let (kind, why) = match failed {
+            Some(why) => (ErrorKind::Runtime, why),
+            None if self.shared.stopping.load(Ordering::SeqCst) => (
                 ErrorKind::SessionClosed,
-                format!(
-                    "worker {id}: the session was shut down while the worker waited for its \
-                     NCCL work; the worker's NCCL communicators were aborted"
-                ),
+                "the session was shut down".to_string(),
             ),
             None if self.shared.ccl_generation.load(Ordering::SeqCst) != generation => {
-                Error::runtime(format!(
-                    "worker {id}: init_ccl was called again while the worker waited for its \
-                     NCCL work; the worker's old NCCL communicators were aborted"
-                ))
+                (ErrorKind::Runtime, "init_ccl was called again".to_string())
             }
             None => return Ok(()),
         };
@@ -126,8 +118,16 @@ impl Comms {
             group.abort();
         }
         self.world.abort();
-        *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(cause.clone());
-        Err(cause)
+        let error = Error::new(
+            kind,
+            format!(
+                "worker {} gave up waiting for its NCCL work: {why}; its NCCL communicators were \
+                 aborted",
+                self.info.id
+            ),
+        );
+        *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        Err(error)
     }
 }
 
@@ -316,8 +316,12 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         return None;
     }
     let comms = COMMS.with(|c| c.borrow().clone())?;
-    if let Some(cause) = comms.aborted() {
-        return Some(Err(aborted_error(comms.info.id, &cause)));
+    if let Some(why) = comms.aborted() {
+        return Some(Err(Error::runtime(format!(
+            "worker {} has no working NCCL communicators (they were aborted: {why}); call \
+             init_ccl again before more collectives",
+            comms.info.id
+        ))));
     }
     let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
         "runtime.disco.allreduce" => allreduce,
@@ -334,15 +338,6 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         _ => return None,
     };
     Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
-}
-
-/// What a collective on a worker whose communicators were aborted (for `cause`) says.
-fn aborted_error(worker: usize, cause: &Error) -> Error {
-    Error::runtime(format!(
-        "worker {worker} has no working NCCL communicators (they were aborted: {}); call \
-         init_ccl again before more collectives",
-        cause.message
-    ))
 }
 
 /// Disco's argument counts.
