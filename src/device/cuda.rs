@@ -188,8 +188,8 @@ impl PoolStreams {
 /// Waits until the work queued so far on CUDA device `device_id`'s legacy default stream has
 /// finished, and with it the earlier work of the device's blocking streams: how a session
 /// worker's sync covers the kernels its functions launched there. With a `check`, the wait
-/// polls instead of blocking in the driver and gives up with `check`'s error (see
-/// [`poll_until`]); without one it is a plain `cuStreamSynchronize`.
+/// polls an event instead of blocking in the driver, calls `check` between polls and gives up
+/// with its error; without one it is a plain `cuStreamSynchronize`.
 pub fn synchronize_default_stream(
     device_id: i32,
     check: Option<&mut dyn FnMut() -> Result<()>>,
