@@ -292,6 +292,32 @@ fn several_failures_are_counted_in_one_report() {
 }
 
 #[test]
+fn a_checked_sync_of_a_host_stream_waits_as_a_sync_and_never_calls_its_check() {
+    // Host work is finished once it ran: nothing to poll, so the check (which a worker with
+    // NCCL communicators passes) costs a host stream nothing.
+    let a = Stream::new(CPU).unwrap();
+    let t = tensor(&[1], I64);
+    for _ in 0..5 {
+        a.call(&increment(), vec![Arg::Write(t.clone())]).unwrap();
+    }
+    a.call(&failing("RuntimeError", "boom"), vec![]).unwrap();
+    let mut checks = 0;
+    let err = a
+        .sync_checked(Some(&mut || {
+            checks += 1;
+            Err(Error::runtime("the check gave up"))
+        }))
+        .unwrap_err();
+    assert_eq!(
+        (err.kind, err.message.as_str()),
+        (ErrorKind::Runtime, "boom")
+    );
+    assert_eq!(checks, 0);
+    assert_eq!(read_i64(&t), 5);
+    a.sync_checked(None).unwrap();
+}
+
+#[test]
 fn dropping_a_stream_finishes_its_pending_work() {
     for placement in PLACEMENTS {
         let gate = Arc::new(AtomicBool::new(false));

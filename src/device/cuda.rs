@@ -11,7 +11,9 @@
 //! launch there come before the copies and collectives queued after them, and the other way
 //! round), whose copies are queued with the `cuMemcpy*Async` calls on raw pointers (between
 //! two GPUs' memory `cuMemcpyPeerAsync`); markers are CUDA events (`record` = `cuEventRecord`, `wait` =
-//! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host).
+//! `cuStreamWaitEvent`: one stream waits for another on the GPU, never on the host). A thread
+//! whose device work may wait forever for another thread's (an NCCL collective) waits on the
+//! host by polling an event, and can give up ([`DeviceStream::synchronize_checked`]).
 //!
 //! Device memory is stream-ordered where the GPU has memory pools (every GPU since Volta with a
 //! recent driver): it comes from the device's pool (`cuMemAllocAsync` on a stream of its own,
@@ -40,6 +42,7 @@ use std::any::Any as StdAny;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
 
 use cudarc::driver::CudaContext;
 use cudarc::driver::result::{self, DriverError};
@@ -186,14 +189,88 @@ impl PoolStreams {
 
 /// Waits until the work queued so far on CUDA device `device_id`'s legacy default stream has
 /// finished, and with it the earlier work of the device's blocking streams: how a session
-/// worker's sync covers the kernels its functions launched there.
-pub fn synchronize_default_stream(device_id: i32) -> Result<()> {
+/// worker's sync covers the kernels its functions launched there. With a `check`, the wait
+/// polls an event instead of blocking in the driver, calls `check` between polls and gives up
+/// with its error; without one it is a plain `cuStreamSynchronize`.
+pub fn synchronize_default_stream(
+    device_id: i32,
+    check: Option<&mut dyn FnMut() -> Result<()>>,
+) -> Result<()> {
     let device = CudaDevice::shared(device_id)?;
-    let _ctx = device.enter()?;
-    // SAFETY: the legacy stream of the context just made current.
-    driver("synchronizing the default stream", || unsafe {
-        result::stream::synchronize(LEGACY_STREAM)
-    })
+    let Some(check) = check else {
+        let _ctx = device.enter()?;
+        // SAFETY: the legacy stream of the context just made current.
+        return driver("synchronizing the default stream", || unsafe {
+            result::stream::synchronize(LEGACY_STREAM)
+        });
+    };
+    let marker = CudaMarker::new(&device)?;
+    {
+        let _ctx = device.enter()?;
+        // SAFETY: the event is alive (owned by `marker`); the legacy stream is the current
+        // context's.
+        driver("recording an event on the default stream", || unsafe {
+            result::event::record(marker.raw, LEGACY_STREAM)
+        })?;
+    }
+    marker.wait_polling(check)
+}
+
+/// How many polls of a polling wait only spin, and until which one they yield the CPU; later
+/// polls sleep, from [`FIRST_SLEEP`] doubling up to [`LONGEST_SLEEP`]. A collective that
+/// finishes within microseconds is seen at once; a long one costs the (2-vCPU) machine little.
+const SPIN_POLLS: u32 = 16;
+const YIELD_POLLS: u32 = 64;
+const FIRST_SLEEP: Duration = Duration::from_micros(10);
+const LONGEST_SLEEP: Duration = Duration::from_millis(1);
+
+/// The pause between two polls of a polling wait: a short spin, then yields, then sleeps with a
+/// bounded back-off.
+#[derive(Debug, Default)]
+struct Backoff {
+    polls: u32,
+    sleep: Option<Duration>,
+}
+
+impl Backoff {
+    /// Pauses before the next poll; returns how long it slept (zero while it spins or yields).
+    fn pause(&mut self) -> Duration {
+        self.polls = self.polls.saturating_add(1);
+        if self.polls <= SPIN_POLLS {
+            std::hint::spin_loop();
+            return Duration::ZERO;
+        }
+        if self.polls <= YIELD_POLLS {
+            std::thread::yield_now();
+            return Duration::ZERO;
+        }
+        let sleep = self
+            .sleep
+            .map_or(FIRST_SLEEP, |last| (last * 2).min(LONGEST_SLEEP));
+        self.sleep = Some(sleep);
+        std::thread::sleep(sleep);
+        sleep
+    }
+}
+
+/// Waits, without blocking in the driver, until `passed` says the device passed a point:
+/// between polls it calls `check`, and gives up with `check`'s error (the device work is left
+/// to whoever can end it, e.g. by aborting a communicator). A failed `passed` ends the wait
+/// with its error. This is how a thread whose device work may wait forever for other threads
+/// (an NCCL collective a peer never joins) stays able to give up (PyTorch's NCCL watchdog does
+/// the same).
+fn poll_until(
+    mut passed: impl FnMut() -> Result<bool>,
+    check: &mut dyn FnMut() -> Result<()>,
+) -> Result<()> {
+    let mut backoff = Backoff::default();
+    loop {
+        if passed()? {
+            return Ok(());
+        }
+        check()?;
+        backoff.pause();
+    }
 }
 
 impl CudaDevice {
@@ -428,13 +505,9 @@ impl PinnedHost {
     fn free_retired(&self) {
         let passed: Vec<Retired> = {
             let mut retired = lock(&RETIRED);
-            let (passed, waiting) = std::mem::take(&mut *retired).into_iter().partition(|r| {
-                // A failed query (a context that can run nothing any more) counts as
-                // passed: nothing will touch the memory again.
-                r.fences
-                    .iter()
-                    .all(|fence| fence.is_passed().unwrap_or(true))
-            });
+            let (passed, waiting) = std::mem::take(&mut *retired)
+                .into_iter()
+                .partition(|r| r.fences.iter().all(CudaMarker::passed));
             *retired = waiting;
             passed
         };
@@ -510,14 +583,7 @@ struct Queue {
 
 impl Queue {
     fn new_event(&self) -> Result<CudaMarker> {
-        let _ctx = self.device.enter()?;
-        let raw = driver("creating an event", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
-        })?;
-        Ok(CudaMarker {
-            device: self.device.clone(),
-            raw,
-        })
+        CudaMarker::new(&self.device)
     }
 
     fn record(&self, event: &CudaMarker) -> Result<()> {
@@ -634,15 +700,47 @@ impl Marker for CudaMarker {
     }
 
     fn is_passed(&self) -> Result<bool> {
+        self.query()
+    }
+}
+
+impl CudaMarker {
+    /// A new event of `device`, recorded nowhere yet.
+    fn new(device: &Arc<CudaDevice>) -> Result<CudaMarker> {
+        let _ctx = device.enter()?;
+        let raw = driver("creating an event", || {
+            result::event::create(sys::CUevent_flags::CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(CudaMarker {
+            device: device.clone(),
+            raw,
+        })
+    }
+
+    /// Whether the GPU has passed the event's latest recording (`cuEventQuery`): `Ok(false)`
+    /// while the work before it runs; a failure of that work or of the context as an error.
+    fn query(&self) -> Result<bool> {
         let _ctx = self.device.enter()?;
         driver("querying an event", || {
-            // SAFETY: the event is alive (owned by self); a query never blocks.
+            // SAFETY: the event is ours and alive.
             match unsafe { result::event::query(self.raw) } {
                 Ok(()) => Ok(true),
                 Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
                 Err(error) => Err(error),
             }
         })
+    }
+
+    /// Whether the GPU has passed the event's latest recording. A failed query (a context
+    /// that can run nothing any more) counts as passed: nothing will touch the memory again.
+    fn passed(&self) -> bool {
+        self.query().unwrap_or(true)
+    }
+
+    /// Waits on the host until the GPU passed the event's latest recording, polling it and
+    /// calling `check` between polls (see [`poll_until`]).
+    fn wait_polling(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        poll_until(|| self.query(), check)
     }
 }
 
@@ -875,6 +973,12 @@ impl DeviceStream for CudaStream {
     fn synchronize(&self) -> Result<()> {
         self.queue.queue.synchronize()
     }
+
+    fn synchronize_checked(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let marker = self.queue.queue.new_event()?;
+        self.queue.queue.record(&marker)?;
+        marker.wait_polling(check)
+    }
 }
 
 #[cfg(test)]
@@ -923,6 +1027,89 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn a_polling_wait_returns_once_the_point_is_passed_checking_in_between() {
+        let (mut queries, mut checks) = (0, 0);
+        poll_until(
+            || {
+                queries += 1;
+                Ok(queries == 4)
+            },
+            &mut || {
+                checks += 1;
+                Ok(())
+            },
+        )
+        .unwrap();
+        assert_eq!((queries, checks), (4, 3), "a check between two polls");
+
+        // Passed at once: the check is never called (the fast path costs one query).
+        poll_until(|| Ok(true), &mut || panic!("not called")).unwrap();
+    }
+
+    #[test]
+    fn a_polling_wait_gives_up_with_the_checks_error_or_a_failed_query() {
+        let mut checks = 0;
+        let error = poll_until(|| Ok(false), &mut || {
+            checks += 1;
+            match checks {
+                5 => Err(Error::runtime("worker 1: the communicator failed")),
+                _ => Ok(()),
+            }
+        })
+        .unwrap_err();
+        assert_eq!(
+            (error.kind, error.message.as_str(), checks),
+            (ErrorKind::Runtime, "worker 1: the communicator failed", 5)
+        );
+
+        let error = poll_until(
+            || Err(Error::runtime("CUDA: querying an event failed: ...")),
+            &mut || panic!("not called"),
+        )
+        .unwrap_err();
+        assert_eq!(error.message, "CUDA: querying an event failed: ...");
+    }
+
+    #[test]
+    fn the_backoff_spins_then_yields_then_sleeps_at_most_a_millisecond() {
+        let mut backoff = Backoff::default();
+        for poll in 1..=YIELD_POLLS {
+            assert_eq!(
+                backoff.pause(),
+                Duration::ZERO,
+                "poll {poll} spins or yields"
+            );
+        }
+        let sleeps: Vec<Duration> = (0..10).map(|_| backoff.pause()).collect();
+        assert_eq!(sleeps[0], FIRST_SLEEP);
+        assert!(sleeps.windows(2).all(|w| w[0] <= w[1]), "{sleeps:?}");
+        assert_eq!(sleeps[9], LONGEST_SLEEP, "{sleeps:?}");
+        assert!(sleeps.iter().all(|&s| s <= LONGEST_SLEEP), "{sleeps:?}");
+    }
+
+    #[test]
+    fn a_long_polling_wait_polls_a_bounded_number_of_times() {
+        // 30 ms of a point that never passes, then the check gives up: with the back-off that
+        // is some hundred polls, not the millions a spinning wait would make.
+        let start = std::time::Instant::now();
+        let mut queries = 0u32;
+        let error = poll_until(
+            || {
+                queries += 1;
+                Ok(false)
+            },
+            &mut || match start.elapsed() >= Duration::from_millis(30) {
+                true => Err(Error::runtime("given up")),
+                false => Ok(()),
+            },
+        )
+        .unwrap_err();
+        assert_eq!(error.message, "given up");
+        // (Fewer on a busy machine, where a yield may take the whole 30 ms.)
+        assert!(queries < YIELD_POLLS + 200, "{queries} polls");
     }
 
     #[test]

@@ -90,6 +90,16 @@ pub trait DeviceStream: Send + Sync {
 
     /// Blocks the calling thread until all work issued so far has finished.
     fn synchronize(&self) -> Result<()>;
+
+    /// Like [`DeviceStream::synchronize`], for a thread that must be able to give up on work
+    /// that may never finish (an NCCL collective a peer never joins): a device stream polls
+    /// the device instead of blocking in its driver, calls `check` between polls, and returns
+    /// `check`'s error when it fails. A stream whose work finishes on the host has nothing to
+    /// poll and synchronizes.
+    fn synchronize_checked(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let _ = check;
+        self.synchronize()
+    }
 }
 
 /// A point on a device stream that other streams can wait for.

@@ -35,6 +35,8 @@ type RawComm = *mut c_void;
 type RawStream = *mut c_void;
 
 const NCCL_SUCCESS: NcclResult = 0;
+/// `ncclInProgress`: a non-blocking operation has not finished yet.
+const NCCL_IN_PROGRESS: NcclResult = 7;
 
 /// The bytes every rank of a new communicator starts from (`ncclUniqueId`).
 #[repr(C)]
@@ -283,6 +285,15 @@ impl Nccl {
         if code == NCCL_SUCCESS {
             return Ok(());
         }
+        Err(Error::runtime(format!(
+            "NCCL: {what} failed: {}",
+            self.describe(code, comm)
+        )))
+    }
+
+    /// NCCL's description of result `code`, with its number and the communicator's last error
+    /// where NCCL keeps one.
+    fn describe(&self, code: NcclResult, comm: Option<RawComm>) -> String {
         let text = |p: *const c_char| {
             // SAFETY: NCCL returns NULL or a terminated string it owns; copied at once.
             (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
@@ -298,9 +309,7 @@ impl Nccl {
             .filter(|t| !t.is_empty())
             .map(|t| format!(" ({t})"))
             .unwrap_or_default();
-        Err(Error::runtime(format!(
-            "NCCL: {what} failed: {description} (code {code}){last}"
-        )))
+        format!("{description} (code {code}){last}")
     }
 
     /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd`: the point-to-point calls it
@@ -417,8 +426,7 @@ impl Region {
 /// One rank's communicator (`ncclComm_t`) on one GPU. Calls on it take its lock: NCCL allows
 /// one thread at a time on a communicator.
 pub struct Comm {
-    nccl: &'static Nccl,
-    raw: Mutex<Handle>,
+    handle: CommHandle,
     device: Arc<CudaDevice>,
     size: usize,
 }
@@ -426,9 +434,69 @@ pub struct Comm {
 /// A communicator handle.
 struct Handle(RawComm);
 
-// SAFETY: an NCCL communicator may be used from any thread, one at a time (the lock in `Comm`
-// sees to that), and destroyed from any thread.
+// SAFETY: an NCCL communicator may be used from any thread, one at a time (the lock in
+// `CommHandle` sees to that), and destroyed from any thread.
 unsafe impl Send for Handle {}
+
+/// A communicator's handle under its lock, with the library that made it: what the calls that
+/// need no GPU of their own (its state, giving it up) work on. The handle is NULL once the
+/// communicator was aborted; NCCL never sees it again.
+struct CommHandle {
+    nccl: &'static Nccl,
+    raw: Mutex<Handle>,
+}
+
+impl CommHandle {
+    fn new(nccl: &'static Nccl, raw: RawComm) -> CommHandle {
+        CommHandle {
+            nccl,
+            raw: Mutex::new(Handle(raw)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Handle> {
+        self.raw.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The locked handle, or a `RuntimeError` when the communicator was aborted.
+    fn live(&self) -> Result<MutexGuard<'_, Handle>> {
+        let comm = self.lock();
+        if comm.0.is_null() {
+            return Err(Error::runtime(
+                "NCCL: the communicator was aborted and can run nothing more",
+            ));
+        }
+        Ok(comm)
+    }
+
+    /// See [`Comm::async_error`].
+    fn async_error(&self) -> Result<()> {
+        let comm = self.lock();
+        if comm.0.is_null() {
+            return Ok(());
+        }
+        let mut state = NCCL_SUCCESS;
+        // SAFETY: a live communicator (under its lock); writes one result code.
+        let asked = unsafe { (self.nccl.api.comm_get_async_error)(comm.0, &mut state) };
+        self.nccl
+            .check("ncclCommGetAsyncError", asked, Some(comm.0))?;
+        // ncclInProgress: a non-blocking communicator still setting up, not a failure.
+        if state == NCCL_SUCCESS || state == NCCL_IN_PROGRESS {
+            return Ok(());
+        }
+        Err(Error::runtime(format!(
+            "NCCL reported an asynchronous error: {}",
+            self.nccl.describe(state, Some(comm.0))
+        )))
+    }
+
+    /// Takes the handle out, for its destruction; `None` when it was taken before. Every later
+    /// call fails (or, for [`CommHandle::async_error`], passes) without reaching NCCL.
+    fn take(&self) -> Option<RawComm> {
+        let raw = std::mem::replace(&mut self.lock().0, std::ptr::null_mut());
+        (!raw.is_null()).then_some(raw)
+    }
+}
 
 impl Comm {
     /// Rank `rank` of a communicator of `size` ranks on CUDA device `device_id`, from the
@@ -444,8 +512,7 @@ impl Comm {
         let code = unsafe { (nccl.api.comm_init_rank)(&mut raw, size_c, *id, rank_c) };
         nccl.check("ncclCommInitRank", code, None)?;
         Ok(Comm {
-            nccl,
-            raw: Mutex::new(Handle(raw)),
+            handle: CommHandle::new(nccl, raw),
             device,
             size,
         })
@@ -455,19 +522,20 @@ impl Comm {
     /// ordered by `key` (`ncclCommSplit`, every rank of this communicator calls it); `None`
     /// when the library has no `ncclCommSplit` (before NCCL 2.18).
     pub fn split(&self, color: usize, key: usize, size: usize) -> Result<Option<Comm>> {
-        let Some(split) = self.nccl.api.comm_split else {
+        let Some(split) = self.nccl().api.comm_split else {
             return Ok(None);
         };
         let (color, key) = (as_int(color, "color")?, as_int(key, "key")?);
         let _ctx = self.device.enter()?;
-        let comm = self.lock();
+        let comm = self.handle.live()?;
         let mut raw: RawComm = std::ptr::null_mut();
         // SAFETY: a live communicator; writes one handle; a NULL config inherits this one's.
         let code = unsafe { split(comm.0, color, key, &mut raw, std::ptr::null_mut()) };
-        self.nccl.check("ncclCommSplit", code, Some(comm.0))?;
+        self.handle
+            .nccl
+            .check("ncclCommSplit", code, Some(comm.0))?;
         Ok(Some(Comm {
-            nccl: self.nccl,
-            raw: Mutex::new(Handle(raw)),
+            handle: CommHandle::new(self.nccl(), raw),
             device: self.device.clone(),
             size,
         }))
@@ -478,13 +546,31 @@ impl Comm {
         self.size
     }
 
-    fn lock(&self) -> MutexGuard<'_, Handle> {
-        self.raw.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Whether the communicator failed asynchronously (`ncclCommGetAsyncError`: a peer lost,
+    /// a network or internal error in a running collective); `Ok` while it is healthy or was
+    /// aborted. Cheap: NCCL reads a field of the communicator.
+    pub fn async_error(&self) -> Result<()> {
+        self.handle.async_error()
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`): its kernels stop without waiting for the
+    /// peers, and its resources go. Later calls on it fail at once; aborting again, or
+    /// dropping it, does nothing more.
+    pub fn abort(&self) {
+        let Some(raw) = self.handle.take() else {
+            return;
+        };
+        // NCCL frees the communicator in its own context; a failure to enter leaves it be.
+        let Ok(_ctx) = self.device.enter() else {
+            return;
+        };
+        // SAFETY: a live communicator, which nothing uses again (its handle is gone).
+        unsafe { (self.nccl().api.comm_abort)(raw) };
     }
 
     /// The loaded library, for its group calls.
     pub fn nccl(&self) -> &'static Nccl {
-        self.nccl
+        self.handle.nccl
     }
 
     /// The CUDA stream of `stream`, checked to be on this communicator's GPU, as are the
@@ -523,9 +609,9 @@ impl Comm {
     ) -> Result<()> {
         let raw = self.stream(stream, regions)?;
         let _ctx = self.device.enter()?;
-        let comm = self.lock();
+        let comm = self.handle.live()?;
         let code = call(comm.0, raw);
-        self.nccl.check(name, code, Some(comm.0))
+        self.nccl().check(name, code, Some(comm.0))
     }
 
     /// Enqueues `ncclAllReduce` of `send` into `recv` (the same count and type) on `stream`.
@@ -540,7 +626,7 @@ impl Comm {
             // SAFETY: both regions lie in live CUDA tensors of this GPU (the regions hold them;
             // frees are ordered after this stream's work), `recv` holds `send.count` elements.
             unsafe {
-                (self.nccl.api.all_reduce)(
+                (self.nccl().api.all_reduce)(
                     send.ptr(),
                     recv.ptr(),
                     send.count,
@@ -563,7 +649,7 @@ impl Comm {
         self.enqueue("ncclAllGather", stream, &[send, recv], |comm, raw| {
             // SAFETY: as in `all_reduce`; `recv` holds `size * send.count` elements.
             unsafe {
-                (self.nccl.api.all_gather)(
+                (self.nccl().api.all_gather)(
                     send.ptr(),
                     recv.ptr(),
                     send.count,
@@ -589,7 +675,7 @@ impl Comm {
         self.enqueue("ncclBroadcast", stream, &[send, recv], |comm, raw| {
             // SAFETY: as in `all_reduce`.
             unsafe {
-                (self.nccl.api.broadcast)(
+                (self.nccl().api.broadcast)(
                     send.ptr(),
                     recv.ptr(),
                     recv.count,
@@ -607,7 +693,7 @@ impl Comm {
         let peer = as_int(peer, "peer")?;
         self.enqueue("ncclSend", stream, &[buf], |comm, raw| {
             // SAFETY: as in `all_reduce`.
-            unsafe { (self.nccl.api.send)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
+            unsafe { (self.nccl().api.send)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
         })
     }
 
@@ -616,7 +702,7 @@ impl Comm {
         let peer = as_int(peer, "peer")?;
         self.enqueue("ncclRecv", stream, &[buf], |comm, raw| {
             // SAFETY: as in `all_reduce`.
-            unsafe { (self.nccl.api.recv)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
+            unsafe { (self.nccl().api.recv)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
         })
     }
 }
@@ -624,20 +710,21 @@ impl Comm {
 impl Drop for Comm {
     fn drop(&mut self) {
         // A communicator that failed asynchronously (a peer lost) is aborted, which does not
-        // wait for its peers; a healthy one is destroyed after its work.
-        let raw = self.lock().0;
-        let mut state = NCCL_SUCCESS;
-        // SAFETY: a live communicator; writes one result code.
-        let asked = unsafe { (self.nccl.api.comm_get_async_error)(raw, &mut state) };
+        // wait for its peers; a healthy one is destroyed after its work; an aborted one is
+        // gone already.
+        let healthy = self.handle.async_error().is_ok();
+        let Some(raw) = self.handle.take() else {
+            return;
+        };
         let Ok(_ctx) = self.device.enter() else {
             return;
         };
         // SAFETY: the communicator is ours and nothing uses it any more.
         unsafe {
-            if asked == NCCL_SUCCESS && state == NCCL_SUCCESS {
-                (self.nccl.api.comm_destroy)(raw);
+            if healthy {
+                (self.nccl().api.comm_destroy)(raw);
             } else {
-                (self.nccl.api.comm_abort)(raw);
+                (self.nccl().api.comm_abort)(raw);
             }
         }
     }
@@ -713,6 +800,90 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    /// The stand-in library (`tests/support/nccl_stub.c`), compiled for this process, loaded,
+    /// and its handle for the stub-only entry points.
+    fn stub() -> (&'static Nccl, *mut c_void) {
+        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/nccl_stub.c");
+        let library = std::env::temp_dir().join(format!(
+            "discovm-nccl-stub-{}-{:?}.so",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let output = std::process::Command::new("gcc")
+            .args([
+                "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
+            ])
+            .arg(source)
+            .arg("-o")
+            .arg(&library)
+            .output()
+            .expect("gcc runs (it builds the C tests too)");
+        assert!(
+            output.status.success(),
+            "gcc failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let path = library.to_str().expect("a UTF-8 path");
+        let nccl: &'static Nccl = Box::leak(Box::new(Nccl::open(path).expect("the stub loads")));
+        let c_path = CString::new(path).unwrap();
+        // SAFETY: a terminated path of the library just loaded (this only takes another
+        // reference to it); it stays loaded for the process.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(!handle.is_null(), "{}", dlerror());
+        let _ = std::fs::remove_file(&library);
+        (nccl, handle)
+    }
+
+    #[test]
+    fn a_communicators_async_error_is_reported_and_an_aborted_one_never_reaches_nccl() {
+        let (nccl, lib) = stub();
+        // SAFETY: a live handle; the types are the stub's C declarations.
+        let (new, set, aborts, free) = unsafe {
+            (
+                symbol::<unsafe extern "C" fn() -> RawComm>(lib, c"ncclStubCommNew").unwrap(),
+                symbol::<unsafe extern "C" fn(RawComm, c_int)>(lib, c"ncclStubSetAsyncError")
+                    .unwrap(),
+                symbol::<unsafe extern "C" fn(RawComm) -> c_int>(lib, c"ncclStubAborts").unwrap(),
+                symbol::<unsafe extern "C" fn(RawComm)>(lib, c"ncclStubCommFree").unwrap(),
+            )
+        };
+        // SAFETY: no arguments; a fresh stub communicator.
+        let raw = unsafe { new() };
+        let handle = CommHandle::new(nccl, raw);
+        handle.async_error().unwrap();
+        // SAFETY: the stub communicator is alive until the free below.
+        unsafe { set(raw, NCCL_IN_PROGRESS) };
+        handle
+            .async_error()
+            .expect("still setting up is no failure");
+        // SAFETY: as above.
+        unsafe { set(raw, 2) };
+        let error = handle.async_error().unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Runtime);
+        assert_eq!(
+            error.message,
+            "NCCL reported an asynchronous error: stub: unhandled system error (code 2) (a peer \
+             of the stub communicator is gone)"
+        );
+
+        // What `Comm::abort` does once its GPU is entered: the handle goes, then NCCL aborts.
+        let taken = handle.take().expect("a live handle");
+        assert_eq!(taken, raw);
+        // SAFETY: the stub communicator, taken out of the handle.
+        unsafe { (nccl.api.comm_abort)(taken) };
+        let error = handle.live().err().expect("aborted");
+        assert_eq!(
+            error.message,
+            "NCCL: the communicator was aborted and can run nothing more"
+        );
+        handle.async_error().expect("nothing more to report");
+        assert!(handle.take().is_none(), "aborted once");
+        // SAFETY: as above.
+        assert_eq!(unsafe { aborts(raw) }, 1);
+        // SAFETY: nothing uses the stub communicator any more.
+        unsafe { free(raw) };
     }
 
     #[test]

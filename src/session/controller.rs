@@ -19,7 +19,7 @@ use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 
@@ -208,6 +208,8 @@ impl Session {
             let shared = Arc::new(WorkerShared {
                 channel: Channel::new(QUEUE_CAPACITY),
                 exited: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
+                ccl_generation: AtomicU64::new(0),
                 session: OnceLock::new(),
             });
             let info = WorkerInfo {
@@ -671,6 +673,12 @@ impl Session {
                 Some((fresh, stage)),
             )
         };
+        // A worker waiting for work of its NCCL communicators (a collective a peer never
+        // joined) sees the count change, aborts them and gets to the new ones: the way back
+        // after a sync that timed out.
+        for link in &self.workers {
+            link.shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        }
         let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
         let installed = self.get_global_func(init).and_then(|func| {
             let _out = self.call(Target::All, &func, &views)?;
@@ -699,7 +707,11 @@ impl Session {
             return Ok(());
         }
         // A collective some worker never joins would keep its worker from ever reading the
-        // shutdown: break the communicator so its waits end.
+        // shutdown: break the communicator so its waits end. A worker waiting for NCCL work on
+        // its GPU sees its flag, aborts its communicators and stops waiting.
+        for link in &self.workers {
+            link.shared.stopping.store(true, Ordering::SeqCst);
+        }
         if let Some(ccl) = self
             .ccl
             .lock()

@@ -5,6 +5,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
 
+use super::ccl::nccl;
 use super::controller::Session;
 use super::message::{Arg, CopyDirection, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
@@ -14,7 +15,7 @@ use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
@@ -22,6 +23,13 @@ pub struct WorkerShared {
     pub channel: Channel<Message>,
     /// Set when the worker thread has left its loop (normally or not).
     pub exited: AtomicBool,
+    /// Set by shutdown before it tells the worker to stop: a device wait of a worker with NCCL
+    /// communicators (which could wait forever for a peer) sees it and gives up.
+    pub stopping: AtomicBool,
+    /// How many times `init_ccl` sent the workers new communicators (counted before it sends
+    /// them): a device wait of a worker with NCCL communicators gives up when it changes, so
+    /// that a worker stuck on its old ones gets to the new ones.
+    pub ccl_generation: AtomicU64,
     /// The session, once it exists (for the worker's own handle; weak, so no cycle).
     pub session: OnceLock<Weak<Session>>,
 }
@@ -69,6 +77,11 @@ pub fn with_stream<R>(f: impl FnOnce(&Stream) -> Result<R>) -> Result<R> {
         Ok(stream)
     })?;
     f(&stream)
+}
+
+/// What the worker running on this thread shares with the controller, if any.
+pub fn shared() -> Option<Arc<WorkerShared>> {
+    CURRENT.with(|c| c.borrow().as_ref().map(|(_, shared, _)| shared.clone()))
 }
 
 /// The worker running on this thread, if any.
@@ -180,6 +193,12 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             Message::Shutdown => break,
         }
     }
+    // NCCL work queued and never synced would hold the stream's teardown in the driver if a
+    // peer never joined it: it is waited for by polling first, which gives up (aborting the
+    // communicators) as the session is shutting down.
+    if nccl::watch().is_some() {
+        worker.sync_device();
+    }
     // Values die on their own worker's thread, as they were made there.
     worker.registers.clear();
 }
@@ -255,15 +274,22 @@ impl Worker {
 
     /// Waits for the device work the worker queued, and keeps its failures for the reply: the
     /// work on its stream, if it has one, and on a GPU also the kernels its functions launched
-    /// on the device's default stream.
+    /// on the device's default stream. A worker with NCCL communicators polls instead of
+    /// blocking in the driver, watching them (see [`nccl::watch`]): a collective a peer never
+    /// joins then ends in an error instead of holding the worker for good.
     fn sync_device(&mut self) {
+        let watch = nccl::watch();
+        let mut check = watch.as_ref().map(|watch| move || watch.check());
         if let Some(stream) = STREAM.with(|s| s.borrow().clone())
-            && let Err(cause) = stream.sync()
+            && let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _))
         {
             self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
         }
         if self.info.device.device_type == KDL_CUDA
-            && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id)
+            && let Err(cause) = cuda::synchronize_default_stream(
+                self.info.device.device_id,
+                check.as_mut().map(|c| c as _),
+            )
         {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
@@ -308,6 +334,11 @@ impl Worker {
             .as_tensor()
             .map_err(&attribute)?;
         with_stream(|stream| {
+            // The copy waits in the driver for the stream's earlier work, which NCCL work may
+            // keep from ever finishing: with NCCL, that work is waited for by polling first.
+            if let Some(watch) = nccl::watch() {
+                stream.sync_checked(Some(&mut || watch.check()))?;
+            }
             stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
         })
         .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))

@@ -208,7 +208,7 @@ impl Instruction {
         // its last instruction does, on the device, once issued. (`>=`: a submitter publishes
         // the number after queueing, so the executor may run it first.)
         if stream.is_closed() && seq >= stream.issued() {
-            stream.settle_device(seq);
+            stream.settle_device(seq, None);
             stream.mark_finished();
         }
         stream.finish(seq);

@@ -107,14 +107,15 @@ impl StreamCore {
     }
 
     /// Waits for everything issued so far (on a device whose streams finish later, until the
-    /// device finished it, then lets go of what its instructions held). Errors: `RuntimeError`
-    /// on the stream's executor (it would wait for itself); failures of the work stay for
-    /// the next sync.
-    fn drain(&self) -> Result<()> {
+    /// device finished it, then lets go of what its instructions held). With a `check`, the
+    /// device wait polls and may give up with `check`'s error (see
+    /// [`DeviceStream::synchronize_checked`]). Errors: `RuntimeError` on the stream's executor
+    /// (it would wait for itself); failures of the work stay for the next sync.
+    fn drain(&self, check: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
         self.check_not_on_executor("a stream sync")?;
         let issued = self.issued();
         self.progress.wait_for(issued);
-        self.settle_device(issued);
+        self.settle_device(issued, check);
         Ok(())
     }
 
@@ -122,21 +123,31 @@ impl StreamCore {
     /// came before, then lets go of what they held. Nothing to do on the host. A device that
     /// fails to synchronize (its failure is reported by the next sync) will not run that work
     /// any more (a CUDA error is sticky), so the instructions are let go all the same: keeping
-    /// them would keep their memory forever.
-    pub(crate) fn settle_device(&self, seq: u64) {
+    /// them would keep their memory forever. A wait that a `check` ended is reported too, but
+    /// the device may still run the work: what it holds stays until a later sync.
+    pub(crate) fn settle_device(&self, seq: u64, check: Option<&mut dyn FnMut() -> Result<()>>) {
         if self.dev.completes_on_host() {
             return;
         }
-        if let Err(error) = self.dev.synchronize() {
+        let checked = check.is_some();
+        let waited = match check {
+            None => self.dev.synchronize(),
+            Some(check) => self.dev.synchronize_checked(check),
+        };
+        if let Err(error) = waited {
             self.report(error);
+            if checked {
+                return;
+            }
         }
         self.retiring.release_through(seq);
     }
 
     /// Waits for everything issued so far (on a device whose streams finish later, until the
-    /// device finished it), then reports the failures since the last sync.
-    pub fn sync(&self) -> Result<()> {
-        self.drain()?;
+    /// device finished it), then reports the failures since the last sync. With a `check`, as
+    /// [`StreamCore::drain`] says.
+    pub fn sync(&self, check: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
+        self.drain(check)?;
         self.take_failures()
     }
 
@@ -492,7 +503,15 @@ impl Stream {
     /// Waits until everything submitted so far has run; returns the first failure since the
     /// last sync (with a count of the others), if any.
     pub fn sync(&self) -> Result<()> {
-        self.core.sync()
+        self.core.sync(None)
+    }
+
+    /// Like [`Stream::sync`], for a thread that must be able to give up on device work that may
+    /// never finish: with a `check`, the device wait polls, calls `check` between polls, and
+    /// ends with `check`'s error when it fails (reported like the stream's own failures);
+    /// without one it is [`Stream::sync`].
+    pub fn sync_checked(&self, check: Option<&mut dyn FnMut() -> Result<()>>) -> Result<()> {
+        self.core.sync(check)
     }
 
     /// Finishes the pending work and stops taking more; failures not yet reported are dropped.
@@ -502,7 +521,7 @@ impl Stream {
         if core.is_closed() {
             return;
         }
-        let drained = core.drain().is_ok();
+        let drained = core.drain(None).is_ok();
         let _ = core.take_failures();
         core.closed.store(true, Ordering::Release);
         if drained {
@@ -510,7 +529,7 @@ impl Stream {
         } else if core.progress.done() >= core.issued() {
             // Called from a callback on the executor, whose instructions of this stream have
             // all run (none runs while this one does): wait for the device here.
-            core.settle_device(core.issued());
+            core.settle_device(core.issued(), None);
             core.mark_finished();
         }
         // Otherwise the stream's last instruction, still to run on this executor, waits for

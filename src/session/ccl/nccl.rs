@@ -12,14 +12,30 @@
 //! streams, and return at once. A sync of the worker waits for them and reports their failures.
 //! `barrier` reduces one int32 across the team and waits for it on the host.
 //!
+//! Waits: NCCL's kernels wait on the GPU, without end, for a peer that never joins their
+//! collective, passed another shape, or failed. So a worker with NCCL communicators never
+//! waits for its GPU in the driver: its sync, `barrier`, and the copies to and from worker 0
+//! record an event after the work and poll it (a short spin, then yields, then sleeps of at
+//! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
+//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
+//! shutdown, or an `init_ccl` called meanwhile aborts them (`ncclCommAbort`, which stops their
+//! kernels) and ends the wait with an error that says which (naming the communicator and
+//! giving NCCL's text for an error; `SessionClosed` at shutdown). After that, collectives on
+//! the worker fail at once, telling the user to call `init_ccl` again, until it is called
+//! again. So after a sync that timed out (a peer never joined), `init_ccl` or shutdown frees
+//! the worker. Workers without NCCL communicators wait as before.
+//!
 //! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
 //! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
-//! different shapes, or a worker that never joins, leave NCCL's kernels waiting, and the
-//! controller's wait then ends with the session's timeout. Workers sharing one GPU are
-//! refused: NCCL needs a GPU per rank.
+//! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
+//! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
+//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Only the
+//! waits for the GPU are watched: a call into NCCL that itself blocks on the host (joining a
+//! communicator waits for every rank; the first collective between two ranks may connect them)
+//! still waits for the peers. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Once};
+use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use super::ReduceOp;
 use super::builtins::{in_group, peer, reduce_kind};
@@ -28,9 +44,10 @@ use crate::device::DeviceStream;
 use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
 use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
-use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
+use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::session::builtins::on_worker;
-use crate::session::worker::{WorkerInfo, with_stream};
+use crate::session::worker::{self, WorkerInfo, WorkerShared, with_stream};
+use crate::sync::atomic::Ordering;
 use crate::vm::Arg;
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
@@ -43,6 +60,10 @@ struct Comms {
     group: Option<Comm>,
     /// One int32 on the worker's GPU that `barrier` reduces.
     flag: Region,
+    /// Why the communicators were aborted, once they were: later collectives fail at once.
+    aborted: Mutex<Option<String>>,
+    /// What the worker shares with the controller: the flags a wait watches.
+    shared: Arc<WorkerShared>,
 }
 
 impl Comms {
@@ -52,6 +73,96 @@ impl Comms {
             Some(group) if in_group => (group, self.info.local_id()),
             _ => (&self.world, self.info.id),
         }
+    }
+
+    /// Why the communicators were aborted, if they were.
+    fn aborted(&self) -> Option<String> {
+        self.aborted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// See [`Watch::check`]; `generation` is the worker's `ccl_generation` when the wait
+    /// began.
+    fn check(&self, generation: u64) -> Result<()> {
+        if self.aborted().is_some() {
+            return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
+        }
+        let failed = [(false, "the session's"), (true, "its group's")]
+            .into_iter()
+            .filter(|&(grouped, _)| !grouped || self.group.is_some())
+            .find_map(|(grouped, which)| {
+                let (comm, rank) = self.team(grouped);
+                let cause = comm.async_error().err()?;
+                Some(format!(
+                    "{which} NCCL communicator (rank {rank} of {}) failed: {}",
+                    comm.size(),
+                    cause.message
+                ))
+            });
+        let (kind, why) = match failed {
+            Some(why) => (ErrorKind::Runtime, why),
+            None if self.shared.stopping.load(Ordering::SeqCst) => (
+                ErrorKind::SessionClosed,
+                "the session was shut down".to_string(),
+            ),
+            None if self.shared.ccl_generation.load(Ordering::SeqCst) != generation => {
+                (ErrorKind::Runtime, "init_ccl was called again".to_string())
+            }
+            None => return Ok(()),
+        };
+        // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting. The
+        // group's communicator was split from the session's: it goes first.
+        if let Some(group) = &self.group {
+            group.abort();
+        }
+        self.world.abort();
+        let error = Error::new(
+            kind,
+            format!(
+                "worker {} gave up waiting for its NCCL work: {why}; its NCCL communicators were \
+                 aborted",
+                self.info.id
+            ),
+        );
+        *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        Err(error)
+    }
+}
+
+/// What a device wait of a worker with NCCL communicators checks between polls (PyTorch's
+/// NCCL watchdog): NCCL's kernels wait on the GPU, forever, for a peer that never joins their
+/// collective, passed another shape, or failed, and a wait in the driver would hold the worker
+/// with them. Made when a wait begins.
+pub(crate) struct Watch {
+    comms: Arc<Comms>,
+    /// The worker's `ccl_generation` when the wait began.
+    generation: u64,
+}
+
+/// The watch of the NCCL communicators of the worker running on this thread, for a wait that
+/// begins now; `None` when it has none (its waits block in the driver, as before).
+pub(crate) fn watch() -> Option<Watch> {
+    COMMS.with(|c| c.borrow().clone()).map(Watch::new)
+}
+
+impl Watch {
+    fn new(comms: Arc<Comms>) -> Watch {
+        let generation = comms.shared.ccl_generation.load(Ordering::SeqCst);
+        Watch { comms, generation }
+    }
+
+    /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
+    /// the error names the communicator and gives NCCL's text), the session is shutting down
+    /// (`SessionClosed`), or `init_ccl` was called since the wait began (it sends the worker
+    /// new communicators, and a worker stuck here would never get to them); each first aborts
+    /// the worker's communicators (`ncclCommAbort`), which stops their kernels, and later
+    /// collectives fail at once until `init_ccl` makes new ones. Once they were aborted there
+    /// is nothing left to watch: the check passes, and a wait goes on for the work that is not
+    /// NCCL's (which cannot wait for another worker).
+    pub(crate) fn check(&self) -> Result<()> {
+        self.comms.check(self.generation)
     }
 }
 
@@ -147,8 +258,17 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             info.id, info.device.device_type, info.device.device_id
         )));
     }
+    let shared =
+        worker::shared().ok_or_else(|| Error::runtime(format!("{INIT} runs on workers")))?;
     let world_id = unique_id(bytes, 0)?;
-    // Every worker leaves its old communicators before joining the new ones.
+    // Every worker leaves its old communicators before joining the new ones. Their teardown
+    // (`ncclCommDestroy`) waits for their work, so that is waited for first, by polling: their
+    // failure, or the shutdown, aborts them instead. Such a failure is reported after joining
+    // the new ones, which the other workers wait in for this one.
+    let flushed = match watch() {
+        Some(watch) => with_stream(|stream| stream.sync_checked(Some(&mut || watch.check()))),
+        None => Ok(()),
+    };
     COMMS.with(|c| c.borrow_mut().take());
     let world = Comm::init_rank(info.device.device_id, info.num_workers, info.id, &world_id)?;
     let group = if info.num_groups > 1 {
@@ -172,9 +292,11 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         world,
         group,
         flag: Region::of(&flag)?,
+        aborted: Mutex::new(None),
+        shared,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
-    Ok(Any::None)
+    flushed.map(|()| Any::None)
 }
 
 /// Registers the NCCL init built-in once per process.
@@ -194,6 +316,13 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         return None;
     }
     let comms = COMMS.with(|c| c.borrow().clone())?;
+    if let Some(why) = comms.aborted() {
+        return Some(Err(Error::runtime(format!(
+            "worker {} has no working NCCL communicators (they were aborted: {why}); call \
+             init_ccl again before more collectives",
+            comms.info.id
+        ))));
+    }
     let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
         "runtime.disco.allreduce" => allreduce,
         "runtime.disco.allgather" => allgather,
@@ -438,11 +567,12 @@ fn recv_from_prev_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     let grouped = !is_none(args, 0) && in_group(args, 0)?;
     let flag = comms.flag.clone();
+    let watch = Watch::new(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)
             .0
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
     })?;
-    with_stream(|stream| stream.sync())
+    with_stream(|stream| stream.sync_checked(Some(&mut || watch.check())))
 }
