@@ -9,8 +9,9 @@ object_cell! {
     ArrayCell(DVMSeqCell) = ti::ARRAY
 }
 
-/// The items, kept in packed form so the cell can point at them.
-struct Items(Box<[DVMAny]>);
+/// The items, kept in packed form so the cell can point at them (in a `Vec`, as `string.rs`
+/// says why).
+struct Items(Vec<DVMAny>);
 
 impl Drop for Items {
     fn drop(&mut self) {
@@ -35,7 +36,7 @@ impl Array {
     pub const TYPE_NAME: &'static str = "ffi.Array";
 
     pub fn new(values: impl IntoIterator<Item = Any>) -> Array {
-        let mut items: Box<[DVMAny]> = values.into_iter().map(Any::into_raw).collect();
+        let mut items: Vec<DVMAny> = values.into_iter().map(Any::into_raw).collect();
         let len = items.len() as i64;
         let cell = DVMSeqCell {
             data: items.as_mut_ptr(),

@@ -12,7 +12,7 @@ object_cell! {
 #[repr(C)]
 struct ShapeBody {
     cell: DVMShapeCell,
-    dims: Box<[i64]>,
+    dims: Vec<i64>,
 }
 
 /// A Shape value.
@@ -23,7 +23,7 @@ impl Shape {
     pub const TYPE_NAME: &'static str = "ffi.Shape";
 
     pub fn new(dims: &[i64]) -> Shape {
-        let dims: Box<[i64]> = dims.into();
+        let dims: Vec<i64> = dims.into();
         let cell = DVMShapeCell {
             data: dims.as_ptr(),
             size: dims.len(),

@@ -30,18 +30,20 @@ pub(crate) unsafe fn byte_array_bytes(cell: &DVMByteArray) -> &[u8] {
     }
 }
 
-/// A heap String or Bytes object made here: the cell, then the bytes it points at.
+/// A heap String or Bytes object made here: the cell, then the bytes it points at. (A `Vec`,
+/// not a `Box`: moving a box into the object asserts that it is the only way to its bytes,
+/// which invalidates the pointer the cell took before; the same holds for every object here
+/// whose cell points into its own storage.)
 #[repr(C)]
 struct HeapBytes {
     cell: DVMByteArray,
-    storage: Box<[u8]>,
+    storage: Vec<u8>,
 }
 
 fn heap_object(type_index: i32, bytes: &[u8]) -> ObjectRef<HeapBytes> {
     let mut storage = Vec::with_capacity(bytes.len() + 1);
     storage.extend_from_slice(bytes);
     storage.push(0);
-    let storage = storage.into_boxed_slice();
     let cell = DVMByteArray {
         data: storage.as_ptr().cast::<c_char>(),
         size: bytes.len(),

@@ -224,12 +224,12 @@ pub unsafe fn is_contiguous(dl: &DLTensor) -> bool {
     true
 }
 
-fn row_major_strides(dims: &[i64]) -> Box<[i64]> {
+fn row_major_strides(dims: &[i64]) -> Vec<i64> {
     let mut strides = vec![1i64; dims.len()];
     for axis in (0..dims.len().saturating_sub(1)).rev() {
         strides[axis] = strides[axis + 1] * dims[axis + 1];
     }
-    strides.into_boxed_slice()
+    strides
 }
 
 /// Frees a tensor's memory when the tensor dies (a device backend's free).
@@ -315,8 +315,8 @@ impl Drop for Storage {
 #[repr(C)]
 struct TensorBody {
     dl: DLTensor,
-    shape: Box<[i64]>,
-    strides: Box<[i64]>,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
     storage: Storage,
     /// The producer marked the memory read-only (a DLPack flag).
     read_only: bool,
@@ -374,7 +374,7 @@ impl Tensor {
         data: NonNull<u8>,
         release: Release,
     ) -> Tensor {
-        let shape: Box<[i64]> = dims.into();
+        let shape: Vec<i64> = dims.into();
         let strides = row_major_strides(dims);
         Self::assemble(
             data.as_ptr().cast(),
@@ -391,8 +391,8 @@ impl Tensor {
         data: *mut c_void,
         device: DLDevice,
         dtype: DLDataType,
-        mut shape: Box<[i64]>,
-        mut strides: Box<[i64]>,
+        mut shape: Vec<i64>,
+        mut strides: Vec<i64>,
         storage: Storage,
         read_only: bool,
     ) -> Tensor {
@@ -459,7 +459,7 @@ impl Tensor {
         // SAFETY: the caller vouches for the arrays.
         unsafe { check_dltensor(dl) }?;
         // SAFETY: checked above: `ndim` dims (and strides, if any) are readable.
-        let shape: Box<[i64]> = unsafe { dl_shape(dl) }?.into();
+        let shape: Vec<i64> = unsafe { dl_shape(dl) }?.into();
         let strides = if dl.strides.is_null() {
             row_major_strides(&shape)
         } else {
