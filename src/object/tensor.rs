@@ -587,9 +587,18 @@ impl Tensor {
     }
 
     fn body(&self) -> &TensorBody {
-        // SAFETY: tensors made by this library are `TensorBody` cells (their DLTensor first);
-        // handles of type 70 reach here only from this library's own constructors.
-        unsafe { &*std::ptr::from_ref(self.dl()).cast::<TensorBody>() }
+        // SAFETY: tensors made by this library are `TensorBody` cells (their DLTensor first)
+        // right after the header; handles of type 70 reach here only from this library's own
+        // constructors. The pointer comes from the whole object, not from its DLTensor field,
+        // whose reference reaches only that field's bytes.
+        unsafe {
+            &*self
+                .0
+                .as_ptr()
+                .cast::<u8>()
+                .add(crate::abi::OBJECT_HEADER_SIZE)
+                .cast::<TensorBody>()
+        }
     }
 
     /// The per-tensor state of type `T` a layer above keeps, made by `T::default()` on first
