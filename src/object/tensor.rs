@@ -256,9 +256,9 @@ pub fn release_with(
     free: impl FnOnce(NonNull<u8>) + Send + Sync + 'static,
 ) -> Release {
     // Carried as an address: the memory belongs to the tensor, whichever thread drops it.
-    let address = ptr.as_ptr() as usize;
+    let address = ptr.as_ptr().expose_provenance();
     Box::new(move || {
-        if let Some(ptr) = NonNull::new(address as *mut u8) {
+        if let Some(ptr) = NonNull::new(std::ptr::with_exposed_provenance_mut::<u8>(address)) {
             free(ptr);
         }
     })
