@@ -128,7 +128,7 @@ unsafe extern "C" fn delete_produced(managed: *mut DLManagedTensorVersioned) {
 /// times the producer's deleter ran.
 pub(crate) fn imported() -> (Tensor, Arc<AtomicUsize>) {
     let deleted = Arc::new(AtomicUsize::new(0));
-    let mut produced = Box::new(Produced {
+    let produced = Box::into_raw(Box::new(Produced {
         managed: DLManagedTensorVersioned {
             version: DLPackVersion {
                 major: crate::abi::DLPACK_MAJOR_VERSION,
@@ -150,10 +150,14 @@ pub(crate) fn imported() -> (Tensor, Arc<AtomicUsize>) {
         shape: [64],
         bytes: vec![7; 64],
         deleted: deleted.clone(),
-    });
-    produced.managed.dl_tensor.data = produced.bytes.as_mut_ptr().cast::<c_void>();
-    produced.managed.dl_tensor.shape = produced.shape.as_mut_ptr();
-    let managed = NonNull::from(Box::leak(produced)).cast::<DLManagedTensorVersioned>();
+    }));
+    // SAFETY: `produced` is a live allocation no one else knows of yet; every pointer into it
+    // comes from the one pointer the deleter will free it through.
+    unsafe {
+        (*produced).managed.dl_tensor.data = (*produced).bytes.as_mut_ptr().cast::<c_void>();
+        (*produced).managed.dl_tensor.shape = (&raw mut (*produced).shape).cast::<i64>();
+    }
+    let managed = NonNull::new(produced.cast::<DLManagedTensorVersioned>()).expect("boxed");
     // SAFETY: a valid managed tensor whose deleter (any thread) frees what it describes.
     let tensor = unsafe { Tensor::from_dlpack(managed) }.unwrap();
     (tensor, deleted)
