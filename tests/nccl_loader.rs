@@ -3,8 +3,10 @@
 //! `DISCOVM_NCCL_LIBRARY`, and what `init_ccl("nccl")` says when NCCL loads but there is no GPU.
 //! The real library's collectives run in the GPU check (`tests/c/cuda_nccl.c`).
 
+#[path = "support/nccl_stub.rs"]
+mod nccl_stub;
+
 use std::path::PathBuf;
-use std::process::Command;
 
 use discovm::ErrorKind;
 use discovm::abi::KDL_CUDA;
@@ -13,22 +15,8 @@ use discovm::session::{Session, SessionOptions};
 
 /// Compiles the stand-in library and returns its path.
 fn stub() -> PathBuf {
-    let source = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/nccl_stub.c");
     let library = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libnccl_stub.so.2");
-    let output = Command::new("gcc")
-        .args([
-            "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-        ])
-        .arg(&source)
-        .arg("-o")
-        .arg(&library)
-        .output()
-        .expect("gcc runs (it builds the C tests too)");
-    assert!(
-        output.status.success(),
-        "gcc failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    nccl_stub::build(&library);
     library
 }
 

@@ -734,6 +734,11 @@ fn as_int(value: usize, what: &str) -> Result<c_int> {
     c_int::try_from(value).map_err(|_| Error::value(format!("NCCL: {what} {value} is too large")))
 }
 
+/// The stand-in library's build, shared with the integration tests.
+#[cfg(test)]
+#[path = "../../tests/support/nccl_stub.rs"]
+mod nccl_stub;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -805,26 +810,12 @@ mod tests {
     /// The stand-in library (`tests/support/nccl_stub.c`), compiled for this process, loaded,
     /// and its handle for the stub-only entry points.
     fn stub() -> (&'static Nccl, *mut c_void) {
-        let source = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/nccl_stub.c");
         let library = std::env::temp_dir().join(format!(
             "discovm-nccl-stub-{}-{:?}.so",
             std::process::id(),
             std::thread::current().id()
         ));
-        let output = std::process::Command::new("gcc")
-            .args([
-                "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
-            ])
-            .arg(source)
-            .arg("-o")
-            .arg(&library)
-            .output()
-            .expect("gcc runs (it builds the C tests too)");
-        assert!(
-            output.status.success(),
-            "gcc failed:\n{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        nccl_stub::build(&library);
         let path = library.to_str().expect("a UTF-8 path");
         let nccl: &'static Nccl = Box::leak(Box::new(Nccl::open(path).expect("the stub loads")));
         let c_path = CString::new(path).unwrap();
