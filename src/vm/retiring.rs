@@ -83,15 +83,11 @@ impl Retiring {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             let mut done = Vec::new();
             while held.batches.front().is_some_and(|b| b.last <= seq) {
-                let batch = held.batches.pop_front().expect("checked above");
-                done.extend(batch.ops);
-                held.spare.push(batch.marker);
+                held.let_go_of_oldest(&mut done);
             }
-            let (now, later) = std::mem::take(&mut held.open)
-                .into_iter()
-                .partition(|(s, _)| *s <= seq);
-            held.open = later;
-            done.extend(now.into_iter().map(|(_, op)| op));
+            // The open instructions are in issue order.
+            let through = held.open.partition_point(|(s, _)| *s <= seq);
+            done.extend(held.open.drain(..through).map(|(_, op)| op));
             done
         };
         drop(done);
@@ -137,7 +133,13 @@ impl Held {
             if !passed? {
                 return Ok(());
             }
-            let batch = self.batches.pop_front().expect("checked above");
+            self.let_go_of_oldest(done);
+        }
+    }
+
+    /// Moves the oldest batch's instructions into `done`, keeping its marker for reuse.
+    fn let_go_of_oldest(&mut self, done: &mut Vec<Op>) {
+        if let Some(batch) = self.batches.pop_front() {
             done.extend(batch.ops);
             self.spare.push(batch.marker);
         }
