@@ -699,8 +699,18 @@ impl Marker for CudaMarker {
         })
     }
 
+    /// Whether the GPU has passed the event's latest recording (`cuEventQuery`): `Ok(false)`
+    /// while the work before it runs; a failure of that work or of the context as an error.
     fn is_passed(&self) -> Result<bool> {
-        self.query()
+        let _ctx = self.device.enter()?;
+        driver("querying an event", || {
+            // SAFETY: the event is ours and alive.
+            match unsafe { result::event::query(self.raw) } {
+                Ok(()) => Ok(true),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
     }
 }
 
@@ -717,30 +727,16 @@ impl CudaMarker {
         })
     }
 
-    /// Whether the GPU has passed the event's latest recording (`cuEventQuery`): `Ok(false)`
-    /// while the work before it runs; a failure of that work or of the context as an error.
-    fn query(&self) -> Result<bool> {
-        let _ctx = self.device.enter()?;
-        driver("querying an event", || {
-            // SAFETY: the event is ours and alive.
-            match unsafe { result::event::query(self.raw) } {
-                Ok(()) => Ok(true),
-                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
-                Err(error) => Err(error),
-            }
-        })
-    }
-
     /// Whether the GPU has passed the event's latest recording. A failed query (a context
     /// that can run nothing any more) counts as passed: nothing will touch the memory again.
     fn passed(&self) -> bool {
-        self.query().unwrap_or(true)
+        self.is_passed().unwrap_or(true)
     }
 
     /// Waits on the host until the GPU passed the event's latest recording, polling it and
     /// calling `check` between polls (see [`poll_until`]).
     fn wait_polling(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        poll_until(|| self.query(), check)
+        poll_until(|| self.is_passed(), check)
     }
 }
 
