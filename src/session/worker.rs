@@ -337,7 +337,7 @@ impl Worker {
             // The copy waits in the driver for the stream's earlier work, which NCCL work may
             // keep from ever finishing: with NCCL, that work is waited for by polling first.
             if let Some(watch) = nccl::watch() {
-                stream.sync_checked(Some(&mut || watch.check()))?;
+                watch.sync(stream)?;
             }
             stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
         })

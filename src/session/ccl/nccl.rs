@@ -48,7 +48,7 @@ use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Sha
 use crate::session::builtins::on_worker;
 use crate::session::worker::{self, WorkerInfo, WorkerShared, with_stream};
 use crate::sync::atomic::Ordering;
-use crate::vm::Arg;
+use crate::vm::{Arg, Stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
@@ -86,7 +86,12 @@ impl Comms {
     /// See [`Watch::check`]; `generation` is the worker's `ccl_generation` when the wait
     /// began.
     fn check(&self, generation: u64) -> Result<()> {
-        if self.aborted().is_some() {
+        if self
+            .aborted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+        {
             return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
         }
         let failed = [(false, "the session's"), (true, "its group's")]
@@ -163,6 +168,11 @@ impl Watch {
     /// NCCL's (which cannot wait for another worker).
     pub(crate) fn check(&self) -> Result<()> {
         self.comms.check(self.generation)
+    }
+
+    /// Waits for everything queued on `stream`, polling the device and checking between polls.
+    pub(crate) fn sync(&self, stream: &Stream) -> Result<()> {
+        stream.sync_checked(Some(&mut || self.check()))
     }
 }
 
@@ -266,7 +276,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     // failure, or the shutdown, aborts them instead. Such a failure is reported after joining
     // the new ones, which the other workers wait in for this one.
     let flushed = match watch() {
-        Some(watch) => with_stream(|stream| stream.sync_checked(Some(&mut || watch.check()))),
+        Some(watch) => with_stream(|stream| watch.sync(stream)),
         None => Ok(()),
     };
     COMMS.with(|c| c.borrow_mut().take());
@@ -574,5 +584,5 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
             .0
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
     })?;
-    with_stream(|stream| stream.sync_checked(Some(&mut || watch.check())))
+    with_stream(|stream| watch.sync(stream))
 }
