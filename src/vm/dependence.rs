@@ -74,18 +74,13 @@ impl AccessRecord {
         }
     }
 
-    /// Records an access at `seq` on `stream`. Uses on streams freed since are dropped first:
-    /// a stream finishes its work before it closes, so nothing waits for them, and keeping them
-    /// would keep every freed stream alive as long as the tensor (a long-lived tensor read by
-    /// short-lived streams would collect one per stream). On a device whose work outlives the
-    /// host call, a use is dropped only once the device finished the stream's work (a stream
-    /// closed from a callback on its executor could not wait for it when it closed).
+    /// Records an access at `seq` on `stream`. Uses on streams finished since (closed, and
+    /// their work done, on the device too) are dropped first: nothing waits for them, and
+    /// keeping them would keep every freed stream alive as long as the tensor (a long-lived
+    /// tensor read by short-lived streams would collect one per stream). A stream closed from a
+    /// callback on its executor finishes with its last instruction.
     pub fn record(&mut self, stream: &Arc<StreamCore>, seq: u64, access: Access) {
-        let freed = |u: &Use| {
-            u.stream.is_closed()
-                && u.is_done()
-                && (u.stream.device_stream().completes_on_host() || u.stream.is_finished())
-        };
+        let freed = |u: &Use| u.stream.is_finished() && u.is_done();
         self.readers.retain(|r| !freed(r));
         if self.writer.as_ref().is_some_and(freed) {
             self.writer = None;
@@ -148,20 +143,24 @@ pub fn settle(tensor: &Tensor) -> Result<()> {
             .collect()
     };
     for u in uses.iter().filter(|u| !u.is_done()) {
-        if u.stream.executor().is_current() {
-            return Err(Error::runtime(
-                "settling a tensor would wait for the thread it runs on (it was called from a \
-                 callback running on a stream of the executor that still has to use it)",
-            ));
-        }
+        u.stream.check_not_on_executor("settling a tensor")?;
         u.stream.progress.wait_for(u.seq);
     }
     // On a device whose work outlives the host call, the uses were issued by now; wait for the
-    // device to finish them too.
+    // device to finish them too, once per stream.
+    let mut device_streams: Vec<&Use> = Vec::new();
     for u in uses
         .iter()
         .filter(|u| !u.stream.device_stream().completes_on_host())
     {
+        if !device_streams
+            .iter()
+            .any(|d| Arc::ptr_eq(&d.stream, &u.stream))
+        {
+            device_streams.push(u);
+        }
+    }
+    for u in device_streams {
         let issued = u.stream.progress.done();
         u.stream.device_stream().synchronize()?;
         u.stream.retiring.release_through(issued);

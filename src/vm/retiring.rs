@@ -112,10 +112,7 @@ impl Held {
             self.spare.push(marker);
             return Err(error);
         }
-        let ops = std::mem::take(&mut self.open)
-            .into_iter()
-            .map(|(_, op)| op)
-            .collect();
+        let ops = self.open.drain(..).map(|(_, op)| op).collect();
         self.batches.push_back(Batch {
             marker,
             last: seq,

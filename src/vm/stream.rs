@@ -96,7 +96,7 @@ impl StreamCore {
         self.progress.advance(seq);
     }
 
-    fn check_not_on_executor(&self, what: &str) -> Result<()> {
+    pub(crate) fn check_not_on_executor(&self, what: &str) -> Result<()> {
         if self.executor.is_current() {
             return Err(Error::runtime(format!(
                 "{what} would wait for the thread it runs on (it was called from a callback \
