@@ -32,8 +32,9 @@
 //! device-to-host copy once they arrived), which is what a VM copy needs from a caller's buffer.
 //! `kDLCUDAHost` tensors ([`PinnedHost`]) are page-locked host memory from `cuMemHostAlloc`
 //! (portable, cached: not write-combined, since the host reads it too), copied directly and
-//! asynchronously; a free records an event on every stream of this library and releases the
-//! memory once all have passed, at a later allocation or free (no host wait). Small
+//! asynchronously; a free records an event on every stream of this library and every open
+//! device's legacy default stream and releases the memory once all have passed, checked at
+//! every page-locked allocation and free and after every stream sync (no host wait). Small
 //! device-to-host copies into `kDLCPU` memory (the VM's small reads) land in a page-locked
 //! buffer of the stream (flags 0) and are copied out after a stream sync, which is the driver's
 //! fast path.
@@ -200,20 +201,17 @@ pub fn synchronize_default_stream(
     let Some(check) = check else {
         let _ctx = device.enter()?;
         // SAFETY: the legacy stream of the context just made current.
-        return driver("synchronizing the default stream", || unsafe {
+        driver("synchronizing the default stream", || unsafe {
             result::stream::synchronize(LEGACY_STREAM)
-        });
+        })?;
+        free_retired_pinned();
+        return Ok(());
     };
     let marker = CudaMarker::new(&device)?;
-    {
-        let _ctx = device.enter()?;
-        // SAFETY: the event is alive (owned by `marker`); the legacy stream is the current
-        // context's.
-        driver("recording an event on the default stream", || unsafe {
-            result::event::record(marker.raw, LEGACY_STREAM)
-        })?;
-    }
-    marker.wait_polling(check)
+    marker.record_on_default_stream()?;
+    marker.wait_polling(check)?;
+    free_retired_pinned();
+    Ok(())
 }
 
 /// How many polls of a polling wait only spin, and until which one they yield the CPU; later
@@ -273,10 +271,16 @@ fn poll_until(
     }
 }
 
+/// The devices opened so far; each stays open for the life of the process.
+static DEVICES: Mutex<Vec<Arc<CudaDevice>>> = Mutex::new(Vec::new());
+
+fn open_devices() -> Vec<Arc<CudaDevice>> {
+    lock(&DEVICES).clone()
+}
+
 impl CudaDevice {
     /// The shared backend of CUDA device `device_id`, or `DeviceUnavailable` saying why.
     pub fn shared(device_id: i32) -> Result<Arc<CudaDevice>> {
-        static DEVICES: Mutex<Vec<Arc<CudaDevice>>> = Mutex::new(Vec::new());
         if !(0..device_count()).contains(&device_id) {
             return Err(unavailable(device_id));
         }
@@ -461,8 +465,9 @@ impl Device for CudaDevice {
 /// Page-locked host memory (`kDLCUDAHost`): host memory the CPU reads and writes directly and
 /// every GPU copies to and from without staging, from `cuMemHostAlloc` with
 /// `CU_MEMHOSTALLOC_PORTABLE` (page-locked for every context; not write-combined). Its streams
-/// are host streams. A free first waits for the work issued so far on every CUDA stream of
-/// this library (any of them may still copy to or from the memory), then `cuMemFreeHost`.
+/// are host streams. A free is released (`cuMemFreeHost`) once the GPUs passed the work issued
+/// before it on every CUDA stream of this library and on every open device's legacy default
+/// stream (any of them may still copy to or from the memory): see [`free_retired_pinned`].
 pub struct PinnedHost {
     /// The device whose context allocates (device 0; the memory serves every GPU).
     device: Arc<CudaDevice>,
@@ -490,7 +495,7 @@ impl PinnedHost {
 /// Page-locked memory freed while work issued before the free may still use it.
 struct Retired {
     ptr: usize,
-    /// Events recorded at the free on every stream of this library.
+    /// Events recorded at the free on every stream that may still use the memory.
     fences: Vec<CudaMarker>,
 }
 
@@ -500,30 +505,69 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-impl PinnedHost {
-    /// Frees the retired memory whose fences have all passed.
-    fn free_retired(&self) {
-        let passed: Vec<Retired> = {
-            let mut retired = lock(&RETIRED);
-            let (passed, waiting) = std::mem::take(&mut *retired)
-                .into_iter()
-                .partition(|r| r.fences.iter().all(CudaMarker::passed));
-            *retired = waiting;
-            passed
-        };
-        if passed.is_empty() {
+/// Events recorded now on every CUDA stream of this library and on every open device's legacy
+/// default stream: once all have passed, the GPUs finished the work issued so far. A stream
+/// that cannot take an event (no memory for one, a broken context) is waited for on the host
+/// instead; if that fails too its context can run nothing more.
+fn fences_everywhere() -> Vec<CudaMarker> {
+    let mut fences = Vec::new();
+    for queue in live_queues() {
+        let queue = &queue.queue;
+        match queue.new_event().and_then(|event| {
+            queue.record(&event)?;
+            Ok(event)
+        }) {
+            Ok(event) => fences.push(event),
+            Err(_) => {
+                let _ = queue.synchronize();
+            }
+        }
+    }
+    for device in open_devices() {
+        match CudaMarker::new(&device).and_then(|event| {
+            event.record_on_default_stream()?;
+            Ok(event)
+        }) {
+            Ok(event) => fences.push(event),
+            Err(_) => {
+                let _ = synchronize_default_stream(device.id, None);
+            }
+        }
+    }
+    fences
+}
+
+/// Releases the freed page-locked memory whose fences have all passed: at every allocation and
+/// free of page-locked memory and after every synchronization of a CUDA stream, so memory
+/// freed before a sync is back with the driver after it.
+fn free_retired_pinned() {
+    let passed: Vec<Retired> = {
+        let mut retired = lock(&RETIRED);
+        if retired.is_empty() {
             return;
         }
-        let Ok(_ctx) = self.device.enter() else {
-            return;
-        };
-        for retired in passed {
-            // SAFETY: from `cuMemHostAlloc` (`allocate`), freed by its owner; the GPU work
-            // issued before that has finished (every fence passed).
-            let _ = driver("freeing page-locked host memory", || unsafe {
-                result::free_host(retired.ptr as *mut std::ffi::c_void)
-            });
-        }
+        let (passed, waiting) = std::mem::take(&mut *retired)
+            .into_iter()
+            .partition(|r| r.fences.iter().all(CudaMarker::passed));
+        *retired = waiting;
+        passed
+    };
+    if passed.is_empty() {
+        return;
+    }
+    // Memory was retired, so the page-locked device (device 0's context) exists.
+    let Ok(pinned) = PinnedHost::shared() else {
+        return;
+    };
+    let Ok(_ctx) = pinned.device.enter() else {
+        return;
+    };
+    for retired in passed {
+        // SAFETY: from `cuMemHostAlloc` (`allocate`), freed by its owner; the GPU work
+        // issued before that has finished (every fence passed).
+        let _ = driver("freeing page-locked host memory", || unsafe {
+            result::free_host(retired.ptr as *mut std::ffi::c_void)
+        });
     }
 }
 
@@ -536,7 +580,7 @@ impl Device for PinnedHost {
     }
 
     fn allocate(&self, nbytes: usize) -> Result<NonNull<u8>> {
-        self.free_retired();
+        free_retired_pinned();
         let _ctx = self.device.enter()?;
         let what = format!("allocating {nbytes} bytes of page-locked host memory");
         // SAFETY: a context is current; portable, cached page-locked memory.
@@ -551,23 +595,15 @@ impl Device for PinnedHost {
     }
 
     unsafe fn free(&self, ptr: NonNull<u8>, _nbytes: usize) {
-        // Copies issued on any of this library's streams may still read or write the memory.
-        // Rather than wait for them on the host (which could wait for a collective that waits
-        // for this very thread), an event is recorded on each stream, and the memory is freed
-        // once every one has passed, at this or a later allocation or free.
-        let fences = live_queues()
-            .iter()
-            .filter_map(|queue| {
-                let event = queue.queue.new_event().ok()?;
-                queue.queue.record(&event).ok()?;
-                Some(event)
-            })
-            .collect();
+        // Copies issued on any stream may still read or write the memory. Rather than wait for
+        // them on the host (which could wait for a collective that waits for this very
+        // thread), it is released once events recorded now have passed.
+        let fences = fences_everywhere();
         lock(&RETIRED).push(Retired {
             ptr: ptr.as_ptr() as usize,
             fences,
         });
-        self.free_retired();
+        free_retired_pinned();
     }
 
     fn new_stream(&self) -> Result<Box<dyn DeviceStream>> {
@@ -731,6 +767,16 @@ impl CudaMarker {
     /// that can run nothing any more) counts as passed: nothing will touch the memory again.
     fn passed(&self) -> bool {
         self.is_passed().unwrap_or(true)
+    }
+
+    /// Records the event on its device's legacy default stream.
+    fn record_on_default_stream(&self) -> Result<()> {
+        let _ctx = self.device.enter()?;
+        // SAFETY: the event is alive (owned by self); the legacy stream is the current
+        // context's.
+        driver("recording an event on the default stream", || unsafe {
+            result::event::record(self.raw, LEGACY_STREAM)
+        })
     }
 
     /// Waits on the host until the GPU passed the event's latest recording, polling it and
@@ -967,13 +1013,17 @@ impl DeviceStream for CudaStream {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.queue.queue.synchronize()
+        self.queue.queue.synchronize()?;
+        free_retired_pinned();
+        Ok(())
     }
 
     fn synchronize_checked(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         let marker = self.queue.queue.new_event()?;
         self.queue.queue.record(&marker)?;
-        marker.wait_polling(check)
+        marker.wait_polling(check)?;
+        free_retired_pinned();
+        Ok(())
     }
 }
 
