@@ -82,7 +82,8 @@ echo "== DLPack consumers"
 if command -v python3 >/dev/null; then
   step dlpack_cuda 30 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"
 else
-  echo "dlpack_cuda            SKIP (python3 not found)"
+  echo "dlpack_cuda            SKIP"
+  echo "    dlpack with CUDA consumers: skipped: python3 not found"
   skipped=$((skipped + 1))
 fi
 echo "== CUDA copy benchmark"
