@@ -898,7 +898,7 @@ impl CudaStream {
             // SAFETY: `src` is valid for `nbytes` (the caller).
             result::memcpy_dtoh_async(landing, src, stream)
         })?;
-        self.synchronize()?;
+        self.queue.queue.synchronize()?;
         // SAFETY: the copy has landed; `dst` holds `nbytes` (the caller) and is not staging.
         unsafe { std::ptr::copy_nonoverlapping(buffer.as_ptr().cast_const(), dst, nbytes) };
         Ok(())
