@@ -588,11 +588,13 @@ impl CommHandle {
     /// `ncclCommGetAsyncError` and calling `check` between polls. When NCCL reports an error, or
     /// `check` gives up, the communicator is aborted (an operation NCCL did not finish leaves
     /// it unusable) and that is the error.
-    /// A communicator aborted meanwhile (by another thread) ends the wait with the error of
-    /// [`CommHandle::live`].
+    /// A communicator aborted meanwhile (by another thread) ends the wait with an error too.
     fn settle(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
         poll_until(|| self.in_progress().map(|busy| !busy), check)
-            .and_then(|()| self.live().map(drop))
+            .and_then(|()| match self.lock().0.is_null() {
+                true => Err(Error::runtime("it was aborted while NCCL was at it")),
+                false => Ok(()),
+            })
             .inspect_err(|_| self.abort())
     }
 
@@ -1343,6 +1345,23 @@ mod tests {
             error.unwrap_err().message,
             "NCCL: ncclAllReduce did not finish: init_ccl was called again; the communicator was \
              aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+
+        // One whose communicator another thread aborts meanwhile (a watch that gave up).
+        let raw = stub_comm(lib);
+        let handle = CommHandle::new(nccl, raw);
+        plan(lib, -1, NCCL_SUCCESS);
+        let abort = &mut || {
+            handle.abort();
+            Ok(())
+        };
+        let error = all_reduce(&handle, abort).unwrap_err();
+        assert_eq!(
+            error.message,
+            "NCCL: ncclAllReduce did not finish: it was aborted while NCCL was at it; the \
+             communicator was aborted"
         );
         assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
         free(lib, raw);

@@ -634,3 +634,41 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     })?;
     with_stream(|stream| watch.sync(stream))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::Channel;
+    use crate::sync::atomic::{AtomicBool, AtomicU64};
+
+    #[test]
+    fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
+        let shared = Arc::new(WorkerShared {
+            channel: Channel::new(4),
+            exited: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            ccl_generation: AtomicU64::new(3),
+            timeout: None,
+            session: std::sync::OnceLock::new(),
+        });
+        let interrupts = WorkerInterrupts(shared.clone());
+        let mut earlier = interrupts.begin();
+        earlier().expect("nothing happened yet");
+
+        shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        let error = earlier().unwrap_err();
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ErrorKind::Runtime, "init_ccl was called again")
+        );
+        let mut later = interrupts.begin();
+        later().expect("a wait that began after the init_ccl goes on");
+
+        shared.stopping.store(true, Ordering::SeqCst);
+        let error = later().unwrap_err();
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ErrorKind::SessionClosed, "the session was shut down")
+        );
+    }
+}
