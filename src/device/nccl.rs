@@ -10,16 +10,31 @@
 //!
 //! The handful of entry points used here are declared with NCCL's C ABI (`ncclUniqueId` is 128
 //! bytes passed by value to `ncclCommInitRank`; `ncclResult_t`, `ncclDataType_t` and
-//! `ncclRedOp_t` are C enums, i.e. `int`). `ncclCommSplit` (NCCL 2.18) and `ncclGetLastError`
-//! (2.13) are optional. Every call returns `ncclResult_t`; a failure becomes a `RuntimeError`
-//! with NCCL's description. Collectives are enqueued on the CUDA stream under a VM stream
-//! ([`super::DeviceStream`]), so they are ordered with the VM's copies on that stream.
+//! `ncclRedOp_t` are C enums, i.e. `int`). `ncclCommSplit` (NCCL 2.18), `ncclGetLastError`
+//! (2.13), and `ncclCommInitRankConfig` with `ncclCommFinalize` (2.14) are optional. Every call
+//! returns `ncclResult_t`; a failure becomes a `RuntimeError` with NCCL's description.
+//! Collectives are enqueued on the CUDA stream under a VM stream ([`super::DeviceStream`]), so
+//! they are ordered with the VM's copies on that stream.
+//!
+//! Non-blocking communicators: joining a communicator is collective, and so is its
+//! finalization: a rank waits there for every other. With `ncclCommInitRankConfig` the
+//! communicators are made non-blocking (`blocking = 0`): NCCL does such work in the background,
+//! a call may return `ncclInProgress`, and the caller polls `ncclCommGetAsyncError` until it is
+//! no longer in progress before the next call on that communicator. Those waits poll with a
+//! back-off and ask the communicator's [`Interrupts`] between polls, so the owner of the
+//! communicator (a worker that is shutting down, or was given new communicators) can give up;
+//! joining also gives up after its timeout. A wait that ends without NCCL finishing, or with an
+//! error, aborts the communicator (`ncclCommAbort`), as NCCL requires. Without
+//! `ncclCommInitRankConfig` (NCCL before 2.14) the communicators are blocking: joining waits
+//! in NCCL for every rank, with no way out.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::{Duration, Instant};
 
 use super::DeviceStream;
 use super::cuda::{self, CudaDevice};
+use super::poll::poll_until;
 use crate::abi::{DLDataType, KDL_BFLOAT, KDL_CUDA, KDL_FLOAT, KDL_INT, KDL_UINT};
 use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Result, Tensor};
@@ -67,6 +82,66 @@ impl UniqueId {
     }
 }
 
+/// NCCL's communicator configuration (`ncclConfig_t`) as NCCL 2.14, the first version with
+/// one, lays it out. NCCL reads the first `size` bytes and keeps its defaults for the fields
+/// later versions added.
+#[repr(C)]
+struct Config {
+    size: usize,
+    magic: u32,
+    version: u32,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+    min_ctas: c_int,
+    max_ctas: c_int,
+    net_name: *const c_char,
+}
+
+const _: () = assert!(std::mem::size_of::<Config>() == 40);
+
+impl Config {
+    /// `NCCL_API_MAGIC`: marks a configuration made as NCCL's initializer makes it.
+    const MAGIC: u32 = 0xcafe_beef;
+    /// `NCCL_VERSION(2, 14, 0)`: the layout above.
+    const VERSION: u32 = 2 * 10_000 + 14 * 100;
+    /// `NCCL_CONFIG_UNDEF_INT`: NCCL's default.
+    const UNDEF: c_int = c_int::MIN;
+
+    /// A non-blocking communicator, with NCCL's defaults for everything else.
+    fn non_blocking() -> Config {
+        Config {
+            size: std::mem::size_of::<Config>(),
+            magic: Self::MAGIC,
+            version: Self::VERSION,
+            blocking: 0,
+            cga_cluster_size: Self::UNDEF,
+            min_ctas: Self::UNDEF,
+            max_ctas: Self::UNDEF,
+            net_name: std::ptr::null(),
+        }
+    }
+}
+
+/// The entry points of non-blocking communicators (NCCL 2.14).
+#[derive(Clone, Copy)]
+struct NonBlockingApi {
+    comm_init_rank_config:
+        unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult,
+    comm_finalize: unsafe extern "C" fn(RawComm) -> NcclResult,
+}
+
+/// The signature of `ncclAllReduce` and `ncclBroadcast`: the int before the communicator is
+/// the reduction or the root.
+type CollectiveFn = unsafe extern "C" fn(
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    c_int,
+    RawComm,
+    RawStream,
+) -> NcclResult;
+
 /// NCCL's entry points, resolved once.
 struct Api {
     get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult,
@@ -75,20 +150,14 @@ struct Api {
     comm_split: Option<
         unsafe extern "C" fn(RawComm, c_int, c_int, *mut RawComm, *mut c_void) -> NcclResult,
     >,
+    /// `None` before NCCL 2.14: communicators are blocking.
+    non_blocking: Option<NonBlockingApi>,
     comm_destroy: unsafe extern "C" fn(RawComm) -> NcclResult,
     comm_abort: unsafe extern "C" fn(RawComm) -> NcclResult,
     comm_get_async_error: unsafe extern "C" fn(RawComm, *mut NcclResult) -> NcclResult,
     get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
     get_last_error: Option<unsafe extern "C" fn(RawComm) -> *const c_char>,
-    all_reduce: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        RawComm,
-        RawStream,
-    ) -> NcclResult,
+    all_reduce: CollectiveFn,
     all_gather: unsafe extern "C" fn(
         *const c_void,
         *mut c_void,
@@ -97,15 +166,7 @@ struct Api {
         RawComm,
         RawStream,
     ) -> NcclResult,
-    broadcast: unsafe extern "C" fn(
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        c_int,
-        RawComm,
-        RawStream,
-    ) -> NcclResult,
+    broadcast: CollectiveFn,
     send:
         unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult,
     recv: unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult,
@@ -174,6 +235,15 @@ impl Nccl {
             comm_init_rank: required!(c"ncclCommInitRank"),
             // SAFETY: as in `required!`.
             comm_split: unsafe { symbol(handle, c"ncclCommSplit") },
+            // SAFETY: as in `required!`.
+            non_blocking: unsafe {
+                symbol(handle, c"ncclCommInitRankConfig")
+                    .zip(symbol(handle, c"ncclCommFinalize"))
+                    .map(|(comm_init_rank_config, comm_finalize)| NonBlockingApi {
+                        comm_init_rank_config,
+                        comm_finalize,
+                    })
+            },
             comm_destroy: required!(c"ncclCommDestroy"),
             comm_abort: required!(c"ncclCommAbort"),
             comm_get_async_error: required!(c"ncclCommGetAsyncError"),
@@ -311,17 +381,15 @@ impl Nccl {
             .unwrap_or_default();
         format!("{description} (code {code}){last}")
     }
+}
 
-    /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd`: the point-to-point calls it
-    /// makes are matched as one operation. The group ends even when `issue` fails.
-    pub fn group(&self, issue: impl FnOnce() -> Result<()>) -> Result<()> {
-        // SAFETY: no arguments.
-        self.check("ncclGroupStart", unsafe { (self.api.group_start)() }, None)?;
-        let issued = issue();
-        // SAFETY: as above; closes the group opened above.
-        let ended = self.check("ncclGroupEnd", unsafe { (self.api.group_end)() }, None);
-        issued.and(ended)
-    }
+/// What may end a wait on a non-blocking communicator from outside: its owner giving it up (a
+/// shutdown, newer communicators). A wait asks for its check when it begins and calls it
+/// between polls; an error ends the wait (and aborts the communicator), with that error as
+/// the cause.
+pub trait Interrupts: Send + Sync {
+    /// The check of a wait that begins now.
+    fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_>;
 }
 
 /// NCCL's element type for a dtype, or a `ValueError` naming the dtype.
@@ -429,6 +497,8 @@ pub struct Comm {
     handle: CommHandle,
     device: Arc<CudaDevice>,
     size: usize,
+    /// What may end its waits.
+    interrupts: Arc<dyn Interrupts>,
 }
 
 /// A communicator handle.
@@ -469,25 +539,33 @@ impl CommHandle {
         Ok(comm)
     }
 
-    /// See [`Comm::async_error`].
-    fn async_error(&self) -> Result<()> {
+    /// Whether NCCL is still at the communicator's last operation (`ncclCommGetAsyncError`
+    /// says `ncclInProgress`: a non-blocking communicator joining, finalizing, or enqueuing),
+    /// or the asynchronous error it reports, as a `RuntimeError` with NCCL's text. An aborted
+    /// communicator has nothing in progress.
+    fn in_progress(&self) -> Result<bool> {
         let comm = self.lock();
         if comm.0.is_null() {
-            return Ok(());
+            return Ok(false);
         }
         let mut state = NCCL_SUCCESS;
         // SAFETY: a live communicator (under its lock); writes one result code.
         let asked = unsafe { (self.nccl.api.comm_get_async_error)(comm.0, &mut state) };
         self.nccl
             .check("ncclCommGetAsyncError", asked, Some(comm.0))?;
-        // ncclInProgress: a non-blocking communicator still setting up, not a failure.
-        if state == NCCL_SUCCESS || state == NCCL_IN_PROGRESS {
-            return Ok(());
+        match state {
+            NCCL_SUCCESS => Ok(false),
+            NCCL_IN_PROGRESS => Ok(true),
+            _ => Err(Error::runtime(format!(
+                "NCCL reported an asynchronous error: {}",
+                self.nccl.describe(state, Some(comm.0))
+            ))),
         }
-        Err(Error::runtime(format!(
-            "NCCL reported an asynchronous error: {}",
-            self.nccl.describe(state, Some(comm.0))
-        )))
+    }
+
+    /// See [`Comm::async_error`].
+    fn async_error(&self) -> Result<()> {
+        self.in_progress().map(drop)
     }
 
     /// Takes the handle out, for its destruction; `None` when it was taken before. Every later
@@ -496,48 +574,239 @@ impl CommHandle {
         let raw = std::mem::replace(&mut self.lock().0, std::ptr::null_mut());
         (!raw.is_null()).then_some(raw)
     }
+
+    /// Aborts the communicator (`ncclCommAbort`) unless that was done before. The caller has
+    /// entered its GPU: NCCL frees the communicator in its own context.
+    fn abort(&self) {
+        if let Some(raw) = self.take() {
+            // SAFETY: a live communicator, which nothing uses again (its handle is gone).
+            unsafe { (self.nccl.api.comm_abort)(raw) };
+        }
+    }
+
+    /// Waits until NCCL is no longer at the communicator's last operation, polling
+    /// `ncclCommGetAsyncError` and calling `check` between polls. When NCCL reports an error, or
+    /// `check` gives up, the communicator is aborted (an operation NCCL did not finish leaves
+    /// it unusable) and that is the error.
+    /// A communicator aborted meanwhile (by another thread) ends the wait with an error too.
+    fn settle(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        poll_until(|| self.in_progress().map(|busy| !busy), check)
+            .and_then(|()| match self.lock().0.is_null() {
+                true => Err(Error::runtime("it was aborted while NCCL was at it")),
+                false => Ok(()),
+            })
+            .inspect_err(|_| self.abort())
+    }
+
+    /// Checks the result `code` of call `what` on the communicator (`comm`, its handle while
+    /// the caller holds the lock, for NCCL's last error): `ncclInProgress`, a non-blocking
+    /// communicator still at it, is waited for (see [`CommHandle::settle`]), so that the next
+    /// call may follow. Every call on a communicator ends here.
+    fn finish(
+        &self,
+        what: &str,
+        code: NcclResult,
+        comm: Option<MutexGuard<'_, Handle>>,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        if code != NCCL_IN_PROGRESS {
+            return self.nccl.check(what, code, comm.map(|c| c.0));
+        }
+        drop(comm);
+        self.settle(check).map_err(|cause| {
+            Error::new(
+                cause.kind,
+                format!(
+                    "NCCL: {what} did not finish: {}; the communicator was aborted",
+                    cause.message
+                ),
+            )
+        })
+    }
+
+    /// Makes call `what` on the live communicator (`call` gets its handle) and checks its
+    /// result (see [`CommHandle::finish`]). The caller has entered the communicator's GPU.
+    fn call(
+        &self,
+        what: &str,
+        check: &mut dyn FnMut() -> Result<()>,
+        call: impl FnOnce(RawComm) -> NcclResult,
+    ) -> Result<()> {
+        let comm = self.live()?;
+        let code = call(comm.0);
+        self.finish(what, code, Some(comm), check)
+    }
+
+    /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd`: the point-to-point calls it
+    /// makes on this communicator are matched as one operation. The group ends even when
+    /// `issue` fails. The caller has entered the communicator's GPU.
+    fn group(
+        &self,
+        issue: impl FnOnce() -> Result<()>,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let nccl = self.nccl;
+        // SAFETY: no arguments.
+        nccl.check("ncclGroupStart", unsafe { (nccl.api.group_start)() }, None)?;
+        let issued = issue();
+        // SAFETY: as above; closes the group opened above.
+        let code = unsafe { (nccl.api.group_end)() };
+        let ended = self.finish("ncclGroupEnd", code, None, check);
+        issued.and(ended)
+    }
+
+    /// A new communicator from `start` (`what`: `ncclCommInitRankConfig`, `ncclCommSplit`, ...),
+    /// which writes its handle; NCCL still making it (`ncclInProgress`) is waited for (see
+    /// [`CommHandle::settle`]). On a failure what was made is aborted, and the error says who
+    /// could not join (`who`: the rank, size and GPU) and why. The caller has entered the GPU.
+    fn join(
+        nccl: &'static Nccl,
+        what: &str,
+        who: &str,
+        start: impl FnOnce(&mut RawComm) -> NcclResult,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<CommHandle> {
+        let mut raw: RawComm = std::ptr::null_mut();
+        let code = start(&mut raw);
+        let handle = CommHandle::new(nccl, raw);
+        let made = match code {
+            NCCL_SUCCESS => Ok(()),
+            NCCL_IN_PROGRESS => handle.settle(check),
+            _ => Err(Error::runtime(format!(
+                "{what} failed: {}",
+                nccl.describe(code, None)
+            ))),
+        };
+        made.map(|()| handle).map_err(|cause| {
+            let aborted = match raw.is_null() {
+                true => "",
+                false => "; the half-made communicator was aborted",
+            };
+            Error::new(
+                cause.kind,
+                format!(
+                    "NCCL: {who} could not join its communicator: {}{aborted}",
+                    cause.message
+                ),
+            )
+        })
+    }
+
+    /// Gives the communicator up. A healthy one is finalized (`ncclCommFinalize` on a
+    /// non-blocking one, which waits for its work and its peers' finalization: a wait like any
+    /// other, see [`CommHandle::settle`]) and destroyed (`ncclCommDestroy`); one that failed,
+    /// or whose finalization did, is aborted; an aborted one is gone already. The caller has
+    /// entered the communicator's GPU.
+    fn close(&self, check: &mut dyn FnMut() -> Result<()>) {
+        let finalized = self
+            .async_error()
+            .and_then(|()| match self.nccl.api.non_blocking {
+                // SAFETY: a live communicator (under its lock), finalized once.
+                Some(api) => self.call("ncclCommFinalize", check, |comm| unsafe {
+                    (api.comm_finalize)(comm)
+                }),
+                None => Ok(()),
+            });
+        if finalized.is_err() {
+            return self.abort();
+        }
+        if let Some(raw) = self.take() {
+            // SAFETY: the communicator is ours, finalized where NCCL has that, and nothing
+            // uses it any more.
+            unsafe { (self.nccl.api.comm_destroy)(raw) };
+        }
+    }
 }
 
 impl Comm {
     /// Rank `rank` of a communicator of `size` ranks on CUDA device `device_id`, from the
-    /// unique id every rank got. Blocks until every rank has joined (each from its own thread).
-    pub fn init_rank(device_id: i32, size: usize, rank: usize, id: &UniqueId) -> Result<Comm> {
+    /// unique id every rank got; every rank joins it, each from its own thread. A
+    /// non-blocking one (NCCL 2.14 and later) is waited for while `interrupts` let the wait go
+    /// on and `timeout` (if any) has not passed; every later wait on it asks `interrupts` too.
+    /// Before NCCL 2.14 this blocks in NCCL until every rank has joined.
+    pub fn init_rank(
+        device_id: i32,
+        size: usize,
+        rank: usize,
+        id: &UniqueId,
+        interrupts: Arc<dyn Interrupts>,
+        timeout: Option<Duration>,
+    ) -> Result<Comm> {
         let nccl = Nccl::shared()?;
         let device = CudaDevice::shared(device_id)?;
         let (size_c, rank_c) = (as_int(size, "size")?, as_int(rank, "rank")?);
+        let who = format!("rank {rank} of {size} on CUDA device {device_id}");
         // NCCL picks the GPU from the calling thread's current context.
         let _ctx = device.enter()?;
-        let mut raw: RawComm = std::ptr::null_mut();
-        // SAFETY: writes one communicator handle; the id is passed by value as declared.
-        let code = unsafe { (nccl.api.comm_init_rank)(&mut raw, size_c, *id, rank_c) };
-        nccl.check("ncclCommInitRank", code, None)?;
+        let handle = {
+            let check = &mut joining(&*interrupts, timeout);
+            match nccl.api.non_blocking {
+                Some(api) => {
+                    let mut config = Config::non_blocking();
+                    let start = |raw: &mut RawComm| {
+                        // SAFETY: writes one communicator handle; the id is passed by value as
+                        // declared, the configuration is read during the call.
+                        unsafe {
+                            (api.comm_init_rank_config)(raw, size_c, *id, rank_c, &mut config)
+                        }
+                    };
+                    CommHandle::join(nccl, "ncclCommInitRankConfig", &who, start, check)
+                }
+                None => {
+                    let start = |raw: &mut RawComm| {
+                        // SAFETY: as above, without a configuration.
+                        unsafe { (nccl.api.comm_init_rank)(raw, size_c, *id, rank_c) }
+                    };
+                    CommHandle::join(nccl, "ncclCommInitRank", &who, start, check)
+                }
+            }
+        }?;
         Ok(Comm {
-            handle: CommHandle::new(nccl, raw),
+            handle,
             device,
             size,
+            interrupts,
         })
     }
 
     /// This rank's part of a new communicator among the ranks that pass the same `color`,
     /// ordered by `key` (`ncclCommSplit`, every rank of this communicator calls it); `None`
-    /// when the library has no `ncclCommSplit` (before NCCL 2.18).
-    pub fn split(&self, color: usize, key: usize, size: usize) -> Result<Option<Comm>> {
+    /// when the library has no `ncclCommSplit` (before NCCL 2.18). The new communicator
+    /// inherits this one's mode and interrupts; a non-blocking one is waited for as in
+    /// [`Comm::init_rank`].
+    pub fn split(
+        &self,
+        color: usize,
+        key: usize,
+        size: usize,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Comm>> {
         let Some(split) = self.nccl().api.comm_split else {
             return Ok(None);
         };
-        let (color, key) = (as_int(color, "color")?, as_int(key, "key")?);
+        let (color_c, key_c) = (as_int(color, "color")?, as_int(key, "key")?);
+        let who = format!(
+            "rank {key} of {size} on CUDA device {} (split from a communicator of {}, color \
+             {color})",
+            self.device.dl().device_id,
+            self.size
+        );
         let _ctx = self.device.enter()?;
-        let comm = self.handle.live()?;
-        let mut raw: RawComm = std::ptr::null_mut();
-        // SAFETY: a live communicator; writes one handle; a NULL config inherits this one's.
-        let code = unsafe { split(comm.0, color, key, &mut raw, std::ptr::null_mut()) };
-        self.handle
-            .nccl
-            .check("ncclCommSplit", code, Some(comm.0))?;
+        let handle = {
+            let check = &mut joining(&*self.interrupts, timeout);
+            let comm = self.handle.live()?;
+            let start = |raw: &mut RawComm| {
+                // SAFETY: a live communicator (under its lock); writes one handle; a NULL
+                // config inherits this one's.
+                unsafe { split(comm.0, color_c, key_c, raw, std::ptr::null_mut()) }
+            };
+            CommHandle::join(self.nccl(), "ncclCommSplit", &who, start, check)?
+        };
         Ok(Some(Comm {
-            handle: CommHandle::new(self.nccl(), raw),
+            handle,
             device: self.device.clone(),
             size,
+            interrupts: self.interrupts.clone(),
         }))
     }
 
@@ -547,8 +816,9 @@ impl Comm {
     }
 
     /// Whether the communicator failed asynchronously (`ncclCommGetAsyncError`: a peer lost,
-    /// a network or internal error in a running collective); `Ok` while it is healthy or was
-    /// aborted. Cheap: NCCL reads a field of the communicator.
+    /// a network or internal error in a running collective); `Ok` while it is healthy (or
+    /// still at a non-blocking operation) or was aborted. Cheap: NCCL reads a field of the
+    /// communicator.
     pub fn async_error(&self) -> Result<()> {
         self.handle.async_error()
     }
@@ -557,20 +827,24 @@ impl Comm {
     /// peers, and its resources go. Later calls on it fail at once; aborting again, or
     /// dropping it, does nothing more.
     pub fn abort(&self) {
-        let Some(raw) = self.handle.take() else {
-            return;
-        };
-        // NCCL frees the communicator in its own context; a failure to enter leaves it be.
-        let Ok(_ctx) = self.device.enter() else {
-            return;
-        };
-        // SAFETY: a live communicator, which nothing uses again (its handle is gone).
-        unsafe { (self.nccl().api.comm_abort)(raw) };
+        match self.device.enter() {
+            Ok(_ctx) => self.handle.abort(),
+            // NCCL frees the communicator in its own context: without it, it is left be.
+            Err(_) => drop(self.handle.take()),
+        }
     }
 
-    /// The loaded library, for its group calls.
-    pub fn nccl(&self) -> &'static Nccl {
+    /// The loaded library.
+    fn nccl(&self) -> &'static Nccl {
         self.handle.nccl
+    }
+
+    /// Runs `issue` between `ncclGroupStart` and `ncclGroupEnd`: the point-to-point calls it
+    /// makes on this communicator are matched as one operation. The group ends even when
+    /// `issue` fails; a non-blocking group end is waited for like any call.
+    pub fn group(&self, issue: impl FnOnce() -> Result<()>) -> Result<()> {
+        let _ctx = self.device.enter()?;
+        self.handle.group(issue, &mut *self.interrupts.begin())
     }
 
     /// The CUDA stream of `stream`, checked to be on this communicator's GPU, as are the
@@ -597,9 +871,9 @@ impl Comm {
         Ok(raw.cast())
     }
 
-    /// Makes one NCCL call named `name` on this communicator's GPU, enqueued on `stream` after
-    /// checking that it and `regions` are on that GPU; `call` gets the communicator and the raw
-    /// stream.
+    /// Makes NCCL call `name` on this communicator's GPU, enqueued on `stream` after checking
+    /// that it and `regions` are on that GPU; `call` gets the communicator and the raw stream.
+    /// A non-blocking call still in progress is waited for (see [`Interrupts`]).
     fn enqueue(
         &self,
         name: &str,
@@ -609,9 +883,37 @@ impl Comm {
     ) -> Result<()> {
         let raw = self.stream(stream, regions)?;
         let _ctx = self.device.enter()?;
-        let comm = self.handle.live()?;
-        let code = call(comm.0, raw);
-        self.nccl().check(name, code, Some(comm.0))
+        self.handle
+            .call(name, &mut *self.interrupts.begin(), |comm| call(comm, raw))
+    }
+
+    /// Enqueues `collective` (`ncclAllReduce` or `ncclBroadcast`, named `name`, with `arg` its
+    /// reduction or root) of `count` elements from `send` into `recv`.
+    fn enqueue_collective(
+        &self,
+        name: &str,
+        collective: CollectiveFn,
+        (send, recv): (&Region, &Region),
+        count: usize,
+        arg: c_int,
+        stream: &dyn DeviceStream,
+    ) -> Result<()> {
+        self.enqueue(name, stream, &[send, recv], |comm, raw| {
+            // SAFETY: both regions lie in live CUDA tensors of this GPU (the regions hold them;
+            // frees are ordered after this stream's work), and hold `count` elements of the
+            // type they give.
+            unsafe {
+                collective(
+                    send.ptr(),
+                    recv.ptr(),
+                    count,
+                    recv.nccl_type,
+                    arg,
+                    comm,
+                    raw,
+                )
+            }
+        })
     }
 
     /// Enqueues `ncclAllReduce` of `send` into `recv` (the same count and type) on `stream`.
@@ -622,21 +924,16 @@ impl Comm {
         op: RedOp,
         stream: &dyn DeviceStream,
     ) -> Result<()> {
-        self.enqueue("ncclAllReduce", stream, &[send, recv], |comm, raw| {
-            // SAFETY: both regions lie in live CUDA tensors of this GPU (the regions hold them;
-            // frees are ordered after this stream's work), `recv` holds `send.count` elements.
-            unsafe {
-                (self.nccl().api.all_reduce)(
-                    send.ptr(),
-                    recv.ptr(),
-                    send.count,
-                    send.nccl_type,
-                    op as c_int,
-                    comm,
-                    raw,
-                )
-            }
-        })
+        let all_reduce = self.nccl().api.all_reduce;
+        let regions = (send, recv);
+        self.enqueue_collective(
+            "ncclAllReduce",
+            all_reduce,
+            regions,
+            send.count,
+            op as c_int,
+            stream,
+        )
     }
 
     /// Enqueues `ncclAllGather`: every rank's `send` into its place in `recv`.
@@ -647,7 +944,7 @@ impl Comm {
         stream: &dyn DeviceStream,
     ) -> Result<()> {
         self.enqueue("ncclAllGather", stream, &[send, recv], |comm, raw| {
-            // SAFETY: as in `all_reduce`; `recv` holds `size * send.count` elements.
+            // SAFETY: as in `enqueue_collective`; `recv` holds `size * send.count` elements.
             unsafe {
                 (self.nccl().api.all_gather)(
                     send.ptr(),
@@ -670,29 +967,24 @@ impl Comm {
         root: usize,
         stream: &dyn DeviceStream,
     ) -> Result<()> {
-        let send = send.unwrap_or(recv);
+        let regions = (send.unwrap_or(recv), recv);
         let root = as_int(root, "root")?;
-        self.enqueue("ncclBroadcast", stream, &[send, recv], |comm, raw| {
-            // SAFETY: as in `all_reduce`.
-            unsafe {
-                (self.nccl().api.broadcast)(
-                    send.ptr(),
-                    recv.ptr(),
-                    recv.count,
-                    recv.nccl_type,
-                    root,
-                    comm,
-                    raw,
-                )
-            }
-        })
+        let broadcast = self.nccl().api.broadcast;
+        self.enqueue_collective(
+            "ncclBroadcast",
+            broadcast,
+            regions,
+            recv.count,
+            root,
+            stream,
+        )
     }
 
     /// Enqueues `ncclSend` of `buf` to rank `peer`.
     pub fn send(&self, buf: &Region, peer: usize, stream: &dyn DeviceStream) -> Result<()> {
         let peer = as_int(peer, "peer")?;
         self.enqueue("ncclSend", stream, &[buf], |comm, raw| {
-            // SAFETY: as in `all_reduce`.
+            // SAFETY: as in `enqueue_collective`.
             unsafe { (self.nccl().api.send)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
         })
     }
@@ -701,7 +993,7 @@ impl Comm {
     pub fn recv(&self, buf: &Region, peer: usize, stream: &dyn DeviceStream) -> Result<()> {
         let peer = as_int(peer, "peer")?;
         self.enqueue("ncclRecv", stream, &[buf], |comm, raw| {
-            // SAFETY: as in `all_reduce`.
+            // SAFETY: as in `enqueue_collective`.
             unsafe { (self.nccl().api.recv)(buf.ptr(), buf.count, buf.nccl_type, peer, comm, raw) }
         })
     }
@@ -709,23 +1001,29 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        // A communicator that failed asynchronously (a peer lost) is aborted, which does not
-        // wait for its peers; a healthy one is destroyed after its work; an aborted one is
-        // gone already.
-        let healthy = self.handle.async_error().is_ok();
-        let Some(raw) = self.handle.take() else {
-            return;
-        };
-        let Ok(_ctx) = self.device.enter() else {
-            return;
-        };
-        // SAFETY: the communicator is ours and nothing uses it any more.
-        unsafe {
-            if healthy {
-                (self.nccl().api.comm_destroy)(raw);
-            } else {
-                (self.nccl().api.comm_abort)(raw);
-            }
+        match self.device.enter() {
+            Ok(_ctx) => self.handle.close(&mut *self.interrupts.begin()),
+            Err(_) => drop(self.handle.take()),
+        }
+    }
+}
+
+/// The check of a wait for a communicator being joined: `interrupts`' check, and then the
+/// `timeout`, counted from now.
+fn joining(
+    interrupts: &dyn Interrupts,
+    timeout: Option<Duration>,
+) -> impl FnMut() -> Result<()> + '_ {
+    let mut interrupted = interrupts.begin();
+    let deadline = timeout.map(|t| (Instant::now() + t, t));
+    move || {
+        interrupted()?;
+        match deadline {
+            Some((at, t)) if Instant::now() >= at => Err(Error::runtime(format!(
+                "the other ranks did not join within the timeout ({} ms)",
+                t.as_millis()
+            ))),
+            _ => Ok(()),
         }
     }
 }
@@ -827,21 +1125,309 @@ mod tests {
         (nccl, handle)
     }
 
+    /// An entry point of the stand-in library `lib`, of C type `F`.
+    fn stub_fn<F: Copy>(lib: *mut c_void, name: &CStr) -> F {
+        // SAFETY: a live handle; each use names a function of the stub with `F` its
+        // declaration.
+        unsafe { symbol(lib, name) }.unwrap_or_else(|| panic!("the stub has {name:?}"))
+    }
+
+    /// Reads a counter of stub communicator `comm` (`ncclStubPolls`, `ncclStubAborts`, ...).
+    fn count(lib: *mut c_void, name: &CStr, comm: RawComm) -> c_int {
+        let read: unsafe extern "C" fn(RawComm) -> c_int = stub_fn(lib, name);
+        // SAFETY: a stub communicator, alive until the test frees it.
+        unsafe { read(comm) }
+    }
+
+    /// Sets how the stub's next operation goes (`ncclStubPlan`): in progress for `polls` polls
+    /// (-1: for ever), then `result`.
+    fn plan(lib: *mut c_void, polls: c_int, result: NcclResult) {
+        let plan: unsafe extern "C" fn(c_int, c_int) = stub_fn(lib, c"ncclStubPlan");
+        // SAFETY: sets two ints of this test's copy of the stub.
+        unsafe { plan(polls, result) };
+    }
+
+    /// A new stub communicator (`ncclStubCommNew`), freed by [`free`].
+    fn stub_comm(lib: *mut c_void) -> RawComm {
+        let new: unsafe extern "C" fn() -> RawComm = stub_fn(lib, c"ncclStubCommNew");
+        // SAFETY: no arguments.
+        unsafe { new() }
+    }
+
+    fn free(lib: *mut c_void, comm: RawComm) {
+        let free: unsafe extern "C" fn(RawComm) = stub_fn(lib, c"ncclStubCommFree");
+        // SAFETY: nothing uses the stub communicator any more.
+        unsafe { free(comm) };
+    }
+
+    /// A check that counts its calls and gives up with `why` at call `at` (never if `None`).
+    fn give_up_at(at: Option<usize>, why: Error, calls: &mut usize) -> impl FnMut() -> Result<()> {
+        move || {
+            *calls += 1;
+            match at {
+                Some(at) if *calls >= at => Err(why.clone()),
+                _ => Ok(()),
+            }
+        }
+    }
+
+    /// Joins a stub communicator as `Comm::init_rank` does with a non-blocking NCCL, as rank
+    /// 1 of 2 on CUDA device 0.
+    fn join(
+        nccl: &'static Nccl,
+        check: &mut dyn FnMut() -> Result<()>,
+    ) -> (Result<CommHandle>, RawComm) {
+        let api = nccl
+            .api
+            .non_blocking
+            .expect("the stub has ncclCommInitRankConfig");
+        let mut config = Config::non_blocking();
+        let mut made: RawComm = std::ptr::null_mut();
+        let id = UniqueId {
+            internal: [0; UniqueId::BYTES],
+        };
+        let start = |raw: &mut RawComm| {
+            // SAFETY: the stub writes one handle and copies the configuration.
+            let code = unsafe { (api.comm_init_rank_config)(raw, 2, id, 1, &mut config) };
+            made = *raw;
+            code
+        };
+        let who = "rank 1 of 2 on CUDA device 0";
+        let joined = CommHandle::join(nccl, "ncclCommInitRankConfig", who, start, check);
+        (joined, made)
+    }
+
+    #[test]
+    fn a_non_blocking_join_is_polled_until_nccl_made_the_communicator() {
+        let (nccl, lib) = stub();
+        plan(lib, 5, NCCL_SUCCESS);
+        let mut checks = 0;
+        let (joined, raw) = join(nccl, &mut give_up_at(None, Error::runtime(""), &mut checks));
+        let handle = joined.expect("joined after the polls");
+        assert_eq!(checks, 5, "a check between two polls");
+        assert_eq!(count(lib, c"ncclStubPolls", raw), 6);
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 0);
+        assert!(handle.live().is_ok());
+
+        // The configuration: NCCL 2.14's layout, non-blocking, NCCL's defaults elsewhere.
+        let size: unsafe extern "C" fn() -> usize = stub_fn(lib, c"ncclStubConfigSize");
+        let int = |name| stub_fn::<unsafe extern "C" fn() -> u32>(lib, name);
+        // SAFETY: they read what the stub kept of the last configuration.
+        unsafe {
+            assert_eq!(size(), 40);
+            assert_eq!(int(c"ncclStubConfigMagic")(), 0xcafe_beef);
+            assert_eq!(int(c"ncclStubConfigVersion")(), 21400);
+            assert_eq!(int(c"ncclStubConfigBlocking")(), 0);
+            assert_eq!(int(c"ncclStubConfigRestUndefined")(), 1);
+        }
+        free(lib, raw);
+    }
+
+    #[test]
+    fn a_join_that_never_finishes_is_aborted_when_its_owner_gives_up() {
+        let (nccl, lib) = stub();
+        plan(lib, -1, NCCL_SUCCESS);
+        let shutdown = Error::new(ErrorKind::SessionClosed, "the session was shut down");
+        let mut checks = 0;
+        let (joined, raw) = join(nccl, &mut give_up_at(Some(100), shutdown, &mut checks));
+        let error = joined.err().expect("given up");
+        assert_eq!(error.kind, ErrorKind::SessionClosed);
+        assert_eq!(
+            error.message,
+            "NCCL: rank 1 of 2 on CUDA device 0 could not join its communicator: the session was \
+             shut down; the half-made communicator was aborted"
+        );
+        assert_eq!(checks, 100);
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+
+        // The timeout of a join, after its interrupts.
+        struct Never;
+        impl Interrupts for Never {
+            fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_> {
+                Box::new(|| Ok(()))
+            }
+        }
+        let started = Instant::now();
+        let (joined, raw) = join(nccl, &mut joining(&Never, Some(Duration::from_millis(20))));
+        assert!(started.elapsed() >= Duration::from_millis(20));
+        let error = joined.err().expect("timed out");
+        assert_eq!(error.kind, ErrorKind::Runtime);
+        assert_eq!(
+            error.message,
+            "NCCL: rank 1 of 2 on CUDA device 0 could not join its communicator: the other ranks \
+             did not join within the timeout (20 ms); the half-made communicator was aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+    }
+
+    #[test]
+    fn a_join_that_fails_reports_nccls_error() {
+        let (nccl, lib) = stub();
+        // NCCL reports the failure after some polls: the half-made communicator is aborted.
+        plan(lib, 3, 2);
+        let (joined, raw) = join(nccl, &mut || Ok(()));
+        let error = joined.err().expect("failed");
+        assert_eq!(error.kind, ErrorKind::Runtime);
+        assert_eq!(
+            error.message,
+            "NCCL: rank 1 of 2 on CUDA device 0 could not join its communicator: NCCL reported an \
+             asynchronous error: stub: unhandled system error (code 2) (a peer of the stub \
+             communicator is gone); the half-made communicator was aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+
+        // It fails at once, leaving no communicator.
+        plan(lib, 0, 4);
+        let (joined, raw) = join(nccl, &mut || panic!("nothing to wait for"));
+        assert!(raw.is_null());
+        assert_eq!(
+            joined.err().expect("failed").message,
+            "NCCL: rank 1 of 2 on CUDA device 0 could not join its communicator: \
+             ncclCommInitRankConfig failed: stub: other error (code 4) (the stub's group ended \
+             badly)"
+        );
+    }
+
+    /// Makes an `ncclAllReduce` on stub communicator `handle` as `Comm::enqueue` does.
+    fn all_reduce(handle: &CommHandle, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let f = handle.nccl.api.all_reduce;
+        let none = std::ptr::null_mut();
+        // SAFETY: the stub reads none of the pointers.
+        handle.call("ncclAllReduce", check, |comm| unsafe {
+            f(none, none, 0, 7, 0, comm, none)
+        })
+    }
+
+    #[test]
+    fn a_call_still_in_progress_is_waited_for_before_the_next() {
+        let (nccl, lib) = stub();
+        let raw = stub_comm(lib);
+        let handle = CommHandle::new(nccl, raw);
+        plan(lib, 4, NCCL_SUCCESS);
+        all_reduce(&handle, &mut || Ok(())).unwrap();
+        assert_eq!(count(lib, c"ncclStubPolls", raw), 5);
+        plan(lib, 0, NCCL_SUCCESS);
+        all_reduce(&handle, &mut || panic!("nothing to wait for")).unwrap();
+        assert_eq!(
+            count(lib, c"ncclStubEarlyCalls", raw),
+            0,
+            "no call while NCCL was at the one before"
+        );
+
+        // One that fails while in progress is aborted; the next call never reaches NCCL.
+        plan(lib, 2, 2);
+        let error = all_reduce(&handle, &mut || Ok(())).unwrap_err();
+        assert_eq!(
+            error.message,
+            "NCCL: ncclAllReduce did not finish: NCCL reported an asynchronous error: stub: \
+             unhandled system error (code 2) (a peer of the stub communicator is gone); the \
+             communicator was aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        let error = all_reduce(&handle, &mut || Ok(())).unwrap_err();
+        assert_eq!(
+            error.message,
+            "NCCL: the communicator was aborted and can run nothing more"
+        );
+        free(lib, raw);
+
+        // One NCCL never finishes ends with its wait's check.
+        let raw = stub_comm(lib);
+        let handle = CommHandle::new(nccl, raw);
+        plan(lib, -1, NCCL_SUCCESS);
+        let mut checks = 0;
+        let replaced = Error::runtime("init_ccl was called again");
+        let error = all_reduce(&handle, &mut give_up_at(Some(3), replaced, &mut checks));
+        assert_eq!(
+            error.unwrap_err().message,
+            "NCCL: ncclAllReduce did not finish: init_ccl was called again; the communicator was \
+             aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+
+        // One whose communicator another thread aborts meanwhile (a watch that gave up).
+        let raw = stub_comm(lib);
+        let handle = CommHandle::new(nccl, raw);
+        plan(lib, -1, NCCL_SUCCESS);
+        let abort = &mut || {
+            handle.abort();
+            Ok(())
+        };
+        let error = all_reduce(&handle, abort).unwrap_err();
+        assert_eq!(
+            error.message,
+            "NCCL: ncclAllReduce did not finish: it was aborted while NCCL was at it; the \
+             communicator was aborted"
+        );
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
+    }
+
+    #[test]
+    fn a_group_end_that_fails_reports_nccls_error_after_the_first_failure() {
+        let (nccl, lib) = stub();
+        let raw = stub_comm(lib);
+        let handle = CommHandle::new(nccl, raw);
+        let error = handle.group(|| Ok(()), &mut || Ok(())).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::Runtime);
+        assert_eq!(
+            error.message,
+            "NCCL: ncclGroupEnd failed: stub: invalid usage (code 5) (the stub's group ended badly)"
+        );
+        let error = handle
+            .group(|| Err(Error::value("issuing failed")), &mut || Ok(()))
+            .unwrap_err();
+        assert_eq!(error.message, "issuing failed", "the first failure wins");
+        free(lib, raw);
+    }
+
+    #[test]
+    fn closing_finalizes_a_healthy_communicator_and_aborts_one_that_is_not() {
+        let (nccl, lib) = stub();
+        let counts = |raw| {
+            [
+                c"ncclStubFinalizes",
+                c"ncclStubDestroys",
+                c"ncclStubAborts",
+                c"ncclStubEarlyCalls",
+            ]
+            .map(|name| count(lib, name, raw))
+        };
+        // Finalized (NCCL at it for a while), then destroyed.
+        let raw = stub_comm(lib);
+        plan(lib, 3, NCCL_SUCCESS);
+        CommHandle::new(nccl, raw).close(&mut || Ok(()));
+        assert_eq!(counts(raw), [1, 1, 0, 0]);
+        free(lib, raw);
+
+        // A finalization its peers never join ends with its wait's check: aborted.
+        let raw = stub_comm(lib);
+        plan(lib, -1, NCCL_SUCCESS);
+        let mut checks = 0;
+        let shutdown = Error::new(ErrorKind::SessionClosed, "the session was shut down");
+        CommHandle::new(nccl, raw).close(&mut give_up_at(Some(5), shutdown, &mut checks));
+        assert_eq!((counts(raw), checks), ([1, 0, 1, 0], 5));
+        free(lib, raw);
+
+        // A communicator that failed is aborted without more.
+        let raw = stub_comm(lib);
+        let set: unsafe extern "C" fn(RawComm, c_int) = stub_fn(lib, c"ncclStubSetAsyncError");
+        // SAFETY: a live stub communicator.
+        unsafe { set(raw, 2) };
+        CommHandle::new(nccl, raw).close(&mut || panic!("nothing to wait for"));
+        assert_eq!(counts(raw), [0, 0, 1, 0]);
+        free(lib, raw);
+    }
+
     #[test]
     fn a_communicators_async_error_is_reported_and_an_aborted_one_never_reaches_nccl() {
         let (nccl, lib) = stub();
-        // SAFETY: a live handle; the types are the stub's C declarations.
-        let (new, set, aborts, free) = unsafe {
-            (
-                symbol::<unsafe extern "C" fn() -> RawComm>(lib, c"ncclStubCommNew").unwrap(),
-                symbol::<unsafe extern "C" fn(RawComm, c_int)>(lib, c"ncclStubSetAsyncError")
-                    .unwrap(),
-                symbol::<unsafe extern "C" fn(RawComm) -> c_int>(lib, c"ncclStubAborts").unwrap(),
-                symbol::<unsafe extern "C" fn(RawComm)>(lib, c"ncclStubCommFree").unwrap(),
-            )
-        };
-        // SAFETY: no arguments; a fresh stub communicator.
-        let raw = unsafe { new() };
+        let set: unsafe extern "C" fn(RawComm, c_int) = stub_fn(lib, c"ncclStubSetAsyncError");
+        let raw = stub_comm(lib);
         let handle = CommHandle::new(nccl, raw);
         handle.async_error().unwrap();
         // SAFETY: the stub communicator is alive until the free below.
@@ -860,21 +1446,17 @@ mod tests {
         );
 
         // What `Comm::abort` does once its GPU is entered: the handle goes, then NCCL aborts.
-        let taken = handle.take().expect("a live handle");
-        assert_eq!(taken, raw);
-        // SAFETY: the stub communicator, taken out of the handle.
-        unsafe { (nccl.api.comm_abort)(taken) };
+        handle.abort();
         let error = handle.live().err().expect("aborted");
         assert_eq!(
             error.message,
             "NCCL: the communicator was aborted and can run nothing more"
         );
         handle.async_error().expect("nothing more to report");
+        handle.abort();
         assert!(handle.take().is_none(), "aborted once");
-        // SAFETY: as above.
-        assert_eq!(unsafe { aborts(raw) }, 1);
-        // SAFETY: nothing uses the stub communicator any more.
-        unsafe { free(raw) };
+        assert_eq!(count(lib, c"ncclStubAborts", raw), 1);
+        free(lib, raw);
     }
 
     #[test]

@@ -210,6 +210,7 @@ impl Session {
                 exited: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 ccl_generation: AtomicU64::new(0),
+                timeout: options.timeout,
                 session: OnceLock::new(),
             });
             let info = WorkerInfo {

@@ -4,6 +4,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
 use super::ccl::nccl;
 use super::controller::Session;
@@ -30,6 +31,9 @@ pub struct WorkerShared {
     /// them): a device wait of a worker with NCCL communicators gives up when it changes, so
     /// that a worker stuck on its old ones gets to the new ones.
     pub ccl_generation: AtomicU64,
+    /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
+    /// up after it.
+    pub timeout: Option<Duration>,
     /// The session, once it exists (for the worker's own handle; weak, so no cycle).
     pub session: OnceLock<Weak<Session>>,
 }

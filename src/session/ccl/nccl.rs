@@ -25,14 +25,24 @@
 //! again. So after a sync that timed out (a peer never joined), `init_ccl` or shutdown frees
 //! the worker. Workers without NCCL communicators wait as before.
 //!
+//! The host waits inside NCCL are watched too. Joining a communicator waits for every rank, a
+//! first collective between two ranks may connect them, and finalizing a communicator (when
+//! `init_ccl` replaces it) waits for its peers to finalize theirs. With NCCL 2.14 or later the
+//! communicators are non-blocking: those calls return at once with `ncclInProgress`, and the
+//! worker polls the communicator the same way, giving up at the session's shutdown or when
+//! `init_ccl` is called after the wait began, and a join also after the session's timeout; the
+//! communicator is then aborted and the error names it (its rank, size and GPU) and the cause.
+//! So a worker that never joins (stuck in a function, or its GPU failed) no longer holds the
+//! others in `ncclCommInitRankConfig` for ever: their join fails with the timeout, and without
+//! one at the next `init_ccl` or at shutdown.
+//!
 //! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
 //! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
 //! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
 //! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
-//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Only the
-//! waits for the GPU are watched: a call into NCCL that itself blocks on the host (joining a
-//! communicator waits for every rank; the first collective between two ranks may connect them)
-//! still waits for the peers. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
+//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Before NCCL
+//! 2.14 there are no non-blocking communicators: joining one blocks in NCCL until every rank
+//! joined, with no way out. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Mutex, Once, PoisonError};
@@ -41,7 +51,7 @@ use super::ReduceOp;
 use super::builtins::{in_group, peer, reduce_kind};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::DeviceStream;
-use crate::device::nccl::{Comm, Nccl, RedOp, Region, UniqueId};
+use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
@@ -55,9 +65,10 @@ const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 /// One worker's communicators.
 struct Comms {
     info: WorkerInfo,
-    world: Comm,
-    /// The worker's group, when the session has more than one.
+    /// The worker's group, when the session has more than one. Split from `world`, it is
+    /// dropped (finalized) before it.
     group: Option<Comm>,
+    world: Comm,
     /// One int32 on the worker's GPU that `barrier` reduces.
     flag: Region,
     /// Why the communicators were aborted, once they were: later collectives fail at once.
@@ -108,14 +119,10 @@ impl Comms {
             });
         let (kind, why) = match failed {
             Some(why) => (ErrorKind::Runtime, why),
-            None if self.shared.stopping.load(Ordering::SeqCst) => (
-                ErrorKind::SessionClosed,
-                "the session was shut down".to_string(),
-            ),
-            None if self.shared.ccl_generation.load(Ordering::SeqCst) != generation => {
-                (ErrorKind::Runtime, "init_ccl was called again".to_string())
-            }
-            None => return Ok(()),
+            None => match interrupted(&self.shared, generation) {
+                Err(cause) => (cause.kind, cause.message),
+                Ok(()) => return Ok(()),
+            },
         };
         // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting. The
         // group's communicator was split from the session's: it goes first.
@@ -133,6 +140,34 @@ impl Comms {
         );
         *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
         Err(error)
+    }
+}
+
+/// Why a wait of the worker that began when its `ccl_generation` was `generation` must end:
+/// the session is shutting down (`SessionClosed`), or `init_ccl` was called since (it sends the
+/// worker new communicators, and a worker stuck in the wait would never get to them).
+fn interrupted(shared: &WorkerShared, generation: u64) -> Result<()> {
+    if shared.stopping.load(Ordering::SeqCst) {
+        return Err(Error::new(
+            ErrorKind::SessionClosed,
+            "the session was shut down",
+        ));
+    }
+    if shared.ccl_generation.load(Ordering::SeqCst) != generation {
+        return Err(Error::runtime("init_ccl was called again"));
+    }
+    Ok(())
+}
+
+/// The interrupts of a worker's NCCL communicators: every wait on them (joining, a call NCCL
+/// is still at, finalizing) ends at the session's shutdown or when `init_ccl` is called after
+/// it began.
+struct WorkerInterrupts(Arc<WorkerShared>);
+
+impl Interrupts for WorkerInterrupts {
+    fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_> {
+        let generation = self.0.ccl_generation.load(Ordering::SeqCst);
+        Box::new(move || interrupted(&self.0, generation))
     }
 }
 
@@ -249,7 +284,9 @@ fn unique_id(bytes: &[u8], index: usize) -> Result<UniqueId> {
 }
 
 /// `runtime.disco.nccl.init_ccl_per_worker(device_ids, unique_ids)`: joins the communicators
-/// of the session and of this worker's group, replacing the worker's earlier ones.
+/// of the session and of this worker's group, replacing the worker's earlier ones. Joining
+/// waits for the other workers; with non-blocking communicators the wait gives up at the
+/// session's timeout, at shutdown, or when `init_ccl` is called again (see the module docs).
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     arity(INIT, args, 2, 2)?;
     let info = on_worker(INIT)?;
@@ -272,25 +309,36 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         worker::shared().ok_or_else(|| Error::runtime(format!("{INIT} runs on workers")))?;
     let world_id = unique_id(bytes, 0)?;
     // Every worker leaves its old communicators before joining the new ones. Their teardown
-    // (`ncclCommDestroy`) waits for their work, so that is waited for first, by polling: their
-    // failure, or the shutdown, aborts them instead. Such a failure is reported after joining
-    // the new ones, which the other workers wait in for this one.
+    // (`ncclCommFinalize` and `ncclCommDestroy`) waits for their work, so that is waited for
+    // first, by polling: their failure, or the shutdown, aborts them instead. Such a failure is
+    // reported after joining the new ones, which the other workers wait in for this one.
     let flushed = match watch() {
         Some(watch) => with_stream(|stream| watch.sync(stream)),
         None => Ok(()),
     };
     COMMS.with(|c| c.borrow_mut().take());
-    let world = Comm::init_rank(info.device.device_id, info.num_workers, info.id, &world_id)?;
+    let (device_id, timeout) = (info.device.device_id, shared.timeout);
+    let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
+    let world = Comm::init_rank(
+        device_id,
+        info.num_workers,
+        info.id,
+        &world_id,
+        interrupts.clone(),
+        timeout,
+    )?;
     let group = if info.num_groups > 1 {
         let per_group = info.workers_per_group();
         let (group, rank) = (info.id / per_group, info.local_id());
-        match world.split(group, rank, per_group)? {
+        match world.split(group, rank, per_group, timeout)? {
             Some(comm) => Some(comm),
             None => Some(Comm::init_rank(
-                info.device.device_id,
+                device_id,
                 per_group,
                 rank,
                 &unique_id(bytes, 1 + group)?,
+                interrupts,
+                timeout,
             )?),
         }
     } else {
@@ -479,7 +527,7 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     }
     enqueue(uses(&send, [&recv]), move |stream| {
         let comm = comms.team(grouped).0;
-        comm.nccl().group(|| {
+        comm.group(|| {
             if let Some(send) = &send {
                 for to in 0..size {
                     comm.send(&send.part(to, size), to, stream)?;
@@ -501,7 +549,7 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     }
     enqueue(uses([&send], &recv), move |stream| {
         let comm = comms.team(grouped).0;
-        comm.nccl().group(|| {
+        comm.group(|| {
             comm.send(&send, 0, stream)?;
             if let Some(recv) = &recv {
                 for from in 0..size {
@@ -585,4 +633,42 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
     })?;
     with_stream(|stream| watch.sync(stream))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::channel::Channel;
+    use crate::sync::atomic::{AtomicBool, AtomicU64};
+
+    #[test]
+    fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
+        let shared = Arc::new(WorkerShared {
+            channel: Channel::new(4),
+            exited: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            ccl_generation: AtomicU64::new(3),
+            timeout: None,
+            session: std::sync::OnceLock::new(),
+        });
+        let interrupts = WorkerInterrupts(shared.clone());
+        let mut earlier = interrupts.begin();
+        earlier().expect("nothing happened yet");
+
+        shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        let error = earlier().unwrap_err();
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ErrorKind::Runtime, "init_ccl was called again")
+        );
+        let mut later = interrupts.begin();
+        later().expect("a wait that began after the init_ccl goes on");
+
+        shared.stopping.store(true, Ordering::SeqCst);
+        let error = later().unwrap_err();
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ErrorKind::SessionClosed, "the session was shut down")
+        );
+    }
 }
