@@ -5,42 +5,28 @@
 //! valgrind tests need valgrind installed (Debian: `apt-get install valgrind`).
 //!
 //! C programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude`, C++ programs
-//! (`.cpp`) with `g++ -std=c++17 -Wall -Wextra -Werror -pedantic` and stricter warnings; both
-//! are linked with `-ldiscovm` (rpath set to the library's directory), except the `dlopen`
-//! example, which links only `-ldl` and receives the library's path. A program may add linker
-//! flags of its own (`-lpthread` for the tests that start threads). Exit status 77 means
-//! "skipped: needs a GPU"; it is accepted, with a message, only from programs marked as needing
-//! one.
+//! (`.cpp`) with `g++ -std=c++17 -Wall -Wextra -Werror -pedantic` and stricter warnings
+//! (`support/c_build.rs`); both are linked with `-ldiscovm` (rpath set to the library's
+//! directory), except the `dlopen` example, which links only `-ldl` and receives the library's
+//! path. A program may add linker flags of its own (`-lpthread` for the tests that start
+//! threads). Exit status 77 means "skipped: needs a GPU"; it is accepted, with a message, only
+//! from programs marked as needing one. Here they run with the machine's CUDA driver, if any;
+//! `cuda_stub_driver.rs` runs them against a stand-in driver too, where they must pass.
 //!
 //! Every program in `examples-c/` must have a test here, and every C or C++ file in `tests/c/`
 //! must be run by some test file, so a new program cannot be forgotten.
 
 #[path = "support/built_library.rs"]
 mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-use built_library::{shared_library, shared_library_dir};
-
-/// The flags every C program is compiled with.
-const CFLAGS: [&str; 4] = ["-std=c11", "-Wall", "-Wextra", "-Werror"];
-
-/// The flags every C++ program is compiled with: the C flags' warnings, `-pedantic`, and those
-/// C++ users often add, which `discovm.hpp` must not trigger in their builds.
-const CXXFLAGS: [&str; 10] = [
-    "-std=c++17",
-    "-Wall",
-    "-Wextra",
-    "-Werror",
-    "-pedantic",
-    "-Wshadow",
-    "-Wconversion",
-    "-Wsign-conversion",
-    "-Wold-style-cast",
-    "-Wnon-virtual-dtor",
-];
+use built_library::shared_library;
+use c_build::{Link, describe, repo};
 
 /// The exit status that means "skipped: this program needs a GPU".
 const EXIT_SKIP: i32 = 77;
@@ -63,20 +49,12 @@ const VALGRIND: [&str; 4] = [
     "--quiet",
 ];
 
-/// How a program reaches the library.
-#[derive(Clone, Copy, PartialEq)]
-enum Link {
-    /// Linked with `-ldiscovm`.
-    Library,
-    /// Loads it with `dlopen`: linked with `-ldl`, given the path as its first argument (and,
-    /// in a second run, through `DVM_LIBRARY`).
-    Dlopen,
-}
-
 /// A C program to build and run.
 struct Program {
     /// The source, relative to the repository root.
     source: &'static str,
+    /// A program that loads the library with `dlopen` is given its path as its first argument
+    /// (and, in a second run, through `DVM_LIBRARY`).
     link: Link,
     /// Whether it needs a GPU (and may exit 77 without one).
     needs_gpu: bool,
@@ -164,10 +142,6 @@ programs! {
     example_session_cpp: Program::new("examples-c/session_cpp.cpp");
 }
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
 /// Where compiled programs go (one directory per runner, as both build the same programs at
 /// once).
 fn out_dir(runner: Runner) -> PathBuf {
@@ -179,51 +153,10 @@ fn out_dir(runner: Runner) -> PathBuf {
     dir
 }
 
-/// Everything a failed command printed, for assertion messages.
-fn describe(command: &Command, output: &Output) -> String {
-    format!(
-        "{command:?} exited with {}\n--- stdout\n{}--- stderr\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
-}
-
 fn compile(program: &Program, runner: Runner) -> PathBuf {
-    let source = repo().join(program.source);
-    let stem = source.file_stem().unwrap().to_string_lossy().into_owned();
+    let stem = Path::new(program.source).file_stem().unwrap();
     let binary = out_dir(runner).join(stem);
-    let (compiler, flags): (&str, &[&str]) = if program.source.ends_with(".cpp") {
-        ("g++", &CXXFLAGS)
-    } else {
-        ("gcc", &CFLAGS)
-    };
-    let mut command = Command::new(compiler);
-    command
-        .args(flags)
-        .arg("-I")
-        .arg(repo().join("include"))
-        .arg(&source)
-        .arg("-o")
-        .arg(&binary);
-    match program.link {
-        Link::Library => {
-            let dir = shared_library_dir();
-            command
-                .arg("-L")
-                .arg(dir)
-                .arg("-ldiscovm")
-                .arg(format!("-Wl,-rpath,{}", dir.display()));
-        }
-        Link::Dlopen => {
-            command.arg("-ldl");
-        }
-    }
-    command.args(program.libs);
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed?): {e}"));
-    assert!(output.status.success(), "{}", describe(&command, &output));
+    c_build::compile(program.source, &binary, program.link, program.libs);
     binary
 }
 

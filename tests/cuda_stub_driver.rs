@@ -1,0 +1,209 @@
+//! Runs the CUDA C test programs and the copy benchmark against stand-ins for the CUDA driver
+//! (`support/cuda_driver_stub.c`) and NCCL (`support/nccl_single_rank_stub.c`), so the CUDA
+//! backend is exercised on machines without a GPU. The stand-in driver runs each stream's work
+//! only when something waits for it and aborts on misuse a GPU would punish (see its header
+//! comment), so a missing synchronization, event wait or legacy-stream ordering shows up as
+//! wrong bytes or an abort here. Each program must exit 0: a skip (77) fails.
+//!
+//! The stand-ins are built into one directory as `libcuda.so.1` (with `libcuda.so` linking to
+//! it, as a driver installation has) and `libnccl.so.2`; the programs run with it first on
+//! `LD_LIBRARY_PATH`, the number of GPUs in `DISCOVM_STUB_GPUS` and NCCL named by
+//! `DISCOVM_NCCL_LIBRARY`. Programs that use a second GPU when there is one run with one GPU
+//! and with two.
+
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use c_build::{Link, describe, repo};
+
+/// Where the stand-ins and the programs go.
+fn out_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda_stub_driver");
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    dir
+}
+
+/// Compiles one stand-in into the shared library `library` (with `soname` when given).
+fn build_stub(source: &str, library: &Path, soname: Option<&str>, libs: &[&str]) {
+    let mut command = Command::new("gcc");
+    command
+        .args(c_build::CFLAGS)
+        .args(["-shared", "-fPIC"])
+        .args(soname.map(|name| format!("-Wl,-soname,{name}")))
+        .arg(repo().join(source))
+        .arg("-o")
+        .arg(library)
+        .args(libs);
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
+    assert!(output.status.success(), "{}", describe(&command, &output));
+}
+
+/// The directory holding the stand-in driver and NCCL, built once.
+fn stub_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = out_dir().join("lib");
+        fs::create_dir_all(&dir).unwrap();
+        let driver = dir.join("libcuda.so.1");
+        build_stub(
+            "tests/support/cuda_driver_stub.c",
+            &driver,
+            Some("libcuda.so.1"),
+            &["-lpthread"],
+        );
+        // cudarc loads libcuda.so, the benchmark and NCCL libcuda.so.1: one library for all.
+        let link = dir.join("libcuda.so");
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
+        build_stub(
+            "tests/support/nccl_single_rank_stub.c",
+            &dir.join("libnccl.so.2"),
+            None,
+            &["-ldl"],
+        );
+        dir
+    })
+}
+
+/// Compiles `source` (relative to the repository root) once, for every test that runs it.
+fn program(source: &'static str, libs: &[&str]) -> PathBuf {
+    static BUILT: Mutex<Option<HashMap<&str, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let built = built.get_or_insert_with(HashMap::new);
+    if let Some(binary) = built.get(source) {
+        return binary.clone();
+    }
+    let binary = out_dir().join(Path::new(source).file_stem().unwrap());
+    c_build::compile(source, &binary, Link::Library, libs);
+    built.insert(source, binary.clone());
+    binary
+}
+
+/// Runs `binary` with `args` against the stand-ins, with `gpus` GPUs and the extra environment
+/// `env`, and returns its exit code; prints what it printed.
+fn run_on_stub(binary: &Path, args: &[&str], gpus: u32, env: &[(&str, &str)]) -> (i32, String) {
+    let dir = stub_dir();
+    let mut library_path = dir.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
+        library_path.push(":");
+        library_path.push(old);
+    }
+    let mut command = Command::new(binary);
+    command
+        .args(args)
+        .env("LD_LIBRARY_PATH", library_path)
+        .env("DISCOVM_STUB_GPUS", gpus.to_string())
+        .env("DISCOVM_NCCL_LIBRARY", dir.join("libnccl.so.2"))
+        .envs(env.iter().copied());
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    eprint!("{}", String::from_utf8_lossy(&output.stderr));
+    let code = output.status.code().unwrap_or_else(|| {
+        panic!(
+            "killed by a signal (the stand-in driver aborts on misuse):\n{}",
+            describe(&command, &output)
+        )
+    });
+    (code, describe(&command, &output))
+}
+
+/// Runs a CUDA test program with `gpus` stand-in GPUs and expects it to pass (not to skip).
+fn passes(source: &'static str, gpus: u32, env: &[(&str, &str)]) {
+    let binary = program(source, &[]);
+    let (code, described) = run_on_stub(&binary, &[], gpus, env);
+    assert_eq!(
+        code, 0,
+        "{source} did not pass with {gpus} stand-in GPU(s):\n{described}"
+    );
+}
+
+#[test]
+fn device_count_1_gpu() {
+    passes("tests/c/device_count.c", 1, &[]);
+}
+
+#[test]
+fn device_count_2_gpus() {
+    passes("tests/c/device_count.c", 2, &[]);
+}
+
+#[test]
+fn cuda_roundtrip_1_gpu() {
+    passes("tests/c/cuda_roundtrip.c", 1, &[]);
+}
+
+/// Adds copies between two GPUs.
+#[test]
+fn cuda_roundtrip_2_gpus() {
+    passes("tests/c/cuda_roundtrip.c", 2, &[]);
+}
+
+/// The path of GPUs without memory pools: `cuMemAlloc`, and a context sync before each free.
+#[test]
+fn cuda_roundtrip_without_memory_pools() {
+    passes(
+        "tests/c/cuda_roundtrip.c",
+        1,
+        &[("DISCOVM_STUB_NO_POOLS", "1")],
+    );
+}
+
+#[test]
+fn cuda_soft_sync() {
+    passes("tests/c/cuda_soft_sync.c", 1, &[]);
+}
+
+#[test]
+fn cuda_small_access() {
+    passes("tests/c/cuda_small_access.c", 1, &[]);
+}
+
+#[test]
+fn cuda_session_1_gpu() {
+    passes("tests/c/cuda_session.c", 1, &[]);
+}
+
+/// The session's workers on two GPUs.
+#[test]
+fn cuda_session_2_gpus() {
+    passes("tests/c/cuda_session.c", 2, &[]);
+}
+
+/// One worker, one rank: the stand-in NCCL has no more (with two GPUs the program would make
+/// two ranks).
+#[test]
+fn cuda_nccl_1_gpu() {
+    passes("tests/c/cuda_nccl.c", 1, &[]);
+}
+
+/// The benchmark's smoke run: small sizes, both its raw driver calls and the library's.
+#[test]
+fn bench_cuda_copy_quick() {
+    let binary = program("benches/cuda_copy/main.c", &["-ldl"]);
+    let (code, described) = run_on_stub(&binary, &["--quick"], 1, &[]);
+    assert_eq!(code, 0, "{described}");
+    assert!(described.contains("| dvm_tensor_read 4 B |"), "{described}");
+}
+
+/// A driver without a GPU (cuInit says CUDA_ERROR_NO_DEVICE): the count is 0 and the programs
+/// that need a GPU skip, after checking what the entry points say.
+#[test]
+fn without_a_gpu_the_programs_skip() {
+    let (code, described) = run_on_stub(&program("tests/c/device_count.c", &[]), &[], 0, &[]);
+    assert_eq!(code, 0, "{described}");
+    let (code, described) = run_on_stub(&program("tests/c/cuda_roundtrip.c", &[]), &[], 0, &[]);
+    assert_eq!(code, 77, "{described}");
+    assert!(described.contains("skipped: no CUDA device"), "{described}");
+}
