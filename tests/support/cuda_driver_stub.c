@@ -38,12 +38,13 @@
  * It does not model: kernels, timing, concurrency between streams (everything runs on the host
  * thread that forces it, under one global lock), errors of the driver itself (out of memory,
  * a failing context), peer access settings, non-portable page-locked memory used from another
- * context (treated as page-locked everywhere), the per-thread default stream, or anything about
- * memory pools beyond their attribute. Built as libcuda.so and libcuda.so.1 by
- * tests/cuda_stub_driver.rs. */
+ * context (treated as page-locked everywhere), the per-thread default stream, or memory pools
+ * (their attribute is accepted and changes nothing). Built as libcuda.so.1, with libcuda.so
+ * linking to it, by tests/cuda_stub_driver.rs. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,10 +103,10 @@ typedef struct {
   int device;
   int retained; /* primary context retain count */
   Stream* legacy; /* the legacy default stream, made on first use */
-  int pool_reuse_internal_dependencies; /* the default pool's attribute, as last set */
 } Context;
 
-static int initialized;
+/* Set by the first cuInit, and never changed after. */
+static atomic_int initialized;
 static int device_count;
 static Context contexts[MAX_DEVICES];
 static __thread Context* current;
@@ -146,26 +147,28 @@ typedef struct Allocation {
   struct Allocation* next;
 } Allocation;
 
-static Allocation* allocations; /* every record, live or freed */
+static Allocation* live; /* the allocations not freed yet */
+static Allocation* freed; /* the others' records */
 
 static Allocation* new_allocation(size_t size, int device, int ready, int fill) {
   Allocation* a = calloc(1, sizeof *a);
-  a->bytes = malloc(size ? size : 1);
-  if (a == NULL || a->bytes == NULL) fail("out of host memory for %zu bytes", size);
+  if (a == NULL || (a->bytes = malloc(size ? size : 1)) == NULL) {
+    fail("out of host memory for %zu bytes", size);
+  }
   memset(a->bytes, fill, size);
   a->size = size;
   a->address = (uintptr_t)a->bytes | (device >= 0 ? DEVICE_BIT : 0);
   a->device = device;
   a->ready = ready;
-  a->next = allocations;
-  allocations = a;
+  a->next = live;
+  live = a;
   return a;
 }
 
 /* The live allocation holding [address, address + size), or NULL. */
 static Allocation* find_allocation(uintptr_t address, size_t size, int device_memory) {
-  for (Allocation* a = allocations; a != NULL; a = a->next) {
-    if (a->bytes == NULL || (a->device >= 0) != device_memory) continue;
+  for (Allocation* a = live; a != NULL; a = a->next) {
+    if ((a->device >= 0) != device_memory) continue;
     if (address >= a->address && address - a->address < (a->size ? a->size : 1)) {
       if (size > a->size - (address - a->address)) {
         fail("%zu bytes at 0x%llx run past the end of a %zu-byte allocation", size,
@@ -270,10 +273,16 @@ static void check_no_queued_use(const Allocation* a, const char* what) {
   }
 }
 
+/* Frees the memory of `a` (overwritten with `fill` first) and moves its record to `freed`. */
 static void release_bytes(Allocation* a, int fill) {
   memset(a->bytes, fill, a->size);
   free(a->bytes);
   a->bytes = NULL;
+  Allocation** link = &live;
+  while (*link != a) link = &(*link)->next;
+  *link = a->next;
+  a->next = freed;
+  freed = a;
 }
 
 /* Checks, as a copy runs, that its memory is still there and ready. */
@@ -378,18 +387,18 @@ static Stream* stream_for_work(void* handle, const char* call) {
 
 CUresult cuInit(unsigned int flags) {
   (void)flags;
-  CUresult result = CUDA_SUCCESS;
   LOCKED({
-    const char* gpus = getenv("DISCOVM_STUB_GPUS");
-    device_count = gpus ? atoi(gpus) : 1;
-    if (device_count < 0 || device_count > MAX_DEVICES) {
-      fail("DISCOVM_STUB_GPUS=%s: 0 to %d devices", gpus, MAX_DEVICES);
+    if (!initialized) {
+      const char* gpus = getenv("DISCOVM_STUB_GPUS");
+      device_count = gpus ? atoi(gpus) : 1;
+      if (device_count < 0 || device_count > MAX_DEVICES) {
+        fail("DISCOVM_STUB_GPUS=%s: 0 to %d devices", gpus, MAX_DEVICES);
+      }
+      for (int d = 0; d < MAX_DEVICES; d++) contexts[d].device = d;
+      initialized = device_count > 0;
     }
-    for (int d = 0; d < MAX_DEVICES; d++) contexts[d].device = d;
-    initialized = device_count > 0;
-    if (!initialized) result = CUDA_ERROR_NO_DEVICE;
   });
-  return result;
+  return initialized ? CUDA_SUCCESS : CUDA_ERROR_NO_DEVICE;
 }
 
 CUresult cuDeviceGetCount(int* count) {
@@ -444,9 +453,11 @@ CUresult cuCtxSetCurrent(void* context) {
   if (c != NULL && (c < contexts || c >= contexts + device_count)) {
     fail("cuCtxSetCurrent: %p is not a primary context", context);
   }
-  if (c != NULL && c->retained == 0) {
-    fail("cuCtxSetCurrent: device %d's primary context is not retained", c->device);
-  }
+  LOCKED({
+    if (c != NULL && c->retained == 0) {
+      fail("cuCtxSetCurrent: device %d's primary context is not retained", c->device);
+    }
+  });
   current = c;
   return CUDA_SUCCESS;
 }
@@ -598,19 +609,24 @@ CUresult cuStreamWaitEvent(void* stream, void* event, unsigned int flags) {
 
 /* ---- Memory pools ------------------------------------------------------------------------ */
 
+/* A pool is its device's context; its attributes change nothing here. */
 CUresult cuDeviceGetDefaultMemPool(void** pool, CUdevice device) {
   check_device(device, "cuDeviceGetDefaultMemPool");
   *pool = &contexts[device];
-  contexts[device].pool_reuse_internal_dependencies = 1; /* the driver's default */
   return CUDA_SUCCESS;
 }
 
 CUresult cuMemPoolSetAttribute(void* pool, int attribute, void* value) {
   Context* context = pool;
+  if (context < contexts || context >= contexts + device_count) {
+    fail("cuMemPoolSetAttribute: %p is not a default pool", pool);
+  }
   if (attribute != CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES) {
     fail("cuMemPoolSetAttribute: attribute %d is not modelled", attribute);
   }
-  LOCKED(context->pool_reuse_internal_dependencies = *(int*)value);
+  if (*(int*)value != 0 && *(int*)value != 1) {
+    fail("cuMemPoolSetAttribute: %d is not a boolean", *(int*)value);
+  }
   return CUDA_SUCCESS;
 }
 
