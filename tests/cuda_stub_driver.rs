@@ -9,7 +9,9 @@
 //! it, as a driver installation has) and `libnccl.so.2`; the programs run with it first on
 //! `LD_LIBRARY_PATH`, the number of GPUs in `DISCOVM_STUB_GPUS` and NCCL named by
 //! `DISCOVM_NCCL_LIBRARY`. Programs that use a second GPU when there is one run with one GPU
-//! and with two.
+//! and with two. The last tests check the stand-in itself (`support/cuda_driver_stub_checks.c`):
+//! that it defers work and orders streams as the tests above rely on, and that it aborts on
+//! misuse.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -90,8 +92,14 @@ fn program(source: &'static str, libs: &[&str]) -> PathBuf {
 }
 
 /// Runs `binary` with `args` against the stand-ins, with `gpus` GPUs and the extra environment
-/// `env`, and returns its exit code; prints what it printed.
-fn run_on_stub(binary: &Path, args: &[&str], gpus: u32, env: &[(&str, &str)]) -> (i32, String) {
+/// `env`; prints what it printed and returns its exit code (None: killed by a signal, as an
+/// abort of the stand-in driver) with a description for assertion messages.
+fn run_on_stub_raw(
+    binary: &Path,
+    args: &[&str],
+    gpus: u32,
+    env: &[(&str, &str)],
+) -> (Option<i32>, String) {
     let dir = stub_dir();
     let mut library_path = dir.as_os_str().to_owned();
     if let Some(old) = std::env::var_os("LD_LIBRARY_PATH") {
@@ -110,13 +118,17 @@ fn run_on_stub(binary: &Path, args: &[&str], gpus: u32, env: &[(&str, &str)]) ->
         .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
     print!("{}", String::from_utf8_lossy(&output.stdout));
     eprint!("{}", String::from_utf8_lossy(&output.stderr));
-    let code = output.status.code().unwrap_or_else(|| {
-        panic!(
-            "killed by a signal (the stand-in driver aborts on misuse):\n{}",
-            describe(&command, &output)
-        )
-    });
-    (code, describe(&command, &output))
+    (output.status.code(), describe(&command, &output))
+}
+
+/// As [`run_on_stub_raw`], for a program that must exit (an abort fails the test).
+fn run_on_stub(binary: &Path, args: &[&str], gpus: u32, env: &[(&str, &str)]) -> (i32, String) {
+    match run_on_stub_raw(binary, args, gpus, env) {
+        (Some(code), described) => (code, described),
+        (None, described) => {
+            panic!("killed by a signal (the stand-in driver aborts on misuse):\n{described}")
+        }
+    }
 }
 
 /// Runs a CUDA test program with `gpus` stand-in GPUs and expects it to pass (not to skip).
@@ -206,4 +218,63 @@ fn without_a_gpu_the_programs_skip() {
     let (code, described) = run_on_stub(&program("tests/c/cuda_roundtrip.c", &[]), &[], 0, &[]);
     assert_eq!(code, 77, "{described}");
     assert!(described.contains("skipped: no CUDA device"), "{described}");
+}
+
+/// The stand-in's own checks (`support/cuda_driver_stub_checks.c`), linked with it directly.
+fn stub_checks() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        let binary = out_dir().join("cuda_driver_stub_checks");
+        let mut command = Command::new("gcc");
+        command
+            .args(c_build::CFLAGS)
+            .arg(repo().join("tests/support/cuda_driver_stub_checks.c"))
+            .arg("-o")
+            .arg(&binary)
+            .arg("-L")
+            .arg(stub_dir())
+            .arg("-lcuda");
+        let output = command
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
+        assert!(output.status.success(), "{}", describe(&command, &output));
+        binary
+    })
+}
+
+/// What the tests above rely on: work runs only when waited for, the legacy stream follows
+/// the blocking streams (and not the non-blocking ones), a pending event is not ready.
+#[test]
+fn the_stand_in_defers_work_and_orders_the_legacy_stream() {
+    for scenario in ["deferred", "legacy_order", "event_query"] {
+        let (code, described) = run_on_stub(stub_checks(), &[scenario], 1, &[]);
+        assert_eq!(code, 0, "{scenario}: {described}");
+    }
+}
+
+/// Misuse a GPU would punish aborts, saying what was wrong.
+#[test]
+fn the_stand_in_aborts_on_misuse() {
+    let cases = [
+        ("free_pinned_in_use", 1, "cuMemFreeHost of 0x"),
+        ("use_after_free", 1, "is not live device memory"),
+        (
+            "no_context",
+            1,
+            "cuStreamCreate called without a current context",
+        ),
+        (
+            "event_of_another_context",
+            2,
+            "of device 0 recorded on a stream of device 1",
+        ),
+    ];
+    for (scenario, gpus, message) in cases {
+        let (code, described) = run_on_stub_raw(stub_checks(), &[scenario], gpus, &[]);
+        assert_eq!(code, None, "{scenario} was not aborted: {described}");
+        assert!(
+            described.contains("CUDA driver stub: ") && described.contains(message),
+            "{scenario}: {described}"
+        );
+    }
 }

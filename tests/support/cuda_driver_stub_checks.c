@@ -1,0 +1,188 @@
+/* Checks of the CUDA driver stand-in itself (cuda_driver_stub.c), run by
+ * tests/cuda_stub_driver.rs: that it defers work, orders blocking streams with the legacy
+ * stream, reports pending events as not ready, and aborts on the misuse it is meant to catch.
+ *
+ *   cuda_driver_stub_checks SCENARIO
+ *
+ * The scenarios "deferred", "legacy_order" and "event_query" exit 0 when the stand-in behaves;
+ * the others misuse the driver and must be aborted by it (the test reads its message). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void* CUcontext;
+typedef void* CUstream;
+typedef void* CUevent;
+
+CUresult cuInit(unsigned int flags);
+CUresult cuDevicePrimaryCtxRetain(CUcontext* context, int device);
+CUresult cuCtxSetCurrent(CUcontext context);
+CUresult cuStreamCreate(CUstream* stream, unsigned int flags);
+CUresult cuStreamSynchronize(CUstream stream);
+CUresult cuEventCreate(CUevent* event, unsigned int flags);
+CUresult cuEventRecord(CUevent event, CUstream stream);
+CUresult cuEventQuery(CUevent event);
+CUresult cuMemAlloc_v2(CUdeviceptr* address, size_t size);
+CUresult cuMemFree_v2(CUdeviceptr address);
+CUresult cuMemHostAlloc(void** pointer, size_t size, unsigned int flags);
+CUresult cuMemFreeHost(void* pointer);
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t size, CUstream stream);
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size, CUstream stream);
+
+#define CU(call)                                                                      \
+  do {                                                                                \
+    CUresult result_ = (call);                                                        \
+    if (result_ != 0) {                                                               \
+      fprintf(stderr, "%s:%d: %s returned %d\n", __FILE__, __LINE__, #call, result_); \
+      exit(1);                                                                        \
+    }                                                                                 \
+  } while (0)
+
+#define EXPECT(condition)                                                      \
+  do {                                                                         \
+    if (!(condition)) {                                                        \
+      fprintf(stderr, "%s:%d: expected %s\n", __FILE__, __LINE__, #condition); \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+
+enum { N = 64, BLOCKING = 0, NON_BLOCKING = 1 };
+#define LEGACY ((CUstream)1)
+
+/* Makes device `device`'s primary context current. */
+static void enter(int device) {
+  CUcontext context;
+  CU(cuDevicePrimaryCtxRetain(&context, device));
+  CU(cuCtxSetCurrent(context));
+}
+
+static unsigned char* pinned(unsigned char fill) {
+  void* p;
+  CU(cuMemHostAlloc(&p, N, 0));
+  memset(p, fill, N);
+  return p;
+}
+
+/* A copy into page-locked memory has not happened until the stream is synchronized. */
+static int deferred(void) {
+  enter(0);
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  unsigned char *in = pinned(7), *out = pinned(0);
+  CUdeviceptr dev;
+  CU(cuMemAlloc_v2(&dev, N));
+  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  CU(cuMemcpyDtoHAsync_v2(out, dev, N, s));
+  EXPECT(out[0] == 0);
+  CU(cuStreamSynchronize(s));
+  EXPECT(out[0] == 7 && out[N - 1] == 7);
+  return 0;
+}
+
+/* Work on the legacy stream follows the earlier work of blocking streams, not of non-blocking
+ * ones. */
+static int legacy_order(void) {
+  enter(0);
+  for (int flags = BLOCKING; flags <= NON_BLOCKING; flags++) {
+    CUstream s;
+    CU(cuStreamCreate(&s, (unsigned)flags));
+    unsigned char *in = pinned(9), *out = pinned(0);
+    CUdeviceptr dev;
+    CU(cuMemAlloc_v2(&dev, N));
+    CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+    CU(cuMemcpyDtoHAsync_v2(out, dev, N, LEGACY));
+    CU(cuStreamSynchronize(LEGACY));
+    EXPECT(out[0] == (flags == BLOCKING ? 9 : 0xCD)); /* 0xCD: fresh device memory */
+    CU(cuStreamSynchronize(s));
+  }
+  return 0;
+}
+
+/* An event after queued work is not ready; the work then runs, and it is. */
+static int event_query(void) {
+  enter(0);
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  CUevent e;
+  CU(cuEventCreate(&e, 2));
+  EXPECT(cuEventQuery(e) == 0); /* never recorded */
+  unsigned char* in = pinned(3);
+  CUdeviceptr dev;
+  CU(cuMemAlloc_v2(&dev, N));
+  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  CU(cuEventRecord(e, s));
+  EXPECT(cuEventQuery(e) == 600); /* CUDA_ERROR_NOT_READY */
+  EXPECT(cuEventQuery(e) == 0);
+  return 0;
+}
+
+/* Page-locked memory freed while a copy from it is still queued. */
+static int free_pinned_in_use(void) {
+  enter(0);
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  unsigned char* in = pinned(1);
+  CUdeviceptr dev;
+  CU(cuMemAlloc_v2(&dev, N));
+  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  CU(cuMemFreeHost(in));
+  return 0;
+}
+
+/* A copy into device memory after its free. */
+static int use_after_free(void) {
+  enter(0);
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  unsigned char* in = pinned(1);
+  CUdeviceptr dev;
+  CU(cuMemAlloc_v2(&dev, N));
+  CU(cuMemFree_v2(dev));
+  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  return 0;
+}
+
+/* A stream made on a thread without a current context. */
+static int no_context(void) {
+  CU(cuInit(0));
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  return 0;
+}
+
+/* An event of device 0 recorded on a stream of device 1 (needs two GPUs). */
+static int event_of_another_context(void) {
+  enter(0);
+  CUevent e;
+  CU(cuEventCreate(&e, 2));
+  enter(1);
+  CUstream s;
+  CU(cuStreamCreate(&s, BLOCKING));
+  CU(cuEventRecord(e, s));
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  static const struct {
+    const char* name;
+    int (*run)(void);
+  } scenarios[] = {
+      {"deferred", deferred},
+      {"legacy_order", legacy_order},
+      {"event_query", event_query},
+      {"free_pinned_in_use", free_pinned_in_use},
+      {"use_after_free", use_after_free},
+      {"no_context", no_context},
+      {"event_of_another_context", event_of_another_context},
+  };
+  if (argc != 2) return 2;
+  for (size_t i = 0; i < sizeof scenarios / sizeof scenarios[0]; i++) {
+    if (strcmp(argv[1], scenarios[i].name) != 0) continue;
+    if (strcmp(argv[1], "no_context") != 0) CU(cuInit(0));
+    return scenarios[i].run();
+  }
+  fprintf(stderr, "unknown scenario %s\n", argv[1]);
+  return 2;
+}
