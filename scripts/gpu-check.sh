@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU checks from a bundle made by scripts/gpu-build.sh, on a machine with the NVIDIA
 # driver (no Rust, no network needed), in this order:
-#   1. the CUDA C tests (device count, round trips, soft sync, small accesses, CUDA workers);
+#   1. the CUDA C tests (device count, round trips, soft sync, small accesses, the default
+#      stream, CUDA workers);
 #   2. the NCCL test (tests/c/cuda_nccl.c: every collective, one worker per GPU; one GPU runs
 #      the single-rank path, since NCCL needs a GPU of its own for each worker);
 #   3. the DLPack consumer check (torch and/or cupy read our CUDA tensors), with python3;
@@ -12,7 +13,7 @@
 # Prints one PASS / FAIL / SKIP line per step and a summary. Exit status: 0 if every step
 # passed, 1 if one failed, 77 if none failed but some skipped (no GPU here, no NCCL, no torch
 # or cupy: each SKIP line says why). Every step has a time limit (the tests 25 s each, the
-# Python check 30 s, the benchmark 100 s: under 5 minutes in all).
+# Python check 30 s, the benchmark 100 s: about 5 minutes at most).
 #
 #   gpu-bundle/gpu-check.sh [results-dir]    # results-dir: logs and benchmarks.md
 #                                            # (default: a fresh directory under $TMPDIR)
@@ -73,7 +74,8 @@ step() {
 }
 
 echo "== CUDA tests"
-for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_session; do
+for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream \
+  cuda_session; do
   step "$test" 25 "$here/bin/$test"
 done
 echo "== NCCL"

@@ -130,6 +130,7 @@ programs! {
     cuda_roundtrip: Program::new("tests/c/cuda_roundtrip.c").needs_gpu();
     cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();
     cuda_small_access: Program::new("tests/c/cuda_small_access.c").needs_gpu();
+    cuda_default_stream: Program::new("tests/c/cuda_default_stream.c").needs_gpu().libs(&["-ldl"]);
     cuda_session: Program::new("tests/c/cuda_session.c").needs_gpu();
     cuda_nccl: Program::new("tests/c/cuda_nccl.c").needs_gpu();
     // Compiled here so it keeps building; on a GPU machine it runs the whole benchmark.

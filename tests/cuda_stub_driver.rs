@@ -182,6 +182,14 @@ fn cuda_small_access() {
     passes("tests/c/cuda_small_access.c", 1, &[]);
 }
 
+/// Fails if the library's streams do not follow the legacy default stream.
+#[test]
+fn cuda_default_stream() {
+    let binary = program("tests/c/cuda_default_stream.c", &["-ldl"]);
+    let (code, described) = run_on_stub(&binary, &[], 1, &[]);
+    assert_eq!(code, 0, "{described}");
+}
+
 #[test]
 fn cuda_session_1_gpu() {
     passes("tests/c/cuda_session.c", 1, &[]);

@@ -10,11 +10,12 @@ use std::path::Path;
 use std::process::Command;
 
 /// The steps the script reports, in its order.
-const STEPS: [&str; 8] = [
+const STEPS: [&str; 9] = [
     "device_count",
     "cuda_roundtrip",
     "cuda_soft_sync",
     "cuda_small_access",
+    "cuda_default_stream",
     "cuda_session",
     "cuda_nccl",
     "dlpack_cuda",

@@ -1,0 +1,85 @@
+/* The library's CUDA streams follow the device's legacy default stream, where kernels go unless
+ * told otherwise (a worker's functions launch theirs there): bytes a raw copy on the default
+ * stream writes into a GPU tensor are what a library copy queued afterwards reads, with no host
+ * wait in between. The default-stream side calls the driver directly (libcuda.so.1, loaded
+ * here: no CUDA toolkit needed to build this). Exits 77 without a GPU. */
+#include <dlfcn.h>
+#include <stdio.h>
+
+#include "cuda_check.h"
+
+#define ROUNDS 10
+#define N (1024 * 1024)
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+/* CU_STREAM_LEGACY: the legacy default stream of the current context. */
+#define LEGACY_STREAM ((void*)1)
+
+static struct {
+  CUresult (*retain)(void**, int);
+  CUresult (*release)(int);
+  CUresult (*set_current)(void*);
+  CUresult (*htod)(CUdeviceptr, const void*, size_t, void*);
+} cu;
+
+/* Loads the driver calls this test makes itself; exits if one is missing. */
+static void load_driver(void) {
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    fprintf(stderr, "cannot load libcuda.so.1: %s\n", dlerror());
+    exit(1);
+  }
+#define SYM(field, name)                                \
+  do {                                                  \
+    void* p_ = dlsym(lib, name);                        \
+    if (!p_) {                                          \
+      fprintf(stderr, "libcuda.so.1 lacks %s\n", name); \
+      exit(1);                                          \
+    }                                                   \
+    memcpy(&cu.field, &p_, sizeof p_);                  \
+  } while (0)
+  SYM(retain, "cuDevicePrimaryCtxRetain");
+  SYM(release, "cuDevicePrimaryCtxRelease_v2");
+  SYM(set_current, "cuCtxSetCurrent");
+  SYM(htod, "cuMemcpyHtoDAsync_v2");
+#undef SYM
+}
+
+int main(void) {
+  require_cuda("cuda_default_stream");
+  load_driver();
+
+  /* The library made the driver ready; the raw calls run in device 0's primary context. */
+  void* ctx = NULL;
+  CHECK(cu.retain(&ctx, 0) == 0);
+  CHECK(cu.set_current(ctx) == 0);
+
+  dvm_stream* s = NULL;
+  CHECK_OK(dvm_stream_new(kGpu0, &s));
+  const DLDevice pinned = {kDLCUDAHost, 0};
+  dvm_tensor* in = bytes_on(pinned, N); /* page-locked: the raw copy reads it when it runs */
+  dvm_tensor* out = bytes_on(kHost, N);
+  dvm_tensor* gpu = bytes_on(kGpu0, N);
+  CUdeviceptr gpu_data = (CUdeviceptr)(uintptr_t)dvm_tensor_dl(gpu)->data;
+  int wrong = 0;
+  for (int round = 0; round < ROUNDS && wrong < 3; round++) {
+    fill(host_bytes(in), N, (uint32_t)round);
+    CHECK(cu.htod(gpu_data, host_bytes(in), N, LEGACY_STREAM) == 0);
+    CHECK_OK(dvm_tensor_copy(out, gpu, s)); /* ordered after the default stream's copy */
+    CHECK_OK(dvm_stream_sync(s));
+    long long at = first_difference(host_bytes(out), host_bytes(in), N);
+    if (at >= 0) {
+      fprintf(stderr, "round %d: the stream read old bytes at %lld\n", round, at);
+      wrong++;
+    }
+  }
+  CHECK(wrong == 0);
+  dvm_tensor_free(in), dvm_tensor_free(out), dvm_tensor_free(gpu);
+  dvm_stream_free(s);
+  CHECK(cu.release(0) == 0);
+  printf("cuda_default_stream: %d rounds, the library's stream saw every default-stream write\n",
+         ROUNDS);
+  return check_finish();
+}
