@@ -379,8 +379,9 @@ fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
     s.sync_all().unwrap();
 }
 
-fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
-    let dl = DLTensor {
+/// A compact float32 CPU tensor over `data`.
+fn host_dl(data: &mut [f32], shape: &mut [i64]) -> DLTensor {
+    DLTensor {
         data: data.as_mut_ptr().cast(),
         device: DLDevice::cpu(),
         ndim: shape.len() as i32,
@@ -388,9 +389,12 @@ fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
         shape: shape.as_mut_ptr(),
         strides: std::ptr::null_mut(),
         byte_offset: 0,
-    };
+    }
+}
+
+fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
     // SAFETY: the buffers outlive every copy in these tests.
-    unsafe { HostTensor::new(&dl) }.unwrap()
+    unsafe { HostTensor::new(&host_dl(data, shape)) }.unwrap()
 }
 
 #[test]
@@ -411,33 +415,17 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
         matches!(s.get_register(remote.reg(), 1).unwrap(), Any::None),
         "worker0_only"
     );
+    let copy = |data: &mut [f32], shape: &mut [i64], direction| {
+        s.copy_worker0(host_tensor(data, shape), &remote, "remote", direction)
+    };
     let (mut input, mut output) = ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [0.0f32; 6]);
     let (mut shape_in, mut shape_out) = ([2i64, 3], [2i64, 3]);
-    s.copy_worker0(
-        host_tensor(&mut input, &mut shape_in),
-        &remote,
-        "remote",
-        CopyDirection::ToWorker,
-    )
-    .unwrap();
-    s.copy_worker0(
-        host_tensor(&mut output, &mut shape_out),
-        &remote,
-        "remote",
-        CopyDirection::FromWorker,
-    )
-    .unwrap();
+    copy(&mut input, &mut shape_in, CopyDirection::ToWorker).unwrap();
+    copy(&mut output, &mut shape_out, CopyDirection::FromWorker).unwrap();
     assert_eq!(output, input);
 
     let (mut wrong, mut wrong_shape) = ([0.0f32; 6], [3i64, 2]);
-    let err = s
-        .copy_worker0(
-            host_tensor(&mut wrong, &mut wrong_shape),
-            &remote,
-            "remote",
-            CopyDirection::ToWorker,
-        )
-        .unwrap_err();
+    let err = copy(&mut wrong, &mut wrong_shape, CopyDirection::ToWorker).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Value);
     assert!(
         err.message
@@ -448,13 +436,8 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
 
     let mut strides = [1i64, 2];
     let strided = DLTensor {
-        data: wrong.as_mut_ptr().cast(),
-        device: DLDevice::cpu(),
-        ndim: 2,
-        dtype: F32,
-        shape: shape_in.as_mut_ptr(),
         strides: strides.as_mut_ptr(),
-        byte_offset: 0,
+        ..host_dl(&mut wrong, &mut shape_in)
     };
     // SAFETY: the buffers outlive the check.
     let err = unsafe { HostTensor::new(&strided) }
@@ -464,13 +447,7 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
         err.message,
         "the host tensor is not contiguous (row-major compact)"
     );
-    s.copy_worker0(
-        host_tensor(&mut output, &mut shape_out),
-        &remote,
-        "remote",
-        CopyDirection::FromWorker,
-    )
-    .unwrap();
+    copy(&mut output, &mut shape_out, CopyDirection::FromWorker).unwrap();
 }
 
 #[test]
