@@ -470,6 +470,16 @@ fn allreduce_sum(send: Any, in_group: Any, recv: Any) -> Result<Any> {
     )
 }
 
+/// Makes a new communicator and checks that an allreduce of `len` floats on every worker
+/// (`in_group` as its in_group) succeeds on it.
+fn allreduce_after_init(s: &Arc<Session>, name: &str, len: usize, in_group: bool) {
+    s.init_ccl("cpu", &[]).unwrap();
+    on_workers(s, name, move |_| {
+        allreduce_sum(f32_tensor(len), Any::Bool(in_group), f32_tensor(len))
+    })
+    .unwrap_or_else(|e| panic!("{name}: {e:?}"));
+}
+
 fn assert_error(result: Result<()>, kind: ErrorKind, parts: &[&str]) {
     let error = result.expect_err("the call fails");
     assert_eq!(error.kind, kind, "{error:?}");
@@ -523,11 +533,7 @@ fn a_collective_before_init_ccl_is_a_worker_error_naming_the_worker_and_call() {
         &["worker 0", "runtime.disco.allreduce", "call init_ccl"],
     );
     // The session still works, and collectives work after init_ccl.
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_init", |_| {
-        allreduce_sum(f32_tensor(4), Any::Bool(false), f32_tensor(4))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_init", 4, false);
 }
 
 #[test]
@@ -750,11 +756,7 @@ fn different_collectives_or_a_wrong_in_group_fail_every_worker_at_once() {
             "disagree on in_group",
         ],
     );
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_reinit", |_| {
-        allreduce_sum(f32_tensor(2), Any::Bool(true), f32_tensor(2))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_reinit", 2, true);
 }
 
 #[test]
@@ -818,11 +820,7 @@ fn a_worker_that_cannot_tell_whom_to_meet_fails_the_others_at_once() {
              arguments but got 1)",
         ],
     );
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_whom", |_| {
-        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_whom", 3, false);
 }
 
 #[test]

@@ -1,8 +1,7 @@
 /*
- * session_check.h: helpers shared by the session tests (tests/c/session_*.c), on top of check.h.
+ * session_check.h: helpers shared by the session tests (tests/c/session_*.c), on top of check.h
+ * and values.h.
  *
- *   CELL(type, obj)                  an object's cell, right after its 24-byte header
- *   any_int(x), any_bool(b), ...     DVMAny values to pass as arguments (zeroed first)
  *   any_dref(r)                      a DRef as an argument (its type index read from its header)
  *   register_c(name, call)           registers a C callback as a global function
  *   new_session(n)                   a session of n workers in one group, default options
@@ -23,42 +22,7 @@
 
 #include <stdint.h>
 
-#include "check.h"
-
-#define CELL(type, obj) ((const type*)((const DVMObject*)(obj) + 1))
-
-static inline DVMAny any_of(int32_t type_index) {
-  DVMAny v;
-  memset(&v, 0, sizeof v); /* padding and unused payload bytes must be 0 */
-  v.type_index = type_index;
-  return v;
-}
-
-static inline DVMAny any_none(void) { return any_of(kDVMNone); }
-
-static inline DVMAny any_int(int64_t x) {
-  DVMAny v = any_of(kDVMInt);
-  v.v_int64 = x;
-  return v;
-}
-
-static inline DVMAny any_bool(int b) {
-  DVMAny v = any_of(kDVMBool);
-  v.v_int64 = b ? 1 : 0;
-  return v;
-}
-
-static inline DVMAny any_dtype(DLDataType dtype) {
-  DVMAny v = any_of(kDVMDataType);
-  v.v_dtype = dtype;
-  return v;
-}
-
-static inline DVMAny any_object(void* obj) {
-  DVMAny v = any_of(((const DVMObject*)obj)->type_index);
-  v.v_obj = (DVMObject*)obj;
-  return v;
-}
+#include "values.h"
 
 /* A DRef is an object, so it travels as one; its type index is assigned at run time. */
 static inline DVMAny any_dref(const dvm_dref* r) { return any_object((void*)r); }

@@ -11,7 +11,7 @@ import sys
 
 from object_header import DVMObject
 
-# ---- DLPack, as ctypes structures (the object header is in object_header.py) -----------------
+# ---- DLPack, as ctypes structures (the object header is in object_header.py) ---------------------
 
 
 class DLDevice(ctypes.Structure):
