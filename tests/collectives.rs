@@ -395,44 +395,38 @@ fn layouts() -> Vec<(i64, i64)> {
     vec![(1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (4, 2)]
 }
 
-#[test]
-fn allreduce_every_dtype_and_op_matches_the_reference() {
+/// Runs the worker function `name` once with each of `args`, on a new communicator of every
+/// layout with at least `min_workers` workers; each run must succeed, and worker 0's register
+/// file must be empty after them.
+fn run_on_layouts(name: &str, args: &[Any], min_workers: i64) {
     let _turn = heavy();
-    for (n, groups) in layouts() {
+    for (n, groups) in layouts().into_iter().filter(|&(n, _)| n >= min_workers) {
         let s = session(n, groups, 60_000);
         s.init_ccl("cpu", &[]).unwrap();
-        for in_group in [false, true] {
-            run(&s, "test.ccl.allreduce_all", &[Any::Bool(in_group)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
+        for arg in args {
+            run(&s, name, std::slice::from_ref(arg))
+                .unwrap_or_else(|e| panic!("n={n} groups={groups} {arg:?}: {e:?}"));
         }
-        assert_eq!(s.live_registers(0).unwrap(), 0);
+        assert_eq!(s.live_registers(0).unwrap(), 0, "n={n} groups={groups}");
     }
+}
+
+#[test]
+fn allreduce_every_dtype_and_op_matches_the_reference() {
+    let in_group = [Any::Bool(false), Any::Bool(true)];
+    run_on_layouts("test.ccl.allreduce_all", &in_group, 1);
 }
 
 #[test]
 fn allgather_broadcast_scatter_gather_match_the_reference() {
-    let _turn = heavy();
-    for (n, groups) in layouts() {
-        let s = session(n, groups, 60_000);
-        s.init_ccl("cpu", &[]).unwrap();
-        for in_group in [false, true] {
-            run(&s, "test.ccl.gathers_all", &[Any::Bool(in_group)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
-        }
-    }
+    let in_group = [Any::Bool(false), Any::Bool(true)];
+    run_on_layouts("test.ccl.gathers_all", &in_group, 1);
 }
 
 #[test]
 fn point_to_point_transfers_match_the_reference() {
-    let _turn = heavy();
-    for (n, groups) in layouts().into_iter().filter(|&(n, _)| n > 1) {
-        let s = session(n, groups, 60_000);
-        s.init_ccl("cpu", &[]).unwrap();
-        for len in [1, 1003, 100_001] {
-            run(&s, "test.ccl.point_to_point", &[Any::Int(len)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups} len={len}: {e:?}"));
-        }
-    }
+    let lengths = [Any::Int(1), Any::Int(1003), Any::Int(100_001)];
+    run_on_layouts("test.ccl.point_to_point", &lengths, 2);
 }
 
 /// Runs `body` on every worker and returns what the controller's wait reported.
