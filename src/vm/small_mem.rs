@@ -1,6 +1,9 @@
-//! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`): the caller queues
-//! one instruction on the stream that last wrote the tensor, ordered after every earlier use
-//! on any stream, and waits for it.
+//! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`). When every earlier
+//! use of the tensor is over (on a GPU, once a sync or a marker showed the device passed it),
+//! the caller does the access itself: a plain copy for host memory; for device memory a copy
+//! on a stream of the device kept for such accesses, waited for at once. Otherwise the caller
+//! queues one instruction on the stream that last wrote the tensor, ordered after every
+//! earlier use on any stream, and waits for it.
 //!
 //! The instruction is the calling thread's own and is reused, so the hot path allocates
 //! nothing. The caller waits in two phases on one state word: while the executor has other
