@@ -19,19 +19,9 @@
 #include <string.h>
 
 #include "discovm.h"
+#include "example_check.h" /* CHECK(call): stops with the error if a call fails */
 
 enum { NUM_WORKERS = 4 };
-
-/* Every discovm function that can fail returns a dvm_status. On failure, the error's kind and
- * message are kept for the calling thread; this helper prints them and stops. */
-static void check(dvm_status status, const char* what) {
-  if (status != DVM_OK) {
-    fprintf(stderr, "%s failed (status %d): %s: %s\n", what, (int)status, dvm_last_error_kind(),
-            dvm_last_error_message());
-    exit(1);
-  }
-}
-#define CHECK(call) check((call), #call)
 
 /* Step 1: the function the workers run, in the packed calling convention. It runs on a worker
  * thread, and asks which worker it is with dvm_current_worker_id().

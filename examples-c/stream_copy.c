@@ -14,17 +14,7 @@
 #include <stdlib.h>
 
 #include "discovm.h"
-
-/* Every discovm function that can fail returns a dvm_status. On failure, the error's kind and
- * message are kept for the calling thread; this helper prints them and stops. */
-static void check(dvm_status status, const char* what) {
-  if (status != DVM_OK) {
-    fprintf(stderr, "%s failed (status %d): %s: %s\n", what, (int)status, dvm_last_error_kind(),
-            dvm_last_error_message());
-    exit(1);
-  }
-}
-#define CHECK(call) check((call), #call)
+#include "example_check.h" /* CHECK(call): stops with the error if a call fails */
 
 int main(void) {
   const DLDevice cpu = {kDLCPU, 0};

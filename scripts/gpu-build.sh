@@ -25,7 +25,8 @@ for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_de
   gcc "${cflags[@]}" "tests/c/$test.c" -o "$bundle/bin/$test" "${link[@]}" -ldl
 done
 gcc "${cflags[@]}" benches/cuda_copy/main.c -o "$bundle/bin/cuda_copy_bench" "${link[@]}" -ldl
-cp tests/python/test_dlpack_cuda.py tests/python/dlpack_ctypes.py "$bundle/python/"
+cp tests/python/test_dlpack_cuda.py tests/python/dlpack_ctypes.py tests/python/object_header.py \
+  "$bundle/python/"
 cp scripts/gpu-check.sh "$bundle/"
 git rev-parse HEAD > "$bundle/COMMIT" 2>/dev/null || echo unknown > "$bundle/COMMIT"
 tar czf "$bundle.tar.gz" -C target gpu-bundle

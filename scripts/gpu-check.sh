@@ -12,8 +12,10 @@
 #
 # Prints one PASS / FAIL / SKIP line per step and a summary. Exit status: 0 if every step
 # passed, 1 if one failed, 77 if none failed but some skipped (no GPU here, no NCCL, no torch
-# or cupy: each SKIP line says why). Every step has a time limit (the tests 25 s each, the
-# Python check 30 s, the benchmark 100 s: about 5 minutes at most).
+# or cupy: each SKIP line says why). Every step has a time limit (the tests 20 s each, the
+# Python check 75 s, since torch and cupy load from a cold disk, the benchmark 100 s: about
+# 5 minutes in all). A machine whose nvidia-smi lists GPUs but where the library counts none
+# (another libcuda.so first on the loader's path) fails the first step.
 #
 #   gpu-bundle/gpu-check.sh [results-dir]    # results-dir: logs and benchmarks.md
 #                                            # (default: a fresh directory under $TMPDIR)
@@ -74,15 +76,21 @@ step() {
 }
 
 echo "== CUDA tests"
-for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream \
-  cuda_session; do
-  step "$test" 25 "$here/bin/$test"
+step device_count 20 "$here/bin/device_count"
+listed=0
+if command -v nvidia-smi >/dev/null; then listed="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"; fi
+if [ "$listed" -gt 0 ] && grep -q '^device_count: 0 CUDA' "$results/device_count.log"; then
+  echo "    FAIL: nvidia-smi lists $listed GPU(s), the library none: is another libcuda.so first?"
+  passed=$((passed - 1)) failed=$((failed + 1))
+fi
+for test in cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream cuda_session; do
+  step "$test" 20 "$here/bin/$test"
 done
 echo "== NCCL"
-step cuda_nccl 25 "$here/bin/cuda_nccl"
+step cuda_nccl 20 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$here/bin/cuda_nccl"
 echo "== DLPack consumers"
 if command -v python3 >/dev/null; then
-  step dlpack_cuda 30 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"
+  step dlpack_cuda 75 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"
 else
   echo "dlpack_cuda            SKIP"
   echo "    dlpack with CUDA consumers: skipped: python3 not found"

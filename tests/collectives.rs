@@ -395,44 +395,38 @@ fn layouts() -> Vec<(i64, i64)> {
     vec![(1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (4, 2)]
 }
 
-#[test]
-fn allreduce_every_dtype_and_op_matches_the_reference() {
+/// Runs the worker function `name` once with each of `args`, on a new communicator of every
+/// layout with at least `min_workers` workers; each run must succeed, and worker 0's register
+/// file must be empty after them.
+fn run_on_layouts(name: &str, args: &[Any], min_workers: i64) {
     let _turn = heavy();
-    for (n, groups) in layouts() {
+    for (n, groups) in layouts().into_iter().filter(|&(n, _)| n >= min_workers) {
         let s = session(n, groups, 60_000);
         s.init_ccl("cpu", &[]).unwrap();
-        for in_group in [false, true] {
-            run(&s, "test.ccl.allreduce_all", &[Any::Bool(in_group)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
+        for arg in args {
+            run(&s, name, std::slice::from_ref(arg))
+                .unwrap_or_else(|e| panic!("n={n} groups={groups} {arg:?}: {e:?}"));
         }
-        assert_eq!(s.live_registers(0).unwrap(), 0);
+        assert_eq!(s.live_registers(0).unwrap(), 0, "n={n} groups={groups}");
     }
+}
+
+#[test]
+fn allreduce_every_dtype_and_op_matches_the_reference() {
+    let in_group = [Any::Bool(false), Any::Bool(true)];
+    run_on_layouts("test.ccl.allreduce_all", &in_group, 1);
 }
 
 #[test]
 fn allgather_broadcast_scatter_gather_match_the_reference() {
-    let _turn = heavy();
-    for (n, groups) in layouts() {
-        let s = session(n, groups, 60_000);
-        s.init_ccl("cpu", &[]).unwrap();
-        for in_group in [false, true] {
-            run(&s, "test.ccl.gathers_all", &[Any::Bool(in_group)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups}: {e:?}"));
-        }
-    }
+    let in_group = [Any::Bool(false), Any::Bool(true)];
+    run_on_layouts("test.ccl.gathers_all", &in_group, 1);
 }
 
 #[test]
 fn point_to_point_transfers_match_the_reference() {
-    let _turn = heavy();
-    for (n, groups) in layouts().into_iter().filter(|&(n, _)| n > 1) {
-        let s = session(n, groups, 60_000);
-        s.init_ccl("cpu", &[]).unwrap();
-        for len in [1, 1003, 100_001] {
-            run(&s, "test.ccl.point_to_point", &[Any::Int(len)])
-                .unwrap_or_else(|e| panic!("n={n} groups={groups} len={len}: {e:?}"));
-        }
-    }
+    let lengths = [Any::Int(1), Any::Int(1003), Any::Int(100_001)];
+    run_on_layouts("test.ccl.point_to_point", &lengths, 2);
 }
 
 /// Runs `body` on every worker and returns what the controller's wait reported.
@@ -468,6 +462,16 @@ fn allreduce_sum(send: Any, in_group: Any, recv: Any) -> Result<Any> {
         &builtin("runtime.disco.allreduce"),
         &[send, Shape::new(&[0]).into(), in_group, recv],
     )
+}
+
+/// Makes a new communicator and checks that an allreduce of `len` floats on every worker
+/// (`in_group` as its in_group) succeeds on it.
+fn allreduce_after_init(s: &Arc<Session>, name: &str, len: usize, in_group: bool) {
+    s.init_ccl("cpu", &[]).unwrap();
+    on_workers(s, name, move |_| {
+        allreduce_sum(f32_tensor(len), Any::Bool(in_group), f32_tensor(len))
+    })
+    .unwrap_or_else(|e| panic!("{name}: {e:?}"));
 }
 
 fn assert_error(result: Result<()>, kind: ErrorKind, parts: &[&str]) {
@@ -523,11 +527,7 @@ fn a_collective_before_init_ccl_is_a_worker_error_naming_the_worker_and_call() {
         &["worker 0", "runtime.disco.allreduce", "call init_ccl"],
     );
     // The session still works, and collectives work after init_ccl.
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_init", |_| {
-        allreduce_sum(f32_tensor(4), Any::Bool(false), f32_tensor(4))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_init", 4, false);
 }
 
 #[test]
@@ -750,11 +750,7 @@ fn different_collectives_or_a_wrong_in_group_fail_every_worker_at_once() {
             "disagree on in_group",
         ],
     );
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_reinit", |_| {
-        allreduce_sum(f32_tensor(2), Any::Bool(true), f32_tensor(2))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_reinit", 2, true);
 }
 
 #[test]
@@ -818,11 +814,7 @@ fn a_worker_that_cannot_tell_whom_to_meet_fails_the_others_at_once() {
              arguments but got 1)",
         ],
     );
-    s.init_ccl("cpu", &[]).unwrap();
-    on_workers(&s, "test.ccl.after_whom", |_| {
-        allreduce_sum(f32_tensor(3), Any::Bool(false), f32_tensor(3))
-    })
-    .unwrap();
+    allreduce_after_init(&s, "test.ccl.after_whom", 3, false);
 }
 
 #[test]

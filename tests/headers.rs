@@ -1,9 +1,10 @@
 //! Checks on the C headers in `include/`.
 //!
 //! - `discovm_abi.h` and `discovm.h` compile alone and twice in one unit, as C11 and C++17,
-//!   with `-Wall -Wextra -Werror -pedantic` (gcc and g++), and so do the hygiene programs in
-//!   `tests/c/`. `discovm.hpp` does as C++17 (`tests/c_programs.rs` instantiates its templates
-//!   in C++ programs built with stricter warnings still).
+//!   with `-Wall -Wextra -Werror -pedantic` (gcc and g++), and so does the hygiene program
+//!   `tests/c/header_hygiene.c`, in both languages. `discovm.hpp` does as C++17
+//!   (`tests/c_programs.rs` instantiates its templates in C++ programs built with stricter
+//!   warnings still).
 //! - `tests/c/abi_vs_tvm_ffi.c` compiles and runs against Apache TVM's FFI headers, in both
 //!   include orders, as C11 and C++17: every mirrored layout and type index matches, and the
 //!   DLPack types `discovm_abi.h` defines are the same as `dlpack.h`'s. The tvm-ffi headers come
@@ -113,12 +114,14 @@ fn cxx_header_compiles_alone_and_twice_as_cxx17() {
 }
 
 #[test]
-fn hygiene_programs_compile_as_c11_and_cxx17() {
+fn hygiene_program_compiles_as_c11_and_cxx17() {
     for lang in [&C11, &CXX17] {
-        let source = repo()
-            .join("tests/c")
-            .join(format!("header_hygiene.{}", lang.ext));
-        run(compiler(lang).arg("-fsyntax-only").arg(source));
+        let source = repo().join("tests/c/header_hygiene.c");
+        run(compiler(lang)
+            .arg("-fsyntax-only")
+            .arg("-x")
+            .arg(lang.x)
+            .arg(source));
     }
 }
 

@@ -1,5 +1,8 @@
 //! Threaded sessions from Rust: broadcast, order, registers, errors, shutdown, concurrency.
 
+#[path = "support/errors.rs"]
+mod errors;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
@@ -12,6 +15,7 @@ use discovm::session::{
     with_worker_stream,
 };
 use discovm::{Any, Error, ErrorKind};
+use errors::assert_error;
 
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 
@@ -118,12 +122,7 @@ fn a_call_on_one_worker_runs_there_only() {
     let only = s.call(Target::One(1), &rank, &[]).unwrap();
     assert_eq!(int(s.get_register(only.reg(), 1).unwrap()), 1);
     let err = s.get_register(only.reg(), 0).unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Worker);
-    assert!(
-        err.message.contains("is empty on worker 0"),
-        "{}",
-        err.message
-    );
+    assert_error(&err, ErrorKind::Worker, "is empty on worker 0");
 }
 
 #[test]
@@ -319,12 +318,10 @@ fn a_failing_worker_function_is_reported_and_the_session_goes_on() {
     let panics = s.get_global_func("test.session.panic").unwrap();
     drop(call(&s, &panics, &[]));
     let err = s.sync_all().unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Worker);
-    assert!(
-        err.message
-            .contains("worker 0: `test.session.panic` failed: Panic: panic: a deliberate panic"),
-        "{}",
-        err.message
+    assert_error(
+        &err,
+        ErrorKind::Worker,
+        "worker 0: `test.session.panic` failed: Panic: panic: a deliberate panic",
     );
     s.sync_all().expect("both workers reported and go on");
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
@@ -338,8 +335,7 @@ fn missing_global_functions_fail_at_lookup() {
     let err = s
         .get_global_func("test.session.no_such_function")
         .unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Key);
-    assert!(err.message.contains("test.session.no_such_function"));
+    assert_error(&err, ErrorKind::Key, "test.session.no_such_function");
     s.sync_all().unwrap();
 }
 
@@ -379,8 +375,9 @@ fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
     s.sync_all().unwrap();
 }
 
-fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
-    let dl = DLTensor {
+/// A compact float32 CPU tensor over `data`.
+fn host_dl(data: &mut [f32], shape: &mut [i64]) -> DLTensor {
+    DLTensor {
         data: data.as_mut_ptr().cast(),
         device: DLDevice::cpu(),
         ndim: shape.len() as i32,
@@ -388,9 +385,12 @@ fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
         shape: shape.as_mut_ptr(),
         strides: std::ptr::null_mut(),
         byte_offset: 0,
-    };
+    }
+}
+
+fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
     // SAFETY: the buffers outlive every copy in these tests.
-    unsafe { HostTensor::new(&dl) }.unwrap()
+    unsafe { HostTensor::new(&host_dl(data, shape)) }.unwrap()
 }
 
 #[test]
@@ -411,50 +411,27 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
         matches!(s.get_register(remote.reg(), 1).unwrap(), Any::None),
         "worker0_only"
     );
+    let copy = |data: &mut [f32], shape: &mut [i64], direction| {
+        s.copy_worker0(host_tensor(data, shape), &remote, "remote", direction)
+    };
     let (mut input, mut output) = ([1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], [0.0f32; 6]);
     let (mut shape_in, mut shape_out) = ([2i64, 3], [2i64, 3]);
-    s.copy_worker0(
-        host_tensor(&mut input, &mut shape_in),
-        &remote,
-        "remote",
-        CopyDirection::ToWorker,
-    )
-    .unwrap();
-    s.copy_worker0(
-        host_tensor(&mut output, &mut shape_out),
-        &remote,
-        "remote",
-        CopyDirection::FromWorker,
-    )
-    .unwrap();
+    copy(&mut input, &mut shape_in, CopyDirection::ToWorker).unwrap();
+    copy(&mut output, &mut shape_out, CopyDirection::FromWorker).unwrap();
     assert_eq!(output, input);
 
     let (mut wrong, mut wrong_shape) = ([0.0f32; 6], [3i64, 2]);
-    let err = s
-        .copy_worker0(
-            host_tensor(&mut wrong, &mut wrong_shape),
-            &remote,
-            "remote",
-            CopyDirection::ToWorker,
-        )
-        .unwrap_err();
-    assert_eq!(err.kind, ErrorKind::Value);
-    assert!(
-        err.message
-            .contains("host tensor [3, 2] float32 does not match the remote tensor [2, 3] float32"),
-        "{}",
-        err.message
+    let err = copy(&mut wrong, &mut wrong_shape, CopyDirection::ToWorker).unwrap_err();
+    assert_error(
+        &err,
+        ErrorKind::Value,
+        "host tensor [3, 2] float32 does not match the remote tensor [2, 3] float32",
     );
 
     let mut strides = [1i64, 2];
     let strided = DLTensor {
-        data: wrong.as_mut_ptr().cast(),
-        device: DLDevice::cpu(),
-        ndim: 2,
-        dtype: F32,
-        shape: shape_in.as_mut_ptr(),
         strides: strides.as_mut_ptr(),
-        byte_offset: 0,
+        ..host_dl(&mut wrong, &mut shape_in)
     };
     // SAFETY: the buffers outlive the check.
     let err = unsafe { HostTensor::new(&strided) }
@@ -464,13 +441,7 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
         err.message,
         "the host tensor is not contiguous (row-major compact)"
     );
-    s.copy_worker0(
-        host_tensor(&mut output, &mut shape_out),
-        &remote,
-        "remote",
-        CopyDirection::FromWorker,
-    )
-    .unwrap();
+    copy(&mut output, &mut shape_out, CopyDirection::FromWorker).unwrap();
 }
 
 #[test]

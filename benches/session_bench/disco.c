@@ -60,44 +60,43 @@ static int fail(const char *message) {
 
 /* ---- values ----------------------------------------------------------------------------------- */
 
-static TVMFFIAny any_none(void) {
+/* A value of the given type with every other byte zero (padding and unused payload bytes
+ * included). */
+static TVMFFIAny any_of(int32_t type_index) {
     TVMFFIAny v;
     memset(&v, 0, sizeof v);
-    v.type_index = kTVMFFINone;
+    v.type_index = type_index;
     return v;
 }
 
+static TVMFFIAny any_none(void) { return any_of(kTVMFFINone); }
+
 static TVMFFIAny any_int(int64_t x) {
-    TVMFFIAny v = any_none();
-    v.type_index = kTVMFFIInt;
+    TVMFFIAny v = any_of(kTVMFFIInt);
     v.v_int64 = x;
     return v;
 }
 
 static TVMFFIAny any_bool(int x) {
-    TVMFFIAny v = any_none();
-    v.type_index = kTVMFFIBool;
+    TVMFFIAny v = any_of(kTVMFFIBool);
     v.v_int64 = x != 0;
     return v;
 }
 
 static TVMFFIAny any_raw_str(const char *s) {
-    TVMFFIAny v = any_none();
-    v.type_index = kTVMFFIRawStr;
+    TVMFFIAny v = any_of(kTVMFFIRawStr);
     v.v_c_str = s;
     return v;
 }
 
 static TVMFFIAny any_dtype(DLDataType dtype) {
-    TVMFFIAny v = any_none();
-    v.type_index = kTVMFFIDataType;
+    TVMFFIAny v = any_of(kTVMFFIDataType);
     v.v_dtype = dtype;
     return v;
 }
 
 static TVMFFIAny any_object(int32_t type_index, TVMFFIObjectHandle obj) {
-    TVMFFIAny v = any_none();
-    v.type_index = type_index;
+    TVMFFIAny v = any_of(type_index);
     v.v_obj = (TVMFFIObject *)obj;
     return v;
 }

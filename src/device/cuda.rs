@@ -301,7 +301,11 @@ impl CudaDevice {
     /// entered this device's context.
     fn free_in_order(&self, pool: &PoolStreams, ptr: sys::CUdeviceptr) -> Result<()> {
         for queue in live_queues() {
-            queue.fence(pool.free)?;
+            // A stream that cannot be fenced (no memory for the wait, a broken context) is
+            // waited for on the host instead; if that fails too, its context runs nothing more.
+            if queue.fence(pool.free).is_err() {
+                let _ = queue.queue.synchronize();
+            }
         }
         // SAFETY: the pool's event and stream live as long as the device; the legacy stream
         // is the current context's.

@@ -32,9 +32,13 @@ impl Use {
     }
 
     /// Whether the use is over, on the device too: done, on a stream whose work is finished
-    /// once issued. (On a GPU stream, done is only issued; waiting for it needs a marker.)
+    /// once issued, or that the device is known to have passed (on a GPU stream, done is only
+    /// issued: until a sync or a marker shows the device passed it, waiting for it needs a
+    /// marker).
     pub fn is_finished(&self) -> bool {
-        self.is_done() && self.stream.device_stream().completes_on_host()
+        self.is_done()
+            && (self.stream.device_stream().completes_on_host()
+                || self.stream.retiring.passed() >= self.seq)
     }
 }
 
@@ -220,27 +224,36 @@ mod tests {
 
     /// On a device stream, an instruction issued is not an instruction finished: an access on
     /// another stream waits for it on the device (a marker recorded after it, waited for by
-    /// the accessing stream), however long ago it was issued.
+    /// the accessing stream), however long ago it was issued, until a sync of its stream shows
+    /// that the device passed it.
     #[test]
-    fn uses_issued_on_a_device_stream_are_waited_for_on_the_device() {
+    fn uses_issued_on_a_device_stream_are_waited_for_on_the_device_until_it_passed_them() {
+        use crate::vm::Placement;
         let device = Arc::new(MockDevice::default());
-        let stream = |name| device.stream(name, crate::vm::Placement::OwnThread);
-        let (a, b) = (stream("a"), stream("b"));
-        let (t, src, dst) = (tensor(), tensor(), tensor());
+        // Inline: the copy is issued on the device as soon as it is queued.
+        let a = device.stream("a", Placement::Inline);
+        let b = device.stream("b", Placement::OwnThread);
+        let (t, src) = (tensor(), tensor());
+        device
+            .busy
+            .store(true, std::sync::atomic::Ordering::Release);
         a.copy(&t, &src).unwrap();
-        a.sync().unwrap();
-        device.take_log();
-        b.copy(&dst, &t).unwrap();
+        b.copy(&tensor(), &t).unwrap();
         b.sync().unwrap();
         assert_eq!(device.take_log(), ["a records", "b waits"]);
-        // A read on the same stream, and a second read elsewhere, need no marker.
+        // A read on the same stream needs no marker.
         a.copy(&tensor(), &t).unwrap();
-        a.sync().unwrap();
         assert_eq!(device.take_log(), Vec::<String>::new());
         // An explicit wait for a point another device stream only issued waits on the device.
         b.wait(&a.record()).unwrap();
         b.sync().unwrap();
         assert_eq!(device.take_log(), ["a records", "b waits"]);
+        // Once a sync of `a` saw the device pass its work, nothing waits for it any more.
+        a.sync().unwrap();
+        b.copy(&tensor(), &t).unwrap();
+        b.wait(&a.record()).unwrap();
+        b.sync().unwrap();
+        assert_eq!(device.take_log(), Vec::<String>::new());
     }
 
     /// A stream closed by a callback on its own executor cannot wait for its work then; until

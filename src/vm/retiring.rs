@@ -21,6 +21,7 @@
 //! Instructions are let go outside the lock: a deleter may call back into this library.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use super::instruction::Op;
@@ -49,12 +50,16 @@ struct Held {
     open: Vec<(u64, Op)>,
     /// Markers of batches let go, for the next batches.
     spare: Vec<Box<dyn Marker>>,
+    /// The last instruction the device is known to have passed.
+    passed: u64,
 }
 
 /// What a device stream's finished instructions still hold.
 #[derive(Default)]
 pub(crate) struct Retiring {
     held: Mutex<Held>,
+    /// [`Held::passed`], readable without the lock.
+    passed: AtomicU64,
 }
 
 impl Retiring {
@@ -70,10 +75,22 @@ impl Retiring {
             if held.open.len() < BATCH {
                 return Ok(());
             }
-            held.close_batch(dev, seq, &mut done)
+            let result = held.close_batch(dev, seq, &mut done);
+            self.publish(&held);
+            result
         };
         drop(done);
         result
+    }
+
+    /// The last instruction the device is known to have passed (by a sync, or a batch's
+    /// marker): uses up to it are over on the device too.
+    pub fn passed(&self) -> u64 {
+        self.passed.load(Ordering::Acquire)
+    }
+
+    fn publish(&self, held: &Held) {
+        self.passed.fetch_max(held.passed, Ordering::Release);
     }
 
     /// Lets go of every instruction up to `seq`, once the device finished them (the caller
@@ -88,6 +105,8 @@ impl Retiring {
             // The open instructions are in issue order.
             let through = held.open.partition_point(|(s, _)| *s <= seq);
             done.extend(held.open.drain(..through).map(|(_, op)| op));
+            held.passed = held.passed.max(seq);
+            self.publish(&held);
             done
         };
         drop(done);
@@ -139,6 +158,7 @@ impl Held {
         if let Some(batch) = self.batches.pop_front() {
             done.extend(batch.ops);
             self.spare.push(batch.marker);
+            self.passed = self.passed.max(batch.last);
         }
     }
 }

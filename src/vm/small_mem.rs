@@ -1,6 +1,9 @@
-//! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`): the caller queues
-//! one instruction on the stream that last wrote the tensor, ordered after every earlier use
-//! on any stream, and waits for it.
+//! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`). When every earlier
+//! use of the tensor is over (on a GPU, once a sync or a marker showed the device passed it),
+//! the caller does the access itself: a plain copy for host memory; for device memory a copy
+//! on a stream of the device kept for such accesses, waited for at once. Otherwise the caller
+//! queues one instruction on the stream that last wrote the tensor, ordered after every
+//! earlier use on any stream, and waits for it.
 //!
 //! The instruction is the calling thread's own and is reused, so the hot path allocates
 //! nothing. The caller waits in two phases on one state word: while the executor has other
@@ -16,9 +19,10 @@ use super::dependence::{Access, TensorDeps, Waits};
 use super::executor::Task;
 use super::instruction::wait_all;
 use super::stream::{StreamCore, check_compact, check_range, check_writable, default_stream};
+use crate::abi::DLDevice;
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
-use crate::device::{MemPtr, is_host_memory};
+use crate::device::{DeviceStream, MemPtr, backend, is_host_memory};
 use crate::object::{Error, Result, Tensor};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU32, Ordering};
@@ -167,7 +171,7 @@ impl SmallMemAccess {
             access: Access::Read,
             host: std::ptr::null_mut(),
             data: std::ptr::null_mut(),
-            device: crate::abi::DLDevice::cpu(),
+            device: DLDevice::cpu(),
             nbytes: 0,
             full: false,
             deps: std::ptr::null(),
@@ -197,36 +201,102 @@ impl SmallMemAccess {
     }
 
     fn copy(&self, stream: &StreamCore, deps: Option<&TensorDeps>) -> Result<()> {
-        let host = MemPtr {
-            ptr: self.host,
-            device: crate::abi::DLDevice::cpu(),
-        };
         let data = MemPtr {
             ptr: self.data,
             device: self.device,
         };
-        let dev = stream.device_stream();
-        match self.access {
-            Access::Read => {
-                if let Some(cause) = deps.and_then(TensorDeps::poison) {
-                    return Err(poisoned(&cause));
-                }
-                // SAFETY: the caller's buffer holds `nbytes` and the caller is blocked; the
-                // tensor (alive, compact) holds at least `nbytes` (checked when queued).
-                unsafe { dev.copy(host, data, self.nbytes) }?;
+        // SAFETY: set from the caller's buffer and a live, compact tensor of at least
+        // `nbytes` (checked when queued); the caller is blocked until the access finished.
+        unsafe {
+            copy_on(
+                stream.device_stream(),
+                self.access,
+                self.host,
+                data,
+                (self.nbytes, self.full),
+                deps,
+            )
+        }
+    }
+}
+
+/// A small access through `dev`, a stream of the tensor's device, waited for before it
+/// returns: a read fails with the tensor's poison, if any; a write of the whole tensor (`full`)
+/// clears it.
+///
+/// # Safety
+/// `host` is valid for `nbytes` and `data` (compact tensor memory) for at least that many;
+/// nothing else uses either until this returns.
+unsafe fn copy_on(
+    dev: &dyn DeviceStream,
+    access: Access,
+    host: *mut u8,
+    data: MemPtr,
+    (nbytes, full): (usize, bool),
+    deps: Option<&TensorDeps>,
+) -> Result<()> {
+    let host = MemPtr {
+        ptr: host,
+        device: DLDevice::cpu(),
+    };
+    match access {
+        Access::Read => {
+            if let Some(cause) = deps.and_then(TensorDeps::poison) {
+                return Err(poisoned(&cause));
             }
-            Access::Write => {
-                // SAFETY: as above, the other way round.
-                unsafe { dev.copy(data, host, self.nbytes) }?;
-                if self.full
-                    && let Some(deps) = deps
-                {
-                    deps.clear_poison();
-                }
+            // SAFETY: as the caller promises.
+            unsafe { dev.copy(host, data, nbytes) }?;
+        }
+        Access::Write => {
+            // SAFETY: as above, the other way round.
+            unsafe { dev.copy(data, host, nbytes) }?;
+            if full && let Some(deps) = deps {
+                deps.clear_poison();
             }
         }
-        dev.synchronize()
     }
+    dev.synchronize()
+}
+
+/// Device streams for small accesses made on the calling thread (see [`access_directly`]),
+/// each taken by one access at a time and kept for the next.
+static DIRECT_STREAMS: std::sync::Mutex<Vec<(DLDevice, Box<dyn DeviceStream>)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// A small access to a device tensor whose earlier uses have all finished, on the device too
+/// (the caller holds its record, so no new one is queued meanwhile): issued on the calling
+/// thread on a stream of the tensor's device and waited for, without a round trip to an
+/// executor, so it costs about what the device's own copy and wait do.
+///
+/// # Safety
+/// As for [`copy_on`].
+unsafe fn access_directly(
+    deps: &TensorDeps,
+    data: MemPtr,
+    host: *mut u8,
+    nbytes: (usize, bool),
+    access: Access,
+) -> Result<()> {
+    let pool = || {
+        DIRECT_STREAMS
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    };
+    let taken = {
+        let mut streams = pool();
+        let found = streams.iter().position(|(d, _)| *d == data.device);
+        found.map(|i| streams.swap_remove(i).1)
+    };
+    let dev = match taken {
+        Some(dev) => dev,
+        None => backend(data.device)?.new_stream()?,
+    };
+    // SAFETY: as the caller promises.
+    let outcome = unsafe { copy_on(&*dev, access, host, data, nbytes, Some(deps)) };
+    if outcome.is_ok() {
+        pool().push((data.device, dev));
+    }
+    outcome
 }
 
 /// A small access on the calling thread, for a host tensor whose earlier uses have all
@@ -335,17 +405,27 @@ fn run(
 ) -> Result<()> {
     let deps = TensorDeps::of(tensor);
     let mut record = deps.lock();
-    if is_host_memory(tensor.dl().device) && record.settled(access) {
+    if record.settled(access) {
         // Every earlier use has finished, and while this thread holds the record no new one
         // can be queued: the access runs right here, without a round trip to an executor.
-        return access_here(
-            deps,
-            tensor.data_ptr(),
-            host,
-            nbytes,
-            nbytes == size,
-            access,
-        );
+        let device = tensor.dl().device;
+        if is_host_memory(device) {
+            return access_here(
+                deps,
+                tensor.data_ptr(),
+                host,
+                nbytes,
+                nbytes == size,
+                access,
+            );
+        }
+        let data = MemPtr {
+            ptr: tensor.data_ptr(),
+            device,
+        };
+        // SAFETY: the caller's buffer holds `nbytes`; the tensor (alive, compact) at least
+        // that many (checked); nothing else uses it while the record is held.
+        return unsafe { access_directly(deps, data, host, (nbytes, nbytes == size), access) };
     }
     // The access runs on the stream that last wrote the tensor, unless that stream takes no
     // work from this thread (an inline stream of another thread): then the device's default

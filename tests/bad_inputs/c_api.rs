@@ -65,6 +65,31 @@ impl Arg {
 /// Reads the arguments of a call back in the types the function takes.
 struct Args<'a>(&'a [Arg]);
 
+/// `Args` methods that read argument `i` as one variant of `Arg`, and panic on any other.
+macro_rules! arg_readers {
+    ($($method:ident: $variant:ident -> $ty:ty, $what:literal;)*) => {
+        impl Args<'_> {
+            $(
+                fn $method(&self, i: usize) -> $ty {
+                    match self.0[i] {
+                        Arg::$variant(v) => v,
+                        other => panic!(concat!("argument {} is {:?}, not ", $what), i, other),
+                    }
+                }
+            )*
+        }
+    };
+}
+
+arg_readers! {
+    i32: I32 -> i32, "an int32_t";
+    size: Size -> usize, "a size_t";
+    device: Device -> DLDevice, "a DLDevice";
+    dtype: DType -> DLDataType, "a DLDataType";
+    call: Call -> Option<SafeCall>, "a callback";
+    deleter: Deleter -> Option<Deleter>, "a deleter";
+}
+
 impl Args<'_> {
     fn p<T>(&self, i: usize) -> *mut T {
         match self.0[i] {
@@ -74,42 +99,6 @@ impl Args<'_> {
     }
     fn cp<T>(&self, i: usize) -> *const T {
         self.p::<T>(i).cast_const()
-    }
-    fn i32(&self, i: usize) -> i32 {
-        match self.0[i] {
-            Arg::I32(v) => v,
-            other => panic!("argument {i} is {other:?}, not an int32_t"),
-        }
-    }
-    fn size(&self, i: usize) -> usize {
-        match self.0[i] {
-            Arg::Size(v) => v,
-            other => panic!("argument {i} is {other:?}, not a size_t"),
-        }
-    }
-    fn device(&self, i: usize) -> DLDevice {
-        match self.0[i] {
-            Arg::Device(v) => v,
-            other => panic!("argument {i} is {other:?}, not a DLDevice"),
-        }
-    }
-    fn dtype(&self, i: usize) -> DLDataType {
-        match self.0[i] {
-            Arg::DType(v) => v,
-            other => panic!("argument {i} is {other:?}, not a DLDataType"),
-        }
-    }
-    fn call(&self, i: usize) -> Option<SafeCall> {
-        match self.0[i] {
-            Arg::Call(v) => v,
-            other => panic!("argument {i} is {other:?}, not a callback"),
-        }
-    }
-    fn deleter(&self, i: usize) -> Option<Deleter> {
-        match self.0[i] {
-            Arg::Deleter(v) => v,
-            other => panic!("argument {i} is {other:?}, not a deleter"),
-        }
     }
 }
 
@@ -485,6 +474,15 @@ impl<'f> Call<'f> {
     fn fails(self, kind: Kind, names: &str, text: impl Into<String>) -> Case<'f> {
         let (function, what, run) = self.into_run();
         Case::fails(&function, what, kind, names, text, run)
+    }
+
+    /// Gives `param` text that is not UTF-8, which the call must refuse, naming `param`.
+    fn not_utf8(self, param: &str, bad: &'static CStr) -> Case<'f> {
+        self.set(param, text(bad), "is not UTF-8").fails(
+            Kind::Value,
+            param,
+            format!("`{param}` is not valid UTF-8"),
+        )
     }
 
     fn succeeds(self) -> Case<'f> {

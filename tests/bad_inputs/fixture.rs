@@ -131,6 +131,46 @@ pub fn any_int(value: i64) -> DVMAny {
     }
 }
 
+/// A value holding a borrowed `DLTensor*`.
+pub fn any_tensor_ptr(tensor: *mut DLTensor) -> DVMAny {
+    DVMAny {
+        type_index: ti::DL_TENSOR_PTR,
+        small_str_len: 0,
+        v: DVMAnyPayload {
+            v_ptr: tensor.cast(),
+        },
+    }
+}
+
+/// A compact tensor description without data or shape: the caller points them at memory it
+/// keeps.
+pub fn dl_tensor(device: DLDevice, ndim: i32, dtype: DLDataType) -> DLTensor {
+    DLTensor {
+        data: null_mut(),
+        device,
+        ndim,
+        dtype,
+        shape: null_mut(),
+        strides: null_mut(),
+        byte_offset: 0,
+    }
+}
+
+/// A DLPack 1.0 tensor around `dl_tensor`, with no manager context.
+pub fn managed_tensor(
+    dl_tensor: DLTensor,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+) -> DLManagedTensorVersioned {
+    DLManagedTensorVersioned {
+        version: DLPackVersion { major: 1, minor: 0 },
+        manager_ctx: null_mut(),
+        deleter,
+        flags,
+        dl_tensor,
+    }
+}
+
 /// The strong reference count of an object.
 pub fn strong_count(object: *mut c_void) -> u32 {
     // SAFETY: a live object; the count is read, as the protocol allows, with an atomic load.
@@ -351,21 +391,7 @@ fn import(strided: bool, read_only: bool) -> (Box<Import>, *mut dvm_tensor) {
         data: [0.0; 6],
         shape: [3],
         strides: [2],
-        managed: DLManagedTensorVersioned {
-            version: DLPackVersion { major: 1, minor: 0 },
-            manager_ctx: null_mut(),
-            deleter: None,
-            flags: u64::from(read_only),
-            dl_tensor: DLTensor {
-                data: null_mut(),
-                device: CPU,
-                ndim: 1,
-                dtype: F32,
-                shape: null_mut(),
-                strides: null_mut(),
-                byte_offset: 0,
-            },
-        },
+        managed: managed_tensor(dl_tensor(CPU, 1, F32), None, u64::from(read_only)),
     });
     import.managed.dl_tensor.data = import.data.as_mut_ptr().cast();
     import.managed.dl_tensor.shape = import.shape.as_mut_ptr();
@@ -479,15 +505,7 @@ impl Fixture {
         let host = Box::new(UnsafeCell::new(Host {
             data: [-1.0; 6],
             shape: [2, 3],
-            dl: DLTensor {
-                data: null_mut(),
-                device: CPU,
-                ndim: 2,
-                dtype: F32,
-                shape: null_mut(),
-                strides: null_mut(),
-                byte_offset: 0,
-            },
+            dl: dl_tensor(CPU, 2, F32),
         }));
         {
             let host = host.get();
@@ -497,14 +515,12 @@ impl Fixture {
                 (*host).dl.shape = (*host).shape.as_mut_ptr();
             }
         }
-        let managed = Box::new(UnsafeCell::new(DLManagedTensorVersioned {
-            version: DLPackVersion { major: 1, minor: 0 },
-            manager_ctx: null_mut(),
-            deleter: None,
-            flags: 0,
-            // SAFETY: the host box outlives the fixture's uses of this tensor.
-            dl_tensor: unsafe { (*host.get()).dl },
-        }));
+        // SAFETY: the host box outlives the fixture's uses of this tensor.
+        let managed = Box::new(UnsafeCell::new(managed_tensor(
+            unsafe { (*host.get()).dl },
+            None,
+            0,
+        )));
         let (strided_import, strided) = import(true, false);
         let (read_only_import, read_only) = import(false, true);
         let tensor = new_tensor(&[2, 3], F32);
@@ -719,12 +735,8 @@ impl Fixture {
             let (mut sent, mut back, mut dims) = ([7f32; 6], [0f32; 6], [2i64, 3]);
             let mut host = |data: &mut [f32; 6]| DLTensor {
                 data: data.as_mut_ptr().cast(),
-                device: CPU,
-                ndim: 2,
-                dtype: F32,
                 shape: dims.as_mut_ptr(),
-                strides: null_mut(),
-                byte_offset: 0,
+                ..dl_tensor(CPU, 2, F32)
             };
             let (to, mut from) = (host(&mut sent), host(&mut back));
             status(

@@ -25,6 +25,7 @@ mod tvm_ffi;
 
 use std::collections::BTreeMap;
 use std::ffi::CStr;
+use std::sync::OnceLock;
 
 use discovm::capi::*;
 use fixture::Fixture;
@@ -42,44 +43,41 @@ pub enum Returned {
     Nothing,
 }
 
-/// The error kinds, with the status each stands for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    Value,
-    Type,
-    Index,
-    Key,
-    Runtime,
-    Worker,
-    SessionClosed,
-    DeviceUnavailable,
-}
+/// The error kinds, as the library names them.
+pub use discovm::ErrorKind as Kind;
 
-impl Kind {
-    fn name(self) -> &'static str {
-        match self {
-            Kind::Value => "ValueError",
-            Kind::Type => "TypeError",
-            Kind::Index => "IndexError",
-            Kind::Key => "KeyError",
-            Kind::Runtime => "RuntimeError",
-            Kind::Worker => "WorkerError",
-            Kind::SessionClosed => "SessionClosed",
-            Kind::DeviceUnavailable => "DeviceUnavailable",
+/// The status `include/discovm.h` documents for `kind`: each `#define DVM_<KIND> <code>` there
+/// follows a comment that opens with the kind's name ("`ValueError`: ...").
+fn documented_status(kind: &Kind) -> dvm_status {
+    static STATUSES: OnceLock<BTreeMap<String, dvm_status>> = OnceLock::new();
+    let statuses = STATUSES.get_or_init(|| {
+        let header = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("include/discovm.h"),
+        )
+        .expect("include/discovm.h is readable");
+        let mut statuses = BTreeMap::new();
+        let mut documented = None;
+        for line in header.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("* `") {
+                documented = rest.split_once("`:").map(|(name, _)| name.to_string());
+            } else if let Some(define) = line.strip_prefix("#define DVM_") {
+                let code = define
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok());
+                if let (Some(name), Some(code)) = (documented.take(), code) {
+                    statuses.insert(name, code);
+                }
+            }
         }
-    }
-
-    fn status(self) -> dvm_status {
-        match self {
-            Kind::Value => DVM_VALUE_ERROR,
-            Kind::Type => DVM_TYPE_ERROR,
-            Kind::Index => DVM_INDEX_ERROR,
-            Kind::Key => DVM_KEY_ERROR,
-            Kind::Runtime => DVM_RUNTIME_ERROR,
-            Kind::Worker => DVM_WORKER_ERROR,
-            Kind::SessionClosed => DVM_SESSION_CLOSED,
-            Kind::DeviceUnavailable => DVM_DEVICE_UNAVAILABLE,
-        }
+        statuses
+    });
+    match statuses.get(kind.name()) {
+        Some(&status) => status,
+        None => panic!(
+            "include/discovm.h documents no status for {} (it documents {statuses:?})",
+            kind.name()
+        ),
     }
 }
 
@@ -109,6 +107,21 @@ pub struct Case<'f> {
 }
 
 impl<'f> Case<'f> {
+    fn new(
+        function: &str,
+        what: impl Into<String>,
+        run: impl FnOnce() -> Returned + 'f,
+        expect: Expect,
+    ) -> Case<'f> {
+        Case {
+            function: function.to_string(),
+            what: what.into(),
+            run: Box::new(run),
+            expect,
+            after: None,
+        }
+    }
+
     pub fn fails(
         function: &str,
         what: impl Into<String>,
@@ -117,17 +130,9 @@ impl<'f> Case<'f> {
         text: impl Into<String>,
         run: impl FnOnce() -> Returned + 'f,
     ) -> Case<'f> {
-        Case {
-            function: function.to_string(),
-            what: what.into(),
-            run: Box::new(run),
-            expect: Expect::Error {
-                kind,
-                names: names.to_string(),
-                text: text.into(),
-            },
-            after: None,
-        }
+        let names = names.to_string();
+        let text = text.into();
+        Case::new(function, what, run, Expect::Error { kind, names, text })
     }
 
     pub fn succeeds(
@@ -135,13 +140,7 @@ impl<'f> Case<'f> {
         what: impl Into<String>,
         run: impl FnOnce() -> Returned + 'f,
     ) -> Case<'f> {
-        Case {
-            function: function.to_string(),
-            what: what.into(),
-            run: Box::new(run),
-            expect: Expect::Success,
-            after: None,
-        }
+        Case::new(function, what, run, Expect::Success)
     }
 
     pub fn raises(
@@ -150,16 +149,8 @@ impl<'f> Case<'f> {
         (kind, message): (&str, &str),
         run: impl FnOnce() -> Returned + 'f,
     ) -> Case<'f> {
-        Case {
-            function: function.to_string(),
-            what: what.into(),
-            run: Box::new(run),
-            expect: Expect::Raised {
-                kind: kind.to_string(),
-                message: message.to_string(),
-            },
-            after: None,
-        }
+        let (kind, message) = (kind.to_string(), message.to_string());
+        Case::new(function, what, run, Expect::Raised { kind, message })
     }
 
     /// Adds a check of what the call left behind.
@@ -223,7 +214,7 @@ fn check_outcome(returned: Returned, expect: &Expect) -> Result<(), String> {
             text,
         } => {
             let failed = match returned {
-                Returned::Status(s) => s == expected.status(),
+                Returned::Status(s) => s == documented_status(expected),
                 Returned::Packed(rc) => rc == -1,
                 Returned::ErrorValue(failed) => failed,
                 Returned::Nothing => true,
@@ -232,7 +223,7 @@ fn check_outcome(returned: Returned, expect: &Expect) -> Result<(), String> {
                 return Err(format!(
                     "expected {} ({}), got {returned:?} with last error {kind}: {message}",
                     expected.name(),
-                    expected.status()
+                    documented_status(expected)
                 ));
             }
             if !has_word(&message, names) {

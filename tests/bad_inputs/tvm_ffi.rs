@@ -10,7 +10,9 @@ use discovm::abi::{DLDevice, DVMAny, DVMAnyPayload, type_index as ti};
 use discovm::capi::*;
 use discovm::object::{Array, Shape};
 
-use crate::fixture::{CPU, F32, Fixture, Handle, WORKERS, any_int, any_object, malformed_values};
+use crate::fixture::{
+    CPU, F32, Fixture, Handle, WORKERS, any_int, any_object, any_tensor_ptr, malformed_values,
+};
 use crate::{Case, Kind, Returned};
 
 type SafeCall = unsafe extern "C" fn(*mut c_void, *const DVMAny, i32, *mut DVMAny) -> i32;
@@ -124,13 +126,7 @@ fn device(device_type: i32, device_id: i32) -> Value {
 }
 
 fn borrowed_tensor(f: &Fixture) -> Value {
-    Value::Raw(DVMAny {
-        type_index: ti::DL_TENSOR_PTR,
-        small_str_len: 0,
-        v: DVMAnyPayload {
-            v_ptr: f.host().cast(),
-        },
-    })
+    Value::Raw(any_tensor_ptr(f.host()))
 }
 
 /// A parameter as `TVM_FFI.md` documents it.
@@ -806,96 +802,95 @@ fn written_out(f: &Fixture) -> Vec<Case<'_>> {
             cases.push(
                 call(function)
                     .with("device", device(dev.0, dev.1), format!("is {dev:?}"))
-                    .fails(f, kind, "device", text),
+                    .fails(f, kind.clone(), "device", text),
             );
         }
     }
-    cases.push(
-        call("tensor_empty")
-            .with("shape", shape(&[2, -3]), "has -3")
-            .fails(
-                f,
-                Kind::Value,
-                "shape",
-                "dimension 1 of shape [2, -3] is negative",
-            ),
-    );
-    cases.push(
-        call("tensor_empty")
-            .with("shape", shape(&[1; 65]), "has 65 dimensions")
-            .fails(
-                f,
-                Kind::Value,
-                "shape",
-                "ndim 65 exceeds 64: the shape has too many dimensions",
-            ),
-    );
-    cases.push(
-        call("tensor_empty")
-            .with(
-                "dtype",
-                Value::Owned(Any::DataType(discovm::abi::DLDataType {
-                    code: 99,
-                    bits: 32,
-                    lanes: 1,
-                })),
-                "is code 99",
-            )
-            .fails(
-                f,
-                Kind::Value,
-                "dtype",
-                "invalid dtype (code 99, bits 32, lanes 1)",
-            ),
-    );
-    cases.push(call("tensor_read").with("nbytes", int(25), "is 25").fails(
-        f,
-        Kind::Value,
-        "nbytes",
-        "`nbytes`: 25 bytes cannot be read from a tensor of 24 bytes",
-    ));
-    cases.push(call("tensor_read").with("nbytes", int(-1), "is -1").fails(
-        f,
-        Kind::Value,
-        "nbytes",
-        "argument 1 (nbytes): -1 is negative",
-    ));
-    cases.push(
-        call("tensor_read")
-            .with("t", object(f.strided.cast()), "is a strided view")
-            .fails(f, Kind::Value, "t", "`t` is a strided view"),
-    );
+    // Values the tensor entry points refuse: each a ValueError that names the parameter.
+    let code_99 = discovm::abi::DLDataType {
+        code: 99,
+        bits: 32,
+        lanes: 1,
+    };
     let long = Value::Owned(Any::Bytes(discovm::object::Bytes::new(&[0; 25])));
-    cases.push(
-        call("tensor_write")
-            .with("data", long, "holds 25 bytes")
-            .fails(
-                f,
-                Kind::Value,
-                "data",
-                "`data`: 25 bytes cannot be written to a tensor of 24 bytes",
-            ),
-    );
-    cases.push(
-        call("tensor_write")
-            .with("t", object(f.read_only.cast()), "is read-only")
-            .fails(f, Kind::Value, "t", "`t` is read-only"),
-    );
-    cases.push(
-        call("tensor_copy")
-            .with("dst", object(f.tensor_i32.cast()), "is int32")
-            .fails(
-                f,
-                Kind::Value,
-                "dst",
-                "into `dst`, a [2, 3] int32 tensor (24 bytes)",
-            ),
-    );
-    cases.push(
-        call("tensor_copy")
-            .with("dst", object(f.alias.cast()), "shares `src`'s memory")
-            .fails(f, Kind::Value, "dst", "`dst` and `src` share memory"),
-    );
+    for (function, param, value, what, text) in [
+        (
+            "tensor_empty",
+            "shape",
+            shape(&[2, -3]),
+            "has -3",
+            "dimension 1 of shape [2, -3] is negative",
+        ),
+        (
+            "tensor_empty",
+            "shape",
+            shape(&[1; 65]),
+            "has 65 dimensions",
+            "ndim 65 exceeds 64: the shape has too many dimensions",
+        ),
+        (
+            "tensor_empty",
+            "dtype",
+            Value::Owned(Any::DataType(code_99)),
+            "is code 99",
+            "invalid dtype (code 99, bits 32, lanes 1)",
+        ),
+        (
+            "tensor_read",
+            "nbytes",
+            int(25),
+            "is 25",
+            "`nbytes`: 25 bytes cannot be read from a tensor of 24 bytes",
+        ),
+        (
+            "tensor_read",
+            "nbytes",
+            int(-1),
+            "is -1",
+            "argument 1 (nbytes): -1 is negative",
+        ),
+        (
+            "tensor_read",
+            "t",
+            object(f.strided.cast()),
+            "is a strided view",
+            "`t` is a strided view",
+        ),
+        (
+            "tensor_write",
+            "data",
+            long,
+            "holds 25 bytes",
+            "`data`: 25 bytes cannot be written to a tensor of 24 bytes",
+        ),
+        (
+            "tensor_write",
+            "t",
+            object(f.read_only.cast()),
+            "is read-only",
+            "`t` is read-only",
+        ),
+        (
+            "tensor_copy",
+            "dst",
+            object(f.tensor_i32.cast()),
+            "is int32",
+            "into `dst`, a [2, 3] int32 tensor (24 bytes)",
+        ),
+        (
+            "tensor_copy",
+            "dst",
+            object(f.alias.cast()),
+            "shares `src`'s memory",
+            "`dst` and `src` share memory",
+        ),
+    ] {
+        cases.push(
+            call(function)
+                .with(param, value, what)
+                .fails(f, Kind::Value, param, text),
+        );
+    }
     cases
 }
 

@@ -1,5 +1,5 @@
 /*
- * check.h: tiny assertion helpers shared by the C tests in this directory.
+ * check.h: tiny assertion helpers shared by the C and C++ tests in this directory.
  *
  *   CHECK(cond)                       records a failure (and goes on) unless cond holds
  *   CHECK_OK(expr)                    expr must return DVM_OK; otherwise prints the last error
@@ -12,6 +12,7 @@
 #ifndef DISCOVM_TESTS_CHECK_H
 #define DISCOVM_TESTS_CHECK_H
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +54,7 @@ static inline void check_cond(int ok, const char* file, int line, const char* wh
 static inline void check_ok(dvm_status status, const char* file, int line, const char* what) {
   check_count++;
   if (status != DVM_OK) {
-    fprintf(stderr, "%s:%d: FAILED: %s returned %d: %s: %s\n", file, line, what, (int)status,
+    fprintf(stderr, "%s:%d: FAILED: %s returned %" PRId32 ": %s: %s\n", file, line, what, status,
             check_or_null(dvm_last_error_kind()), check_or_null(dvm_last_error_message()));
     exit(1);
   }
@@ -79,8 +80,9 @@ static inline void check_status(dvm_status actual, dvm_status expected, const ch
                                 const char* file, int line, const char* what) {
   check_count++;
   if (actual != expected) {
-    fprintf(stderr, "%s:%d: FAILED: %s returned %d, expected %d (last error: %s: %s)\n", file,
-            line, what, (int)actual, (int)expected, check_or_null(dvm_last_error_kind()),
+    fprintf(stderr,
+            "%s:%d: FAILED: %s returned %" PRId32 ", expected %" PRId32 " (last error: %s: %s)\n",
+            file, line, what, actual, expected, check_or_null(dvm_last_error_kind()),
             check_or_null(dvm_last_error_message()));
     check_failures++;
     return;

@@ -10,12 +10,7 @@
 
 static void copy_through_worker0(dvm_session* s, int64_t n, uint32_t seed) {
   DLDataType u8 = {kDLUInt, 8, 1};
-  DVMAny args[4] = {any_none(), any_dtype(u8), any_none(), any_bool(0)};
-  CHECK_OK(dvm_shape_new(&n, 1, &args[0]));
-  dvm_dref* empty = session_func(s, "runtime.disco.empty");
-  dvm_dref* remote = broadcast(s, empty, args, 4);
-  dvm_dref_free(empty);
-  CHECK_OK(dvm_any_release(&args[0]));
+  dvm_dref* remote = empty_tensor(s, &n, 1, u8, 0);
 
   for (int32_t w = 0; w < WORKERS; w++) {
     DVMAny t = any_none();
@@ -59,9 +54,7 @@ int main(void) {
   copy_through_worker0(s, 1024, 1);
   copy_through_worker0(s, 32 << 20, 2);
   CHECK_OK(dvm_session_sync_all(s));
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
   printf("cuda_session: %d workers on CUDA devices; copies through worker 0 match\n", WORKERS);
   return check_finish();
 }

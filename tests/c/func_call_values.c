@@ -5,16 +5,9 @@
  * tvm-ffi code would (type_index, then the payload or the object's cell after its header) and
  * return values the caller checks.
  */
-#include "check.h"
+#include "values.h"
 
 /* ---- Reading values, as a callee does ------------------------------------------------------ */
-
-/* Objects keep their data (the "cell") right after the 24-byte DVMObject header. */
-#define CELL(type, obj) ((const type*)((const DVMObject*)(obj) + 1))
-
-static uint32_t strong_count(const void* obj) {
-  return (uint32_t)(((const DVMObject*)obj)->combined_ref_count & 0xffffffffu);
-}
 
 /* The characters of any string form a caller may pass: RawStr, SmallStr or Str. */
 static int string_view(const DVMAny* v, const char** data, size_t* size) {
@@ -48,33 +41,6 @@ static int text_equals(const DVMAny* v, const char* expected) {
   size_t size;
   return string_view(v, &data, &size) && size == strlen(expected) &&
          memcmp(data, expected, size) == 0;
-}
-
-/* ---- Making values -------------------------------------------------------------------------- */
-
-static DVMAny make_any(int32_t type_index) {
-  DVMAny v;
-  memset(&v, 0, sizeof v); /* padding and unused payload bytes must be 0 */
-  v.type_index = type_index;
-  return v;
-}
-
-static DVMAny any_int(int64_t x) {
-  DVMAny v = make_any(kDVMInt);
-  v.v_int64 = x;
-  return v;
-}
-
-static DVMAny any_float(double x) {
-  DVMAny v = make_any(kDVMFloat);
-  v.v_float64 = x;
-  return v;
-}
-
-static DVMAny any_object(int32_t type_index, void* obj) {
-  DVMAny v = make_any(type_index);
-  v.v_obj = (DVMObject*)obj;
-  return v;
 }
 
 /* ---- The callbacks ------------------------------------------------------------------------- */
@@ -190,7 +156,7 @@ static int32_t scale(void* self, const DVMAny* args, int32_t num_args, DVMAny* r
   const float* src = (const float*)((const char*)in->data + in->byte_offset);
   float* dst = (float*)dvm_tensor_dl(out)->data;
   for (int64_t i = 0; i < count; i++) dst[i] = (float)(src[i] * factor);
-  *result = any_object(kDVMTensor, out); /* our reference moves into the result */
+  *result = any_object(out); /* our reference moves into the result */
   return 0;
 }
 
@@ -239,7 +205,7 @@ int main(void) {
   DVMAny args[NUM_ARGS];
   args[ARG_INT] = any_int(-42);
   args[ARG_FLOAT] = any_float(2.5);
-  args[ARG_BOOL] = make_any(kDVMBool);
+  args[ARG_BOOL] = any_of(kDVMBool);
   args[ARG_BOOL].v_int64 = 1;
   CHECK_OK(dvm_string_new("hi", 2, &args[ARG_SMALL_STR]));
   CHECK(args[ARG_SMALL_STR].type_index == kDVMSmallStr);
@@ -248,9 +214,9 @@ int main(void) {
   const int64_t dims[3] = {2, 3, 4};
   CHECK_OK(dvm_shape_new(dims, 3, &args[ARG_SHAPE]));
   CHECK(args[ARG_SHAPE].type_index == kDVMShape);
-  args[ARG_DTYPE] = make_any(kDVMDataType);
+  args[ARG_DTYPE] = any_of(kDVMDataType);
   args[ARG_DTYPE].v_dtype = (DLDataType){kDLFloat, 16, 4};
-  args[ARG_DEVICE] = make_any(kDVMDevice);
+  args[ARG_DEVICE] = any_of(kDVMDevice);
   args[ARG_DEVICE].v_device = (DLDevice){kDLCUDA, 3};
 
   float host[6] = {1, 2, 3, 4, 5, 6};
@@ -262,7 +228,7 @@ int main(void) {
                       .shape = host_shape,
                       .strides = NULL,
                       .byte_offset = 0};
-  args[ARG_DLTENSOR] = make_any(kDVMDLTensorPtr);
+  args[ARG_DLTENSOR] = any_of(kDVMDLTensorPtr);
   args[ARG_DLTENSOR].v_ptr = &host_dl;
 
   const int64_t tensor_shape[1] = {4};
@@ -272,10 +238,10 @@ int main(void) {
   const DLTensor* tensor_dl = dvm_tensor_dl(tensor);
   CHECK(tensor_dl == CELL(DLTensor, tensor)); /* the DLTensor sits right after the header */
   for (int i = 0; i < 4; i++) ((int32_t*)tensor_dl->data)[i] = 10 * i;
-  args[ARG_TENSOR] = any_object(kDVMTensor, tensor);
+  args[ARG_TENSOR] = any_object(tensor);
 
   /* 1. Every kind arrives intact. */
-  DVMAny result = make_any(kDVMNone);
+  DVMAny result = any_of(kDVMNone);
   CHECK_OK(dvm_func_call(f_inspect, args, NUM_ARGS, &result));
   CHECK(result.type_index == kDVMInt && result.v_int64 == NUM_ARGS);
 
@@ -285,7 +251,7 @@ int main(void) {
   for (size_t i = 0; i < sizeof echoed / sizeof echoed[0]; i++) {
     const DVMAny* arg = &args[echoed[i]];
     uint32_t refs = arg->type_index >= kDVMStaticObjectBegin ? strong_count(arg->v_obj) : 0;
-    result = make_any(kDVMNone);
+    result = any_of(kDVMNone);
     CHECK_OK(dvm_func_call(f_echo, arg, 1, &result));
     CHECK(result.type_index == arg->type_index);
     CHECK(result.zero_padding == arg->zero_padding);
@@ -301,7 +267,7 @@ int main(void) {
   /* 3. A borrowed DLTensor* and a Tensor object both work as tensor arguments; the result is
    * a new Tensor object owned by the caller. */
   DVMAny scale_args[2] = {args[ARG_DLTENSOR], any_float(0.5)};
-  result = make_any(kDVMNone);
+  result = any_of(kDVMNone);
   CHECK_OK(dvm_func_call(f_scale, scale_args, 2, &result));
   CHECK(result.type_index == kDVMTensor && strong_count(result.v_obj) == 1);
   const DLTensor* scaled = CELL(DLTensor, result.v_obj);
@@ -310,7 +276,7 @@ int main(void) {
 
   /* The result is itself a Tensor: pass it back in, with an Int factor. */
   DVMAny again_args[2] = {result, any_int(4)};
-  DVMAny again = make_any(kDVMNone);
+  DVMAny again = any_of(kDVMNone);
   CHECK_OK(dvm_func_call(f_scale, again_args, 2, &again));
   CHECK(again.type_index == kDVMTensor);
   const DLTensor* doubled = CELL(DLTensor, again.v_obj);
@@ -319,9 +285,9 @@ int main(void) {
   CHECK_OK(dvm_any_release(&result));
 
   /* 4. Strings in every form; short results come back small, long ones as String objects. */
-  DVMAny raw = make_any(kDVMRawStr);
+  DVMAny raw = any_of(kDVMRawStr);
   raw.v_c_str = "al";
-  result = make_any(kDVMNone);
+  result = any_of(kDVMNone);
   CHECK_OK(dvm_func_call(f_greet, &raw, 1, &result));
   CHECK(result.type_index == kDVMSmallStr && text_equals(&result, "hi al"));
   CHECK_OK(dvm_func_call(f_greet, &args[ARG_SMALL_STR], 1, &result));

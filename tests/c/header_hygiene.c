@@ -1,7 +1,7 @@
 /*
- * Header hygiene, C side: both public headers, each included twice and in both orders, must
- * compile as C11 under -Wall -Wextra -Werror -pedantic. tests/headers.rs compiles this file
- * with -std=c11; header_hygiene.cpp is its C++17 twin.
+ * Header hygiene: both public headers, each included twice, must compile as C11 and as C++17
+ * under -Wall -Wextra -Werror -pedantic, with C linkage in C++ for everything they declare.
+ * tests/headers.rs compiles this file twice: with -std=c11, and as C++ (-x c++ -std=c++17).
  */
 #include "discovm.h"
 #include "discovm_abi.h"
@@ -10,9 +10,23 @@
 
 #include <string.h>
 
-/* A packed function written against the header: reads a borrowed Int argument and stores an
- * owned Int result. */
-static int add_one(void* handle, const DVMAny* args, int32_t num_args, DVMAny* result) {
+#ifdef __cplusplus
+#include <type_traits>
+
+static_assert(std::is_standard_layout<DVMAny>::value, "DVMAny must be standard-layout");
+static_assert(std::is_trivially_copyable<DVMAny>::value, "DVMAny must be trivially copyable");
+static_assert(std::is_standard_layout<DVMObject>::value, "DVMObject must be standard-layout");
+static_assert(std::is_same<std::underlying_type<DVMTypeIndex>::type, int32_t>::value,
+              "DVMTypeIndex must have int32_t as its underlying type in C++");
+static_assert(std::is_same<std::underlying_type<DLDeviceType>::type, int32_t>::value,
+              "DLDeviceType must have int32_t as its underlying type in C++");
+
+extern "C" {
+#endif
+
+/* A packed function written against the header, with C linkage as a library would export one:
+ * reads a borrowed Int argument and stores an owned Int result. */
+int hygiene_add_one(void* handle, const DVMAny* args, int32_t num_args, DVMAny* result) {
   (void)handle;
   (void)num_args;
   result->type_index = kDVMInt;
@@ -21,8 +35,12 @@ static int add_one(void* handle, const DVMAny* args, int32_t num_args, DVMAny* r
   return 0;
 }
 
+#ifdef __cplusplus
+}
+#endif
+
 int main(void) {
-  DVMSafeCall call = add_one;
+  DVMSafeCall call = hygiene_add_one;
   DVMAny arg;
   DVMAny result;
   memset(&arg, 0, sizeof arg);
@@ -40,9 +58,9 @@ int main(void) {
 
   DLTensor tensor;
   memset(&tensor, 0, sizeof tensor);
-  tensor.device.device_type = kDLCPU;
-  tensor.dtype.code = kDLFloat;
-  tensor.dtype.bits = 32;
-  tensor.dtype.lanes = 1;
+  const DLDevice cpu = {kDLCPU, 0};
+  const DLDataType f32 = {kDLFloat, 32, 1};
+  tensor.device = cpu;
+  tensor.dtype = f32;
   return small.v_bytes[small.small_str_len] == '\0' && tensor.ndim == 0 ? 0 : 1;
 }

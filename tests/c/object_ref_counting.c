@@ -4,17 +4,7 @@
  * keeping their own references to borrowed arguments, dvm_any_release on strings and shapes,
  * and DLPack exchange in both directions with each deleter running exactly once.
  */
-#include "check.h"
-
-#define CELL(type, obj) ((const type*)((const DVMObject*)(obj) + 1))
-
-static uint32_t strong_count(const void* obj) {
-  return (uint32_t)(((const DVMObject*)obj)->combined_ref_count & 0xffffffffu);
-}
-
-static uint32_t weak_count(const void* obj) {
-  return (uint32_t)(((const DVMObject*)obj)->combined_ref_count >> 32);
-}
+#include "values.h"
 
 static int32_t answer(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
   (void)self, (void)args, (void)num_args;

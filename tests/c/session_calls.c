@@ -104,9 +104,7 @@ static void broadcast_a_c_function(void) {
   dvm_dref_free(again);
   dvm_dref_free(scaled);
   dvm_dref_free(f);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
 }
 
 static void dref_arguments_become_each_workers_value(void) {
@@ -234,9 +232,7 @@ static void the_current_worker_inside_a_callback(void) {
   dvm_dref_free(device_fn);
   dvm_dref_free(ids);
   dvm_dref_free(f);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
 }
 
 static void a_worker_handle_kept_from_a_callback(void) {
@@ -270,15 +266,6 @@ static void a_worker_handle_kept_from_a_callback(void) {
                 "the worker's session is gone");
   dvm_worker_free(kept[0]);
   dvm_worker_free(kept[1]);
-}
-
-/* Calls a no-argument built-in on every worker. */
-static dvm_dref* call_builtin(dvm_session* s, const char* name, const DVMAny* args,
-                              int32_t num_args) {
-  dvm_dref* f = session_func(s, name);
-  dvm_dref* out = broadcast(s, f, args, num_args);
-  dvm_dref_free(f); /* the call keeps what it needs */
-  return out;
 }
 
 static void the_disco_builtins(void) {
@@ -417,10 +404,7 @@ static void copy_to_worker0_and_back(void) {
   const DLDevice cpu = {kDLCPU, 0};
   dvm_session* s = new_session(2);
   int64_t dims[2] = {2, 3};
-  DVMAny args[4] = {any_none(), any_dtype(f32), any_none(), any_bool(1)};
-  CHECK_OK(dvm_shape_new(dims, 2, &args[0]));
-  dvm_dref* remote = call_builtin(s, "runtime.disco.empty", args, 4);
-  CHECK_OK(dvm_any_release(&args[0]));
+  dvm_dref* remote = empty_tensor(s, dims, 2, f32, 1);
 
   float input[6] = {1.5f, -2.0f, 3.25f, 4.0f, 5.5f, -6.75f};
   float output[6] = {0};

@@ -1,58 +1,28 @@
 /*
- * session_check.h: helpers shared by the session tests (tests/c/session_*.c), on top of check.h.
+ * session_check.h: helpers shared by the session tests (tests/c/session_*.c), on top of check.h
+ * and values.h.
  *
- *   CELL(type, obj)                  an object's cell, right after its 24-byte header
- *   any_int(x), any_bool(b), ...     DVMAny values to pass as arguments (zeroed first)
  *   any_dref(r)                      a DRef as an argument (its type index read from its header)
  *   register_c(name, call)           registers a C callback as a global function
  *   new_session(n)                   a session of n workers in one group, default options
  *   session_func(s, name)            dvm_session_get_global_func, which must succeed
  *   broadcast(s, f, args, n)         dvm_session_call, which must succeed
+ *   call_builtin(s, name, args, n)   looks up a global function and calls it on every worker
+ *   empty_tensor(s, dims, ndim, dtype, worker0_only)
+ *                                    runtime.disco.empty: a zeroed tensor on each worker, or
+ *                                    on worker 0 only
  *   int_on(r, worker)                the Int a DRef holds on a worker (records a failure and
  *                                    returns INT64_MIN if it holds anything else)
  *   expect_no_live_registers(s)      every worker's register file is empty
+ *   end_session(s)                   expect_no_live_registers, then a shutdown that must
+ *                                    succeed, then dvm_session_free
  */
 #ifndef DISCOVM_TESTS_SESSION_CHECK_H
 #define DISCOVM_TESTS_SESSION_CHECK_H
 
 #include <stdint.h>
 
-#include "check.h"
-
-#define CELL(type, obj) ((const type*)((const DVMObject*)(obj) + 1))
-
-static inline DVMAny any_of(int32_t type_index) {
-  DVMAny v;
-  memset(&v, 0, sizeof v); /* padding and unused payload bytes must be 0 */
-  v.type_index = type_index;
-  return v;
-}
-
-static inline DVMAny any_none(void) { return any_of(kDVMNone); }
-
-static inline DVMAny any_int(int64_t x) {
-  DVMAny v = any_of(kDVMInt);
-  v.v_int64 = x;
-  return v;
-}
-
-static inline DVMAny any_bool(int b) {
-  DVMAny v = any_of(kDVMBool);
-  v.v_int64 = b ? 1 : 0;
-  return v;
-}
-
-static inline DVMAny any_dtype(DLDataType dtype) {
-  DVMAny v = any_of(kDVMDataType);
-  v.v_dtype = dtype;
-  return v;
-}
-
-static inline DVMAny any_object(void* obj) {
-  DVMAny v = any_of(((const DVMObject*)obj)->type_index);
-  v.v_obj = (DVMObject*)obj;
-  return v;
-}
+#include "values.h"
 
 /* A DRef is an object, so it travels as one; its type index is assigned at run time. */
 static inline DVMAny any_dref(const dvm_dref* r) { return any_object((void*)r); }
@@ -90,6 +60,23 @@ static inline dvm_dref* broadcast(dvm_session* s, const dvm_dref* f, const DVMAn
   return out;
 }
 
+static inline dvm_dref* call_builtin(dvm_session* s, const char* name, const DVMAny* args,
+                                     int32_t num_args) {
+  dvm_dref* f = session_func(s, name);
+  dvm_dref* out = broadcast(s, f, args, num_args);
+  dvm_dref_free(f); /* the call keeps what it needs */
+  return out;
+}
+
+static inline dvm_dref* empty_tensor(dvm_session* s, const int64_t* dims, int32_t ndim,
+                                     DLDataType dtype, int worker0_only) {
+  DVMAny args[4] = {any_none(), any_dtype(dtype), any_none(), any_bool(worker0_only)};
+  CHECK_OK(dvm_shape_new(dims, ndim, &args[0]));
+  dvm_dref* out = call_builtin(s, "runtime.disco.empty", args, 4);
+  CHECK_OK(dvm_any_release(&args[0]));
+  return out;
+}
+
 static inline int64_t check_int_on(const dvm_dref* r, int32_t worker, const char* file,
                                    int line) {
   DVMAny v = any_none();
@@ -118,5 +105,12 @@ static inline void check_no_live_registers(dvm_session* s, const char* file, int
   }
 }
 #define expect_no_live_registers(s) check_no_live_registers((s), __FILE__, __LINE__)
+
+static inline void check_end_session(dvm_session* s, const char* file, int line) {
+  check_no_live_registers(s, file, line);
+  check_ok(dvm_session_shutdown(s), file, line, "dvm_session_shutdown");
+  dvm_session_free(s);
+}
+#define end_session(s) check_end_session((s), __FILE__, __LINE__)
 
 #endif /* DISCOVM_TESTS_SESSION_CHECK_H */

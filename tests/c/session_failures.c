@@ -10,16 +10,10 @@
 
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "monotonic.h"
 #include "session_check.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ---- C callbacks ----------------------------------------------------------------------------- */
 
@@ -155,9 +149,7 @@ static void a_worker_function_that_raises(void) {
   dvm_dref* all[] = {fail, ident, out, dependent, again1, again2, odd, odd_out, single, rank,
                      ranks};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dvm_dref_free(all[i]);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
 }
 
 static void a_missing_function_fails_at_lookup(void) {
@@ -191,11 +183,7 @@ static void every_call_after_shutdown_fails_at_once(void) {
   dvm_dref* rank = session_func(s, "runtime.disco.worker_rank");
   dvm_dref* ranks = broadcast(s, rank, NULL, 0);
   int64_t dims[1] = {4};
-  DVMAny empty_args[2] = {any_none(), any_dtype(f32)};
-  CHECK_OK(dvm_shape_new(dims, 1, &empty_args[0]));
-  dvm_dref* empty = session_func(s, "runtime.disco.empty");
-  dvm_dref* tensor = broadcast(s, empty, empty_args, 2);
-  CHECK_OK(dvm_any_release(&empty_args[0]));
+  dvm_dref* tensor = empty_tensor(s, dims, 1, f32, 0);
   dvm_worker* w0;
   CHECK_OK(dvm_session_worker(s, 0, &w0));
 
@@ -238,7 +226,6 @@ static void every_call_after_shutdown_fails_at_once(void) {
   dvm_worker_free(w0);
   dvm_dref_free(counter);
   dvm_dref_free(tensor);
-  dvm_dref_free(empty);
   dvm_dref_free(ranks);
   dvm_dref_free(rank);
   dvm_session_free(s);
@@ -302,11 +289,7 @@ static void a_timeout_turns_a_hang_into_an_error(void) {
   dvm_session* s;
   CHECK_OK(dvm_session_new_threaded(2, 1, &options, &s));
   int64_t dims[1] = {4};
-  DVMAny empty_args[4] = {any_none(), any_dtype(f32), any_none(), any_bool(1)};
-  CHECK_OK(dvm_shape_new(dims, 1, &empty_args[0]));
-  dvm_dref* empty = session_func(s, "runtime.disco.empty");
-  dvm_dref* tensor = broadcast(s, empty, empty_args, 4);
-  CHECK_OK(dvm_any_release(&empty_args[0]));
+  dvm_dref* tensor = empty_tensor(s, dims, 1, f32, 1);
   dvm_dref* blocker = session_func(s, "test.c.block");
   CHECK_OK(dvm_session_sync_all(s));
 
@@ -343,7 +326,7 @@ static void a_timeout_turns_a_hang_into_an_error(void) {
   CHECK(int_on(ranks, 0) == 0 && int_on(ranks, 1) == 1);
   CHECK_OK(dvm_session_sync_all(s));
 
-  dvm_dref* all[] = {empty, tensor, blocker, blocked, rank, ranks};
+  dvm_dref* all[] = {tensor, blocker, blocked, rank, ranks};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) dvm_dref_free(all[i]);
   expect_no_live_registers(s);
 

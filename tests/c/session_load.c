@@ -65,9 +65,7 @@ static void a_hundred_thousand_calls_keep_per_worker_order(void) {
   }
   CHECK_OK(dvm_session_sync_all(s)); /* any call out of order would fail here */
   dvm_dref_free(f);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
 }
 
 /* One host thread's share of the load: `calls` broadcasts, a sync every 1000. */
@@ -136,9 +134,7 @@ static void eight_host_threads_lose_no_call(void) {
     CHECK(ran == THREADS * CALLS);
   }
   dvm_dref_free(f);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
 }
 
 /* A thread that calls and syncs until the session closes under it (at most `calls` rounds). */

@@ -7,18 +7,12 @@
 
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "monotonic.h"
 #include "session_check.h"
 
 enum { WORKERS = 8, TIMEOUT_MS = 100 };
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* block(): spins until the test sets `release` (at most 60 s). */
 static atomic_int release;
@@ -54,8 +48,6 @@ int main(void) {
   CHECK_OK(dvm_session_sync_all(s));
   dvm_dref_free(blocked);
   dvm_dref_free(blocker);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
   return check_finish();
 }

@@ -8,16 +8,10 @@
 
 #include <sched.h>
 #include <stdatomic.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "monotonic.h"
 #include "session_check.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* fail(): raises on worker 0. */
 static int32_t fail(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
@@ -73,8 +67,6 @@ int main(void) {
 
   dvm_dref_free(blocker);
   dvm_dref_free(failing);
-  expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  end_session(s);
   return check_finish();
 }

@@ -22,11 +22,7 @@ int main(void) {
   dvm_dref* rank = session_func(s, "runtime.disco.worker_rank");
   dvm_dref* ranks = broadcast(s, rank, NULL, 0);
   int64_t dims[1] = {2};
-  DVMAny empty_args[2] = {any_none(), any_dtype(f32)};
-  CHECK_OK(dvm_shape_new(dims, 1, &empty_args[0]));
-  dvm_dref* empty = session_func(s, "runtime.disco.empty");
-  dvm_dref* tensor = broadcast(s, empty, empty_args, 2);
-  CHECK_OK(dvm_any_release(&empty_args[0]));
+  dvm_dref* tensor = empty_tensor(s, dims, 1, f32, 0);
   CHECK_OK(dvm_session_sync_all(s));
 
   /* The next wait is a register read. */
@@ -48,7 +44,6 @@ int main(void) {
 
   CHECK_OK(dvm_session_sync_all(s));
   dvm_dref_free(tensor);
-  dvm_dref_free(empty);
   dvm_dref_free(ranks);
   dvm_dref_free(rank);
   dvm_dref_free(failing);

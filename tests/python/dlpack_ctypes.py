@@ -9,7 +9,9 @@ argument (default: libdiscovm.so on the loader's path).
 import ctypes
 import sys
 
-# ---- DLPack and the object header, as ctypes structures --------------------------------------
+from object_header import DVMObject
+
+# ---- DLPack, as ctypes structures (the object header is in object_header.py) ---------------------
 
 
 class DLDevice(ctypes.Structure):
@@ -55,15 +57,6 @@ DLManagedTensor._fields_ = [
     ("manager_ctx", ctypes.c_void_p),
     ("deleter", ctypes.c_void_p),
 ]
-
-
-class DVMObject(ctypes.Structure):
-    _fields_ = [
-        ("combined_ref_count", ctypes.c_uint64),
-        ("type_index", ctypes.c_int32),
-        ("padding", ctypes.c_uint32),
-        ("deleter", ctypes.c_void_p),
-    ]
 
 
 KDL_CPU, KDL_CUDA, KDL_FLOAT = 1, 2, 2

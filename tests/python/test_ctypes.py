@@ -12,6 +12,8 @@ import ctypes
 import os
 import sys
 
+from object_header import DVMObject
+
 # ---- The ABI: the 16-byte value and the packed calling convention -----------------------------
 
 K_NONE, K_INT, K_BOOL, K_FLOAT = 0, 1, 2, 3
@@ -37,15 +39,6 @@ class DVMAny(ctypes.Structure):
         ("type_index", ctypes.c_int32),
         ("zero_padding", ctypes.c_uint32),  # small_str_len for small strings
         ("_payload", _Payload),
-    ]
-
-
-class DVMObject(ctypes.Structure):
-    _fields_ = [
-        ("combined_ref_count", ctypes.c_uint64),
-        ("type_index", ctypes.c_int32),
-        ("padding", ctypes.c_uint32),
-        ("deleter", ctypes.c_void_p),
     ]
 
 

@@ -14,10 +14,9 @@ set -euo pipefail
 version=3.31.6
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-venv=${DVM_CMAKE_VENV:-$repo/target/cmake-venv}
-env_var=DVM_CMAKE_VENV
 # shellcheck source=venv_lib.sh
 . "$repo/tests/support/venv_lib.sh"
+use_venv DVM_CMAKE_VENV cmake-venv
 
 cmake=$venv/bin/cmake
 

@@ -10,13 +10,10 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-venv=${DVM_TVM_FFI_VENV:-$repo/target/tvm-ffi-venv}
-env_var=DVM_TVM_FFI_VENV
 # shellcheck source=venv_lib.sh
 . "$repo/tests/support/venv_lib.sh"
-
-"$repo/tests/support/tvm_ffi_venv.sh" >/dev/null ||
-  fail "could not make the virtual environment $venv (see the message above)."
+use_venv DVM_TVM_FFI_VENV tvm-ffi-venv
+build_on tvm_ffi_venv.sh
 
 lock_venv
 require_package numpy 2.2.6

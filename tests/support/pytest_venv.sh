@@ -12,13 +12,10 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-venv=${DVM_TVM_FFI_VENV:-$repo/target/tvm-ffi-venv}
-env_var=DVM_TVM_FFI_VENV
 # shellcheck source=venv_lib.sh
 . "$repo/tests/support/venv_lib.sh"
-
-"$repo/tests/support/numpy_venv.sh" >/dev/null ||
-  fail "could not make the virtual environment $venv with numpy (see the message above)."
+use_venv DVM_TVM_FFI_VENV tvm-ffi-venv
+build_on numpy_venv.sh
 
 # The package is ready when `import discovm` finds this repository's python/discovm.
 package_ready() {

@@ -12,10 +12,9 @@
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-venv=${DVM_TVM_FFI_VENV:-$repo/target/tvm-ffi-venv}
-env_var=DVM_TVM_FFI_VENV
 # shellcheck source=venv_lib.sh
 . "$repo/tests/support/venv_lib.sh"
+use_venv DVM_TVM_FFI_VENV tvm-ffi-venv
 
 # Prints the package's include directory if it has both headers; fails otherwise.
 include_dir() {

@@ -1,9 +1,24 @@
 # Shared steps of the tests/support/*_venv.sh scripts, which each make (once) a Python virtual
-# environment holding pinned packages. Sourced, not run: the sourcing script sets `venv` (the
-# environment's directory) and `env_var` (the variable a user sets to point at another one)
-# first. Every message goes to stderr and starts with the sourcing script's name.
+# environment holding pinned packages. Sourced, not run: the sourcing script sets `repo` (the
+# repository's root) first, then calls `use_venv`. Every message goes to stderr and starts with
+# the sourcing script's name.
 
 script_name=$(basename "$0")
+
+# Sets `venv`, the environment's directory, to the value of the variable named $1 (which a user
+# sets to point at another environment), or by default to <repo>/target/$2; keeps the
+# variable's name in `env_var` for the messages.
+use_venv() {
+  env_var=$1
+  venv=${!env_var:-$repo/target/$2}
+}
+
+# Runs tests/support/$1, the script that makes the environment this one adds packages to.
+build_on() {
+  "$repo/tests/support/$1" >/dev/null ||
+    fail "tests/support/$1 could not make the virtual environment $venv (see the message" \
+      "above)."
+}
 
 fail() {
   printf '%s: %s\n' "$script_name" "$*" >&2

@@ -8,13 +8,16 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use discovm::abi::{
-    DLDataType, DLDevice, DLManagedTensorVersioned, DLPackVersion, DLTensor, DVMAny, DVMAnyPayload,
+    DLDataType, DLDevice, DLManagedTensorVersioned, DLTensor, DVMAny, DVMAnyPayload,
     type_index as ti,
 };
 use discovm::capi::*;
 
 use super::{Arg, Call, I32, Size, Table, ptr, text};
-use crate::fixture::{CPU, F32, Fixture, I32 as INT32, any_object, last_error, ok};
+use crate::fixture::{
+    CPU, F32, Fixture, I32 as INT32, any_object, any_tensor_ptr, dl_tensor, last_error,
+    managed_tensor, ok,
+};
 use crate::{Case, Kind, Returned};
 
 const fn device(device_type: i32, device_id: i32) -> DLDevice {
@@ -251,7 +254,11 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
     );
 
     // Names that are missing or not text.
-    for function in ["dvm_session_get_global_func", "dvm_func_get_global"] {
+    for function in [
+        "dvm_session_get_global_func",
+        "dvm_func_get_global",
+        "dvm_func_remove_global",
+    ] {
         cases.push(
             table
                 .call(function)
@@ -262,12 +269,7 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
                     "no global function has the name `bad_inputs.missing`",
                 ),
         );
-        cases.push(
-            table
-                .call(function)
-                .set("name", text(c"bad \xff name"), "is not UTF-8")
-                .fails(Kind::Value, "name", "`name` is not valid UTF-8"),
-        );
+        cases.push(table.call(function).not_utf8("name", c"bad \xff name"));
     }
 
     // DRefs of another session, and values that cannot be sent.
@@ -294,13 +296,7 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
                     "`args[0]` is a DRef of another session",
                 ),
         );
-        let borrowed = Box::new([DVMAny {
-            type_index: ti::DL_TENSOR_PTR,
-            small_str_len: 0,
-            v: DVMAnyPayload {
-                v_ptr: f.host().cast(),
-            },
-        }]);
+        let borrowed = Box::new([any_tensor_ptr(f.host())]);
         cases.push(
             table
                 .call(function)
@@ -339,13 +335,7 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
                 }
             }),
     );
-    let borrowed = Box::new(DVMAny {
-        type_index: ti::DL_TENSOR_PTR,
-        small_str_len: 0,
-        v: DVMAnyPayload {
-            v_ptr: f.host().cast(),
-        },
-    });
+    let borrowed = Box::new(any_tensor_ptr(f.host()));
     cases.push(
         table
             .call("dvm_dref_set")
@@ -366,11 +356,7 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
         "backend",
         "unknown collective backend \"gloo\"",
     ));
-    cases.push(
-        init()
-            .set("backend", text(c"c\xffu"), "is not UTF-8")
-            .fails(Kind::Value, "backend", "`backend` is not valid UTF-8"),
-    );
+    cases.push(init().not_utf8("backend", c"c\xffu"));
     cases.push(
         init()
             .set("device_ids", ptr(THREE_IDS.as_ptr()), "holds 3 ids")
@@ -449,15 +435,7 @@ fn bad_host(
         data: Box::new([-1.0; 8]),
         shape: Box::new(shape),
         strides: Box::new([1, 2]),
-        dl: DLTensor {
-            data: null_mut(),
-            device,
-            ndim,
-            dtype,
-            shape: null_mut(),
-            strides: null_mut(),
-            byte_offset: 0,
-        },
+        dl: dl_tensor(device, ndim, dtype),
     };
     host.dl.shape = host.shape.as_mut_ptr();
     if data {
@@ -542,15 +520,7 @@ unsafe extern "C" fn returns_borrowed(
 ) -> i32 {
     static mut DL: Option<DLTensor> = None;
     // SAFETY: the packed convention gives a writable result; the tensor is never read.
-    unsafe {
-        result.write(DVMAny {
-            type_index: ti::DL_TENSOR_PTR,
-            small_str_len: 0,
-            v: DVMAnyPayload {
-                v_ptr: (&raw mut DL).cast(),
-            },
-        })
-    };
+    unsafe { result.write(any_tensor_ptr((&raw mut DL).cast())) };
     0
 }
 
@@ -657,11 +627,7 @@ fn values_and_functions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
         "name",
         "a global function needs a non-empty name",
     ));
-    cases.push(
-        register()
-            .set("name", text(c"bad \xff name"), "is not UTF-8")
-            .fails(Kind::Value, "name", "`name` is not valid UTF-8"),
-    );
+    cases.push(register().not_utf8("name", c"bad \xff name"));
     cases.push(
         register()
             .set("name", text(c"runtime.disco.worker_rank"), "is taken")
@@ -670,22 +636,6 @@ fn values_and_functions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
                 "allow_override",
                 "global function `runtime.disco.worker_rank` is already registered",
             ),
-    );
-    cases.push(
-        table
-            .call("dvm_func_remove_global")
-            .set("name", text(c"bad_inputs.missing"), "is not registered")
-            .fails(
-                Kind::Key,
-                "name",
-                "no global function has the name `bad_inputs.missing`",
-            ),
-    );
-    cases.push(
-        table
-            .call("dvm_func_remove_global")
-            .set("name", text(c"bad \xff name"), "is not UTF-8")
-            .fails(Kind::Value, "name", "`name` is not valid UTF-8"),
     );
 
     // Releasing values that hold no object.
@@ -724,16 +674,8 @@ fn errors_and_devices<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
             .set("message", Arg::Ptr(null_mut()), "is NULL")
             .raises(("IndexError", "")),
     );
-    cases.push(
-        raise()
-            .set("kind", text(c"Index\xffError"), "is not UTF-8")
-            .fails(Kind::Value, "kind", "`kind` is not valid UTF-8"),
-    );
-    cases.push(
-        raise()
-            .set("message", text(c"bad \xff message"), "is not UTF-8")
-            .fails(Kind::Value, "message", "`message` is not valid UTF-8"),
-    );
+    cases.push(raise().not_utf8("kind", c"Index\xffError"));
+    cases.push(raise().not_utf8("message", c"bad \xff message"));
 
     // Functions without parameters, where nothing can go wrong.
     cases.push(Case::succeeds(
@@ -823,50 +765,46 @@ fn streams_and_tensors<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
     let f = table.f;
     let mut cases = Vec::new();
     for (function, param) in [("dvm_stream_new", "device"), ("dvm_tensor_empty", "device")] {
-        for &(dev, kind, message) in &DEVICES_WITHOUT_BACKEND {
+        for (dev, kind, message) in &DEVICES_WITHOUT_BACKEND {
             cases.push(
                 table
                     .call(function)
-                    .set(param, Arg::Device(dev), format!("is {dev:?}"))
-                    .fails(kind, "device", message),
+                    .set(param, Arg::Device(*dev), format!("is {dev:?}"))
+                    .fails(kind.clone(), "device", *message),
             );
         }
     }
     let empty = || table.call("dvm_tensor_empty");
-    cases.push(
-        empty()
-            .set(
-                "shape",
-                ptr(NEGATIVE_DIM.as_ptr()),
-                "has a negative dimension",
-            )
-            .fails(
-                Kind::Value,
-                "shape",
-                "dimension 1 of shape [2, -3] is negative",
-            ),
-    );
-    cases.push(
-        empty()
-            .set("shape", ptr(HUGE_DIMS.as_ptr()), "overflows")
-            .fails(Kind::Value, "shape", "is too large to address"),
-    );
-    cases.push(
-        empty()
-            .set("shape", ptr(LARGEST_DIM.as_ptr()), "is [INT64_MAX]")
-            .set("ndim", I32(1), "is 1")
-            .fails(Kind::Value, "shape", "is too large to address"),
-    );
-    cases.push(
-        empty()
-            .set("shape", ptr(ONES.as_ptr()), "has 65 dimensions")
-            .set("ndim", I32(65), "is 65")
-            .fails(
-                Kind::Value,
-                "ndim",
-                "ndim 65 exceeds 64: the shape has too many dimensions",
-            ),
-    );
+    // Shapes that cannot be allocated, each with its length as `ndim`.
+    for (shape, what, names, message) in [
+        (
+            &NEGATIVE_DIM[..],
+            "has a negative dimension",
+            "shape",
+            "dimension 1 of shape [2, -3] is negative",
+        ),
+        (&HUGE_DIMS, "overflows", "shape", "is too large to address"),
+        (
+            &LARGEST_DIM,
+            "is [INT64_MAX]",
+            "shape",
+            "is too large to address",
+        ),
+        (
+            &ONES,
+            "has 65 dimensions",
+            "ndim",
+            "ndim 65 exceeds 64: the shape has too many dimensions",
+        ),
+    ] {
+        let ndim = shape.len() as i32;
+        cases.push(
+            empty()
+                .set("shape", ptr(shape.as_ptr()), what)
+                .set("ndim", I32(ndim), format!("is {ndim}"))
+                .fails(Kind::Value, names, message),
+        );
+    }
     for (d, message) in [
         (
             dtype(99, 32, 1),
@@ -1099,21 +1037,7 @@ fn bad_dlpack(what: &'static str, change: impl FnOnce(&mut BadDlpack)) -> Box<Ba
         data: [0.0; 4],
         shape: [2, 2],
         strides: [2, 1],
-        managed: DLManagedTensorVersioned {
-            version: DLPackVersion { major: 1, minor: 0 },
-            manager_ctx: null_mut(),
-            deleter: Some(count_delete),
-            flags: 0,
-            dl_tensor: DLTensor {
-                data: null_mut(),
-                device: CPU,
-                ndim: 2,
-                dtype: F32,
-                shape: null_mut(),
-                strides: null_mut(),
-                byte_offset: 0,
-            },
-        },
+        managed: managed_tensor(dl_tensor(CPU, 2, F32), Some(count_delete), 0),
     });
     t.managed.dl_tensor.data = t.data.as_mut_ptr().cast();
     t.managed.dl_tensor.shape = t.shape.as_mut_ptr();
