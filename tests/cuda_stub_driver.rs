@@ -270,6 +270,7 @@ fn the_stand_in_aborts_on_misuse() {
     let cases = [
         ("free_pinned_in_use", 1, "cuMemFreeHost of 0x"),
         ("use_after_free", 1, "is not live device memory"),
+        ("free_async_unordered", 1, "and not ordered before the free"),
         (
             "no_context",
             1,

@@ -18,6 +18,8 @@
  *   wait for has therefore not happened: a missing synchronization or event wait shows as
  *   wrong bytes. A copy from pageable host memory takes the bytes when it is issued (the
  *   driver stages them); a copy from or to page-locked memory reads and writes it when it runs.
+ *   Frees are the exception: a queued free runs as soon as the work it waits for has run, as
+ *   early as a GPU may run it, so that a use after it shows.
  * - The legacy default stream (handle 0 or CU_STREAM_LEGACY) of each context waits for the
  *   work issued before on the context's blocking streams, and each blocking stream for the
  *   work issued before on the legacy stream; non-blocking streams are ordered with nothing.
@@ -30,9 +32,11 @@
  * - a copy whose device memory is not a live allocation (never allocated, freed, its free
  *   already queued, too short, on another device than the stream's), or that runs before its
  *   stream-ordered allocation finished or after its memory was freed;
- * - a free of device memory (cuMemFree, or a queued cuMemFreeAsync when it runs) while work not
- *   ordered before it still has a copy touching the memory queued, and likewise a free of
- *   page-locked host memory (cuMemFreeHost) while a queued copy still reads or writes it;
+ * - a free of device memory while a queued copy touching the memory is not ordered before it:
+ *   cuMemFree with such a copy queued anywhere, cuMemFreeAsync with one the free does not
+ *   follow (by its stream's order, or by the event waits queued before it, directly or through
+ *   other streams' waits); likewise a free
+ *   of page-locked host memory (cuMemFreeHost) while a queued copy still reads or writes it;
  * - a free of a pointer that is not a live allocation, and a device call it does not model.
  *
  * It does not model: kernels, timing, concurrency between streams (everything runs on the host
@@ -222,6 +226,8 @@ struct Stream {
   unsigned long long issued, done, first;
   Op* queue;
   size_t capacity;
+  /* Scratch of ordered_before: in pass `pass`, the ops below `covered` come first. */
+  unsigned long long pass, covered;
   Stream* next;
 };
 
@@ -264,10 +270,10 @@ static void check_no_queued_use(const Allocation* a, const char* what) {
   for (Stream* s = streams; s != NULL; s = s->next) {
     for (unsigned long long n = s->done; n < s->issued; n++) {
       if (touches(&s->queue[n - s->first], a)) {
-        fail("%s of 0x%llx (%zu bytes) while a copy touching it is still queued on %s stream "
-             "%p of device %d: it may run after the free",
-             what, (unsigned long long)a->address, a->size, s->legacy ? "the legacy" : "",
-             (void*)s, s->context->device);
+        fail("%s of 0x%llx (%zu bytes) while a copy touching it is still queued on %s %p of "
+             "device %d: it may run after the free",
+             what, (unsigned long long)a->address, a->size,
+             s->legacy ? "the legacy stream" : "stream", (void*)s, s->context->device);
       }
     }
   }
@@ -333,6 +339,57 @@ static void run_until(Stream* s, unsigned long long until) {
 }
 
 static void run_all(Stream* s) { run_until(s, s->issued); }
+
+/* Marks, for the current pass, the ops that op number `until` of `s` follows: those before it
+ * on `s`, and (through the waits among them) on other streams. Ops already run count too. */
+static unsigned long long pass;
+static void cover(Stream* s, unsigned long long until) {
+  unsigned long long from = s->pass == pass ? s->covered : s->done;
+  if (until <= from) return;
+  s->pass = pass;
+  s->covered = until;
+  for (unsigned long long n = from; n < until; n++) {
+    const Op* op = &s->queue[n - s->first];
+    if (op->kind == OP_WAIT) cover(op->stream, op->until);
+  }
+}
+
+/* Aborts unless every queued copy touching `a` comes before op number `until` of `s` (a free
+ * of `a` queued there): a copy that does not may run after the free on a GPU. */
+static void check_ordered_before(const Allocation* a, Stream* s, unsigned long long until) {
+  pass++;
+  cover(s, until);
+  for (Stream* t = streams; t != NULL; t = t->next) {
+    unsigned long long first_free = t->pass == pass ? t->covered : t->done;
+    for (unsigned long long n = first_free; n < t->issued; n++) {
+      if (touches(&t->queue[n - t->first], a)) {
+        fail("cuMemFreeAsync of 0x%llx (%zu bytes) on stream %p, while a copy touching it is "
+             "queued on %s %p of device %d and not ordered before the free",
+             (unsigned long long)a->address, a->size, (void*)s,
+             t->legacy ? "the legacy stream" : "stream", (void*)t, t->context->device);
+      }
+    }
+  }
+}
+
+/* What a GPU does as early as it may: frees (and the waits before them that are already
+ * satisfied), so a use after a free shows. Copies and allocations stay queued until waited
+ * for. */
+static void run_ready_frees(void) {
+  for (int progress = 1; progress;) {
+    progress = 0;
+    for (Stream* s = streams; s != NULL; s = s->next) {
+      while (s->done < s->issued) {
+        Op* op = &s->queue[s->done - s->first];
+        int ready = op->kind == OP_FREE ||
+                    (op->kind == OP_WAIT && op->stream->done >= op->until);
+        if (!ready) break;
+        run_until(s, s->done + 1);
+        progress = 1;
+      }
+    }
+  }
+}
 
 static void append(Stream* s, Op op) {
   size_t used = (size_t)(s->issued - s->first);
@@ -469,6 +526,7 @@ CUresult cuCtxSynchronize(void) {
     for (Stream* s = streams; s != NULL; s = s->next) {
       if (s->context == context) run_all(s);
     }
+    run_ready_frees();
   });
   return CUDA_SUCCESS;
 }
@@ -494,6 +552,7 @@ CUresult cuStreamSynchronize(void* stream) {
     need_context("cuStreamSynchronize");
     if (s->legacy) order_with_legacy(s);
     run_all(s);
+    run_ready_frees();
   });
   return CUDA_SUCCESS;
 }
@@ -505,6 +564,7 @@ CUresult cuStreamDestroy_v2(void* stream) {
     Stream* s = stream_of(stream, "cuStreamDestroy");
     if (s->legacy) fail("cuStreamDestroy: the legacy stream cannot be destroyed");
     run_all(s);
+    run_ready_frees();
     s->destroyed = 1;
     free(s->queue);
     s->queue = NULL;
@@ -571,6 +631,7 @@ CUresult cuEventQuery(void* event) {
     Event* e = event_of(event, "cuEventQuery");
     if (pending(e)) {
       run_until(e->stream, e->until);
+      run_ready_frees();
       result = CUDA_ERROR_NOT_READY;
     }
   });
@@ -582,6 +643,7 @@ CUresult cuEventSynchronize(void* event) {
     need_context("cuEventSynchronize");
     Event* e = event_of(event, "cuEventSynchronize");
     if (pending(e)) run_until(e->stream, e->until);
+    run_ready_frees();
   });
   return CUDA_SUCCESS;
 }
@@ -662,6 +724,8 @@ CUresult cuMemFreeAsync(CUdeviceptr address, void* stream) {
     }
     a->free_queued = 1;
     append(s, (Op){.kind = OP_FREE, .allocation = a});
+    check_ordered_before(a, s, s->issued - 1);
+    run_ready_frees();
   });
   return CUDA_SUCCESS;
 }
@@ -741,7 +805,10 @@ CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t size, void* str
     Allocation* pinned = find_allocation((uintptr_t)dst, size, 0);
     queue_copy(s, (uintptr_t)dst, pinned, src, from, NULL, size);
     /* Into pageable memory the driver returns once the bytes arrived. */
-    if (pinned == NULL) run_all(s);
+    if (pinned == NULL) {
+      run_all(s);
+      run_ready_frees();
+    }
   });
   return CUDA_SUCCESS;
 }

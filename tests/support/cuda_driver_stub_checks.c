@@ -26,6 +26,7 @@ CUresult cuEventRecord(CUevent event, CUstream stream);
 CUresult cuEventQuery(CUevent event);
 CUresult cuMemAlloc_v2(CUdeviceptr* address, size_t size);
 CUresult cuMemFree_v2(CUdeviceptr address);
+CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream);
 CUresult cuMemHostAlloc(void** pointer, size_t size, unsigned int flags);
 CUresult cuMemFreeHost(void* pointer);
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t size, CUstream stream);
@@ -144,6 +145,21 @@ static int use_after_free(void) {
   return 0;
 }
 
+/* Device memory freed in stream order on one stream while a copy into it is queued on another,
+ * with no event wait between them. */
+static int free_async_unordered(void) {
+  enter(0);
+  CUstream s, other;
+  CU(cuStreamCreate(&s, NON_BLOCKING));
+  CU(cuStreamCreate(&other, NON_BLOCKING));
+  unsigned char* in = pinned(1);
+  CUdeviceptr dev;
+  CU(cuMemAlloc_v2(&dev, N));
+  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  CU(cuMemFreeAsync(dev, other));
+  return 0;
+}
+
 /* A stream made on a thread without a current context. */
 static int no_context(void) {
   CU(cuInit(0));
@@ -174,6 +190,7 @@ int main(int argc, char** argv) {
       {"event_query", event_query},
       {"free_pinned_in_use", free_pinned_in_use},
       {"use_after_free", use_after_free},
+      {"free_async_unordered", free_async_unordered},
       {"no_context", no_context},
       {"event_of_another_context", event_of_another_context},
   };
