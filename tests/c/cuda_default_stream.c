@@ -1,8 +1,12 @@
-/* The library's CUDA streams follow the device's legacy default stream, where kernels go unless
- * told otherwise (a worker's functions launch theirs there): bytes a raw copy on the default
- * stream writes into a GPU tensor are what a library copy queued afterwards reads, with no host
- * wait in between. The default-stream side calls the driver directly (libcuda.so.1, loaded
- * here: no CUDA toolkit needed to build this). Exits 77 without a GPU. */
+/* The library's CUDA work follows the device's legacy default stream, where kernels go unless
+ * told otherwise (a worker's functions launch theirs there, a DLPack consumer such as PyTorch
+ * queues its work there by default), with no host wait in between:
+ *   1. bytes a raw copy on the default stream writes into a GPU tensor are what a library copy
+ *      queued afterwards reads;
+ *   2. a GPU tensor freed right after a raw copy on the default stream read it is freed after
+ *      that copy (its memory may go to the next allocation only then).
+ * The default-stream side calls the driver directly (libcuda.so.1, loaded here: no CUDA toolkit
+ * needed to build this). Exits 77 without a GPU. */
 #include <dlfcn.h>
 #include <stdio.h>
 
@@ -22,6 +26,8 @@ static struct {
   CUresult (*release)(int);
   CUresult (*set_current)(void*);
   CUresult (*htod)(CUdeviceptr, const void*, size_t, void*);
+  CUresult (*dtoh)(void*, CUdeviceptr, size_t, void*);
+  CUresult (*stream_synchronize)(void*);
 } cu;
 
 /* Loads the driver calls this test makes itself; exits if one is missing. */
@@ -44,6 +50,8 @@ static void load_driver(void) {
   SYM(release, "cuDevicePrimaryCtxRelease_v2");
   SYM(set_current, "cuCtxSetCurrent");
   SYM(htod, "cuMemcpyHtoDAsync_v2");
+  SYM(dtoh, "cuMemcpyDtoHAsync_v2");
+  SYM(stream_synchronize, "cuStreamSynchronize");
 #undef SYM
 }
 
@@ -76,10 +84,38 @@ int main(void) {
     }
   }
   CHECK(wrong == 0);
+
+  /* 2. Freed while the default stream still reads it; new tensors take the memory at once and
+   * are overwritten. */
+  dvm_tensor* back = bytes_on(pinned, N); /* page-locked: the raw copy writes it when it runs */
+  wrong = 0;
+  for (int round = 0; round < ROUNDS && wrong < 3; round++) {
+    fill(host_bytes(in), N, (uint32_t)(100 + round));
+    dvm_tensor* doomed = bytes_on(kGpu0, N);
+    CHECK_OK(dvm_tensor_copy(doomed, in, s));
+    CHECK_OK(dvm_stream_sync(s));
+    CUdeviceptr doomed_data = (CUdeviceptr)(uintptr_t)dvm_tensor_dl(doomed)->data;
+    CHECK(cu.dtoh(host_bytes(back), doomed_data, N, LEGACY_STREAM) == 0);
+    dvm_tensor_free(doomed);
+    dvm_tensor* next = bytes_on(kGpu0, N);
+    memset(host_bytes(out), 0xee, N);
+    CHECK_OK(dvm_tensor_copy(next, out, s));
+    CHECK(cu.stream_synchronize(LEGACY_STREAM) == 0);
+    long long at = first_difference(host_bytes(back), host_bytes(in), N);
+    if (at >= 0) {
+      fprintf(stderr, "round %d: the default stream read freed memory at %lld\n", round, at);
+      wrong++;
+    }
+    CHECK_OK(dvm_stream_sync(s));
+    dvm_tensor_free(next);
+  }
+  CHECK(wrong == 0);
+  dvm_tensor_free(back);
   dvm_tensor_free(in), dvm_tensor_free(out), dvm_tensor_free(gpu);
   dvm_stream_free(s);
   CHECK(cu.release(0) == 0);
-  printf("cuda_default_stream: %d rounds, the library's stream saw every default-stream write\n",
+  printf("cuda_default_stream: %d rounds each, the library's stream saw every default-stream "
+         "write, and no free overtook a default-stream read\n",
          ROUNDS);
   return check_finish();
 }
