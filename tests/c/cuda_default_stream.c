@@ -4,7 +4,8 @@
  *   1. bytes a raw copy on the default stream writes into a GPU tensor are what a library copy
  *      queued afterwards reads;
  *   2. a GPU tensor freed right after a raw copy on the default stream read it is freed after
- *      that copy (its memory may go to the next allocation only then).
+ *      that copy (its memory may go to the next allocation only then);
+ *   3. likewise a page-locked (kDLCUDAHost) tensor that a raw copy on the default stream reads.
  * The default-stream side calls the driver directly (libcuda.so.1, loaded here: no CUDA toolkit
  * needed to build this). Exits 77 without a GPU. */
 #include <dlfcn.h>
@@ -110,12 +111,38 @@ int main(void) {
     dvm_tensor_free(next);
   }
   CHECK(wrong == 0);
+
+  /* 3. Page-locked memory freed while the default stream still copies from it; new page-locked
+   * tensors may take the memory at once and are overwritten. */
+  unsigned char* expected = malloc(N);
+  if (!expected) exit(1);
+  wrong = 0;
+  for (int round = 0; round < ROUNDS && wrong < 3; round++) {
+    dvm_tensor* source = bytes_on(pinned, N);
+    fill(host_bytes(source), N, (uint32_t)(200 + round));
+    memcpy(expected, host_bytes(source), N);
+    CHECK(cu.htod(gpu_data, host_bytes(source), N, LEGACY_STREAM) == 0);
+    dvm_tensor_free(source);
+    dvm_tensor* next = bytes_on(pinned, N);
+    memset(host_bytes(next), 0xee, N);
+    CHECK_OK(dvm_tensor_copy(out, gpu, s)); /* ordered after the default stream's copy */
+    CHECK_OK(dvm_stream_sync(s));
+    long long at = first_difference(host_bytes(out), expected, N);
+    if (at >= 0) {
+      fprintf(stderr, "round %d: the default stream read freed page-locked memory at %lld\n",
+              round, at);
+      wrong++;
+    }
+    dvm_tensor_free(next);
+  }
+  CHECK(wrong == 0);
+  free(expected);
   dvm_tensor_free(back);
   dvm_tensor_free(in), dvm_tensor_free(out), dvm_tensor_free(gpu);
   dvm_stream_free(s);
   CHECK(cu.release(0) == 0);
   printf("cuda_default_stream: %d rounds each, the library's stream saw every default-stream "
-         "write, and no free overtook a default-stream read\n",
+         "write, and no free of GPU or page-locked memory overtook a default-stream read\n",
          ROUNDS);
   return check_finish();
 }
