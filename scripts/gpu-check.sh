@@ -12,8 +12,8 @@
 #
 # Prints one PASS / FAIL / SKIP line per step and a summary. Exit status: 0 if every step
 # passed, 1 if one failed, 77 if none failed but some skipped (no GPU here, no NCCL, no torch
-# or cupy: each SKIP line says why). Every step has a time limit (the tests 20 s each, the
-# Python check 75 s, since torch and cupy load from a cold disk, the benchmark 100 s: about
+# or cupy: each SKIP line says why). Every step has a time limit (the tests 15 s each, the
+# Python check 75 s, since torch and cupy load from a cold disk, the benchmark 100 s: under
 # 5 minutes in all). A machine whose nvidia-smi lists GPUs but where the library counts none
 # (another libcuda.so first on the loader's path) fails the first step.
 #
@@ -76,7 +76,7 @@ step() {
 }
 
 echo "== CUDA tests"
-step device_count 20 "$here/bin/device_count"
+step device_count 15 "$here/bin/device_count"
 listed=0
 if command -v nvidia-smi >/dev/null; then listed="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"; fi
 if [ "$listed" -gt 0 ] && grep -q '^device_count: 0 CUDA' "$results/device_count.log"; then
@@ -84,10 +84,10 @@ if [ "$listed" -gt 0 ] && grep -q '^device_count: 0 CUDA' "$results/device_count
   passed=$((passed - 1)) failed=$((failed + 1))
 fi
 for test in cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream cuda_session; do
-  step "$test" 20 "$here/bin/$test"
+  step "$test" 15 "$here/bin/$test"
 done
 echo "== NCCL"
-step cuda_nccl 20 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$here/bin/cuda_nccl"
+step cuda_nccl 15 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$here/bin/cuda_nccl"
 echo "== DLPack consumers"
 if command -v python3 >/dev/null; then
   step dlpack_cuda 75 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"
