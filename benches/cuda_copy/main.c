@@ -13,17 +13,15 @@
  * 64 KiB and reads 200 times (a smoke run, as the tests do against a stand-in driver). Build:
  * scripts/gpu-build.sh; run: gpu-check.sh in the bundle. */
 #define _POSIX_C_SOURCE 200809L
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../../tests/c/cuda_driver.h"
 #include "discovm.h"
 
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
 typedef void* CUstream;
 typedef void* CUcontext;
 
@@ -62,33 +60,18 @@ static struct {
   } while (0)
 
 static void load_driver(void) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    fprintf(stderr, "cannot load libcuda.so.1: %s\n", dlerror());
-    exit(1);
-  }
-#define SYM(field, name)                                                    \
-  do {                                                                      \
-    void* p_ = dlsym(lib, name);                                            \
-    if (!p_) {                                                              \
-      fprintf(stderr, "libcuda.so.1 lacks %s\n", name);                     \
-      exit(1);                                                              \
-    }                                                                       \
-    memcpy(&cu.field, &p_, sizeof p_);                                      \
-  } while (0)
-  SYM(init, "cuInit");
-  SYM(device_get, "cuDeviceGet");
-  SYM(primary_ctx_retain, "cuDevicePrimaryCtxRetain");
-  SYM(ctx_set_current, "cuCtxSetCurrent");
-  SYM(stream_create, "cuStreamCreate");
-  SYM(stream_synchronize, "cuStreamSynchronize");
-  SYM(mem_alloc, "cuMemAlloc_v2");
-  SYM(mem_free, "cuMemFree_v2");
-  SYM(mem_host_alloc, "cuMemHostAlloc");
-  SYM(mem_free_host, "cuMemFreeHost");
-  SYM(htod, "cuMemcpyHtoDAsync_v2");
-  SYM(dtoh, "cuMemcpyDtoHAsync_v2");
-#undef SYM
+  driver_function(&cu.init, "cuInit");
+  driver_function(&cu.device_get, "cuDeviceGet");
+  driver_function(&cu.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+  driver_function(&cu.ctx_set_current, "cuCtxSetCurrent");
+  driver_function(&cu.stream_create, "cuStreamCreate");
+  driver_function(&cu.stream_synchronize, "cuStreamSynchronize");
+  driver_function(&cu.mem_alloc, "cuMemAlloc_v2");
+  driver_function(&cu.mem_free, "cuMemFree_v2");
+  driver_function(&cu.mem_host_alloc, "cuMemHostAlloc");
+  driver_function(&cu.mem_free_host, "cuMemFreeHost");
+  driver_function(&cu.htod, "cuMemcpyHtoDAsync_v2");
+  driver_function(&cu.dtoh, "cuMemcpyDtoHAsync_v2");
 }
 
 static double now(void) {

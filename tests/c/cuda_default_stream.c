@@ -8,16 +8,13 @@
  *   3. likewise a page-locked (kDLCUDAHost) tensor that a raw copy on the default stream reads.
  * The default-stream side calls the driver directly (libcuda.so.1, loaded here: no CUDA toolkit
  * needed to build this). Exits 77 without a GPU. */
-#include <dlfcn.h>
 #include <stdio.h>
 
 #include "cuda_check.h"
+#include "cuda_driver.h"
 
 #define ROUNDS 10
 #define N (1024 * 1024)
-
-typedef int CUresult;
-typedef unsigned long long CUdeviceptr;
 
 /* CU_STREAM_LEGACY: the legacy default stream of the current context. */
 #define LEGACY_STREAM ((void*)1)
@@ -33,27 +30,12 @@ static struct {
 
 /* Loads the driver calls this test makes itself; exits if one is missing. */
 static void load_driver(void) {
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    fprintf(stderr, "cannot load libcuda.so.1: %s\n", dlerror());
-    exit(1);
-  }
-#define SYM(field, name)                                \
-  do {                                                  \
-    void* p_ = dlsym(lib, name);                        \
-    if (!p_) {                                          \
-      fprintf(stderr, "libcuda.so.1 lacks %s\n", name); \
-      exit(1);                                          \
-    }                                                   \
-    memcpy(&cu.field, &p_, sizeof p_);                  \
-  } while (0)
-  SYM(retain, "cuDevicePrimaryCtxRetain");
-  SYM(release, "cuDevicePrimaryCtxRelease_v2");
-  SYM(set_current, "cuCtxSetCurrent");
-  SYM(htod, "cuMemcpyHtoDAsync_v2");
-  SYM(dtoh, "cuMemcpyDtoHAsync_v2");
-  SYM(stream_synchronize, "cuStreamSynchronize");
-#undef SYM
+  driver_function(&cu.retain, "cuDevicePrimaryCtxRetain");
+  driver_function(&cu.release, "cuDevicePrimaryCtxRelease_v2");
+  driver_function(&cu.set_current, "cuCtxSetCurrent");
+  driver_function(&cu.htod, "cuMemcpyHtoDAsync_v2");
+  driver_function(&cu.dtoh, "cuMemcpyDtoHAsync_v2");
+  driver_function(&cu.stream_synchronize, "cuStreamSynchronize");
 }
 
 int main(void) {

@@ -23,25 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  char internal[128];
-} ncclUniqueId;
-typedef void* cudaStream_t;
+#include "nccl_abi.h"
+
 typedef unsigned long long CUdeviceptr;
-
-enum { ncclSuccess = 0, ncclInvalidArgument = 4, ncclInvalidUsage = 5, ncclInProgress = 7 };
-
-/* The fields of ncclConfig_t that NCCL 2.14 has. */
-typedef struct {
-  size_t size;
-  unsigned int magic;
-  unsigned int version;
-  int blocking;
-  int cgaClusterSize;
-  int minCTAs;
-  int maxCTAs;
-  const char* netName;
-} ncclConfig_t;
 
 typedef struct {
   void* context; /* the CUDA context current when it was made: its device */

@@ -13,25 +13,9 @@
 #include <limits.h>
 #include <stdlib.h>
 
-typedef struct {
-  char internal[128];
-} ncclUniqueId;
+#include "nccl_abi.h"
+
 typedef void* ncclComm_t;
-typedef void* cudaStream_t;
-
-enum { ncclSuccess = 0, ncclInternalError = 3, ncclInProgress = 7 };
-
-/* The fields of ncclConfig_t that NCCL 2.14 has. */
-typedef struct {
-  size_t size;
-  unsigned int magic;
-  unsigned int version;
-  int blocking;
-  int cgaClusterSize;
-  int minCTAs;
-  int maxCTAs;
-  const char* netName;
-} ncclConfig_t;
 
 int ncclGetVersion(int* version) {
   *version = 22105;
