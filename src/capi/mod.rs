@@ -1,4 +1,4 @@
-//! The `extern "C"` boundary. Every exported function runs its body through [`boundary`]:
+//! The `extern "C"` boundary. Every exported function runs its body through `boundary`:
 //! panics are caught, errors go to the calling thread's last-error slot, and the status says
 //! which kind. Bodies only translate C arguments and call safe Rust below this module.
 

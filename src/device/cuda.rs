@@ -414,7 +414,7 @@ impl Device for CudaDevice {
 /// `CU_MEMHOSTALLOC_PORTABLE` (page-locked for every context; not write-combined). Its streams
 /// are host streams. A free is released (`cuMemFreeHost`) once the GPUs passed the work issued
 /// before it on every CUDA stream of this library and on every open device's legacy default
-/// stream (any of them may still copy to or from the memory): see [`free_retired_pinned`].
+/// stream (any of them may still copy to or from the memory): see `free_retired_pinned`.
 pub struct PinnedHost {
     /// The device whose context allocates (device 0; the memory serves every GPU).
     device: Arc<CudaDevice>,

@@ -1,5 +1,5 @@
-//! Devices and memory: the [`Device`] trait the VM drives, and its backends (the host, and
-//! CUDA GPUs when the driver finds them), reached through [`backend`].
+//! Devices and memory: the [`Device`](crate::device::Device) trait the VM drives, and its backends (the host, and
+//! CUDA GPUs when the driver finds them), reached through [`backend`](crate::device::backend).
 //!
 //! A backend gives the VM three things: memory (allocate, free), streams on which copies are
 //! issued in order, and markers that order one stream after a point on another. The VM keeps
@@ -9,7 +9,7 @@
 //!
 //! Host memory comes in two kinds: the host's own (`kDLCPU`) and page-locked host memory
 //! (`kDLCUDAHost`, from the CUDA driver when it finds a GPU), which GPUs copy to and from
-//! without staging. Both are host memory to the VM ([`is_host_memory`]).
+//! without staging. Both are host memory to the VM ([`is_host_memory`](crate::device::is_host_memory)).
 
 use std::any::Any as StdAny;
 use std::ptr::NonNull;

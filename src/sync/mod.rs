@@ -7,7 +7,7 @@
 //! A model has no clock. There, a timed park is a plain park: a model deadlocks, and fails,
 //! wherever progress would wait for a timeout instead of a wake-up. Sleeping is yielding, a
 //! deadline-bound wait for a thread to finish finds it finished (models use no timeouts), and
-//! [`time::Instant`] is a counter that every reading advances, so a spin bounded by time
+//! `time::Instant` is a counter that every reading advances, so a spin bounded by time
 //! polls the same number of times in every run of a model.
 
 #[cfg(not(loom))]

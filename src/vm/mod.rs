@@ -1,7 +1,7 @@
 //! The stream VM: ordered copies and callbacks on device streams, dependence tracking per
 //! tensor with cross-stream soft sync, and synchronous small-memory access.
 //!
-//! - A [`Stream`] runs its instructions strictly in order. Instructions are numbered per
+//! - A [`Stream`](crate::vm::Stream) runs its instructions strictly in order. Instructions are numbered per
 //!   stream; an executor thread runs them from a lock-free queue (spin, yield, then park; the
 //!   submitter wakes it only when it sleeps) and publishes each number as it finishes.
 //! - Each tensor remembers the stream and number of its last write and of the reads since. An
@@ -18,8 +18,8 @@
 //!   skip and fail in turn. Each failure is reported by the next sync of its stream.
 //!
 //! Thread mapping: by default all streams of a device share one executor thread (as OneFlow's
-//! VM does); [`Placement::OwnThread`] gives a stream a thread of its own, and
-//! [`Placement::Inline`] none: its one submitting thread (a session worker) runs it. On the
+//! VM does); [`Placement::OwnThread`](crate::vm::Placement::OwnThread) gives a stream a thread of its own, and
+//! [`Placement::Inline`](crate::vm::Placement::Inline) none: its one submitting thread (a session worker) runs it. On the
 //! 2-vCPU machines this project targets, the shared executor was faster for cross-stream
 //! ping-pong, since soft syncs between streams of one executor never block and no thread
 //! switch is needed; a session worker's copies are fastest inline (about 1 us per small copy

@@ -364,7 +364,7 @@ pub fn write(tensor: &Tensor, src: &[u8]) -> Result<()> {
 
 /// Checks that `nbytes` can be read from (or written to) `tensor`: a compact tensor of at
 /// least that many bytes (and, to be written, not read-only). Errors call the tensor `t` and
-/// the count `name`. [`read`] and [`write`] check this too; a caller that holds a raw buffer
+/// the count `name`. [`read`](fn@read) and [`write`](fn@write) check this too; a caller that holds a raw buffer
 /// checks it before making a slice of it.
 pub fn check_access(tensor: &Tensor, (nbytes, name): (usize, &str), access: Access) -> Result<()> {
     check_compact(tensor, "t")?;
