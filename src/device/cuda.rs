@@ -48,7 +48,7 @@ use cudarc::driver::CudaContext;
 use cudarc::driver::result::{self, DriverError};
 use cudarc::driver::sys::{self, CUresult};
 
-use super::poll::poll_until;
+use super::poll::{self, poll_until};
 use super::{Device, DeviceStream, Marker, MemPtr, is_host_memory};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST};
 use crate::object::{Error, ErrorKind, Result};
@@ -192,13 +192,18 @@ impl PoolStreams {
 /// finished, and with it the earlier work of the device's blocking streams: how a session
 /// worker's sync covers the kernels its functions launched there. With a `check`, the wait
 /// polls an event instead of blocking in the driver, calls `check` between polls and gives up
-/// with its error; without one it is a plain `cuStreamSynchronize`.
+/// with its error; without one it is a plain `cuStreamSynchronize`, unless the thread's waits
+/// are watched (`poll::watch_this_thread`).
 pub fn synchronize_default_stream(
     device_id: i32,
     check: Option<&mut dyn FnMut() -> Result<()>>,
 ) -> Result<()> {
     let device = CudaDevice::shared(device_id)?;
-    let Some(check) = check else {
+    let mut own = match check {
+        Some(_) => None,
+        None => poll::this_threads_check(),
+    };
+    let Some(check) = check.or(own.as_deref_mut()) else {
         let _ctx = device.enter()?;
         // SAFETY: the legacy stream of the context just made current.
         driver("synchronizing the default stream", || unsafe {
@@ -577,7 +582,14 @@ impl Queue {
         })
     }
 
+    /// Waits on the host for the work issued so far: in the driver, or polling an event
+    /// where the thread's waits are watched (see [`poll::watch_this_thread`]).
     fn synchronize(&self) -> Result<()> {
+        if let Some(mut check) = poll::this_threads_check() {
+            let marker = self.new_event()?;
+            self.record(&marker)?;
+            return marker.wait_polling(&mut *check);
+        }
         let _ctx = self.device.enter()?;
         // SAFETY: the stream is alive (owned by self).
         driver("synchronizing a stream", || unsafe {
@@ -675,6 +687,9 @@ impl Marker for CudaMarker {
     }
 
     fn synchronize(&self) -> Result<()> {
+        if let Some(mut check) = poll::this_threads_check() {
+            return self.wait_polling(&mut *check);
+        }
         let _ctx = self.device.enter()?;
         // SAFETY: the event is alive (owned by self).
         driver("waiting for an event on the host", || unsafe {

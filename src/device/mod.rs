@@ -22,7 +22,7 @@ use crate::object::{Error, ErrorKind, Result, Tensor};
 pub mod cpu;
 pub mod cuda;
 pub mod nccl;
-mod poll;
+pub(crate) mod poll;
 
 /// A place tensors live and work runs: the host, one GPU, ...
 pub trait Device: Send + Sync + 'static {

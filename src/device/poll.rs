@@ -3,9 +3,37 @@
 //! wait forever for another thread (an NCCL collective a peer never joins, a communicator a
 //! peer never joins), and a thread blocked in the driver could never give up on it.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use crate::object::Result;
+
+/// The check of one wait: called between polls, it gives up with its error.
+pub(crate) type Check = Box<dyn FnMut() -> Result<()>>;
+
+/// Makes the check for a wait beginning now, or `None` when the thread's waits may block.
+pub(crate) type Watcher = Rc<dyn Fn() -> Option<Check>>;
+
+thread_local! {
+    static WATCHER: RefCell<Option<Watcher>> = const { RefCell::new(None) };
+}
+
+/// Makes every wait of the calling thread for its device that would block in the driver (a
+/// stream or event sync, the sync after a small copy) poll instead, with the check `watcher`
+/// makes when the wait begins, whenever it makes one: how a session worker with NCCL
+/// communicators stays able to give up on work that waits for a peer, in waits of any kind.
+pub(crate) fn watch_this_thread(watcher: Watcher) {
+    WATCHER.with(|w| *w.borrow_mut() = Some(watcher));
+}
+
+/// The check for a wait of the calling thread beginning now, if its waits are watched (see
+/// [`watch_this_thread`]).
+pub(crate) fn this_threads_check() -> Option<Check> {
+    // A thread's last destructors may still wait: by then there is no watcher.
+    let watcher = WATCHER.try_with(|w| w.borrow().clone()).ok().flatten()?;
+    watcher()
+}
 
 /// How many polls of a polling wait only spin, and until which one they yield the CPU; later
 /// polls sleep, from [`FIRST_SLEEP`] doubling up to [`LONGEST_SLEEP`]. A collective that
@@ -68,6 +96,34 @@ pub(crate) fn poll_until(
 mod tests {
     use super::*;
     use crate::object::{Error, ErrorKind};
+
+    /// A watched thread's waits each get a check of their own, made when the wait begins, and
+    /// one that gives up ends the wait; other threads' waits are not watched.
+    #[test]
+    fn a_watched_threads_waits_each_get_a_check_and_other_threads_none() {
+        assert!(this_threads_check().is_none());
+        let made = Rc::new(std::cell::Cell::new(0));
+        let counter = made.clone();
+        watch_this_thread(Rc::new(move || {
+            counter.set(counter.get() + 1);
+            let stop = || {
+                Err(Error::new(
+                    ErrorKind::SessionClosed,
+                    "the session was shut down",
+                ))
+            };
+            Some(Box::new(stop) as Check)
+        }));
+        let mut check = this_threads_check().expect("the thread is watched");
+        assert_eq!(made.get(), 1);
+        let error = poll_until(|| Ok(false), &mut *check).unwrap_err();
+        assert_eq!(error.kind, ErrorKind::SessionClosed);
+        assert!(this_threads_check().is_some());
+        assert_eq!(made.get(), 2);
+        std::thread::spawn(|| assert!(this_threads_check().is_none()))
+            .join()
+            .unwrap();
+    }
 
     #[test]
     fn a_polling_wait_returns_once_the_point_is_passed_checking_in_between() {

@@ -14,8 +14,10 @@
 //!
 //! Waits: NCCL's kernels wait on the GPU, without end, for a peer that never joins their
 //! collective, passed another shape, or failed. So a worker with NCCL communicators never
-//! waits for its GPU in the driver: its sync, `barrier`, and the copies to and from worker 0
-//! record an event after the work and poll it (a short spin, then yields, then sleeps of at
+//! waits for its GPU in the driver: its sync, `barrier`, the copies to and from worker 0, and
+//! any other wait of its thread for the GPU (a small read, from one of its functions, of a
+//! tensor a collective wrote: see `device::poll::watch_this_thread`) record an event after the
+//! work and poll it (a short spin, then yields, then sleeps of at
 //! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
 //! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
 //! shutdown, or an `init_ccl` called meanwhile aborts them (`ncclCommAbort`, which stops their
@@ -45,13 +47,14 @@
 //! joined, with no way out. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
 
 use std::cell::RefCell;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, Once, PoisonError};
 
 use super::ReduceOp;
 use super::builtins::{in_group, peer, reduce_kind};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
-use crate::device::DeviceStream;
 use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
+use crate::device::{DeviceStream, poll};
 use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
@@ -184,7 +187,11 @@ pub(crate) struct Watch {
 /// The watch of the NCCL communicators of the worker running on this thread, for a wait that
 /// begins now; `None` when it has none (its waits block in the driver, as before).
 pub(crate) fn watch() -> Option<Watch> {
-    COMMS.with(|c| c.borrow().clone()).map(Watch::new)
+    COMMS
+        .try_with(|c| c.borrow().clone())
+        .ok()
+        .flatten()
+        .map(Watch::new)
 }
 
 impl Watch {
@@ -354,6 +361,11 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         shared,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
+    // The worker's other waits for its GPU (a small read, from one of its functions, of a
+    // tensor a collective last wrote) are watched too, while it has communicators.
+    poll::watch_this_thread(Rc::new(|| {
+        watch().map(|watch| Box::new(move || watch.check()) as poll::Check)
+    }));
     flushed.map(|()| Any::None)
 }
 
