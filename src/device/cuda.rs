@@ -203,18 +203,20 @@ pub fn synchronize_default_stream(
         Some(_) => None,
         None => poll::this_threads_check(),
     };
-    let Some(check) = check.or(own.as_deref_mut()) else {
-        let _ctx = device.enter()?;
-        // SAFETY: the legacy stream of the context just made current.
-        driver("synchronizing the default stream", || unsafe {
-            result::stream::synchronize(LEGACY_STREAM)
-        })?;
-        free_retired_pinned();
-        return Ok(());
-    };
-    let marker = CudaMarker::new(&device)?;
-    marker.record_on_default_stream()?;
-    marker.wait_polling(check)?;
+    match check.or(own.as_deref_mut()) {
+        Some(check) => {
+            let marker = CudaMarker::new(&device)?;
+            marker.record_on_default_stream()?;
+            marker.wait_polling(check)?;
+        }
+        None => {
+            let _ctx = device.enter()?;
+            // SAFETY: the legacy stream of the context just made current.
+            driver("synchronizing the default stream", || unsafe {
+                result::stream::synchronize(LEGACY_STREAM)
+            })?;
+        }
+    }
     free_retired_pinned();
     Ok(())
 }
@@ -582,13 +584,19 @@ impl Queue {
         })
     }
 
+    /// Waits on the host for the work issued so far by polling an event recorded after it,
+    /// calling `check` between polls (see [`poll_until`]).
+    fn synchronize_polling(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
+        let marker = self.new_event()?;
+        self.record(&marker)?;
+        marker.wait_polling(check)
+    }
+
     /// Waits on the host for the work issued so far: in the driver, or polling an event
     /// where the thread's waits are watched (see [`poll::watch_this_thread`]).
     fn synchronize(&self) -> Result<()> {
         if let Some(mut check) = poll::this_threads_check() {
-            let marker = self.new_event()?;
-            self.record(&marker)?;
-            return marker.wait_polling(&mut *check);
+            return self.synchronize_polling(&mut *check);
         }
         let _ctx = self.device.enter()?;
         // SAFETY: the stream is alive (owned by self).
@@ -981,9 +989,7 @@ impl DeviceStream for CudaStream {
     }
 
     fn synchronize_checked(&self, check: &mut dyn FnMut() -> Result<()>) -> Result<()> {
-        let marker = self.queue.queue.new_event()?;
-        self.queue.queue.record(&marker)?;
-        marker.wait_polling(check)?;
+        self.queue.queue.synchronize_polling(check)?;
         free_retired_pinned();
         Ok(())
     }

@@ -151,12 +151,9 @@ pub fn settle(tensor: &Tensor) -> Result<()> {
         u.stream.progress.wait_for(u.seq);
     }
     // On a device whose work outlives the host call, the uses were issued by now; wait for the
-    // device to finish them too, once per stream.
+    // device to finish those it may not have, once per stream.
     let mut device_streams: Vec<&Use> = Vec::new();
-    for u in uses
-        .iter()
-        .filter(|u| !u.stream.device_stream().completes_on_host())
-    {
+    for u in uses.iter().filter(|u| !u.is_finished()) {
         if !device_streams
             .iter()
             .any(|d| Arc::ptr_eq(&d.stream, &u.stream))

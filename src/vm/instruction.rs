@@ -209,7 +209,6 @@ impl Instruction {
         // the number after queueing, so the executor may run it first.)
         if stream.is_closed() && seq >= stream.issued() {
             stream.settle_device(seq, None);
-            stream.mark_finished();
         }
         stream.finish(seq);
     }

@@ -50,15 +50,13 @@ struct Held {
     open: Vec<(u64, Op)>,
     /// Markers of batches let go, for the next batches.
     spare: Vec<Box<dyn Marker>>,
-    /// The last instruction the device is known to have passed.
-    passed: u64,
 }
 
 /// What a device stream's finished instructions still hold.
 #[derive(Default)]
 pub(crate) struct Retiring {
     held: Mutex<Held>,
-    /// [`Held::passed`], readable without the lock.
+    /// The last instruction the device is known to have passed.
     passed: AtomicU64,
 }
 
@@ -75,9 +73,7 @@ impl Retiring {
             if held.open.len() < BATCH {
                 return Ok(());
             }
-            let result = held.close_batch(dev, seq, &mut done);
-            self.publish(&held);
-            result
+            held.close_batch(dev, seq, &mut done, &self.passed)
         };
         drop(done);
         result
@@ -89,10 +85,6 @@ impl Retiring {
         self.passed.load(Ordering::Acquire)
     }
 
-    fn publish(&self, held: &Held) {
-        self.passed.fetch_max(held.passed, Ordering::Release);
-    }
-
     /// Lets go of every instruction up to `seq`, once the device finished them (the caller
     /// synchronized the device stream after they were issued).
     pub fn release_through(&self, seq: u64) {
@@ -100,13 +92,12 @@ impl Retiring {
             let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
             let mut done = Vec::new();
             while held.batches.front().is_some_and(|b| b.last <= seq) {
-                held.let_go_of_oldest(&mut done);
+                held.let_go_of_oldest(&mut done, &self.passed);
             }
             // The open instructions are in issue order.
             let through = held.open.partition_point(|(s, _)| *s <= seq);
             done.extend(held.open.drain(..through).map(|(_, op)| op));
-            held.passed = held.passed.max(seq);
-            self.publish(&held);
+            self.passed.fetch_max(seq, Ordering::Release);
             done
         };
         drop(done);
@@ -122,7 +113,13 @@ impl Retiring {
 impl Held {
     /// Records a marker after the open instructions (the last is `seq`), making them a batch,
     /// and moves the batches the device has passed into `done`.
-    fn close_batch(&mut self, dev: &dyn DeviceStream, seq: u64, done: &mut Vec<Op>) -> Result<()> {
+    fn close_batch(
+        &mut self,
+        dev: &dyn DeviceStream,
+        seq: u64,
+        done: &mut Vec<Op>,
+        passed: &AtomicU64,
+    ) -> Result<()> {
         let marker = match self.spare.pop() {
             Some(marker) => marker,
             None => dev.new_marker()?,
@@ -141,24 +138,25 @@ impl Held {
             let Some(front) = self.batches.front() else {
                 return Ok(());
             };
-            let passed = if self.batches.len() > MAX_BATCHES {
+            let front_passed = if self.batches.len() > MAX_BATCHES {
                 front.marker.synchronize().map(|()| true)
             } else {
                 front.marker.is_passed()
             };
-            if !passed? {
+            if !front_passed? {
                 return Ok(());
             }
-            self.let_go_of_oldest(done);
+            self.let_go_of_oldest(done, passed);
         }
     }
 
-    /// Moves the oldest batch's instructions into `done`, keeping its marker for reuse.
-    fn let_go_of_oldest(&mut self, done: &mut Vec<Op>) {
+    /// Moves the oldest batch's instructions into `done`, keeping its marker for reuse, and
+    /// notes in `passed` that the device passed them.
+    fn let_go_of_oldest(&mut self, done: &mut Vec<Op>, passed: &AtomicU64) {
         if let Some(batch) = self.batches.pop_front() {
             done.extend(batch.ops);
             self.spare.push(batch.marker);
-            self.passed = self.passed.max(batch.last);
+            passed.fetch_max(batch.last, Ordering::Release);
         }
     }
 }

@@ -220,9 +220,35 @@ impl SmallMemAccess {
     }
 }
 
+/// Runs `copy`, which moves the bytes of a small access (`dst`, `src`: the caller's buffer and
+/// the tensor's memory, in the direction of `access`), under the tensor's poison: a read fails
+/// with it, if any; a write of the whole tensor (`full`) clears it.
+fn with_poison<P: Copy>(
+    access: Access,
+    (host, data): (P, P),
+    full: bool,
+    deps: Option<&TensorDeps>,
+    copy: impl FnOnce(P, P) -> Result<()>,
+) -> Result<()> {
+    match access {
+        Access::Read => {
+            if let Some(cause) = deps.and_then(TensorDeps::poison) {
+                return Err(poisoned(&cause));
+            }
+            copy(host, data)
+        }
+        Access::Write => {
+            copy(data, host)?;
+            if full && let Some(deps) = deps {
+                deps.clear_poison();
+            }
+            Ok(())
+        }
+    }
+}
+
 /// A small access through `dev`, a stream of the tensor's device, waited for before it
-/// returns: a read fails with the tensor's poison, if any; a write of the whole tensor (`full`)
-/// clears it.
+/// returns (see [`with_poison`]).
 ///
 /// # Safety
 /// `host` is valid for `nbytes` and `data` (compact tensor memory) for at least that many;
@@ -239,22 +265,10 @@ unsafe fn copy_on(
         ptr: host,
         device: DLDevice::cpu(),
     };
-    match access {
-        Access::Read => {
-            if let Some(cause) = deps.and_then(TensorDeps::poison) {
-                return Err(poisoned(&cause));
-            }
-            // SAFETY: as the caller promises.
-            unsafe { dev.copy(host, data, nbytes) }?;
-        }
-        Access::Write => {
-            // SAFETY: as above, the other way round.
-            unsafe { dev.copy(data, host, nbytes) }?;
-            if full && let Some(deps) = deps {
-                deps.clear_poison();
-            }
-        }
-    }
+    with_poison(access, (host, data), full, deps, |dst, src| {
+        // SAFETY: as the caller promises.
+        unsafe { dev.copy(dst, src, nbytes) }
+    })?;
     dev.synchronize()
 }
 
@@ -309,24 +323,12 @@ fn access_here(
     full: bool,
     access: Access,
 ) -> Result<()> {
-    match access {
-        Access::Read => {
-            if let Some(cause) = deps.poison() {
-                return Err(poisoned(&cause));
-            }
-            // SAFETY: the caller's buffer holds `nbytes`; the tensor (alive, compact, on the
-            // host) holds at least that many (checked), and nothing else uses it now.
-            unsafe { std::ptr::copy(data, host, nbytes) };
-        }
-        Access::Write => {
-            // SAFETY: as above, the other way round.
-            unsafe { std::ptr::copy(host, data, nbytes) };
-            if full {
-                deps.clear_poison();
-            }
-        }
-    }
-    Ok(())
+    with_poison(access, (host, data), full, Some(deps), |dst, src| {
+        // SAFETY: the caller's buffer holds `nbytes`; the tensor (alive, compact, on the host)
+        // holds at least that many (checked), and nothing else uses it now.
+        unsafe { std::ptr::copy(src, dst, nbytes) };
+        Ok(())
+    })
 }
 
 /// The error of a read from a tensor a failed instruction should have written.

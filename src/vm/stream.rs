@@ -41,8 +41,6 @@ pub(crate) struct StreamCore {
     /// The first failure since the last sync, and how many followed it.
     error: Mutex<Option<(Error, usize)>>,
     closed: AtomicBool,
-    /// Closed, and the device finished all its work: other streams need not wait for its uses.
-    finished: AtomicBool,
     /// What its finished instructions hold until the device finished them too.
     pub(crate) retiring: Retiring,
 }
@@ -67,11 +65,10 @@ impl StreamCore {
     /// Whether the stream was closed and all its work finished, on the device too (a use
     /// on it can be forgotten).
     pub fn is_finished(&self) -> bool {
-        self.finished.load(Ordering::Acquire)
-    }
-
-    pub(crate) fn mark_finished(&self) {
-        self.finished.store(true, Ordering::Release);
+        let issued = self.issued();
+        self.is_closed()
+            && self.progress.done() >= issued
+            && (self.dev.completes_on_host() || self.retiring.passed() >= issued)
     }
 
     pub fn issued(&self) -> u64 {
@@ -340,7 +337,6 @@ impl Stream {
                 progress: Progress::default(),
                 error: Mutex::new(None),
                 closed: AtomicBool::new(false),
-                finished: AtomicBool::new(false),
                 retiring: Retiring::default(),
             }),
         })
@@ -524,13 +520,10 @@ impl Stream {
         let drained = core.drain(None).is_ok();
         let _ = core.take_failures();
         core.closed.store(true, Ordering::Release);
-        if drained {
-            core.mark_finished();
-        } else if core.progress.done() >= core.issued() {
+        if !drained && core.progress.done() >= core.issued() {
             // Called from a callback on the executor, whose instructions of this stream have
             // all run (none runs while this one does): wait for the device here.
             core.settle_device(core.issued(), None);
-            core.mark_finished();
         }
         // Otherwise the stream's last instruction, still to run on this executor, waits for
         // the device after it (see `Instruction::execute`); until then the stream's uses are
