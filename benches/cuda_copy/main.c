@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "../../tests/c/cuda_driver.h"
+#include "../../tests/c/monotonic.h"
 #include "discovm.h"
 
 typedef void* CUstream;
@@ -74,11 +75,6 @@ static void load_driver(void) {
   driver_function(&cu.dtoh, "cuMemcpyDtoHAsync_v2");
 }
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The first *n bytes of a host buffer as a tensor on `device` (kDLCPU or kDLCUDAHost),
  * without copying. */
@@ -131,19 +127,19 @@ static void bandwidth(const char* kind, void* raw_host, void* lib_host, DLDevice
   for (int dir = 0; dir < 2; dir++) {
     double best_raw = 1e30, best_lib = 1e30;
     for (int trial = 0; trial < 3; trial++) {
-      double t0 = now();
+      double t0 = now_s();
       for (int i = 0; i < reps; i++) {
         if (dir == 0) CU(cu.htod(raw_dev, raw_host, n, raw));
         else CU(cu.dtoh(raw_host, raw_dev, n, raw));
       }
       CU(cu.stream_synchronize(raw));
-      double t1 = now();
+      double t1 = now_s();
       for (int i = 0; i < reps; i++) {
         if (dir == 0) DVM(dvm_tensor_copy(d, h, s));
         else DVM(dvm_tensor_copy(h, d, s));
       }
       DVM(dvm_stream_sync(s));
-      double t2 = now();
+      double t2 = now_s();
       if (t1 - t0 < best_raw) best_raw = t1 - t0;
       if (t2 - t1 < best_lib) best_lib = t2 - t1;
     }
@@ -179,16 +175,16 @@ static int latency(const char* label, int interleaved, void* word, CUdeviceptr r
   uint32_t value = 0;
   for (int pass = 0; pass < (interleaved ? 1 : 2); pass++) {
     for (int i = 0; i < reads; i++) {
-      double t0 = now();
+      double t0 = now_s();
       if (interleaved || pass == 0) {
         CU(cu.dtoh(word, raw_dev, 4, raw));
         CU(cu.stream_synchronize(raw));
-        raw_us[i] = (now() - t0) * 1e6;
+        raw_us[i] = (now_s() - t0) * 1e6;
       }
       if (interleaved || pass == 1) {
-        double t1 = now();
+        double t1 = now_s();
         DVM(dvm_tensor_read(dev, &value, 4));
-        lib_us[i] = (now() - t1) * 1e6;
+        lib_us[i] = (now_s() - t1) * 1e6;
       }
     }
   }

@@ -190,24 +190,17 @@ impl PoolStreams {
 
 /// Waits until the work queued so far on CUDA device `device_id`'s legacy default stream has
 /// finished, and with it the earlier work of the device's blocking streams: how a session
-/// worker's sync covers the kernels its functions launched there. With a `check`, the wait
-/// polls an event instead of blocking in the driver, calls `check` between polls and gives up
-/// with its error; without one it is a plain `cuStreamSynchronize`, unless the thread's waits
-/// are watched (`poll::watch_this_thread`).
-pub fn synchronize_default_stream(
-    device_id: i32,
-    check: Option<&mut dyn FnMut() -> Result<()>>,
-) -> Result<()> {
+/// worker's sync covers the kernels its functions launched there. A plain
+/// `cuStreamSynchronize`, unless the thread's waits are watched (`poll::watch_this_thread`):
+/// then the wait polls an event, calls the watch's check between polls and gives up with its
+/// error.
+pub fn synchronize_default_stream(device_id: i32) -> Result<()> {
     let device = CudaDevice::shared(device_id)?;
-    let mut own = match check {
-        Some(_) => None,
-        None => poll::this_threads_check(),
-    };
-    match check.or(own.as_deref_mut()) {
-        Some(check) => {
+    match poll::this_threads_check() {
+        Some(mut check) => {
             let marker = CudaMarker::new(&device)?;
             marker.record_on_default_stream()?;
-            marker.wait_polling(check)?;
+            marker.wait_polling(&mut *check)?;
         }
         None => {
             let _ctx = device.enter()?;
@@ -484,7 +477,7 @@ fn fences_everywhere() -> Vec<CudaMarker> {
         }) {
             Ok(event) => fences.push(event),
             Err(_) => {
-                let _ = synchronize_default_stream(device.id, None);
+                let _ = synchronize_default_stream(device.id);
             }
         }
     }

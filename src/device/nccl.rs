@@ -677,19 +677,20 @@ impl CommHandle {
                 nccl.describe(code, None)
             ))),
         };
-        made.map(|()| handle).map_err(|cause| {
+        if let Err(cause) = made {
             let aborted = match raw.is_null() {
                 true => "",
                 false => "; the half-made communicator was aborted",
             };
-            Error::new(
+            return Err(Error::new(
                 cause.kind,
                 format!(
                     "NCCL: {who} could not join its communicator: {}{aborted}",
                     cause.message
                 ),
-            )
-        })
+            ));
+        }
+        Ok(handle)
     }
 
     /// Gives the communicator up. A healthy one is finalized (`ncclCommFinalize` on a
@@ -827,9 +828,14 @@ impl Comm {
     /// peers, and its resources go. Later calls on it fail at once; aborting again, or
     /// dropping it, does nothing more.
     pub fn abort(&self) {
+        self.in_context(CommHandle::abort);
+    }
+
+    /// Runs `f` on the handle in the communicator's GPU context. NCCL frees a communicator in
+    /// its own context: without it, the communicator is left be.
+    fn in_context(&self, f: impl FnOnce(&CommHandle)) {
         match self.device.enter() {
-            Ok(_ctx) => self.handle.abort(),
-            // NCCL frees the communicator in its own context: without it, it is left be.
+            Ok(_ctx) => f(&self.handle),
             Err(_) => drop(self.handle.take()),
         }
     }
@@ -1001,10 +1007,7 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        match self.device.enter() {
-            Ok(_ctx) => self.handle.close(&mut *self.interrupts.begin()),
-            Err(_) => drop(self.handle.take()),
-        }
+        self.in_context(|handle| handle.close(&mut *self.interrupts.begin()));
     }
 }
 

@@ -149,6 +149,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
             format!("worker {}: {}", info.id, cause.message),
         ));
     }
+    nccl::watch_worker_thread();
     loop {
         match shared.channel.recv(policy) {
             Message::Call { func, out, args } => {
@@ -290,10 +291,7 @@ impl Worker {
             self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
         }
         if self.info.device.device_type == KDL_CUDA
-            && let Err(cause) = cuda::synchronize_default_stream(
-                self.info.device.device_id,
-                check.as_mut().map(|c| c as _),
-            )
+            && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id)
         {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }

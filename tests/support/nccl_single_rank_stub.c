@@ -17,15 +17,13 @@
  * reduction arithmetic, NCCL's own threads, or failures of the network. Built as libnccl.so.2
  * by tests/cuda_stub_driver.rs. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../c/cuda_driver.h"
 #include "nccl_abi.h"
-
-typedef unsigned long long CUdeviceptr;
 
 typedef struct {
   void* context; /* the CUDA context current when it was made: its device */
@@ -56,14 +54,9 @@ static struct {
 
 static void load_driver(void) {
   if (cu.memcpy_dtod_async != NULL) return;
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (lib == NULL) fail("cannot load libcuda.so.1: %s", dlerror());
-  *(void**)&cu.ctx_get_current = dlsym(lib, "cuCtxGetCurrent");
-  *(void**)&cu.ctx_set_current = dlsym(lib, "cuCtxSetCurrent");
-  *(void**)&cu.memcpy_dtod_async = dlsym(lib, "cuMemcpyDtoDAsync_v2");
-  if (!cu.ctx_get_current || !cu.ctx_set_current || !cu.memcpy_dtod_async) {
-    fail("libcuda.so.1 lacks a driver call");
-  }
+  driver_function(&cu.ctx_get_current, "cuCtxGetCurrent");
+  driver_function(&cu.ctx_set_current, "cuCtxSetCurrent");
+  driver_function(&cu.memcpy_dtod_async, "cuMemcpyDtoDAsync_v2");
 }
 
 static void* current_context(void) {

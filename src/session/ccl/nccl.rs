@@ -48,7 +48,7 @@
 
 use std::cell::RefCell;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, Once, PoisonError};
+use std::sync::{Arc, Once, OnceLock};
 
 use super::ReduceOp;
 use super::builtins::{in_group, peer, reduce_kind};
@@ -75,7 +75,7 @@ struct Comms {
     /// One int32 on the worker's GPU that `barrier` reduces.
     flag: Region,
     /// Why the communicators were aborted, once they were: later collectives fail at once.
-    aborted: Mutex<Option<String>>,
+    aborted: OnceLock<String>,
     /// What the worker shares with the controller: the flags a wait watches.
     shared: Arc<WorkerShared>,
 }
@@ -89,23 +89,10 @@ impl Comms {
         }
     }
 
-    /// Why the communicators were aborted, if they were.
-    fn aborted(&self) -> Option<String> {
-        self.aborted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     /// See [`Watch::check`]; `generation` is the worker's `ccl_generation` when the wait
     /// began.
     fn check(&self, generation: u64) -> Result<()> {
-        if self
-            .aborted
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-        {
+        if self.aborted.get().is_some() {
             return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
         }
         let failed = [(false, "the session's"), (true, "its group's")]
@@ -141,7 +128,7 @@ impl Comms {
                 self.info.id
             ),
         );
-        *self.aborted.lock().unwrap_or_else(PoisonError::into_inner) = Some(why);
+        let _ = self.aborted.set(why);
         Err(error)
     }
 }
@@ -182,6 +169,15 @@ pub(crate) struct Watch {
     comms: Arc<Comms>,
     /// The worker's `ccl_generation` when the wait began.
     generation: u64,
+}
+
+/// Makes every wait of the calling worker thread for its GPU (a small read, from one of its
+/// functions, of a tensor a collective last wrote, as well as its syncs) watched while the
+/// worker has NCCL communicators (see `device::poll::watch_this_thread`).
+pub(crate) fn watch_worker_thread() {
+    poll::watch_this_thread(Rc::new(|| {
+        watch().map(|watch| Box::new(move || watch.check()) as poll::Check)
+    }));
 }
 
 /// The watch of the NCCL communicators of the worker running on this thread, for a wait that
@@ -357,15 +353,10 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         world,
         group,
         flag: Region::of(&flag)?,
-        aborted: Mutex::new(None),
+        aborted: OnceLock::new(),
         shared,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
-    // The worker's other waits for its GPU (a small read, from one of its functions, of a
-    // tensor a collective last wrote) are watched too, while it has communicators.
-    poll::watch_this_thread(Rc::new(|| {
-        watch().map(|watch| Box::new(move || watch.check()) as poll::Check)
-    }));
     flushed.map(|()| Any::None)
 }
 
@@ -386,7 +377,7 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         return None;
     }
     let comms = COMMS.with(|c| c.borrow().clone())?;
-    if let Some(why) = comms.aborted() {
+    if let Some(why) = comms.aborted.get() {
         return Some(Err(Error::runtime(format!(
             "worker {} has no working NCCL communicators (they were aborted: {why}); call \
              init_ccl again before more collectives",
