@@ -678,6 +678,8 @@ impl CommHandle {
             ))),
         };
         if let Err(cause) = made {
+            // Settling aborted it already; a handle NCCL wrote before failing goes the same way.
+            handle.abort();
             let aborted = match raw.is_null() {
                 true => "",
                 false => "; the half-made communicator was aborted",
