@@ -384,12 +384,20 @@ impl Nccl {
 }
 
 /// What may end a wait on a non-blocking communicator from outside: its owner giving it up (a
-/// shutdown, newer communicators). A wait asks for its check when it begins and calls it
-/// between polls; an error ends the wait (and aborts the communicator), with that error as
-/// the cause.
+/// shutdown, newer communicators). A wait takes a mark when it begins and checks it between
+/// polls; an error ends the wait (and aborts the communicator), with that error as the cause.
 pub trait Interrupts: Send + Sync {
-    /// The check of a wait that begins now.
-    fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_>;
+    /// The mark of a wait that begins now.
+    fn mark(&self) -> u64;
+
+    /// Fails when the wait that began at `mark` must end.
+    fn check(&self, mark: u64) -> Result<()>;
+}
+
+/// The check of a wait on a communicator with `interrupts` that begins now.
+fn beginning(interrupts: &dyn Interrupts) -> impl FnMut() -> Result<()> + '_ {
+    let mark = interrupts.mark();
+    move || interrupts.check(mark)
 }
 
 /// NCCL's element type for a dtype, or a `ValueError` naming the dtype.
@@ -852,7 +860,7 @@ impl Comm {
     /// `issue` fails; a non-blocking group end is waited for like any call.
     pub fn group(&self, issue: impl FnOnce() -> Result<()>) -> Result<()> {
         let _ctx = self.device.enter()?;
-        self.handle.group(issue, &mut *self.interrupts.begin())
+        self.handle.group(issue, &mut beginning(&*self.interrupts))
     }
 
     /// The CUDA stream of `stream`, checked to be on this communicator's GPU, as are the
@@ -892,7 +900,9 @@ impl Comm {
         let raw = self.stream(stream, regions)?;
         let _ctx = self.device.enter()?;
         self.handle
-            .call(name, &mut *self.interrupts.begin(), |comm| call(comm, raw))
+            .call(name, &mut beginning(&*self.interrupts), |comm| {
+                call(comm, raw)
+            })
     }
 
     /// Enqueues `collective` (`ncclAllReduce` or `ncclBroadcast`, named `name`, with `arg` its
@@ -1009,7 +1019,7 @@ impl Comm {
 
 impl Drop for Comm {
     fn drop(&mut self) {
-        self.in_context(|handle| handle.close(&mut *self.interrupts.begin()));
+        self.in_context(|handle| handle.close(&mut beginning(&*self.interrupts)));
     }
 }
 
@@ -1019,7 +1029,7 @@ fn joining(
     interrupts: &dyn Interrupts,
     timeout: Option<Duration>,
 ) -> impl FnMut() -> Result<()> + '_ {
-    let mut interrupted = interrupts.begin();
+    let mut interrupted = beginning(interrupts);
     let deadline = timeout.map(|t| (Instant::now() + t, t));
     move || {
         interrupted()?;
@@ -1249,8 +1259,11 @@ mod tests {
         // The timeout of a join, after its interrupts.
         struct Never;
         impl Interrupts for Never {
-            fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_> {
-                Box::new(|| Ok(()))
+            fn mark(&self) -> u64 {
+                0
+            }
+            fn check(&self, _: u64) -> Result<()> {
+                Ok(())
             }
         }
         let started = Instant::now();

@@ -155,9 +155,13 @@ fn interrupted(shared: &WorkerShared, generation: u64) -> Result<()> {
 struct WorkerInterrupts(Arc<WorkerShared>);
 
 impl Interrupts for WorkerInterrupts {
-    fn begin(&self) -> Box<dyn FnMut() -> Result<()> + '_> {
-        let generation = self.0.ccl_generation.load(Ordering::SeqCst);
-        Box::new(move || interrupted(&self.0, generation))
+    /// The worker's `ccl_generation`.
+    fn mark(&self) -> u64 {
+        self.0.ccl_generation.load(Ordering::SeqCst)
+    }
+
+    fn check(&self, generation: u64) -> Result<()> {
+        interrupted(&self.0, generation)
     }
 }
 
@@ -655,20 +659,22 @@ mod tests {
             session: std::sync::OnceLock::new(),
         });
         let interrupts = WorkerInterrupts(shared.clone());
-        let mut earlier = interrupts.begin();
-        earlier().expect("nothing happened yet");
+        let earlier = interrupts.mark();
+        interrupts.check(earlier).expect("nothing happened yet");
 
         shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
-        let error = earlier().unwrap_err();
+        let error = interrupts.check(earlier).unwrap_err();
         assert_eq!(
             (error.kind, error.message.as_str()),
             (ErrorKind::Runtime, "init_ccl was called again")
         );
-        let mut later = interrupts.begin();
-        later().expect("a wait that began after the init_ccl goes on");
+        let later = interrupts.mark();
+        interrupts
+            .check(later)
+            .expect("a wait that began after the init_ccl goes on");
 
         shared.stopping.store(true, Ordering::SeqCst);
-        let error = later().unwrap_err();
+        let error = interrupts.check(later).unwrap_err();
         assert_eq!(
             (error.kind, error.message.as_str()),
             (ErrorKind::SessionClosed, "the session was shut down")
