@@ -130,11 +130,11 @@ programs! {
     cuda_roundtrip: Program::new("tests/c/cuda_roundtrip.c").needs_gpu();
     cuda_soft_sync: Program::new("tests/c/cuda_soft_sync.c").needs_gpu();
     cuda_small_access: Program::new("tests/c/cuda_small_access.c").needs_gpu();
-    cuda_default_stream: Program::new("tests/c/cuda_default_stream.c").needs_gpu().libs(&["-ldl"]);
+    cuda_default_stream: Program::new("tests/c/cuda_default_stream.c").needs_gpu();
     cuda_session: Program::new("tests/c/cuda_session.c").needs_gpu();
     cuda_nccl: Program::new("tests/c/cuda_nccl.c").needs_gpu();
     // Compiled here so it keeps building; on a GPU machine it runs the whole benchmark.
-    bench_cuda_copy: Program::new("benches/cuda_copy/main.c").needs_gpu().libs(&["-ldl"]);
+    bench_cuda_copy: Program::new("benches/cuda_copy/main.c").needs_gpu();
     example_hello_function: Program::new("examples-c/hello_function.c");
     example_session_broadcast: Program::new("examples-c/session_broadcast.c");
     example_dlopen_call: Program::new("examples-c/dlopen_call.c").dlopen();

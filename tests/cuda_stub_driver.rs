@@ -17,6 +17,8 @@
 mod built_library;
 #[path = "support/c_build.rs"]
 mod c_build;
+#[path = "support/nccl_stub.rs"]
+mod nccl_stub;
 
 use std::collections::HashMap;
 use std::fs;
@@ -24,30 +26,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use c_build::{Link, describe, repo};
+use c_build::{Link, describe};
 
 /// Where the stand-ins and the programs go.
 fn out_dir() -> PathBuf {
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda_stub_driver");
     fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
     dir
-}
-
-/// Compiles one stand-in into the shared library `library` (with `soname` when given).
-fn build_stub(source: &str, library: &Path, soname: Option<&str>, libs: &[&str]) {
-    let mut command = Command::new("gcc");
-    command
-        .args(c_build::CFLAGS)
-        .args(["-shared", "-fPIC"])
-        .args(soname.map(|name| format!("-Wl,-soname,{name}")))
-        .arg(repo().join(source))
-        .arg("-o")
-        .arg(library)
-        .args(libs);
-    let output = command
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
-    assert!(output.status.success(), "{}", describe(&command, &output));
 }
 
 /// The directory holding the stand-in driver and NCCL, built once.
@@ -57,20 +42,18 @@ fn stub_dir() -> &'static Path {
         let dir = out_dir().join("lib");
         fs::create_dir_all(&dir).unwrap();
         let driver = dir.join("libcuda.so.1");
-        build_stub(
+        nccl_stub::build_shared(
             "tests/support/cuda_driver_stub.c",
             &driver,
-            Some("libcuda.so.1"),
-            &["-lpthread"],
+            &["-Wl,-soname,libcuda.so.1", "-lpthread"],
         );
         // cudarc loads libcuda.so, the benchmark and NCCL libcuda.so.1: one library for all.
         let link = dir.join("libcuda.so");
         let _ = fs::remove_file(&link);
         std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
-        build_stub(
+        nccl_stub::build_shared(
             "tests/support/nccl_single_rank_stub.c",
             &dir.join("libnccl.so.2"),
-            None,
             &["-ldl"],
         );
         dir
@@ -78,7 +61,7 @@ fn stub_dir() -> &'static Path {
 }
 
 /// Compiles `source` (relative to the repository root) once, for every test that runs it.
-fn program(source: &'static str, libs: &[&str]) -> PathBuf {
+fn program(source: &'static str) -> PathBuf {
     static BUILT: Mutex<Option<HashMap<&str, PathBuf>>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
@@ -86,7 +69,7 @@ fn program(source: &'static str, libs: &[&str]) -> PathBuf {
         return binary.clone();
     }
     let binary = out_dir().join(Path::new(source).file_stem().unwrap());
-    c_build::compile(source, &binary, Link::Library, libs);
+    c_build::compile(source, &binary, Link::Library, &[]);
     built.insert(source, binary.clone());
     binary
 }
@@ -131,35 +114,36 @@ fn run_on_stub(binary: &Path, args: &[&str], gpus: u32, env: &[(&str, &str)]) ->
     }
 }
 
-/// Runs a CUDA test program with `gpus` stand-in GPUs and expects it to pass (not to skip).
-fn passes(source: &'static str, gpus: u32, env: &[(&str, &str)]) {
-    let binary = program(source, &[]);
-    let (code, described) = run_on_stub(&binary, &[], gpus, env);
+/// Runs a CUDA test program with `args` and `gpus` stand-in GPUs and expects it to pass (not
+/// to skip); returns what it printed.
+fn passes(source: &'static str, args: &[&str], gpus: u32, env: &[(&str, &str)]) -> String {
+    let (code, described) = run_on_stub(&program(source), args, gpus, env);
     assert_eq!(
         code, 0,
         "{source} did not pass with {gpus} stand-in GPU(s):\n{described}"
     );
+    described
 }
 
 #[test]
 fn device_count_1_gpu() {
-    passes("tests/c/device_count.c", 1, &[]);
+    passes("tests/c/device_count.c", &[], 1, &[]);
 }
 
 #[test]
 fn device_count_2_gpus() {
-    passes("tests/c/device_count.c", 2, &[]);
+    passes("tests/c/device_count.c", &[], 2, &[]);
 }
 
 #[test]
 fn cuda_roundtrip_1_gpu() {
-    passes("tests/c/cuda_roundtrip.c", 1, &[]);
+    passes("tests/c/cuda_roundtrip.c", &[], 1, &[]);
 }
 
 /// Adds copies between two GPUs.
 #[test]
 fn cuda_roundtrip_2_gpus() {
-    passes("tests/c/cuda_roundtrip.c", 2, &[]);
+    passes("tests/c/cuda_roundtrip.c", &[], 2, &[]);
 }
 
 /// The path of GPUs without memory pools: `cuMemAlloc`, and a context sync before each free.
@@ -167,6 +151,7 @@ fn cuda_roundtrip_2_gpus() {
 fn cuda_roundtrip_without_memory_pools() {
     passes(
         "tests/c/cuda_roundtrip.c",
+        &[],
         1,
         &[("DISCOVM_STUB_NO_POOLS", "1")],
     );
@@ -174,46 +159,42 @@ fn cuda_roundtrip_without_memory_pools() {
 
 #[test]
 fn cuda_soft_sync() {
-    passes("tests/c/cuda_soft_sync.c", 1, &[]);
+    passes("tests/c/cuda_soft_sync.c", &[], 1, &[]);
 }
 
 #[test]
 fn cuda_small_access() {
-    passes("tests/c/cuda_small_access.c", 1, &[]);
+    passes("tests/c/cuda_small_access.c", &[], 1, &[]);
 }
 
 /// Fails if the library's streams do not follow the legacy default stream.
 #[test]
 fn cuda_default_stream() {
-    let binary = program("tests/c/cuda_default_stream.c", &["-ldl"]);
-    let (code, described) = run_on_stub(&binary, &[], 1, &[]);
-    assert_eq!(code, 0, "{described}");
+    passes("tests/c/cuda_default_stream.c", &[], 1, &[]);
 }
 
 #[test]
 fn cuda_session_1_gpu() {
-    passes("tests/c/cuda_session.c", 1, &[]);
+    passes("tests/c/cuda_session.c", &[], 1, &[]);
 }
 
 /// The session's workers on two GPUs.
 #[test]
 fn cuda_session_2_gpus() {
-    passes("tests/c/cuda_session.c", 2, &[]);
+    passes("tests/c/cuda_session.c", &[], 2, &[]);
 }
 
 /// One worker, one rank: the stand-in NCCL has no more (with two GPUs the program would make
 /// two ranks).
 #[test]
 fn cuda_nccl_1_gpu() {
-    passes("tests/c/cuda_nccl.c", 1, &[]);
+    passes("tests/c/cuda_nccl.c", &[], 1, &[]);
 }
 
 /// The benchmark's smoke run: small sizes, both its raw driver calls and the library's.
 #[test]
 fn bench_cuda_copy_quick() {
-    let binary = program("benches/cuda_copy/main.c", &["-ldl"]);
-    let (code, described) = run_on_stub(&binary, &["--quick"], 1, &[]);
-    assert_eq!(code, 0, "{described}");
+    let described = passes("benches/cuda_copy/main.c", &["--quick"], 1, &[]);
     // The last table's last row: the benchmark ran to its end.
     assert!(
         described.contains("| dvm_tensor_read 4 B, back to back |"),
@@ -225,9 +206,9 @@ fn bench_cuda_copy_quick() {
 /// that need a GPU skip, after checking what the entry points say.
 #[test]
 fn without_a_gpu_the_programs_skip() {
-    let (code, described) = run_on_stub(&program("tests/c/device_count.c", &[]), &[], 0, &[]);
+    let (code, described) = run_on_stub(&program("tests/c/device_count.c"), &[], 0, &[]);
     assert_eq!(code, 0, "{described}");
-    let (code, described) = run_on_stub(&program("tests/c/cuda_roundtrip.c", &[]), &[], 0, &[]);
+    let (code, described) = run_on_stub(&program("tests/c/cuda_roundtrip.c"), &[], 0, &[]);
     assert_eq!(code, 77, "{described}");
     assert!(described.contains("skipped: no CUDA device"), "{described}");
 }
@@ -237,19 +218,14 @@ fn stub_checks() -> &'static Path {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY.get_or_init(|| {
         let binary = out_dir().join("cuda_driver_stub_checks");
-        let mut command = Command::new("gcc");
-        command
-            .args(c_build::CFLAGS)
-            .arg(repo().join("tests/support/cuda_driver_stub_checks.c"))
-            .arg("-o")
-            .arg(&binary)
-            .arg("-L")
-            .arg(stub_dir())
-            .arg("-lcuda");
-        let output = command
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run gcc (is it installed?): {e}"));
-        assert!(output.status.success(), "{}", describe(&command, &output));
+        let stubs = format!("-L{}", stub_dir().display());
+        // Linked with the stand-in driver, not with the library.
+        c_build::compile(
+            "tests/support/cuda_driver_stub_checks.c",
+            &binary,
+            Link::Dlopen,
+            &[&stubs, "-lcuda"],
+        );
         binary
     })
 }

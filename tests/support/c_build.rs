@@ -3,8 +3,8 @@
 //!
 //! C programs are compiled with `gcc -std=c11 -Wall -Wextra -Werror -Iinclude`, C++ programs
 //! (`.cpp`) with `g++ -std=c++17 -Wall -Wextra -Werror -pedantic` and stricter warnings; both
-//! are linked with `-ldiscovm` (rpath set to the library's directory), or, for a program that
-//! loads the library itself, with `-ldl` only.
+//! are linked with `-ldiscovm` (rpath set to the library's directory) unless they load the
+//! library themselves, and with `-ldl` (the CUDA programs load the driver themselves).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -36,7 +36,7 @@ pub const CXXFLAGS: [&str; 10] = [
 pub enum Link {
     /// Linked with `-ldiscovm`.
     Library,
-    /// Loads it with `dlopen`: linked with `-ldl` only.
+    /// Loads it with `dlopen`: not linked with it.
     Dlopen,
 }
 
@@ -70,20 +70,15 @@ pub fn compile(source: &str, binary: &Path, link: Link, libs: &[&str]) {
         .arg(repo().join(source))
         .arg("-o")
         .arg(binary);
-    match link {
-        Link::Library => {
-            let dir = shared_library_dir();
-            command
-                .arg("-L")
-                .arg(dir)
-                .arg("-ldiscovm")
-                .arg(format!("-Wl,-rpath,{}", dir.display()));
-        }
-        Link::Dlopen => {
-            command.arg("-ldl");
-        }
+    if link == Link::Library {
+        let dir = shared_library_dir();
+        command
+            .arg("-L")
+            .arg(dir)
+            .arg("-ldiscovm")
+            .arg(format!("-Wl,-rpath,{}", dir.display()));
     }
-    command.args(libs);
+    command.args(libs).arg("-ldl");
     let output = command
         .output()
         .unwrap_or_else(|e| panic!("cannot run {compiler} (is it installed?): {e}"));

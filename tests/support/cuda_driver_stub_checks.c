@@ -66,15 +66,27 @@ static unsigned char* pinned(unsigned char fill) {
   return p;
 }
 
-/* A copy into page-locked memory has not happened until the stream is synchronized. */
-static int deferred(void) {
-  enter(0);
+/* A new stream with `flags` in the current context. */
+static CUstream stream(unsigned flags) {
   CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
-  unsigned char *in = pinned(7), *out = pinned(0);
+  CU(cuStreamCreate(&s, flags));
+  return s;
+}
+
+/* New device memory, with a copy of `in` into it queued on `s`. */
+static CUdeviceptr upload(CUstream s, const unsigned char* in) {
   CUdeviceptr dev;
   CU(cuMemAlloc_v2(&dev, N));
   CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  return dev;
+}
+
+/* A copy into page-locked memory has not happened until the stream is synchronized. */
+static int deferred(void) {
+  enter(0);
+  CUstream s = stream(BLOCKING);
+  unsigned char* out = pinned(0);
+  CUdeviceptr dev = upload(s, pinned(7));
   CU(cuMemcpyDtoHAsync_v2(out, dev, N, s));
   EXPECT(out[0] == 0);
   CU(cuStreamSynchronize(s));
@@ -87,12 +99,9 @@ static int deferred(void) {
 static int legacy_order(void) {
   enter(0);
   for (int flags = BLOCKING; flags <= NON_BLOCKING; flags++) {
-    CUstream s;
-    CU(cuStreamCreate(&s, (unsigned)flags));
-    unsigned char *in = pinned(9), *out = pinned(0);
-    CUdeviceptr dev;
-    CU(cuMemAlloc_v2(&dev, N));
-    CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+    CUstream s = stream((unsigned)flags);
+    unsigned char* out = pinned(0);
+    CUdeviceptr dev = upload(s, pinned(9));
     CU(cuMemcpyDtoHAsync_v2(out, dev, N, LEGACY));
     CU(cuStreamSynchronize(LEGACY));
     EXPECT(out[0] == (flags == BLOCKING ? 9 : 0xCD)); /* 0xCD: fresh device memory */
@@ -104,15 +113,11 @@ static int legacy_order(void) {
 /* An event after queued work is not ready; the work then runs, and it is. */
 static int event_query(void) {
   enter(0);
-  CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
+  CUstream s = stream(BLOCKING);
   CUevent e;
   CU(cuEventCreate(&e, 2));
   EXPECT(cuEventQuery(e) == 0); /* never recorded */
-  unsigned char* in = pinned(3);
-  CUdeviceptr dev;
-  CU(cuMemAlloc_v2(&dev, N));
-  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  upload(s, pinned(3));
   CU(cuEventRecord(e, s));
   EXPECT(cuEventQuery(e) == 600); /* CUDA_ERROR_NOT_READY */
   EXPECT(cuEventQuery(e) == 0);
@@ -122,12 +127,8 @@ static int event_query(void) {
 /* Page-locked memory freed while a copy from it is still queued. */
 static int free_pinned_in_use(void) {
   enter(0);
-  CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
   unsigned char* in = pinned(1);
-  CUdeviceptr dev;
-  CU(cuMemAlloc_v2(&dev, N));
-  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
+  upload(stream(BLOCKING), in);
   CU(cuMemFreeHost(in));
   return 0;
 }
@@ -135,8 +136,7 @@ static int free_pinned_in_use(void) {
 /* A copy into device memory after its free. */
 static int use_after_free(void) {
   enter(0);
-  CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
+  CUstream s = stream(BLOCKING);
   unsigned char* in = pinned(1);
   CUdeviceptr dev;
   CU(cuMemAlloc_v2(&dev, N));
@@ -149,22 +149,15 @@ static int use_after_free(void) {
  * with no event wait between them. */
 static int free_async_unordered(void) {
   enter(0);
-  CUstream s, other;
-  CU(cuStreamCreate(&s, NON_BLOCKING));
-  CU(cuStreamCreate(&other, NON_BLOCKING));
-  unsigned char* in = pinned(1);
-  CUdeviceptr dev;
-  CU(cuMemAlloc_v2(&dev, N));
-  CU(cuMemcpyHtoDAsync_v2(dev, in, N, s));
-  CU(cuMemFreeAsync(dev, other));
+  CUdeviceptr dev = upload(stream(NON_BLOCKING), pinned(1));
+  CU(cuMemFreeAsync(dev, stream(NON_BLOCKING)));
   return 0;
 }
 
 /* A stream made on a thread without a current context. */
 static int no_context(void) {
   CU(cuInit(0));
-  CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
+  stream(BLOCKING);
   return 0;
 }
 
@@ -174,9 +167,7 @@ static int event_of_another_context(void) {
   CUevent e;
   CU(cuEventCreate(&e, 2));
   enter(1);
-  CUstream s;
-  CU(cuStreamCreate(&s, BLOCKING));
-  CU(cuEventRecord(e, s));
+  CU(cuEventRecord(e, stream(BLOCKING)));
   return 0;
 }
 

@@ -1,12 +1,20 @@
-//! Builds the stand-in NCCL library (`nccl_stub.c`, NCCL's C ABI without a GPU) for the tests
-//! that load it.
+//! Builds the stand-in libraries (`nccl_stub.c`, NCCL's C ABI without a GPU, and the others
+//! in this folder) for the tests that load them.
+
+#![allow(dead_code)] // each test binary uses its own part of this module
 
 use std::path::Path;
 use std::process::Command;
 
 /// Compiles `tests/support/nccl_stub.c` into the shared library `library`.
 pub fn build(library: &Path) {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/nccl_stub.c");
+    build_shared("tests/support/nccl_stub.c", library, &[]);
+}
+
+/// Compiles `source` (relative to the repository root) into the shared library `library`, with
+/// the extra flags `extra` (a soname, libraries) last.
+pub fn build_shared(source: &str, library: &Path, extra: &[&str]) {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
     let output = Command::new("gcc")
         .args([
             "-std=c11", "-Wall", "-Wextra", "-Werror", "-shared", "-fPIC",
@@ -14,11 +22,13 @@ pub fn build(library: &Path) {
         .arg(&source)
         .arg("-o")
         .arg(library)
+        .args(extra)
         .output()
         .expect("gcc runs (it builds the C tests too)");
     assert!(
         output.status.success(),
-        "gcc failed:\n{}",
+        "gcc failed on {}:\n{}",
+        source.display(),
         String::from_utf8_lossy(&output.stderr)
     );
 }
