@@ -356,6 +356,42 @@ int32_t dvm_session_num_workers(const dvm_session *session);
 dvm_status dvm_session_get_global_func(dvm_session *session, const char *name, dvm_dref **out);
 
 /**
+ * Loads the shared library at `path` on every worker, after the calls sent before, and returns
+ * at once with a DRef to the module on each. The library exports packed functions under
+ * tvm-ffi's convention (`__tvm_ffi_<name>`, a `DVMSafeCall` called with a NULL handle), as
+ * this library does; `dvm_session_module_func` reaches them. Loaded libraries stay loaded for
+ * the rest of the process.
+ *
+ * Ownership: `*out` is a new DRef; release it with `dvm_dref_free`.
+ * Errors: `ValueError` naming `path` if it is not a file, or for NULL arguments;
+ * `SessionClosed` after shutdown. A library a worker cannot load (not a shared library, or
+ * with unresolved symbols) fails that worker's next wait with a `WorkerError` whose message
+ * names the path and gives the loader's reason.
+ * Undefined: `session` after its last release; `path` that is not NUL-terminated.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_load_module(dvm_session *session, const char *path, dvm_dref **out);
+
+/**
+ * The function `name` of the module `module` holds on every worker (a DRef from
+ * `dvm_session_load_module`, or a tvm-ffi module that a worker function returned); returns at
+ * once with a DRef to the function on each, ready for `dvm_session_call`.
+ *
+ * Ownership: `module` is borrowed; `*out` is a new DRef; release it with `dvm_dref_free`.
+ * Errors: `ValueError` for NULL arguments, an empty `name` or a `module` of another session;
+ * `TypeError` if `module` is not a DRef; `SessionClosed` after shutdown. A module without
+ * that function (or a value that is not a module) fails each worker's next wait with a
+ * `WorkerError` naming the function, its symbol and the module's path.
+ * Undefined: `session` or `module` after their last release; `name` that is not
+ * NUL-terminated.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_module_func(dvm_session *session,
+                                   const dvm_dref *module,
+                                   const char *name,
+                                   dvm_dref **out);
+
+/**
  * Broadcasts a call of the function in `func` to every worker. Arguments are copied once and
  * shared by all workers; a DRef argument becomes each worker's own register value. Returns at
  * once; failures on the workers are reported by the next wait (sync, copy, register read).

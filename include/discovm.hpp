@@ -627,6 +627,23 @@ class Session : public detail::Handle<Session, dvm_session, dvm_session_free> {
     return DRef(adopt, out);
   }
 
+  /// Loads the shared library at `path` on every worker (it exports packed functions as
+  /// `__tvm_ffi_<name>`) and returns at once with a DRef to the module; ValueError if `path`
+  /// is not a file, and a library a worker cannot load fails its next wait.
+  DRef load_module(const std::string& path) const {
+    dvm_dref* out = nullptr;
+    detail::check(dvm_session_load_module(raw(), path.c_str(), &out));
+    return DRef(adopt, out);
+  }
+
+  /// A DRef to the function `name` of the module in `module` on every worker, ready for
+  /// `call`; a missing function fails each worker's next wait with a KeyError naming it.
+  DRef module_func(const DRef& module, const std::string& name) const {
+    dvm_dref* out = nullptr;
+    detail::check(dvm_session_module_func(raw(), module.raw(), name.c_str(), &out));
+    return DRef(adopt, out);
+  }
+
   /// Broadcasts a call of the function in `func` to every worker and returns at once, with a
   /// DRef to the results. Arguments are copied once for all workers; a DRef argument becomes
   /// each worker's own value of that register.

@@ -121,6 +121,7 @@ programs! {
     object_ref_counting: Program::new("tests/c/object_ref_counting.c");
     session_calls: Program::new("tests/c/session_calls.c");
     session_failures: Program::new("tests/c/session_failures.c");
+    session_modules: Program::new("tests/c/session_modules.c");
     session_load: Program::new("tests/c/session_load.c").libs(&["-lpthread"]);
     session_timeout_keeps_failures: Program::new("tests/c/session_timeout_keeps_failures.c");
     session_sync_all_timeout: Program::new("tests/c/session_sync_all_timeout.c");

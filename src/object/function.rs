@@ -129,10 +129,29 @@ unsafe fn invoke(
     let safe_call = cell
         .safe_call
         .ok_or_else(|| Error::runtime("function has no safe_call"))?;
+    // SAFETY: the handle is the function object itself, as the packed convention wants.
+    unsafe { call_safe(safe_call, handle.cast(), args, num_args) }
+}
+
+/// Calls a packed function pointer with `handle`, reading an error from the slot it was raised
+/// into, or the result it wrote.
+///
+/// # Safety
+/// `safe_call` follows the packed convention and accepts `handle`; `args` points at `num_args`
+/// valid values (any pointer if 0) that outlive the call.
+pub(crate) unsafe fn call_safe(
+    safe_call: DVMSafeCall,
+    handle: *mut c_void,
+    args: *const DVMAny,
+    num_args: impl TryInto<i32>,
+) -> Result<Any> {
+    let num_args = num_args
+        .try_into()
+        .map_err(|_| Error::value("too many arguments for one packed call"))?;
     error::clear_raised();
     let mut result = DVMAny::none();
-    // SAFETY: the packed convention; the handle is the function object itself.
-    let rc = unsafe { safe_call(handle.cast(), args, num_args, &mut result) };
+    // SAFETY: as the caller promises.
+    let rc = unsafe { safe_call(handle, args, num_args, &mut result) };
     if rc != 0 {
         return Err(error::take_raised(rc));
     }

@@ -84,6 +84,7 @@ pub fn register() {
         no_args("runtime.disco.device", |info| Any::Device(info.device));
         builtin("runtime.disco.empty", empty);
         builtin("runtime.disco.bind_worker_to_cpu_core", bind_to_core);
+        super::module::register();
         super::ccl::register();
         super::ccl::nccl::register();
     });

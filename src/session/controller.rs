@@ -422,7 +422,7 @@ impl Session {
         self.wait(worker, &reply, what, self.deadline())
     }
 
-    fn check_owner(self: &Arc<Self>, dref: &DRef, name: &str) -> Result<()> {
+    pub(super) fn check_owner(self: &Arc<Self>, dref: &DRef, name: &str) -> Result<()> {
         if Arc::ptr_eq(dref.session(), self) {
             Ok(())
         } else {

@@ -10,6 +10,7 @@ mod handles;
 #[cfg(all(test, loom))]
 mod loom_model;
 mod message;
+mod module;
 mod registers;
 mod worker;
 

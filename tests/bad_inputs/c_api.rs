@@ -11,7 +11,9 @@ use std::rc::Rc;
 use discovm::abi::{DLDataType, DLDevice, DVMAny};
 use discovm::capi::*;
 
-use crate::fixture::{CPU, F32, Fixture, Handle, WORKERS, malformed_values, strong_count};
+use crate::fixture::{
+    CPU, F32, Fixture, Handle, WORKERS, malformed_values, module_path, strong_count,
+};
 use crate::{Case, Kind, Returned};
 
 mod written;
@@ -187,6 +189,14 @@ const APIS: &[Api] = &[
     Api { name: "dvm_session_get_global_func",
         valid: |f| vec![ptr(f.open.session), text(c"runtime.disco.worker_rank"), ptr(f.out())],
         call: |a| status(unsafe { dvm_session_get_global_func(a.p(0), a.cp(1), a.p(2)) }) },
+    Api { name: "dvm_session_load_module",
+        valid: |f| vec![ptr(f.open.session), ptr(module_path().as_ptr()), ptr(f.out())],
+        call: |a| status(unsafe { dvm_session_load_module(a.p(0), a.cp(1), a.p(2)) }) },
+    Api { name: "dvm_session_module_func",
+        valid: |f| vec![ptr(f.open.session), ptr(f.open.module), text(c"version"), ptr(f.out())],
+        call: |a| status(unsafe {
+            dvm_session_module_func(a.p(0), a.cp(1), a.cp(2), a.p(3))
+        }) },
     Api { name: "dvm_session_call",
         valid: |f| vec![ptr(f.open.session), ptr(f.open.func), ptr(f.args()), I32(1),
                         ptr(f.out())],

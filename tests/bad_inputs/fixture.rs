@@ -275,6 +275,20 @@ pub struct SessionParts {
     pub remote: *mut dvm_dref,
     /// Worker 0.
     pub worker: *mut dvm_worker,
+    /// This library, loaded on each worker as a module.
+    pub module: *mut dvm_dref,
+}
+
+/// The path of this library, which is a module too (its functions are exported under tvm-ffi's
+/// convention).
+pub fn module_path() -> &'static CStr {
+    static PATH: std::sync::OnceLock<std::ffi::CString> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let path = crate::built_library::shared_library()
+            .to_str()
+            .expect("a UTF-8 path");
+        std::ffi::CString::new(path).expect("a path without NUL bytes")
+    })
 }
 
 impl SessionParts {
@@ -314,6 +328,11 @@ impl SessionParts {
             unsafe { dvm_session_worker(session, 0, &mut worker) },
             "a worker",
         );
+        let mut module = null_mut();
+        ok(
+            unsafe { dvm_session_load_module(session, module_path().as_ptr(), &mut module) },
+            "a module",
+        );
         ok(unsafe { dvm_session_sync_all(session) }, "a sync");
         SessionParts {
             session,
@@ -321,16 +340,18 @@ impl SessionParts {
             ranks,
             remote,
             worker,
+            module,
         }
     }
 
-    fn objects(&self) -> [*mut c_void; 5] {
+    fn objects(&self) -> [*mut c_void; 6] {
         [
             self.session.cast(),
             self.func.cast(),
             self.ranks.cast(),
             self.remote.cast(),
             self.worker.cast(),
+            self.module.cast(),
         ]
     }
 
@@ -338,6 +359,7 @@ impl SessionParts {
         // SAFETY: the fixture's own references.
         unsafe {
             dvm_worker_free(self.worker);
+            dvm_dref_free(self.module);
             dvm_dref_free(self.remote);
             dvm_dref_free(self.ranks);
             dvm_dref_free(self.func);

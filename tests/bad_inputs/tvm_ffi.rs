@@ -12,6 +12,7 @@ use discovm::object::{Array, Shape};
 
 use crate::fixture::{
     CPU, F32, Fixture, Handle, WORKERS, any_int, any_object, any_tensor_ptr, malformed_values,
+    module_path,
 };
 use crate::{Case, Kind, Returned};
 
@@ -47,6 +48,8 @@ entry_points!(
     __tvm_ffi_session_new_threaded,
     __tvm_ffi_session_num_workers,
     __tvm_ffi_session_get_global_func,
+    __tvm_ffi_session_load_module,
+    __tvm_ffi_session_module_func,
     __tvm_ffi_session_call,
     __tvm_ffi_session_sync_worker,
     __tvm_ffi_session_sync_all,
@@ -199,6 +202,12 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
                 c_str(c"runtime.disco.worker_rank"),
             ]
         }
+        "session_load_module" => vec![object(open.session.cast()), c_str(module_path())],
+        "session_module_func" => vec![
+            object(open.session.cast()),
+            object(open.module.cast()),
+            c_str(c"version"),
+        ],
         "session_call" => vec![
             object(open.session.cast()),
             object(open.func.cast()),
@@ -665,6 +674,45 @@ fn written_out(f: &Fixture) -> Vec<Case<'_>> {
                 ),
         );
     }
+    cases.push(
+        call("session_load_module")
+            .with("path", c_str(c"/nonexistent/libmodule.so"), "is missing")
+            .fails(
+                f,
+                Kind::Value,
+                "path",
+                "module path `/nonexistent/libmodule.so` is not a file",
+            ),
+    );
+    cases.push(
+        call("session_load_module")
+            .with("path", c_str(c"/"), "is a directory")
+            .fails(f, Kind::Value, "path", "module path `/` is not a file"),
+    );
+    cases.push(
+        call("session_module_func")
+            .with("name", small(ti::SMALL_STR, b""), "is empty")
+            .fails(
+                f,
+                Kind::Value,
+                "name",
+                "a module function needs a non-empty name",
+            ),
+    );
+    cases.push(
+        call("session_module_func")
+            .with(
+                "module",
+                object(f.other.module.cast()),
+                "is of another session",
+            )
+            .fails(
+                f,
+                Kind::Value,
+                "module",
+                "`module` is a DRef of another session",
+            ),
+    );
     cases.push(
         call("func_register_global")
             .with("name", small(ti::SMALL_STR, b""), "is empty")

@@ -74,6 +74,25 @@ entry_point! {
 }
 
 entry_point! {
+    /// `session_load_module(session: Session, path: str) -> DRef`: as
+    /// `dvm_session_load_module`.
+    __tvm_ffi_session_load_module(args: ["session", "path"]) {
+        args.count(2, 2)?;
+        Ok(session(&args)?.load_module(args.str(1)?)?.into())
+    }
+}
+
+entry_point! {
+    /// `session_module_func(session: Session, module: DRef, name: str) -> DRef`: as
+    /// `dvm_session_module_func`.
+    __tvm_ffi_session_module_func(args: ["session", "module", "name"]) {
+        args.count(3, 3)?;
+        let (session, module) = (session(&args)?, dref(&args, 1)?);
+        Ok(session.module_func(&module, args.str(2)?)?.into())
+    }
+}
+
+entry_point! {
     /// `session_call(session: Session, func: DRef, *args) -> DRef`: as `dvm_session_call`.
     __tvm_ffi_session_call(args: ["session", "func", "*args"]) {
         args.count(2, usize::MAX)?;

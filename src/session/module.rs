@@ -1,0 +1,79 @@
+//! Modules on workers: every worker loads a shared library into a register, and its exported
+//! functions become DRefs.
+//!
+//! Both steps are ordinary calls of two worker built-ins, so they travel to workers as any call
+//! does and every kind of session runs them unchanged: a worker loads the library itself, in its
+//! own process, and a failure is an error value of that worker's call.
+
+use std::sync::{Arc, Once};
+
+use super::controller::{Session, Target};
+use super::dref::DRef;
+use crate::object::args::arity;
+use crate::object::module::{Module, check_file, module_function};
+use crate::object::{Any, AnyView, Error, Function, Result, registry};
+
+/// `discovm.load_module(path) -> Module`: loads a shared library on the calling worker.
+const LOAD: &str = "discovm.load_module";
+/// `discovm.module_get_function(module, name) -> Function`: one of a module's functions.
+const GET_FUNCTION: &str = "discovm.module_get_function";
+
+fn load(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(LOAD, args, 1, 1)?;
+    let path = args[0]
+        .as_str()
+        .map_err(|e| e.context("argument 0 (path)"))?;
+    Ok(Module::load(path)?.into())
+}
+
+fn get_function(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(GET_FUNCTION, args, 2, 2)?;
+    let name = args[1]
+        .as_str()
+        .map_err(|e| e.context("argument 1 (name)"))?;
+    Ok(module_function(&args[0], name)
+        .map_err(|e| e.context("argument 0 (module)"))?
+        .into())
+}
+
+/// Registers the two built-ins once per process.
+pub(super) fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (name, body) in [
+            (LOAD, load as fn(&[AnyView<'_>]) -> Result<Any>),
+            (GET_FUNCTION, get_function),
+        ] {
+            registry::register_global(name, Function::from_closure(body), true)
+                .expect("built-in names are valid");
+        }
+    });
+}
+
+impl Session {
+    /// Loads the shared library at `path` on every worker, after the calls sent before; returns
+    /// at once with a DRef to the module on each. A path that is not a file here is a
+    /// `ValueError` now; a library a worker cannot load fails that worker's next wait.
+    pub fn load_module(self: &Arc<Self>, path: &str) -> Result<DRef> {
+        self.check_open()?;
+        check_file(path)?;
+        let load = self.get_global_func(LOAD)?;
+        self.call(Target::All, &load, &[Any::from(path).view()])
+    }
+
+    /// The function `name` of the module `module` holds on every worker (loaded by
+    /// [`Session::load_module`], or a tvm-ffi module a worker function returned); returns at
+    /// once. A missing function fails each worker's next wait with a `KeyError` naming it.
+    pub fn module_func(self: &Arc<Self>, module: &DRef, name: &str) -> Result<DRef> {
+        self.check_owner(module, "module")?;
+        if name.is_empty() {
+            return Err(Error::value("a module function needs a non-empty name"));
+        }
+        let get = self.get_global_func(GET_FUNCTION)?;
+        self.call(
+            Target::All,
+            &get,
+            &[Any::from(module.clone()).view(), Any::from(name).view()],
+        )
+    }
+}
