@@ -31,12 +31,13 @@ from .functions import (
     remove_global_func,
     version,
 )
-from .session import REDUCE_OPS, DPackedFunc, DRef, Session, ThreadedSession
+from .session import REDUCE_OPS, DModule, DPackedFunc, DRef, Session, ThreadedSession
 from .vm import Stream, Tensor
 
 __all__ = [
     "LIBRARY_ENV",
     "REDUCE_OPS",
+    "DModule",
     "DPackedFunc",
     "DRef",
     "DeviceUnavailable",

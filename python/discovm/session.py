@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import os
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -25,6 +26,7 @@ import tvm_ffi
 from . import _convert
 from ._convert import DeviceLike, DTypeLike, SupportsDLPack
 from ._library import module
+from .vm import Tensor
 
 #: The reduction kinds of :meth:`Session.allreduce`, as the workers' built-in numbers them.
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
@@ -56,7 +58,7 @@ class DRef:
         WorkerError
             If the call that should have filled the register failed there.
         """
-        return module().dref_get(self._handle, worker_id)
+        return _remote_value(module().dref_get(self._handle, worker_id))
 
     def debug_copy_from(self, worker_id: int, value: SupportsDLPack) -> None:
         """Sets the register on worker ``worker_id`` to a copy of the array ``value``."""
@@ -64,6 +66,14 @@ class DRef:
 
     def __repr__(self) -> str:
         return f"<discovm.DRef of {self.session!r}>"
+
+
+def _remote_value(value: Any) -> Any:
+    """A value read from a worker, as Disco hands it back: a tensor as a
+    :class:`~discovm.Tensor` (``.numpy()``, DLPack), anything else as tvm-ffi converts it."""
+    if isinstance(value, tvm_ffi.Tensor):
+        return Tensor.from_dlpack(value)
+    return value
 
 
 class DPackedFunc(DRef):
@@ -74,6 +84,20 @@ class DPackedFunc(DRef):
 
     def __call__(self, *args: Any) -> DRef:
         return self.session.call_packed(self, *args)
+
+
+class DModule(DRef):
+    """A module on every worker (see :meth:`Session.load_module` and
+    :meth:`Session.load_vm_module`): ``mod["name"]`` is its function ``name`` on every worker."""
+
+    __slots__ = ()
+
+    def __getitem__(self, name: str) -> DPackedFunc:
+        """The module's function ``name`` on every worker. A module without it fails each
+        worker's next wait with a ``WorkerError`` naming the function."""
+        return DPackedFunc(
+            module().session_module_func(self.session._handle, self._handle, name), self.session
+        )
 
 
 _LIVE_SESSIONS: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -140,6 +164,45 @@ class Session:
             If no function is registered under ``name`` (checked now, not on the workers).
         """
         return DPackedFunc(module().session_get_global_func(self._handle, name), self)
+
+    def load_module(self, path: str | os.PathLike[str]) -> DModule:
+        """Loads the shared library at ``path`` on every worker, after the calls sent before.
+        It exports packed functions under tvm-ffi's convention (``__tvm_ffi_<name>``), as a
+        library built with tvm-ffi does; ``mod["name"]`` reaches them.
+
+        Raises
+        ------
+        ValueError
+            If ``path`` is not a file (a library a worker cannot load fails its next wait).
+        """
+        return DModule(module().session_load_module(self._handle, os.fspath(path)), self)
+
+    def load_vm_module(
+        self, path: str | os.PathLike[str], device: DeviceLike = None
+    ) -> DModule:
+        """Loads on every worker a model that TVM compiled for its Relax VM (exported with
+        ``export_library``), on ``device`` or by default on each worker's own device, as
+        Disco's method does; ``mod["main"]`` is its entry function.
+
+        Raises
+        ------
+        ImportError
+            If apache-tvm is not installed (the VM is TVM's).
+        ValueError
+            If ``path`` is not a file.
+        """
+        try:
+            import tvm  # noqa: F401 - loads TVM's runtime, which runs the VM, into the process
+        except ImportError as error:
+            raise ImportError(
+                "Session.load_vm_module needs apache-tvm, whose runtime runs the compiled "
+                "model: pip install apache-tvm"
+            ) from error
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise ValueError(f"module path `{path}` is not a file")
+        func = self._get_cached_method("runtime.disco.load_vm_module")
+        return DModule(func(path, _convert.device(device))._handle, self)
 
     def import_python_module(self, module_name: str) -> None:
         """Imports a Python module for the workers (they are threads of this interpreter, so

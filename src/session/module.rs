@@ -7,9 +7,10 @@
 
 use std::sync::{Arc, Once};
 
+use super::builtins::on_worker;
 use super::controller::{Session, Target};
 use super::dref::DRef;
-use crate::object::args::arity;
+use crate::object::args::{arity, optional};
 use crate::object::module::{Module, check_file, module_function};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
 
@@ -17,6 +18,13 @@ use crate::object::{Any, AnyView, Error, Function, Result, registry};
 const LOAD: &str = "discovm.load_module";
 /// `discovm.module_get_function(module, name) -> Function`: one of a module's functions.
 const GET_FUNCTION: &str = "discovm.module_get_function";
+/// `runtime.disco.load_vm_module(path, device=None) -> Module`: Disco's loader of a model TVM
+/// compiled for its Relax VM, on the worker's device by default.
+const LOAD_VM: &str = "runtime.disco.load_vm_module";
+
+/// The allocator TVM's VM is initialised with for the device and for the host (its "pooled"
+/// allocator, as Disco's loader chooses).
+const VM_POOLED_ALLOCATOR: i64 = 2;
 
 fn load(args: &[AnyView<'_>]) -> Result<Any> {
     arity(LOAD, args, 1, 1)?;
@@ -36,13 +44,43 @@ fn get_function(args: &[AnyView<'_>]) -> Result<Any> {
         .into())
 }
 
-/// Registers the two built-ins once per process.
+fn load_vm(args: &[AnyView<'_>]) -> Result<Any> {
+    let info = on_worker(LOAD_VM)?;
+    arity(LOAD_VM, args, 1, 2)?;
+    let path = args[0]
+        .as_str()
+        .map_err(|e| e.context("argument 0 (path)"))?;
+    let device = optional(args, 1, "device", info.device, AnyView::as_device)?;
+    check_file(path)?;
+    let loader = registry::get_global("ffi.ModuleLoadFromFile").map_err(|_| {
+        Error::runtime(format!(
+            "cannot load the VM module `{path}`: TVM's runtime is not in this process (in \
+             Python, install apache-tvm; in C, link libtvm_runtime)"
+        ))
+    })?;
+    let library = loader.call(&[Any::from(path).view()])?;
+    let executable = module_function(&library.view(), "vm_load_executable")?.call(&[])?;
+    let host = Any::Int(i64::from(crate::abi::KDL_CPU));
+    let initialize = module_function(&executable.view(), "vm_initialization")?;
+    initialize.call(&[
+        Any::Int(device.device_type.into()).view(),
+        Any::Int(device.device_id.into()).view(),
+        Any::Int(VM_POOLED_ALLOCATOR).view(),
+        host.view(),
+        Any::Int(0).view(),
+        Any::Int(VM_POOLED_ALLOCATOR).view(),
+    ])?;
+    Ok(executable)
+}
+
+/// Registers the built-ins once per process.
 pub(super) fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         for (name, body) in [
             (LOAD, load as fn(&[AnyView<'_>]) -> Result<Any>),
             (GET_FUNCTION, get_function),
+            (LOAD_VM, load_vm),
         ] {
             registry::register_global(name, Function::from_closure(body), true)
                 .expect("built-in names are valid");

@@ -1,0 +1,246 @@
+"""Disco's own session and collective tests (apache/tvm, tests/python/disco/test_session.py and
+the collective cases of test_ccl.py), written as a Disco script writes them, with only the
+import changed: every case that needs neither a GPU nor TVM's compiler. The functions the
+session tests call are registered in tvm-ffi's registry, as ``tvm.testing.disco`` registers
+them for Disco.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import tvm_ffi
+from tvm_ffi import Shape as ShapeTuple
+from tvm_ffi.core import String
+
+import discovm as di  # Disco's tests: from tvm.runtime import disco as di
+
+_all_session_kinds = [di.ThreadedSession]
+
+
+@tvm_ffi.register_global_func("tests.disco.add_one", override=True)
+def _add_one(x: int) -> int:
+    return x + 1
+
+
+@tvm_ffi.register_global_func("tests.disco.add_one_float", override=True)
+def _add_one_float(x: float) -> float:
+    return x + 0.5
+
+
+@tvm_ffi.register_global_func("tests.disco.add_one_ndarray", override=True)
+def _add_one_ndarray(x):
+    return tvm_ffi.from_dlpack(np.from_dlpack(x) + 1)
+
+
+@tvm_ffi.register_global_func("tests.disco.str", override=True)
+def _str(x: str) -> str:
+    return x + "_suffix"
+
+
+@tvm_ffi.register_global_func("tests.disco.str_obj", override=True)
+def _str_obj(x):
+    # tvm-ffi hands strings of up to 7 bytes to Python as `str` (String is a `str` subclass).
+    assert isinstance(x, str)
+    return String(x + "_suffix")
+
+
+@tvm_ffi.register_global_func("tests.disco.shape_tuple", override=True)
+def _shape_tuple(x):
+    assert isinstance(x, ShapeTuple)
+    return ShapeTuple(list(x) + [4, 5])
+
+
+def _numpy_to_worker_0(sess: di.Session, np_array: np.ndarray, device):
+    x_array = sess.empty(np_array.shape, "float32", device=device)
+    sess.copy_to_worker_0(np_array, x_array)
+    return x_array
+
+
+def _numpy_from_worker_0(sess: di.Session, remote_array, shape, dtype):
+    host_array = np.empty(shape, dtype)
+    sess.copy_from_worker_0(host_array, remote_array)
+    sess.sync_worker_0()
+    return host_array
+
+
+# ---- test_session.py ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_int(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.add_one")
+    result: di.DRef = func(1)
+    for i in range(num_workers):
+        assert result.debug_get_from_remote(i) == 2
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_float(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.add_one_float")
+    result: di.DRef = func(1.5)
+    for i in range(num_workers):
+        assert result.debug_get_from_remote(i) == 2.0
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_ndarray(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    device = tvm_ffi.device("cpu", 0)
+    x_np = np.arange(6).astype("float32").reshape([2, 3])
+    y_np = np.arange(6).astype("float32").reshape([2, 3]) + 1
+    x_disc = _numpy_to_worker_0(sess, x_np, device=device)
+    y_disc = sess.get_global_func("tests.disco.add_one_ndarray")(x_disc)
+    y_nd = _numpy_from_worker_0(sess, y_disc, shape=y_np.shape, dtype=y_np.dtype)
+    np.testing.assert_equal(y_nd, y_np)
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_string(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.str")
+    result: di.DRef = func("hello")
+    for i in range(num_workers):
+        assert result.debug_get_from_remote(i) == "hello_suffix"
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_string_obj(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.str_obj")
+    result: di.DRef = func(String("hello"))
+    for i in range(num_workers):
+        value = result.debug_get_from_remote(i)
+        assert isinstance(value, String)
+        assert value == "hello_suffix"
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_shape_tuple(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.shape_tuple")
+    result: di.DRef = func(ShapeTuple([1, 2, 3]))
+    for i in range(num_workers):
+        value = result.debug_get_from_remote(i)
+        assert isinstance(value, ShapeTuple)
+        assert list(value) == [1, 2, 3, 4, 5]
+
+
+# ---- test_ccl.py, the collective cases, on the CPU backend ------------------------------------
+
+_ccl = ["cpu"]
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_init(session_kind, ccl):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_allreduce(session_kind, ccl):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+    array_1 = np.arange(12, dtype="float32").reshape(3, 4)
+    array_2 = np.arange(start=1, stop=-11, step=-1, dtype="float32").reshape(3, 4)
+    d_array = sess.empty((3, 4), "float32")
+    d_array.debug_copy_from(0, array_1)
+    d_array.debug_copy_from(1, array_2)
+    for op, np_op in [
+        ("sum", np.add),
+        ("prod", np.multiply),
+        ("min", np.minimum),
+        ("max", np.maximum),
+        ("avg", lambda a, b: (a + b) * 0.5),
+    ]:
+        dst_array = sess.empty((3, 4), "float32")
+        sess.allreduce(d_array, dst_array, op=op)
+        result = dst_array.debug_get_from_remote(0).numpy()
+        expected = np_op(array_1, array_2)
+        np.testing.assert_equal(result, expected)
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_allgather(session_kind, ccl):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+    array = np.arange(36, dtype="float32")
+    d_src = sess.empty((3, 3, 2), "float32")
+    d_dst = sess.empty((3, 4, 3), "float32")
+    d_src.debug_copy_from(0, array[:18])
+    d_src.debug_copy_from(1, array[18:])
+    sess.allgather(d_src, d_dst)
+    np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array.reshape(3, 4, 3))
+    np.testing.assert_equal(d_dst.debug_get_from_remote(1).numpy(), array.reshape(3, 4, 3))
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_broadcast_from_worker0(session_kind, ccl):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+    array = np.arange(12, dtype="float32").reshape(3, 4)
+    d_array = sess.empty((3, 4), "float32", worker0_only=True)
+    d_array.debug_copy_from(0, array)
+    dst_array = sess.empty((3, 4), "float32")
+    sess.broadcast_from_worker0(d_array, dst_array)
+    result = dst_array.debug_get_from_remote(1).numpy()
+    np.testing.assert_equal(result, array)
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_scatter(session_kind, ccl, capfd):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+    array = np.arange(36, dtype="float32").reshape(3, 4, 3)
+    d_src = sess.empty((3, 4, 3), "float32", worker0_only=True)
+    d_dst = sess.empty((3, 3, 2), "float32")
+    d_src.debug_copy_from(0, array)
+    sess.scatter_from_worker0(d_src, d_dst)
+    np.testing.assert_equal(
+        d_dst.debug_get_from_remote(0).numpy(), array.flat[:18].reshape(3, 3, 2)
+    )
+    np.testing.assert_equal(
+        d_dst.debug_get_from_remote(1).numpy(), array.flat[18:].reshape(3, 3, 2)
+    )
+    captured = capfd.readouterr()
+    assert not captured.err, "No warning messages should be generated from scatter_from_worker0"
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("ccl", _ccl)
+def test_gather(session_kind, ccl, capfd):
+    devices = [0, 1]
+    sess = session_kind(num_workers=len(devices))
+    sess.init_ccl(ccl, *devices)
+
+    array = np.arange(36, dtype="float32")
+    d_src = sess.empty((3, 3, 2), "float32")
+    d_dst = sess.empty((3, 4, 3), "float32", worker0_only=True)
+    d_src.debug_copy_from(0, array[:18])
+    d_src.debug_copy_from(1, array[18:])
+    sess.gather_to_worker0(d_src, d_dst)
+    np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array.reshape(3, 4, 3))
+    captured = capfd.readouterr()
+    assert not captured.err, "No warning messages should be generated from gather_to_worker0"

@@ -1,0 +1,76 @@
+"""Modules on the workers through the package: the library itself is a module (its functions
+are exported under tvm-ffi's convention), loaded on every worker with ``Session.load_module``;
+bad paths, missing functions and modules used as functions are clear errors, and the session
+goes on."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import discovm
+
+
+def test_a_module_s_functions_run_on_every_worker(sess):
+    mod = sess.load_module(discovm.library_path())
+    assert isinstance(mod, discovm.DModule)
+    worker_id = mod["current_worker_id"]
+    assert isinstance(worker_id, discovm.DPackedFunc)
+    ids = worker_id()
+    assert [ids.debug_get_from_remote(w) for w in range(4)] == [0, 1, 2, 3]
+    version = mod["version"]()
+    assert version.debug_get_from_remote(3) == discovm.version()
+
+
+def test_a_path_that_is_no_file_is_refused_at_the_call(sess, tmp_path):
+    with pytest.raises(ValueError, match="is not a file"):
+        sess.load_module(tmp_path / "libmissing.so")
+    with pytest.raises(ValueError, match="is not a file"):
+        sess.load_module(tmp_path)
+
+
+def test_a_file_that_is_no_library_fails_the_next_wait_with_the_loader_s_reason(sess, tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("not a shared library\n")
+    sess.load_module(text)
+    with pytest.raises(discovm.WorkerError, match="cannot load module .*notes.txt"):
+        sess.sync_all()
+    assert sess.get_global_func("runtime.disco.worker_rank")().debug_get_from_remote(2) == 2
+
+
+def test_a_missing_function_fails_the_next_wait_naming_its_symbol(sess):
+    mod = sess.load_module(discovm.library_path())
+    mod["no_such_function"]
+    with pytest.raises(discovm.WorkerError, match="__tvm_ffi_no_such_function"):
+        sess.sync_worker_0()
+
+
+def test_a_module_is_not_a_function_and_a_function_is_not_a_module(sess):
+    mod = sess.load_module(discovm.library_path())
+    sess.call_packed(mod)
+    with pytest.raises(discovm.WorkerError, match="discovm.Module"):
+        sess.sync_worker_0()
+    rank = sess.get_global_func("runtime.disco.worker_rank")
+    discovm.DModule(rank._handle, sess)["version"]
+    with pytest.raises(discovm.WorkerError, match="expected a module"):
+        sess.sync_worker_0()
+
+
+def test_load_vm_module_needs_apache_tvm_or_a_file(sess, tmp_path):
+    try:
+        import tvm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="apache-tvm"):
+            sess.load_vm_module(tmp_path / "model.so")
+    else:
+        with pytest.raises(ValueError, match="is not a file"):
+            sess.load_vm_module(tmp_path / "model.so")
+
+
+def test_remote_tensors_read_back_with_numpy_and_dlpack(sess):
+    x = sess.copy_to_worker_0(np.arange(6, dtype="float32").reshape(2, 3))
+    value = x.debug_get_from_remote(0)
+    assert isinstance(value, discovm.Tensor)
+    np.testing.assert_array_equal(value.numpy(), np.arange(6).reshape(2, 3))
+    np.testing.assert_array_equal(np.from_dlpack(value), np.arange(6).reshape(2, 3))
+    assert x.debug_get_from_remote(1) is None, "copy_to_worker_0 allocates on worker 0 alone"
