@@ -5,6 +5,8 @@
  * file empty once its DRefs are gone). Compiled with -std=c++17 -Wall -Wextra -Werror
  * -pedantic by tests/c_programs.rs.
  */
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -286,6 +288,16 @@ void sessions() {
     EXPECT_THROWS(DVM_WORKER_ERROR, "bad input 7", session.sync_all());
     EXPECT_THROWS(DVM_WORKER_ERROR, "bad input 7", failed.get(3));
     EXPECT_THROWS(DVM_TYPE_ERROR, "DLTensor*", session.call(scale, &seven.dl()));
+
+    // Modules: this library is one, so each worker calls its `current_worker_id`.
+    Dl_info info;
+    CHECK(dladdr(reinterpret_cast<void*>(&dvm_version), &info) != 0);
+    const discovm::DRef module = session.load_module(info.dli_fname);
+    const discovm::DRef ids = session.call(session.module_func(module, "current_worker_id"));
+    for (int32_t w = 0; w < 4; w++) CHECK(ids.get<int32_t>(w) == w);
+    EXPECT_THROWS(DVM_VALUE_ERROR, "/nonexistent.so", session.load_module("/nonexistent.so"));
+    const discovm::DRef missing = session.module_func(module, "missing");
+    EXPECT_THROWS(DVM_WORKER_ERROR, "__tvm_ffi_missing", session.sync_all());
 
     // A tensor on worker 0, to it and back.
     const discovm::DRef empty = session.get_global_func("runtime.disco.empty");
