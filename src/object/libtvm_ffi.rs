@@ -7,14 +7,18 @@
 //! only that one), object types get their indices from its registry (so that it knows every
 //! object this library hands out), and a global function missing from this library's registry
 //! is looked up in its registry. Where it is absent, lookups find nothing and the library keeps
-//! its own slot, indices and registry.
+//! its own slot, indices and registry. Functions can be made and registered there too (the
+//! session's dispatchers of Disco's built-ins use this).
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;
 use std::sync::OnceLock;
 
+use super::error::{Error, ErrorKind, Result};
 use super::object_ref::dec_ref;
-use crate::abi::{DVMByteArray, DVMErrorCell, DVMObject, OBJECT_HEADER_SIZE, type_index as ti};
+use crate::abi::{
+    DVMByteArray, DVMErrorCell, DVMObject, DVMSafeCall, OBJECT_HEADER_SIZE, type_index as ti,
+};
 
 type ErrorCreate = unsafe extern "C" fn(
     kind: *const DVMByteArray,
@@ -26,6 +30,17 @@ type ErrorSetRaised = unsafe extern "C" fn(error: *mut DVMObject);
 type ErrorMoveFromRaised = unsafe extern "C" fn(out: *mut *mut DVMObject);
 type FunctionGetGlobal =
     unsafe extern "C" fn(name: *const DVMByteArray, out: *mut *mut DVMObject) -> i32;
+type FunctionSetGlobal = unsafe extern "C" fn(
+    name: *const DVMByteArray,
+    function: *mut DVMObject,
+    allow_override: i32,
+) -> i32;
+type FunctionCreate = unsafe extern "C" fn(
+    self_: *mut c_void,
+    safe_call: DVMSafeCall,
+    deleter: Option<unsafe extern "C" fn(*mut c_void)>,
+    out: *mut *mut DVMObject,
+) -> i32;
 type TypeGetOrAllocIndex = unsafe extern "C" fn(
     type_key: *const DVMByteArray,
     static_type_index: i32,
@@ -42,6 +57,8 @@ pub struct LibTvmFfi {
     error_set_raised: ErrorSetRaised,
     error_move_from_raised: ErrorMoveFromRaised,
     function_get_global: FunctionGetGlobal,
+    function_set_global: FunctionSetGlobal,
+    function_create: FunctionCreate,
     type_get_or_alloc_index: TypeGetOrAllocIndex,
 }
 
@@ -67,6 +84,8 @@ fn lookup() -> Option<LibTvmFfi> {
     let error_set_raised = symbol(c"TVMFFIErrorSetRaised")?;
     let error_move_from_raised = symbol(c"TVMFFIErrorMoveFromRaised")?;
     let function_get_global = symbol(c"TVMFFIFunctionGetGlobal")?;
+    let function_set_global = symbol(c"TVMFFIFunctionSetGlobal")?;
+    let function_create = symbol(c"TVMFFIFunctionCreate")?;
     let type_get_or_alloc_index = symbol(c"TVMFFITypeGetOrAllocIndex")?;
     // SAFETY: each symbol is the libtvm_ffi function of that name, whose C signature is the
     // type it is given here.
@@ -81,6 +100,12 @@ fn lookup() -> Option<LibTvmFfi> {
             ),
             function_get_global: std::mem::transmute::<*mut c_void, FunctionGetGlobal>(
                 function_get_global.as_ptr(),
+            ),
+            function_set_global: std::mem::transmute::<*mut c_void, FunctionSetGlobal>(
+                function_set_global.as_ptr(),
+            ),
+            function_create: std::mem::transmute::<*mut c_void, FunctionCreate>(
+                function_create.as_ptr(),
             ),
             type_get_or_alloc_index: std::mem::transmute::<*mut c_void, TypeGetOrAllocIndex>(
                 type_get_or_alloc_index.as_ptr(),
@@ -151,6 +176,66 @@ impl LibTvmFfi {
             return None;
         }
         NonNull::new(function)
+    }
+
+    /// Registers `function` (a Function object, borrowed: the registry takes a reference of its
+    /// own) as `name` in libtvm_ffi's registry, replacing what is there when `allow_override`.
+    /// Errors: the one libtvm_ffi raised (a name already taken without `allow_override`).
+    ///
+    /// # Safety
+    /// `function` is a live Function object.
+    pub unsafe fn set_global(
+        &self,
+        name: &str,
+        function: NonNull<DVMObject>,
+        allow_override: bool,
+    ) -> Result<()> {
+        let name_bytes = byte_array(name);
+        // SAFETY: the name outlives the call, which copies it; the caller vouches for the
+        // function, of which the registry takes its own reference.
+        let rc = unsafe {
+            (self.function_set_global)(&name_bytes, function.as_ptr(), i32::from(allow_override))
+        };
+        self.check(rc, || format!("registering `{name}` in tvm-ffi's registry"))
+    }
+
+    /// A new Function object made by libtvm_ffi (+1) whose calls run
+    /// `safe_call(self_, args, num_args, result)`; `deleter(self_)` runs when it dies (never,
+    /// with None). Being libtvm_ffi's own object, it needs none of this library's code to be
+    /// released, even at the process's exit.
+    ///
+    /// # Safety
+    /// `safe_call` follows the packed convention and, with `self_`, may be called from any
+    /// thread for as long as the function lives.
+    pub unsafe fn create_function(
+        &self,
+        self_: *mut c_void,
+        safe_call: DVMSafeCall,
+        deleter: Option<unsafe extern "C" fn(*mut c_void)>,
+    ) -> Result<NonNull<DVMObject>> {
+        let mut function = std::ptr::null_mut();
+        // SAFETY: as the caller promises; the call writes a new reference or fails.
+        let rc = unsafe { (self.function_create)(self_, safe_call, deleter, &mut function) };
+        self.check(rc, || "making a function in tvm-ffi".to_string())?;
+        NonNull::new(function)
+            .ok_or_else(|| Error::runtime("TVMFFIFunctionCreate succeeded but gave no function"))
+    }
+
+    /// Ok for status 0; else the error libtvm_ffi raised, led by what was being done.
+    fn check(&self, rc: i32, doing: impl FnOnce() -> String) -> Result<()> {
+        if rc == 0 {
+            return Ok(());
+        }
+        let (kind, message) = self.take_raised().unwrap_or_else(|| {
+            (
+                "RuntimeError".into(),
+                format!("status {rc}, nothing raised"),
+            )
+        });
+        Err(Error::new(
+            ErrorKind::from_name(&kind),
+            format!("{}: {message}", doing()),
+        ))
     }
 
     /// The index libtvm_ffi's registry gives the object type `key` (a direct child of

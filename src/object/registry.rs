@@ -30,12 +30,7 @@ pub fn register_global(name: &str, function: Function, allow_override: bool) -> 
 /// The function registered under `name` here, else in libtvm_ffi's registry, or a `KeyError`
 /// naming it.
 pub fn get_global(name: &str) -> Result<Function> {
-    let found = GLOBALS
-        .read()
-        .unwrap_or_else(PoisonError::into_inner)
-        .get(name)
-        .cloned();
-    found
+    get_own(name)
         .or_else(|| {
             let object = libtvm_ffi::get()?.global_function(name)?;
             // SAFETY: a new reference to a live object, now ours.
@@ -43,6 +38,15 @@ pub fn get_global(name: &str) -> Result<Function> {
             object.downcast().ok().map(Function::from_object)
         })
         .ok_or_else(|| missing(name))
+}
+
+/// The function registered under `name` in this library's registry alone, or None.
+pub fn get_own(name: &str) -> Option<Function> {
+    GLOBALS
+        .read()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(name)
+        .cloned()
 }
 
 /// Removes `name`, or fails with a `KeyError` naming it.

@@ -202,6 +202,7 @@ impl Session {
         let devices = check_devices(&options, num_workers)?;
         check_affinity(&options, num_workers)?;
         builtins::register();
+        super::tvm_dispatch::install()?;
         let mut workers = Vec::with_capacity(num_workers);
         let mut started = Vec::with_capacity(num_workers);
         for (id, device) in devices.into_iter().enumerate() {
@@ -438,6 +439,7 @@ impl Session {
         if self.is_closed() {
             return Err(closed_error());
         }
+        super::tvm_dispatch::install()?;
         let function = registry::get_global(name)?;
         let name: Arc<str> = name.into();
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));

@@ -12,6 +12,7 @@ mod loom_model;
 mod message;
 mod module;
 mod registers;
+mod tvm_dispatch;
 mod worker;
 
 pub use crate::channel::SpinPolicy;

@@ -17,21 +17,7 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 use_venv DVM_TVM_FFI_VENV tvm-ffi-venv
 build_on numpy_venv.sh
 
-# The package is ready when `import discovm` finds this repository's python/discovm.
-package_ready() {
-  "$venv/bin/python" - "$repo/python/discovm" 2>/dev/null <<'EOF_PY'
-import importlib.util, os, sys
-spec = importlib.util.find_spec("discovm")
-found = spec is not None and list(spec.submodule_search_locations or [])
-sys.exit(0 if found and os.path.samefile(found[0], sys.argv[1]) else 1)
-EOF_PY
-}
-
 lock_venv
 require_package pytest 8.3.5
-if ! package_ready; then
-  pip_install "the discovm package from $repo/python" --no-deps -e "$repo/python"
-  package_ready || fail "the discovm package was installed into $venv, but its python does" \
-    "not import it from $repo/python/discovm."
-fi
+require_discovm_package
 printf '%s\n' "$venv/bin/python"

@@ -84,3 +84,23 @@ require_package() {
     has_package "$1" "$2" || fail "$1==$2 was installed into $venv but is not found there."
   fi
 }
+
+# Whether `import discovm` in the environment finds this repository's python/discovm.
+discovm_package_ready() {
+  "$venv/bin/python" - "$repo/python/discovm" 2>/dev/null <<'EOF_PY'
+import importlib.util, os, sys
+spec = importlib.util.find_spec("discovm")
+found = spec is not None and list(spec.submodule_search_locations or [])
+sys.exit(0 if found and os.path.samefile(found[0], sys.argv[1]) else 1)
+EOF_PY
+}
+
+# Makes sure the environment imports the discovm package from this repository's python/
+# (installed in editable mode, without its dependencies, which the caller installs pinned).
+require_discovm_package() {
+  if ! discovm_package_ready; then
+    pip_install "the discovm package from $repo/python" --no-deps -e "$repo/python"
+    discovm_package_ready || fail "the discovm package was installed into $venv, but its" \
+      "python does not import it from $repo/python/discovm."
+  fi
+}

@@ -1,6 +1,6 @@
 //! The Python virtual environments that the `tests/support/*_venv.sh` scripts make (once), for
 //! the tests that need a package from PyPI: apache-tvm-ffi's headers and library, numpy, pytest
-//! with the discovm package, CMake.
+//! with the discovm package, Apache TVM, CMake.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -67,4 +67,12 @@ pub fn pytest_python() -> PathBuf {
 pub fn cmake() -> &'static Path {
     static CMAKE: OnceLock<PathBuf> = OnceLock::new();
     CMAKE.get_or_init(|| run_script("tests/support/cmake_venv.sh", "CMake"))
+}
+
+/// The python of the environment that holds Apache TVM, pytest and the discovm package.
+pub fn tvm_python() -> PathBuf {
+    run_script(
+        "tests/support/tvm_venv.sh",
+        "apache-tvm==0.27.0.post1, apache-tvm-ffi, numpy, pytest and the discovm package",
+    )
 }
