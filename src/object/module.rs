@@ -40,15 +40,23 @@ unsafe impl ObjectType for ModuleCell {
     }
 }
 
-/// Fails with a `ValueError` naming `path` unless it names a file.
-pub fn check_file(path: &str) -> Result<()> {
-    if std::path::Path::new(path).is_file() {
-        Ok(())
-    } else {
-        Err(Error::value(format!(
+/// The absolute form of `path`, which must name a file (else a `ValueError` naming it). The
+/// loader searches its library path for a name without a slash; an absolute path is the file
+/// the caller named, relative to the current directory.
+pub fn check_file(path: &str) -> Result<String> {
+    let not_a_file = || {
+        Error::value(format!(
             "module path `{path}` is not a file (no such file, or a directory)"
-        )))
+        ))
+    };
+    if !std::path::Path::new(path).is_file() {
+        return Err(not_a_file());
     }
+    let absolute = std::path::absolute(path).map_err(|_| not_a_file())?;
+    absolute
+        .into_os_string()
+        .into_string()
+        .map_err(|_| Error::value(format!("module path `{path}` is not valid UTF-8")))
 }
 
 /// A loaded module.
@@ -74,8 +82,7 @@ impl Module {
     /// cannot run fails here). A missing file is a `ValueError` naming it; a file the loader
     /// refuses, a `RuntimeError` with the loader's reason.
     pub fn load(path: &str) -> Result<Module> {
-        check_file(path)?;
-        let c_path = CString::new(path)
+        let c_path = CString::new(check_file(path)?)
             .map_err(|_| Error::value(format!("module path `{path}` contains a NUL byte")))?;
         // SAFETY: a NUL-terminated path; loading runs the library's initialisers, which is
         // what loading a module means.

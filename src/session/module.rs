@@ -51,16 +51,19 @@ fn load_vm(args: &[AnyView<'_>]) -> Result<Any> {
         .as_str()
         .map_err(|e| e.context("argument 0 (path)"))?;
     let device = optional(args, 1, "device", info.device, AnyView::as_device)?;
-    check_file(path)?;
+    let path = &check_file(path)?;
     let loader = registry::get_global("ffi.ModuleLoadFromFile").map_err(|_| {
         Error::runtime(format!(
             "cannot load the VM module `{path}`: TVM's runtime is not in this process (in \
              Python, install apache-tvm; in C, link libtvm_runtime)"
         ))
     })?;
-    let library = loader.call(&[Any::from(path).view()])?;
+    let library = loader.call(&[Any::from(path.as_str()).view()])?;
     let executable = module_function(&library.view(), "vm_load_executable")?.call(&[])?;
     let host = Any::Int(i64::from(crate::abi::KDL_CPU));
+    // The VM takes the collectives it calls from tvm-ffi's registry as it initialises: TVM's
+    // runtime may have been loaded only now, so its built-ins are dispatched first.
+    super::tvm_dispatch::install()?;
     let initialize = module_function(&executable.view(), "vm_initialization")?;
     initialize.call(&[
         Any::Int(device.device_type.into()).view(),
@@ -91,12 +94,13 @@ pub(super) fn register() {
 impl Session {
     /// Loads the shared library at `path` on every worker, after the calls sent before; returns
     /// at once with a DRef to the module on each. A path that is not a file here is a
-    /// `ValueError` now; a library a worker cannot load fails that worker's next wait.
+    /// `ValueError` now; a library a worker cannot load fails that worker's next wait. Workers
+    /// get the absolute path, so a relative one means the file relative to the caller.
     pub fn load_module(self: &Arc<Self>, path: &str) -> Result<DRef> {
         self.check_open()?;
-        check_file(path)?;
+        let path = check_file(path)?;
         let load = self.get_global_func(LOAD)?;
-        self.call(Target::All, &load, &[Any::from(path).view()])
+        self.call(Target::All, &load, &[Any::from(path.as_str()).view()])
     }
 
     /// The function `name` of the module `module` holds on every worker (loaded by

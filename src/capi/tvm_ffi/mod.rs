@@ -15,6 +15,8 @@ mod func;
 mod session;
 mod vm;
 
+use std::borrow::Cow;
+
 use super::{boundary_or, not_a, write_out};
 use crate::abi::{DLDevice, DVMAny, type_index as ti};
 use crate::object::args::{argument, arity, is_none, optional};
@@ -37,10 +39,10 @@ fn int32(view: &AnyView<'_>) -> Result<i32> {
 
 /// The name of argument `i` of an entry point with these parameters (`args[0]` for the first
 /// one a trailing `*args` takes), if it has one.
-fn param_name(params: &[&str], i: usize) -> Option<String> {
+fn param_name(params: &[&'static str], i: usize) -> Option<Cow<'static, str>> {
     match params.iter().position(|p| *p == "*args") {
-        Some(rest) if i >= rest => Some(format!("args[{}]", i - rest)),
-        _ => params.get(i).map(|p| p.to_string()),
+        Some(rest) if i >= rest => Some(Cow::Owned(format!("args[{}]", i - rest))),
+        _ => params.get(i).map(|p| Cow::Borrowed(*p)),
     }
 }
 
@@ -51,8 +53,8 @@ impl<'a> Args<'a> {
     }
 
     /// The name of argument `i` (which the count admitted).
-    fn param(&self, i: usize) -> String {
-        param_name(self.params, i).unwrap_or_else(|| format!("argument {i}"))
+    fn param(&self, i: usize) -> Cow<'static, str> {
+        param_name(self.params, i).unwrap_or_else(|| Cow::Owned(format!("argument {i}")))
     }
 
     /// Reads argument `i` (the count was checked); an error names it.
@@ -125,7 +127,7 @@ impl<'a> Args<'a> {
     /// The object argument `i` holds, as a handle pointer for the `dvm_*` argument readers
     /// (which check its type and name it as the parameter); a value that is no object is
     /// refused here, naming `what` it should have been.
-    fn handle<H>(&self, i: usize, what: &str) -> Result<(*const H, String)> {
+    fn handle<H>(&self, i: usize, what: &str) -> Result<(*const H, Cow<'static, str>)> {
         let (view, name) = (&self.views[i], self.param(i));
         if view.type_index() < ti::STATIC_OBJECT_BEGIN {
             return Err(not_a(&name, what, view.type_index()));
@@ -178,6 +180,13 @@ unsafe fn entry(
     )
 }
 
+/// The name of an entry point: its symbol without the module convention's prefix.
+const fn entry_name(symbol: &'static str) -> &'static str {
+    symbol
+        .split_at(crate::object::module::SYMBOL_PREFIX.len())
+        .1
+}
+
 /// Defines the entry point `__tvm_ffi_<name>` with the parameters named in `[...]` (as
 /// `TVM_FFI.md` names them), whose body reads its arguments from `$args` and returns the result
 /// as an [`Any`].
@@ -191,11 +200,11 @@ macro_rules! entry_point {
             num_args: i32,
             result: *mut $crate::abi::DVMAny,
         ) -> i32 {
-            let name = stringify!($name).trim_start_matches("__tvm_ffi_");
+            const NAME: &str = super::entry_name(stringify!($name));
             let body = |$args: super::Args<'_>| -> $crate::Result<$crate::Any> { $body };
             // SAFETY: tvm-ffi's packed convention: `num_args` values at `args`, a writable
             // result.
-            unsafe { super::entry((name, &[$($param),*]), args, num_args, result, body) }
+            unsafe { super::entry((NAME, &[$($param),*]), args, num_args, result, body) }
         }
     };
 }

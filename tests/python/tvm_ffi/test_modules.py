@@ -74,3 +74,10 @@ def test_remote_tensors_read_back_with_numpy_and_dlpack(sess):
     np.testing.assert_array_equal(value.numpy(), np.arange(6).reshape(2, 3))
     np.testing.assert_array_equal(np.from_dlpack(value), np.arange(6).reshape(2, 3))
     assert x.debug_get_from_remote(1) is None, "copy_to_worker_0 allocates on worker 0 alone"
+
+
+def test_a_relative_path_names_the_file_relative_to_the_caller(sess, monkeypatch):
+    library = discovm.library_path()
+    monkeypatch.chdir(library.parent)
+    mod = sess.load_module(library.name)  # a bare name: the file here, not a search
+    assert mod["current_worker_id"]().debug_get_from_remote(1) == 1
