@@ -14,6 +14,7 @@ constructor (``discovm.ThreadedSession(num_workers)``). Differences, each on pur
 from __future__ import annotations
 
 import atexit
+import functools
 import importlib
 import os
 import weakref
@@ -76,14 +77,25 @@ def _remote_value(value: Any) -> Any:
     return value
 
 
+_new_dref = DRef.__new__
+
+
 class DPackedFunc(DRef):
     """A function on every worker: calling it calls it on all of them (see
     :meth:`Session.call_packed`)."""
 
-    __slots__ = ()
+    __slots__ = ("_call",)
+
+    def __init__(self, handle: tvm_ffi.Object, session: Session) -> None:
+        super().__init__(handle, session)
+        # The library's call, bound to the session: a call costs one Python frame.
+        self._call = functools.partial(module().session_call, session._handle, handle)
 
     def __call__(self, *args: Any) -> DRef:
-        return self.session.call_packed(self, *args)
+        result = _new_dref(DRef)
+        result._handle = self._call(*args)
+        result.session = self.session
+        return result
 
 
 class DModule(DRef):
@@ -117,11 +129,12 @@ class Session:
     or still alive when the interpreter exits, is shut down then.
     """
 
-    __slots__ = ("_handle", "_cache", "__weakref__")
+    __slots__ = ("_handle", "_cache", "_sync_one", "__weakref__")
 
     def __init__(self, handle: tvm_ffi.Object) -> None:
         self._handle = handle
         self._cache: dict[str, DPackedFunc] = {}
+        self._sync_one = functools.partial(module().session_sync_worker, handle)
         _LIVE_SESSIONS.add(self)
 
     def __tvm_ffi_object__(self) -> tvm_ffi.Object:
@@ -231,7 +244,7 @@ class Session:
         WorkerError
             If a call on that worker failed since the last wait.
         """
-        module().session_sync_worker(self._handle, worker_id)
+        self._sync_one(worker_id)
 
     def sync_all(self) -> None:
         """Waits until every worker has run every call sent to it so far (all workers are asked
@@ -243,7 +256,7 @@ class Session:
 
     def sync_worker_0(self) -> None:
         """Waits until worker 0 has run every call sent to it so far."""
-        self.sync_worker(0)
+        self._sync_one(0)
 
     def live_registers(self, worker_id: int) -> int:
         """How many registers hold a value on worker ``worker_id`` (functions this session
