@@ -11,7 +11,9 @@
 #    column when include/discovm.h, target/release/libdiscovm.so and
 #    benches/session_bench/discovm.c all exist (otherwise Disco and the floors only);
 # 3. runs it: the table goes to stdout, progress to stderr, and the numbers (ns) to
-#    target/bench/session_bench.csv.
+#    target/bench/session_bench.csv;
+# 4. runs benches/python_session_bench.py in the venv: the same sessions through Disco's Python
+#    API and discovm's package, side by side (with --quick, its quick run).
 # The whole run takes about a minute on a 2-CPU machine.
 set -euo pipefail
 
@@ -48,4 +50,13 @@ fi
 "$cc" "${flags[@]}" "${sources[@]}" -o "$out/session_bench" \
     "${libs[@]}" -Wl,-rpath,"$rpath" -lpthread -lm
 
-exec "$out/session_bench" --csv "$out/session_bench.csv" "$@"
+"$out/session_bench" --csv "$out/session_bench.csv" "$@"
+
+# The same sessions through the two Python APIs, Disco's and discovm's package, in the same venv.
+if [ -f "$repo/target/release/libdiscovm.so" ]; then
+    python_args=()
+    for arg in "$@"; do [ "$arg" = --quick ] && python_args+=(--quick); done
+    echo
+    DISCOVM_LIBRARY="$repo/target/release/libdiscovm.so" PYTHONPATH="$repo/python" \
+        "$VENV_PYTHON" "$repo/benches/python_session_bench.py" "${python_args[@]}"
+fi

@@ -6,10 +6,12 @@
 #   DVM_BENCH_VENV   where the venv lives (default: <repo>/target/bench-venv)
 #   DVM_BENCH_PYTHON the interpreter that creates it (default: python3)
 #
-# Prints three lines on stdout, for the link line of a C program that drives Disco:
+# Prints four lines on stdout, for the link line of a C program that drives Disco and for the
+# Python benchmark:
 #   TVM_FFI_INCLUDE=<dir>   headers of tvm-ffi (tvm/ffi/c_api.h, dlpack/dlpack.h)
 #   TVM_FFI_LIB=<dir>       libtvm_ffi.so
 #   TVM_LIB=<dir>           libtvm_runtime.so and libtvm_runtime_extra.so (Disco lives here)
+#   VENV_PYTHON=<file>      the venv's python
 # Link with: -L$TVM_FFI_LIB -L$TVM_LIB -Wl,--no-as-needed -ltvm_ffi -ltvm_runtime
 #            -ltvm_runtime_extra -Wl,--as-needed -Wl,-rpath,$TVM_FFI_LIB:$TVM_LIB
 # (--no-as-needed keeps libtvm_runtime_extra.so, whose static initialisers register the
@@ -75,4 +77,5 @@ for key, path in paths.items():
     if not os.path.exists(os.path.join(path, need[key])):
         sys.exit(f"setup_disco_venv: {need[key]} missing under {path}")
     print(f"{key}={path}")
+print(f"VENV_PYTHON={sys.executable}")
 PY
