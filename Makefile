@@ -7,6 +7,9 @@
 #   make build-dist build the libraries `make install` installs (release settings, target/dist/)
 #   make install    install the libraries, headers, pkg-config file and CMake package
 #   make uninstall  remove what `make install` installed
+#   make install-relocatable STAGEDIR=dir
+#                   the same files under dir, with the pkg-config file and the CMake package
+#                   finding the others relative to themselves (the Python wheel ships this)
 #
 # Installation paths: PREFIX (default /usr/local), LIBDIR (PREFIX/lib), INCLUDEDIR
 # (PREFIX/include), and DESTDIR, which is put in front of every path written but not of the
@@ -40,7 +43,7 @@ DIST_DIR := $(TARGET_DIR)/dist
 NATIVE_LIBS := $(DIST_DIR)/native-static-libs
 HEADERS := include/discovm.h include/discovm_abi.h include/discovm.hpp
 
-.PHONY: demo test header lib build-dist install uninstall
+.PHONY: demo test header lib build-dist install install-relocatable uninstall
 
 lib:
 	$(CARGO) build
@@ -66,28 +69,63 @@ build-dist:
 	sed -n 's/^note: native-static-libs: //p' "$$log" > $(NATIVE_LIBS)
 	@[[ -s $(NATIVE_LIBS) ]] || { echo "rustc printed no native-static-libs" >&2; exit 1; }
 
-# The pkg-config and CMake files are filled in from the templates in packaging/.
-install: build-dist
-	install -d $(DESTDIR)$(LIBDIR)/pkgconfig $(DESTDIR)$(LIBDIR)/cmake/discovm \
-		$(DESTDIR)$(INCLUDEDIR)
-	install -m 755 $(DIST_DIR)/libdiscovm.so $(DESTDIR)$(LIBDIR)/libdiscovm.so.$(VERSION)
-	ln -sfn libdiscovm.so.$(VERSION) $(DESTDIR)$(LIBDIR)/$(SONAME)
-	ln -sfn $(SONAME) $(DESTDIR)$(LIBDIR)/libdiscovm.so
-	install -m 644 $(DIST_DIR)/libdiscovm.a $(DESTDIR)$(LIBDIR)/libdiscovm.a
-	install -m 644 $(HEADERS) $(DESTDIR)$(INCLUDEDIR)/
+# The recipe `install` and `install-relocatable` share: it copies the libraries and headers into
+# DEST_LIBDIR and DEST_INCLUDEDIR, and fills in the pkg-config file and the CMake package from
+# the templates in packaging/ with the paths they record: PC_PREFIX, PC_LIBDIR and PC_INCLUDEDIR
+# in discovm.pc, CMAKE_PREFIX, CMAKE_LIBDIR and CMAKE_INCLUDEDIR in the CMake files.
+define install_files
+	install -d $(DEST_LIBDIR)/pkgconfig $(DEST_LIBDIR)/cmake/discovm $(DEST_INCLUDEDIR)
+	install -m 755 $(DIST_DIR)/libdiscovm.so $(DEST_LIBDIR)/libdiscovm.so.$(VERSION)
+	ln -sfn libdiscovm.so.$(VERSION) $(DEST_LIBDIR)/$(SONAME)
+	ln -sfn $(SONAME) $(DEST_LIBDIR)/libdiscovm.so
+	install -m 644 $(DIST_DIR)/libdiscovm.a $(DEST_LIBDIR)/libdiscovm.a
+	install -m 644 $(HEADERS) $(DEST_INCLUDEDIR)/
 	@native=$$(cat $(NATIVE_LIBS)); \
 	configure() { \
 		echo "writing $$2/$$1"; \
-		sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
-			-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' \
+		sed -e "s|@PREFIX@|$$3|g" -e "s|@LIBDIR@|$$4|g" -e "s|@INCLUDEDIR@|$$5|g" \
+			-e 's|@VERSION@|$(VERSION)|g' \
 			-e 's|@MAJOR@|$(MAJOR)|g' -e 's|@MINOR@|$(MINOR)|g' -e 's|@SONAME@|$(SONAME)|g' \
 			-e "s|@NATIVE_STATIC_LIBS@|$$native|g" \
 			-e "s|@NATIVE_STATIC_LIBS_LIST@|$${native// /;}|g" "packaging/$$1.in" > "$$2/$$1"; \
 		chmod 644 "$$2/$$1"; \
 	}; \
-	configure discovm.pc $(DESTDIR)$(LIBDIR)/pkgconfig; \
-	configure discovmConfig.cmake $(DESTDIR)$(LIBDIR)/cmake/discovm; \
-	configure discovmConfigVersion.cmake $(DESTDIR)$(LIBDIR)/cmake/discovm
+	configure discovm.pc $(DEST_LIBDIR)/pkgconfig \
+		'$(PC_PREFIX)' '$(PC_LIBDIR)' '$(PC_INCLUDEDIR)'; \
+	for file in discovmConfig.cmake discovmConfigVersion.cmake; do \
+		configure $$file $(DEST_LIBDIR)/cmake/discovm \
+			'$(CMAKE_PREFIX)' '$(CMAKE_LIBDIR)' '$(CMAKE_INCLUDEDIR)'; \
+	done
+endef
+
+install: DEST_LIBDIR = $(DESTDIR)$(LIBDIR)
+install: DEST_INCLUDEDIR = $(DESTDIR)$(INCLUDEDIR)
+install: PC_PREFIX = $(PREFIX)
+install: PC_LIBDIR = $(LIBDIR)
+install: PC_INCLUDEDIR = $(INCLUDEDIR)
+install: CMAKE_PREFIX = $(PREFIX)
+install: CMAKE_LIBDIR = $(LIBDIR)
+install: CMAKE_INCLUDEDIR = $(INCLUDEDIR)
+install: build-dist
+	$(install_files)
+
+# STAGEDIR gets lib/ and include/ as a prefix does; discovm.pc finds them from its own directory
+# (pkg-config's ${pcfiledir}), the CMake package from its own (${CMAKE_CURRENT_LIST_DIR}).
+ifneq ($(filter install-relocatable,$(MAKECMDGOALS)),)
+ifeq ($(STAGEDIR),)
+$(error make install-relocatable needs STAGEDIR=<directory>)
+endif
+endif
+install-relocatable: DEST_LIBDIR = $(abspath $(STAGEDIR))/lib
+install-relocatable: DEST_INCLUDEDIR = $(abspath $(STAGEDIR))/include
+install-relocatable: PC_PREFIX = $${pcfiledir}/../..
+install-relocatable: PC_LIBDIR = $${prefix}/lib
+install-relocatable: PC_INCLUDEDIR = $${prefix}/include
+install-relocatable: CMAKE_PREFIX = $${CMAKE_CURRENT_LIST_DIR}/../../..
+install-relocatable: CMAKE_LIBDIR = $${CMAKE_CURRENT_LIST_DIR}/../..
+install-relocatable: CMAKE_INCLUDEDIR = $${CMAKE_CURRENT_LIST_DIR}/../../../include
+install-relocatable: build-dist
+	$(install_files)
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libdiscovm.so libdiscovm.so.$(VERSION) $(SONAME) \

@@ -31,6 +31,7 @@ from .functions import (
     remove_global_func,
     version,
 )
+from .libinfo import cmake_dir, include_dir, lib_dir, pkgconfig_dir
 from .session import REDUCE_OPS, DModule, DPackedFunc, DRef, Session, ThreadedSession
 from .vm import Stream, Tensor
 
@@ -47,11 +48,15 @@ __all__ = [
     "Tensor",
     "ThreadedSession",
     "WorkerError",
+    "cmake_dir",
     "current_worker_id",
     "get_global_func",
+    "include_dir",
+    "lib_dir",
     "library",
     "library_path",
     "list_global_func_names",
+    "pkgconfig_dir",
     "register_global_func",
     "remove_global_func",
     "version",

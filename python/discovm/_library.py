@@ -1,4 +1,5 @@
-"""Finding and loading libdiscovm as a tvm-ffi module."""
+"""Finding and loading libdiscovm as a tvm-ffi module: the library ``$DISCOVM_LIBRARY`` names,
+else the one installed inside the package."""
 
 from __future__ import annotations
 
@@ -8,15 +9,17 @@ from pathlib import Path
 
 import tvm_ffi
 
-#: The environment variable that names the shared library (a path to ``libdiscovm.so``).
+#: The environment variable that names the shared library (a path to ``libdiscovm.so``); when set,
+#: it wins over the package's own copy.
 LIBRARY_ENV = "DISCOVM_LIBRARY"
-#: The library's file name, looked for next to this package when the variable is not set.
+#: The library's file name.
 LIBRARY_FILE = "libdiscovm.so"
 
 
 def library_path() -> Path:
-    """The path of the shared library: ``$DISCOVM_LIBRARY`` if set, else ``libdiscovm.so`` next
-    to this package.
+    """The path of the shared library: ``$DISCOVM_LIBRARY`` if set, else the package's own,
+    ``lib/libdiscovm.so`` inside it (where ``pip install`` puts it), else ``libdiscovm.so``
+    beside its modules (a copy put there by hand).
 
     Raises
     ------
@@ -29,13 +32,17 @@ def library_path() -> Path:
         if not path.is_file():
             raise FileNotFoundError(f"{LIBRARY_ENV} is {named!r}, which is not a file")
         return path
-    path = Path(__file__).resolve().parent / LIBRARY_FILE
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"{LIBRARY_FILE} is not next to the discovm package ({path.parent}); build it "
-            f"(cargo build) and set {LIBRARY_ENV} to its path, or copy it there"
-        )
-    return path
+    package = Path(__file__).resolve().parent
+    candidates = [package / "lib" / LIBRARY_FILE, package / LIBRARY_FILE]
+    for path in candidates:
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"discovm's library is not in this installation: neither {candidates[0]} nor "
+        f"{candidates[1]} exists, and {LIBRARY_ENV} is not set. `pip install ./python` from the "
+        "repository builds it into the package; an editable install (pip install -e) does not: "
+        f"build it with `cargo build` and set {LIBRARY_ENV} to target/debug/{LIBRARY_FILE}."
+    )
 
 
 @functools.cache

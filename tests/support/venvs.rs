@@ -63,6 +63,18 @@ pub fn pytest_python() -> PathBuf {
     )
 }
 
+/// The python of a fresh environment that `pip install ./python` installed the discovm package
+/// into (its wheel, built with the library), made once per test process.
+pub fn wheel_python() -> &'static Path {
+    static PYTHON: OnceLock<PathBuf> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        run_script(
+            "tests/support/wheel_venv.sh",
+            "the discovm package built by pip (with cargo and make), apache-tvm-ffi and numpy",
+        )
+    })
+}
+
 /// The `cmake` of the environment that holds CMake, made once per test process.
 pub fn cmake() -> &'static Path {
     static CMAKE: OnceLock<PathBuf> = OnceLock::new();
