@@ -15,8 +15,8 @@ loaded through tvm-ffi.
         out = np.empty(8, dtype="float32")
         sess.copy_from_worker_0(out, y)
 
-The library is ``$DISCOVM_LIBRARY`` if set, else ``libdiscovm.so`` next to this package; it is
-loaded on first use. Its functions, the C API's without the ``dvm_`` prefix, are reachable as
+The library is ``$DISCOVM_LIBRARY`` if set, else the one installed with this package
+(``pip install ./python`` builds it into the package's ``lib/``); it is loaded on first use. Its functions, the C API's without the ``dvm_`` prefix, are reachable as
 ``discovm.library()``.
 """
 
