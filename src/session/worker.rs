@@ -150,54 +150,7 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
         ));
     }
     nccl::watch_worker_thread();
-    loop {
-        match shared.channel.recv(policy) {
-            Message::Call { func, out, args } => {
-                worker.call(func, out, args.as_deref().unwrap_or(&[]))
-            }
-            Message::Store(store) => {
-                let Store { reg, value, name } = &*store;
-                worker
-                    .registers
-                    .set(*reg, Slot::Value(value.clone()), name.clone());
-            }
-            Message::Kill(reg) => worker.registers.kill(reg),
-            // A request is answered only if its waiter has not given up (timed out): a reply
-            // nobody reads must not swallow a failure the next wait should report.
-            Message::Sync(reply) => {
-                worker.share_less(reply.waiter_cpu());
-                if reply.claim() {
-                    worker.sync_device();
-                    reply.complete(worker.take_failure());
-                }
-            }
-            Message::Get { reg, reply } => {
-                if reply.claim() {
-                    let value = worker.value(reg, "reading").cloned();
-                    reply.complete(worker.take_failure().and(value));
-                }
-            }
-            Message::CountLive(reply) => {
-                if reply.claim() {
-                    reply.complete(Ok(worker.registers.live()));
-                }
-            }
-            Message::Copy {
-                reg,
-                host,
-                direction,
-                reply,
-            } => {
-                if reply.claim() {
-                    let copied = worker
-                        .take_failure()
-                        .and_then(|()| worker.copy(reg, &host, direction));
-                    reply.complete(copied);
-                }
-            }
-            Message::Shutdown => break,
-        }
-    }
+    while worker.handle(shared.channel.recv(policy)) {}
     // NCCL work queued and never synced would hold the stream's teardown in the driver if a
     // peer never joined it: it is waited for by polling first, which gives up (aborting the
     // communicators) as the session is shutting down.
@@ -209,6 +162,56 @@ pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinn
 }
 
 impl Worker {
+    /// Runs one message; false once it was the last (`Shutdown`).
+    fn handle(&mut self, message: Message) -> bool {
+        match message {
+            Message::Call { func, out, args } => {
+                self.call(func, out, args.as_deref().unwrap_or(&[]))
+            }
+            Message::Store(store) => {
+                let Store { reg, value, name } = &*store;
+                self.registers
+                    .set(*reg, Slot::Value(value.clone()), name.clone());
+            }
+            Message::Kill(reg) => self.registers.kill(reg),
+            // A request is answered only if its waiter has not given up (timed out): a reply
+            // nobody reads must not swallow a failure the next wait should report.
+            Message::Sync(reply) => {
+                self.share_less(reply.waiter_cpu());
+                if reply.claim() {
+                    self.sync_device();
+                    reply.complete(self.take_failure());
+                }
+            }
+            Message::Get { reg, reply } => {
+                if reply.claim() {
+                    let value = self.value(reg, "reading").cloned();
+                    reply.complete(self.take_failure().and(value));
+                }
+            }
+            Message::CountLive(reply) => {
+                if reply.claim() {
+                    reply.complete(Ok(self.registers.live()));
+                }
+            }
+            Message::Copy {
+                reg,
+                host,
+                direction,
+                reply,
+            } => {
+                if reply.claim() {
+                    let copied = self
+                        .take_failure()
+                        .and_then(|()| self.copy(reg, &host, direction));
+                    reply.complete(copied);
+                }
+            }
+            Message::Shutdown => return false,
+        }
+        true
+    }
+
     /// See [`SharedCpuWatch`]; a worker the user pinned stays where it is.
     fn share_less(&mut self, waiter_cpu: Option<usize>) {
         if !self.pinned {
