@@ -11,6 +11,7 @@ mod handles;
 mod loom_model;
 mod message;
 mod module;
+mod process;
 mod registers;
 mod tvm_dispatch;
 mod worker;
