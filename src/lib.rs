@@ -31,5 +31,7 @@ pub mod session;
 mod sync;
 /// cbindgen:ignore
 pub mod vm;
+/// cbindgen:ignore
+pub mod wire;
 
 pub use object::{Any, AnyView, Error, ErrorKind, Result};

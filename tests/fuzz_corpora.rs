@@ -51,3 +51,8 @@ fn packed_value() {
 fn dtype() {
     replay("dtype", targets::dtype);
 }
+
+#[test]
+fn wire_frame() {
+    replay("wire_frame", targets::wire_frame);
+}

@@ -2,7 +2,8 @@
 //! the library's test that replays the committed corpora (`tests/fuzz_corpora.rs`). Each one
 //! reads its input with [`Input`], builds what a C caller could hand the library, and checks
 //! that the library answers with a value or an error, never a crash, and keeps its ownership
-//! promises (a deleter runs exactly once, no reference is left behind).
+//! promises (a deleter runs exactly once, no reference is left behind). The wire target takes
+//! its input as it is: the bytes a peer could send.
 //!
 //! What the caller vouches for by contract is kept true: pointers point at memory of the size
 //! the description gives, and an object's type index is its own. Everything else is random:
@@ -24,7 +25,8 @@ use discovm::capi::{
 };
 use discovm::device::cpu::HostTensor;
 use discovm::object::{AnyObject, Array, Bytes, Function, ObjectRef, Shape, Str, Tensor, tensor};
-use discovm::{Any, AnyView};
+use discovm::wire::{Frame, Header, Limits, VERSION_MINOR};
+use discovm::{Any, AnyView, ErrorKind};
 
 /// Reads typed values off the front of the fuzz input; past its end every read is zero.
 pub struct Input<'a> {
@@ -643,4 +645,44 @@ pub fn dtype(data: &[u8]) {
             }
         }
     }
+}
+
+/// Wire frames: any bytes, decoded as one frame (with a 1 MiB bound on the payload). A refused
+/// frame must be a `ValueError`. An accepted one must say what its header says, and encode to
+/// the bytes it came from (but for the minor version, which becomes the writer's own), the
+/// same in a vector and in a slot of its exact size; a slot one byte shorter must be refused.
+pub fn wire_frame(data: &[u8]) {
+    let limits = Limits {
+        max_payload: 1 << 20,
+    };
+    let frame = match Frame::decode(data, &limits) {
+        Ok(frame) => frame,
+        Err(error) => {
+            assert_eq!(error.kind, ErrorKind::Value, "{error}");
+            return;
+        }
+    };
+    let header = Header::parse(data, &limits).expect("the header of an accepted frame");
+    assert_eq!(header.kind, frame.kind());
+    assert_eq!(header.frame_len(), data.len());
+
+    let mut again = Vec::new();
+    let len = frame.encode(&mut again).expect("a decoded frame encodes");
+    assert_eq!(len, data.len());
+    assert_eq!(frame.encoded_len().expect("a decoded frame encodes"), len);
+    assert_eq!(again[5], VERSION_MINOR);
+    assert!(
+        again[..5] == data[..5] && again[6..] == data[6..],
+        "a decoded frame encodes to other bytes than it came from"
+    );
+    let mut slot = vec![0u8; len];
+    assert_eq!(
+        frame.encode_into(&mut slot).expect("a slot of its size"),
+        len
+    );
+    assert_eq!(slot, again);
+    assert_eq!(
+        frame.encode_into(&mut slot[..len - 1]).unwrap_err().kind,
+        ErrorKind::Value
+    );
 }
