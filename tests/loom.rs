@@ -1,9 +1,10 @@
 //! Runs the loom models of the crate's hand-made concurrent protocols (the `loom_model`
-//! modules under `src/`): the channel's spin-then-park wait, the small-memory access
-//! handshake, and register freeing order in a session. A model runs its threads through every
-//! interleaving loom generates up to a bound on preemptions, with loom's weak-memory
-//! semantics for every load, and fails on a deadlock (a lost wake-up: a park has no timeout in
-//! a model), a failed assertion or a data race on loom's atomics.
+//! modules under `src/`, every test whose path holds `loom_model`): the channel's
+//! spin-then-park wait, the shared-memory ring's waits on its futex words, the small-memory
+//! access handshake, and register freeing order in a session. A model runs its threads
+//! through every interleaving loom generates up to a bound on preemptions, with loom's
+//! weak-memory semantics for every load, and fails on a deadlock (a lost wake-up: a park has
+//! no timeout in a model), a failed assertion or a data race on loom's atomics.
 //!
 //! The models need a build of their own with `--cfg loom`, which swaps the crate's
 //! synchronisation primitives (`src/sync/`) for loom's; it goes to `target/loom`, optimised,

@@ -1,10 +1,14 @@
 //! A bounded lock-free queue with one consumer thread that spins, yields, then parks; producers
-//! wake it only when it sleeps.
+//! wake it only when it sleeps. Between processes, [`ring`](crate::channel::ring) carries byte
+//! frames the same way, in [`shm`](crate::channel::shm) shared memory, with the same waiting
+//! policy (parking on a futex there).
 
 use std::sync::OnceLock;
 
 #[cfg(all(test, loom))]
 mod loom_model;
+pub mod ring;
+pub mod shm;
 mod wait;
 
 use crate::object::Result;

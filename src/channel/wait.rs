@@ -1,7 +1,14 @@
-//! How a thread waits for another on a 2-vCPU machine: a short PAUSE spin (enough for a
+//! How a waiter waits, the one policy of the library: a short PAUSE spin (enough for a
 //! cross-core round trip), then `yield_now` until the spin budget runs out (a yielding waiter
-//! hands its vCPU to runnable threads, which matters when workers outnumber cores), then park.
-//! The thread that makes progress wakes a waiter only when it announced that it sleeps.
+//! hands its vCPU to runnable threads, which matters when workers outnumber cores), then park
+//! in slices, checking between slices that waiting still makes sense.
+//!
+//! The side that makes progress wakes a waiter only when the waiter announced that it sleeps:
+//! the waiter announces, fences and polls once more before parking; the waker publishes its
+//! progress, fences and then looks at the announcement. Store, fence, load on both sides: one
+//! of them sees the other. The loop is written once ([`wait_for`]); what differs is how the
+//! waiter parks: a thread of this process parks and is unparked ([`Sleeper`]), a process
+//! sleeps on a futex word in shared memory that its peer process wakes ([`SharedSleeper`]).
 
 use std::time::Duration;
 
@@ -9,6 +16,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::futex::Futex;
 use crate::sync::thread::{self, Thread};
 use crate::sync::time::Instant;
 
@@ -21,7 +29,7 @@ const PAUSES: u32 = 31;
 #[cfg(loom)]
 const PAUSES: u32 = 1;
 /// A parked waiter wakes at least this often to check that its peer is still there.
-const PARK_SLICE: Duration = Duration::from_millis(20);
+pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
 
 /// How long to spin and yield before parking.
 #[derive(Clone, Copy, Debug)]
@@ -42,6 +50,80 @@ impl Default for SpinPolicy {
     }
 }
 
+/// Where a waiter announces that it sleeps and how it sleeps: the part of the waiting policy
+/// that differs between threads of one process and processes sharing memory.
+trait Park {
+    /// Announces that the waiter is about to sleep (`true`), or withdraws that (`false`).
+    fn announce(&self, sleeping: bool);
+
+    /// The waker's half, after its progress is visible and fenced: whether the waiter
+    /// announced that it sleeps. A `true` takes the announcement, and the caller wakes it.
+    fn claim(&self) -> bool;
+
+    /// Sleeps for at most `slice`. Returns early when woken, and without sleeping when a
+    /// waker claimed the announcement first (a wake-up that came between the announcement and
+    /// this call is not lost); may return early for no reason.
+    fn park(&self, slice: Duration);
+}
+
+/// Waits until `poll` gives a value: polls, spins and yields within `policy`'s budget, then
+/// announces its sleep, fences, polls once more and parks for at most `slice` at a time.
+/// After each park `check` may end the wait with an error (the peer is gone); `deadline` ends
+/// it with a timeout error that names `what`.
+fn wait_for<T>(
+    sleeper: &impl Park,
+    policy: SpinPolicy,
+    slice: Duration,
+    deadline: Option<Instant>,
+    what: impl Fn() -> String,
+    mut check: impl FnMut() -> Result<()>,
+    mut poll: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    loop {
+        if let Some(value) = poll() {
+            return Ok(value);
+        }
+        if !policy.budget.is_zero() {
+            for _ in 0..PAUSES {
+                crate::sync::spin_loop();
+                if let Some(value) = poll() {
+                    return Ok(value);
+                }
+            }
+            let spin_end = Instant::now() + policy.budget;
+            while Instant::now() < spin_end {
+                thread::yield_now();
+                if let Some(value) = poll() {
+                    return Ok(value);
+                }
+            }
+        }
+        sleeper.announce(true);
+        fence(Ordering::SeqCst);
+        if let Some(value) = poll() {
+            sleeper.announce(false);
+            return Ok(value);
+        }
+        let slice = match deadline {
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    sleeper.announce(false);
+                    return Err(Error::new(
+                        ErrorKind::Timeout,
+                        format!("{} timed out", what()),
+                    ));
+                }
+                (deadline - now).min(slice)
+            }
+            None => slice,
+        };
+        sleeper.park(slice);
+        sleeper.announce(false);
+        check()?;
+    }
+}
+
 /// The "I am asleep" flag of one waiting thread.
 #[derive(Default)]
 pub struct Sleeper {
@@ -50,6 +132,21 @@ pub struct Sleeper {
     /// cannot order a plain store against a swap it did not see, and would report lost
     /// wake-ups that cannot happen). The waiter swaps only on its way to and from a park.
     sleeping: CachePadded<AtomicBool>,
+}
+
+impl Park for Sleeper {
+    fn announce(&self, sleeping: bool) {
+        self.sleeping.swap(sleeping, Ordering::Relaxed);
+    }
+
+    fn claim(&self) -> bool {
+        self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel)
+    }
+
+    /// The thread's park token keeps an unpark that came first.
+    fn park(&self, slice: Duration) {
+        thread::park_timeout(slice);
+    }
 }
 
 impl Sleeper {
@@ -63,7 +160,7 @@ impl Sleeper {
     /// [`Sleeper::wake`] for a caller that already issued `fence(SeqCst)` after making its
     /// progress visible (one fence may cover several sleepers).
     pub fn wake_fenced(&self, thread: &Thread) {
-        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+        if self.claim() {
             thread.unpark();
         }
     }
@@ -76,51 +173,78 @@ impl Sleeper {
         policy: SpinPolicy,
         deadline: Option<Instant>,
         what: impl Fn() -> String,
-        mut check: impl FnMut() -> Result<()>,
-        mut poll: impl FnMut() -> Option<T>,
+        check: impl FnMut() -> Result<()>,
+        poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        loop {
-            if let Some(value) = poll() {
-                return Ok(value);
-            }
-            if !policy.budget.is_zero() {
-                for _ in 0..PAUSES {
-                    crate::sync::spin_loop();
-                    if let Some(value) = poll() {
-                        return Ok(value);
-                    }
-                }
-                let spin_end = Instant::now() + policy.budget;
-                while Instant::now() < spin_end {
-                    thread::yield_now();
-                    if let Some(value) = poll() {
-                        return Ok(value);
-                    }
-                }
-            }
-            self.sleeping.swap(true, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
-            if let Some(value) = poll() {
-                self.sleeping.swap(false, Ordering::Relaxed);
-                return Ok(value);
-            }
-            let slice = match deadline {
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        self.sleeping.swap(false, Ordering::Relaxed);
-                        return Err(Error::new(
-                            ErrorKind::Timeout,
-                            format!("{} timed out", what()),
-                        ));
-                    }
-                    (deadline - now).min(PARK_SLICE)
-                }
-                None => PARK_SLICE,
-            };
-            thread::park_timeout(slice);
-            self.sleeping.swap(false, Ordering::Relaxed);
-            check()?;
+        wait_for(self, policy, PARK_SLICE, deadline, what, check, poll)
+    }
+}
+
+/// The "I am asleep" flag of one waiter in shared memory: a futex word (1 while the waiter
+/// sleeps or is about to, 0 otherwise) that the waiter sleeps on and a waker in any process
+/// that maps it wakes. Without loom it is a bare `u32`, to be placed in shared memory.
+#[repr(transparent)]
+pub(crate) struct SharedSleeper {
+    /// Written by swaps only, for the reason [`Sleeper`] gives.
+    word: Futex,
+}
+
+const AWAKE: u32 = 0;
+const ASLEEP: u32 = 1;
+
+impl Park for SharedSleeper {
+    fn announce(&self, sleeping: bool) {
+        let word = if sleeping { ASLEEP } else { AWAKE };
+        self.word.word().swap(word, Ordering::Relaxed);
+    }
+
+    /// Any word but 0 counts as asleep: a peer that wrote garbage there costs a spurious
+    /// wake-up, nothing more.
+    fn claim(&self) -> bool {
+        let word = self.word.word();
+        word.load(Ordering::Relaxed) != AWAKE && word.swap(AWAKE, Ordering::AcqRel) != AWAKE
+    }
+
+    /// Sleeps only while the word still says asleep: a waker that claimed it first makes the
+    /// kernel return at once.
+    fn park(&self, slice: Duration) {
+        self.word.wait(ASLEEP, slice);
+    }
+}
+
+impl SharedSleeper {
+    pub(crate) fn new() -> SharedSleeper {
+        SharedSleeper {
+            word: Futex::new(AWAKE),
         }
+    }
+
+    /// Wakes the waiter if it announced that it sleeps on this word; otherwise costs a fence
+    /// and one load.
+    pub(crate) fn wake(&self) {
+        fence(Ordering::SeqCst); // pairs with the fence in `wait_for`
+        self.wake_fenced();
+    }
+
+    /// [`SharedSleeper::wake`] for a caller that already issued `fence(SeqCst)` after making
+    /// its progress visible.
+    pub(crate) fn wake_fenced(&self) {
+        if self.claim() {
+            self.word.wake_one();
+        }
+    }
+
+    /// Waits until `poll` gives a value, parked on the futex in slices of at most `slice`
+    /// between calls to `check`. One waiter per word.
+    pub(crate) fn wait<T>(
+        &self,
+        policy: SpinPolicy,
+        slice: Duration,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        check: impl FnMut() -> Result<()>,
+        poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        wait_for(self, policy, slice, deadline, what, check, poll)
     }
 }

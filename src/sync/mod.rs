@@ -1,8 +1,9 @@
 //! The synchronisation primitives of the crate's hand-made protocols: the channel's
-//! spin-then-park wait, the small-memory access handshake, and the session's queues, replies
-//! and register files. Every build uses the standard library's (and crossbeam's queue);
-//! under `cfg(loom)` the same code runs on loom's model-checked ones, and the models beside
-//! each protocol (`loom_model` modules, driven by `tests/loom.rs`) explore its interleavings.
+//! spin-then-park wait, the shared-memory ring's futex wait, the small-memory access
+//! handshake, and the session's queues, replies and register files. Every build uses the
+//! standard library's (crossbeam's queue, the kernel's futex); under `cfg(loom)` the same code
+//! runs on loom's model-checked ones, and the models beside each protocol (`loom_model`
+//! modules, driven by `tests/loom.rs`) explore its interleavings.
 //!
 //! A model has no clock. There, a timed park is a plain park: a model deadlocks, and fails,
 //! wherever progress would wait for a timeout instead of a wake-up. Sleeping is yielding, a
@@ -21,6 +22,7 @@ pub(crate) use std::thread_local;
 #[cfg(not(loom))]
 pub(crate) use std::time;
 
+pub(crate) mod futex;
 #[cfg(loom)]
 mod queue;
 #[cfg(loom)]
