@@ -5,14 +5,15 @@
 #   make test       run every test (Rust, C, C++, headers, Python): the same as `cargo test`
 #   make header     regenerate include/discovm.h from the Rust sources
 #   make build-dist build the libraries `make install` installs (release settings, target/dist/)
-#   make install    install the libraries, headers, pkg-config file and CMake package
+#   make install    install the libraries, headers, pkg-config file, CMake package and the
+#                   worker program of process sessions (discovm-worker, in BINDIR)
 #   make uninstall  remove what `make install` installed
 #   make install-relocatable STAGEDIR=dir
 #                   the same files under dir, with the pkg-config file and the CMake package
 #                   finding the others relative to themselves (the Python wheel ships this)
 #
 # Installation paths: PREFIX (default /usr/local), LIBDIR (PREFIX/lib), INCLUDEDIR
-# (PREFIX/include), and DESTDIR, which is put in front of every path written but not of the
+# (PREFIX/include), BINDIR (PREFIX/bin), and DESTDIR, which is put in front of every path written but not of the
 # paths recorded in the pkg-config and CMake files (for staging a package), e.g.
 #
 #   make install PREFIX=$HOME/.local
@@ -31,6 +32,7 @@ DEMO := $(TARGET_DIR)/c/session_broadcast
 PREFIX = /usr/local
 LIBDIR = $(PREFIX)/lib
 INCLUDEDIR = $(PREFIX)/include
+BINDIR = $(PREFIX)/bin
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n 1)
 MAJOR := $(word 1,$(subst ., ,$(VERSION)))
 MINOR := $(word 2,$(subst ., ,$(VERSION)))
@@ -45,8 +47,11 @@ HEADERS := include/discovm.h include/discovm_abi.h include/discovm.hpp
 
 .PHONY: demo test header lib build-dist install install-relocatable uninstall
 
+# The library, and next to it the worker program process sessions start by default.
 lib:
 	$(CARGO) build
+	$(CC) $(CFLAGS) programs/discovm-worker.c -o $(LIB_DIR)/discovm-worker \
+		-L$(LIB_DIR) -ldiscovm -Wl,-rpath,$(LIB_DIR)
 
 demo: lib
 	@mkdir -p $(dir $(DEMO))
@@ -74,12 +79,16 @@ build-dist:
 # the templates in packaging/ with the paths they record: PC_PREFIX, PC_LIBDIR and PC_INCLUDEDIR
 # in discovm.pc, CMAKE_PREFIX, CMAKE_LIBDIR and CMAKE_INCLUDEDIR in the CMake files.
 define install_files
-	install -d $(DEST_LIBDIR)/pkgconfig $(DEST_LIBDIR)/cmake/discovm $(DEST_INCLUDEDIR)
+	install -d $(DEST_LIBDIR)/pkgconfig $(DEST_LIBDIR)/cmake/discovm $(DEST_INCLUDEDIR) \
+		$(DEST_BINDIR)
 	install -m 755 $(DIST_DIR)/libdiscovm.so $(DEST_LIBDIR)/libdiscovm.so.$(VERSION)
 	ln -sfn libdiscovm.so.$(VERSION) $(DEST_LIBDIR)/$(SONAME)
 	ln -sfn $(SONAME) $(DEST_LIBDIR)/libdiscovm.so
 	install -m 644 $(DIST_DIR)/libdiscovm.a $(DEST_LIBDIR)/libdiscovm.a
 	install -m 644 $(HEADERS) $(DEST_INCLUDEDIR)/
+	$(CC) $(CFLAGS) programs/discovm-worker.c -o $(DEST_BINDIR)/discovm-worker \
+		-L$(DIST_DIR) -ldiscovm \
+		-Wl,-rpath,'$$ORIGIN/$(shell realpath -m --relative-to=$(DEST_BINDIR) $(DEST_LIBDIR))'
 	@native=$$(cat $(NATIVE_LIBS)); \
 	configure() { \
 		echo "writing $$2/$$1"; \
@@ -100,6 +109,7 @@ endef
 
 install: DEST_LIBDIR = $(DESTDIR)$(LIBDIR)
 install: DEST_INCLUDEDIR = $(DESTDIR)$(INCLUDEDIR)
+install: DEST_BINDIR = $(DESTDIR)$(BINDIR)
 install: PC_PREFIX = $(PREFIX)
 install: PC_LIBDIR = $(LIBDIR)
 install: PC_INCLUDEDIR = $(INCLUDEDIR)
@@ -118,6 +128,7 @@ endif
 endif
 install-relocatable: DEST_LIBDIR = $(abspath $(STAGEDIR))/lib
 install-relocatable: DEST_INCLUDEDIR = $(abspath $(STAGEDIR))/include
+install-relocatable: DEST_BINDIR = $(abspath $(STAGEDIR))/bin
 install-relocatable: PC_PREFIX = $${pcfiledir}/../..
 install-relocatable: PC_LIBDIR = $${prefix}/lib
 install-relocatable: PC_INCLUDEDIR = $${prefix}/include
@@ -132,6 +143,7 @@ uninstall:
 		libdiscovm.a pkgconfig/discovm.pc cmake/discovm/discovmConfig.cmake \
 		cmake/discovm/discovmConfigVersion.cmake)
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(HEADERS)))
+	rm -f $(DESTDIR)$(BINDIR)/discovm-worker
 	if [[ -d $(DESTDIR)$(LIBDIR)/cmake/discovm ]]; then \
 		rmdir --ignore-fail-on-non-empty $(DESTDIR)$(LIBDIR)/cmake/discovm; \
 	fi

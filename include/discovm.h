@@ -84,6 +84,13 @@ typedef struct {
    * (`kDLCUDA`, id below `dvm_device_count(kDLCUDA)`); the worker binds it on its thread.
    */
   const DLDevice *devices;
+  /**
+   * Process sessions: the program each worker process runs (NULL: `$DISCOVM_WORKER`, else
+   * `discovm-worker` next to this library, in `../bin/` or the same directory). Read only
+   * by `dvm_session_new_process`, so programs built against a header without it stay
+   * correct with `dvm_session_new_threaded`.
+   */
+  const char *worker_program;
 } dvm_session_options;
 
 /**
@@ -316,6 +323,45 @@ dvm_status dvm_func_list_global_names(DVMAny *out);
  * Thread safety: any thread.
  */
 dvm_status dvm_func_remove_global(const char *name);
+
+/**
+ * Starts `num_workers` worker processes in `num_groups` groups of equal size, and returns once
+ * every one of them runs. Each runs the worker program (`opts->worker_program`, else
+ * `$DISCOVM_WORKER`, else `discovm-worker` next to this library) with only the descriptors it
+ * needs, and ends when this process ends. Every session, worker and DRef function works on the
+ * session as on a threaded one; what crosses to a worker is a value of the wire encoding
+ * (None, bool, int, float, str, bytes, Shape, DLDataType, DLDevice, a DRef, a host tensor,
+ * copied): anything else is a `TypeError` naming the argument, at the call. A worker that
+ * dies fails the wait in progress and every later call on its session with a `WorkerError`
+ * naming it, its pid and the cause.
+ *
+ * Ownership: `*out` is a new reference; release it with `dvm_session_free`.
+ * Errors: as `dvm_session_new_threaded`; `ValueError` when no worker program is found (the
+ * message says where it looked) or the one named is not executable; `WorkerError` when a
+ * worker process ends before it answers (its exit status or signal).
+ * Undefined: `opts` arrays with fewer entries than their counts.
+ * Thread safety: any thread. The session may then be used from several threads at once.
+ */
+dvm_status dvm_session_new_process(int32_t num_workers,
+                                   int32_t num_groups,
+                                   const dvm_session_options *opts,
+                                   dvm_session **out);
+
+/**
+ * The main function of a worker program: serves the controller that started this process
+ * (`dvm_session_new_process`) until it shuts the session down, and returns the program's exit
+ * status (0 then). A program becomes a worker program by registering its functions
+ * (`dvm_func_register_global`) and returning `dvm_worker_main(argc, argv)` from `main`; the
+ * installed `discovm-worker` is one that registers nothing of its own. Run by hand, without
+ * the arguments its controller passes, it says so on stderr and returns 2 (and 1 when serving
+ * fails otherwise); the last error says why.
+ *
+ * Ownership: `argv` is borrowed.
+ * Errors (the last error, with a nonzero status): `ValueError` for a negative `argc`, a NULL
+ * `argv`, or arguments no controller passed.
+ * Thread safety: call it once, from the program's main thread.
+ */
+int dvm_worker_main(int argc, char *const *argv);
 
 /**
  * Starts `num_workers` worker threads in `num_groups` groups of equal size.

@@ -60,6 +60,8 @@ struct Program {
     needs_gpu: bool,
     /// Extra linker flags, after the library.
     libs: &'static [&'static str],
+    /// A worker program it starts (its source, built the same way), given as its argument.
+    worker: Option<&'static str>,
 }
 
 impl Program {
@@ -69,6 +71,14 @@ impl Program {
             link: Link::Library,
             needs_gpu: false,
             libs: &[],
+            worker: None,
+        }
+    }
+
+    const fn worker(self, source: &'static str) -> Self {
+        Program {
+            worker: Some(source),
+            ..self
         }
     }
 
@@ -142,6 +152,8 @@ programs! {
     example_stream_copy: Program::new("examples-c/stream_copy.c");
     example_allreduce: Program::new("examples-c/allreduce.c");
     example_session_cpp: Program::new("examples-c/session_cpp.cpp");
+    example_process_session: Program::new("examples-c/process_session.c")
+        .worker("examples-c/process_worker.c");
 }
 
 /// Where compiled programs go (one directory per runner, as both build the same programs at
@@ -202,6 +214,10 @@ fn run(program: &Program, runner: Runner, command: &mut Command) {
 
 fn build_and_run(program: &Program, runner: Runner) {
     let binary = compile(program, runner);
+    if let Some(worker) = program.worker {
+        let worker = compile(&Program::new(worker), runner);
+        return run(program, runner, command(runner, &binary).arg(worker));
+    }
     match program.link {
         Link::Library => run(program, runner, &mut command(runner, &binary)),
         Link::Dlopen => {
@@ -237,7 +253,11 @@ fn every_example_has_a_test() {
     let missing: Vec<String> = c_files("examples-c")
         .into_iter()
         .map(|name| format!("examples-c/{name}"))
-        .filter(|path| !PROGRAMS.iter().any(|p| p.source == path))
+        .filter(|path| {
+            !PROGRAMS
+                .iter()
+                .any(|p| p.source == path || p.worker == Some(path))
+        })
         .collect();
     assert!(
         missing.is_empty(),

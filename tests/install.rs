@@ -42,6 +42,7 @@ fn installed_paths() -> Vec<String> {
         "lib/pkgconfig/discovm.pc".to_string(),
         "lib/cmake/discovm/discovmConfig.cmake".to_string(),
         "lib/cmake/discovm/discovmConfigVersion.cmake".to_string(),
+        "bin/discovm-worker".to_string(),
     ];
     paths.extend(HEADERS.iter().map(|h| format!("include/{h}")));
     paths.sort();
@@ -221,7 +222,7 @@ fn build_and_run_c_consumer(name: &str, flags: &str, env: &[(&str, &Path)]) -> P
     let stdout = run(&mut command);
     assert_eq!(
         stdout,
-        format!("discovm {VERSION} from C: worker ranks 0 1\n"),
+        format!("discovm {VERSION} from C: worker ranks 0 1, process ranks 0 1\n"),
         "{name} printed something else"
     );
     binary
@@ -250,7 +251,13 @@ fn pkg_config_static_builds_a_c_program_with_the_static_library() {
     let flags = pkg_config(&["--static", "--cflags", "--libs"]);
     assert!(flags.contains("-ldiscovm"), "unexpected flags: {flags}");
     let flags = flags.replace("-ldiscovm", "-l:libdiscovm.a");
-    let binary = build_and_run_c_consumer("consumer_pkgconfig_static", &flags, &[]);
+    // The library is in the program: it names the installed worker program.
+    let worker = prefix().join("bin/discovm-worker");
+    let binary = build_and_run_c_consumer(
+        "consumer_pkgconfig_static",
+        &flags,
+        &[("DISCOVM_WORKER", &worker)],
+    );
     let needed = needed_libraries(&binary);
     assert!(
         !needed.iter().any(|lib| lib.starts_with("libdiscovm")),

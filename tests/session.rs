@@ -2,6 +2,8 @@
 
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/session_calls.rs"]
+mod session_calls;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
@@ -16,6 +18,7 @@ use discovm::session::{
 };
 use discovm::{Any, Error, ErrorKind};
 use errors::assert_error;
+use session_calls::{call, int};
 
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 
@@ -31,17 +34,6 @@ fn global(
     registry::register_global(name, Function::from_closure(f), true).unwrap();
 }
 
-fn call(s: &Arc<Session>, func: &DRef, args: &[Any]) -> DRef {
-    let views: Vec<_> = args.iter().map(Any::view).collect();
-    s.call(Target::All, func, &views).expect("call is sent")
-}
-
-fn int(value: Any) -> i64 {
-    match value {
-        Any::Int(v) => v,
-        other => panic!("expected an int, got {other:?}"),
-    }
-}
 
 #[test]
 fn broadcast_reaches_every_worker_with_its_own_identity() {

@@ -297,6 +297,7 @@ impl Session {
             cpu_affinity: std::ptr::null(),
             num_devices: 0,
             devices: std::ptr::null(),
+            worker_program: std::ptr::null(),
         };
         let mut out = null_mut();
         // SAFETY: valid options and output.

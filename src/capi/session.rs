@@ -42,6 +42,11 @@ pub struct dvm_session_options {
     /// The device of each worker: `kDLCPU` device 0, or a GPU the CUDA driver found
     /// (`kDLCUDA`, id below `dvm_device_count(kDLCUDA)`); the worker binds it on its thread.
     pub devices: *const DLDevice,
+    /// Process sessions: the program each worker process runs (NULL: `$DISCOVM_WORKER`, else
+    /// `discovm-worker` next to this library, in `../bin/` or the same directory). Read only
+    /// by `dvm_session_new_process`, so programs built against a header without it stay
+    /// correct with `dvm_session_new_threaded`.
+    pub worker_program: *const c_char,
 }
 
 /// # Safety
@@ -70,6 +75,26 @@ unsafe fn session_options(opts: *const dvm_session_options) -> crate::Result<Ses
         cpus.iter().map(|&cpu| cpu.into()),
         devices.to_vec(),
     )
+}
+
+/// The options of a process session: those of every session, and the worker program.
+///
+/// # Safety
+/// As for [`session_options`]; `worker_program` is NULL or NUL-terminated.
+pub(crate) unsafe fn process_options(
+    opts: *const dvm_session_options,
+) -> crate::Result<SessionOptions> {
+    // SAFETY: as the caller promises.
+    let mut options = unsafe { session_options(opts) }?;
+    if let Some(opts) = std::ptr::NonNull::new(opts.cast_mut()) {
+        // SAFETY: as the caller promises.
+        let program = unsafe { opts.as_ref() }.worker_program;
+        if !program.is_null() {
+            // SAFETY: NUL-terminated, as the caller promises.
+            options.worker_program = Some(unsafe { c_str(program, "worker_program") }?.to_owned());
+        }
+    }
+    Ok(options)
 }
 
 /// The session behind a handle, lent for the call (`&session.0` is the session).

@@ -196,6 +196,26 @@ impl HostTensor {
     pub fn nbytes(&self) -> usize {
         self.nbytes
     }
+
+    /// A tensor object over the host memory, without a copy, for code that takes tensors.
+    ///
+    /// # Safety
+    /// The tensor is used only while this host tensor's memory stays valid (its creator's
+    /// promise), and does not outlive that.
+    pub unsafe fn borrow_as_tensor(&self) -> Tensor {
+        let data = std::ptr::NonNull::new(self.ptr()).unwrap_or(std::ptr::NonNull::dangling());
+        // SAFETY: compact memory of `nbytes` (checked in `new`), which the caller keeps valid;
+        // the tensor releases nothing.
+        unsafe {
+            Tensor::from_memory(
+                self.shape(),
+                self.dl.dtype,
+                self.dl.device,
+                data,
+                Box::new(|| {}),
+            )
+        }
+    }
 }
 
 /// The number of CPUs this process may run on.

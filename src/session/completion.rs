@@ -51,6 +51,29 @@ impl<T> Completion<T> {
         }
     }
 
+    /// A completion answered on behalf of a waiter in another process, whose CPU this process
+    /// cannot know.
+    pub fn for_peer() -> Self {
+        Completion {
+            waiter_cpu: None,
+            ..Self::new()
+        }
+    }
+
+    /// The reply, if it was delivered (taken once).
+    pub fn try_take(&self) -> Option<T> {
+        (self.state.load(Ordering::Acquire) == DONE)
+            .then(|| self.value.lock().unwrap_or_else(|e| e.into_inner()).take())
+            .flatten()
+    }
+
+    /// Gives up on the reply unless a worker already claimed it; whether it gave up.
+    pub fn abandon(&self) -> bool {
+        self.state
+            .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     /// The CPU the waiter ran on when it made the request.
     pub fn waiter_cpu(&self) -> Option<usize> {
         self.waiter_cpu
@@ -81,20 +104,9 @@ impl<T> Completion<T> {
         what: impl Fn() -> String,
         mut check: impl FnMut() -> Result<()>,
     ) -> Result<T> {
-        let poll = || {
-            (self.state.load(Ordering::Acquire) == DONE)
-                .then(|| self.value.lock().unwrap_or_else(|e| e.into_inner()).take())
-                .flatten()
-        };
+        let poll = || self.try_take();
         match self.sleeper.wait(policy, deadline, &what, &mut check, poll) {
-            Err(timeout)
-                if self
-                    .state
-                    .compare_exchange(PENDING, ABANDONED, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok() =>
-            {
-                Err(timeout)
-            }
+            Err(timeout) if self.abandon() => Err(timeout),
             Err(_) => self.sleeper.wait(policy, None, what, check, poll),
             Ok(value) => Ok(value),
         }

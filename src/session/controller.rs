@@ -10,7 +10,9 @@ use super::builtins;
 use super::ccl::{self, CpuCcl};
 use super::completion::Completion;
 use super::dref::DRef;
+use super::link::{self, ThreadLink, WorkerLink};
 use super::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
+use super::process::{self, Watcher};
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
@@ -20,7 +22,7 @@ use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
-use crate::sync::thread::{self, JoinHandle};
+use crate::sync::thread;
 use crate::sync::time::Instant;
 
 crate::sync::thread_local! {
@@ -44,6 +46,12 @@ pub struct SessionOptions {
     pub cpu_affinity: Vec<Option<usize>>,
     /// The device of each worker; empty means CPU for every worker.
     pub devices: Vec<DLDevice>,
+    /// The program worker processes run (process sessions); `None`: `$DISCOVM_WORKER`, else
+    /// `discovm-worker` next to this library.
+    pub worker_program: Option<String>,
+    /// Arguments put before the session's own on each worker's command line (`-m
+    /// discovm.worker` when the program is a Python interpreter).
+    pub worker_args: Vec<String>,
 }
 
 impl SessionOptions {
@@ -85,19 +93,17 @@ impl SessionOptions {
             spin: SpinPolicy { budget },
             cpu_affinity,
             devices,
+            worker_program: None,
+            worker_args: Vec::new(),
         })
     }
 }
 
-struct WorkerLink {
-    shared: Arc<WorkerShared>,
-    device: DLDevice,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-/// A threaded session.
+/// A session: its workers are threads of this process or worker processes.
 pub struct Session {
     workers: Vec<WorkerLink>,
+    /// The device of each worker.
+    devices: Vec<DLDevice>,
     num_groups: usize,
     registers: RegisterIds,
     closed: AtomicBool,
@@ -110,6 +116,9 @@ pub struct Session {
     deferred_frees: Mutex<Vec<(Reg, usize)>>,
     /// Whether `deferred_frees` may hold something (so that sends skip its lock otherwise).
     has_deferred_frees: AtomicBool,
+    /// The watch over worker processes (process sessions), which records a worker's death in
+    /// its link as it happens.
+    watcher: Option<Watcher>,
     /// Held by `init_ccl` from sending the new communicator to the workers until it keeps it,
     /// so that every worker installs the same one last, and that is the one kept. (Not `ccl`'s
     /// lock: shutdown takes that one to break waits that this call's sync may be stuck behind.)
@@ -205,9 +214,8 @@ impl Session {
         super::tvm_dispatch::install()?;
         let mut workers = Vec::with_capacity(num_workers);
         let mut started = Vec::with_capacity(num_workers);
-        for (id, device) in devices.into_iter().enumerate() {
+        for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
-                channel: Channel::new(QUEUE_CAPACITY),
                 exited: AtomicBool::new(false),
                 stopping: AtomicBool::new(false),
                 ccl_generation: AtomicU64::new(0),
@@ -222,7 +230,9 @@ impl Session {
             };
             let cpu = options.cpu_affinity.get(id).copied().flatten();
             let ready: Reply<()> = Reply::new(Completion::new());
+            let channel = Arc::new(Channel::new(QUEUE_CAPACITY));
             let (thread_shared, thread_ready, spin) = (shared.clone(), ready.clone(), options.spin);
+            let thread_channel = channel.clone();
             let thread = thread::Builder::new()
                 .name(format!("dvm-worker-{id}"))
                 .spawn(move || {
@@ -230,7 +240,7 @@ impl Session {
                     let failed = pinned.is_err();
                     thread_ready.complete(pinned);
                     if !failed {
-                        worker::run(thread_shared, info, spin, cpu.is_some());
+                        worker::run(thread_shared, &thread_channel, info, spin, cpu.is_some());
                     } else {
                         thread_shared.exited.store(true, Ordering::SeqCst);
                     }
@@ -243,15 +253,61 @@ impl Session {
                     return Err(error);
                 }
             };
-            workers.push(WorkerLink {
+            workers.push(WorkerLink::Thread(ThreadLink {
                 shared,
-                device,
+                channel,
                 thread: Mutex::new(Some(thread)),
-            });
+            }));
             started.push(ready);
         }
-        let session = Arc::new(Session {
+        let session = Self::assemble(workers, devices, num_groups, &options, None);
+        for link in &session.workers {
+            if let WorkerLink::Thread(link) = link {
+                let _ = link.shared.session.set(Arc::downgrade(&session));
+            }
+        }
+        for ready in started {
+            ready.wait(session.spin, None, || "starting a worker".into(), || Ok(()))??;
+        }
+        Ok(session)
+    }
+
+    /// Starts `num_workers` worker processes in `num_groups` groups of equal size, each
+    /// running the worker program (`options.worker_program`, else `$DISCOVM_WORKER`, else
+    /// `discovm-worker` next to this library), and returns once every one has answered.
+    pub fn new_process(
+        num_workers: i64,
+        num_groups: i64,
+        options: SessionOptions,
+    ) -> Result<Arc<Session>> {
+        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
+        let devices = check_devices(&options, num_workers)?;
+        check_affinity(&options, num_workers)?;
+        builtins::register();
+        let (links, watcher) = process::start_workers(num_groups, &options, &devices)?;
+        let links = links
+            .into_iter()
+            .map(|l| WorkerLink::Process(Box::new(l)))
+            .collect();
+        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher));
+        // Every worker answers once it runs: one that cannot start is reported here.
+        session
+            .sync_all()
+            .map_err(|e| e.context("starting the worker processes"))?;
+        Ok(session)
+    }
+
+    /// A session of started workers.
+    fn assemble(
+        workers: Vec<WorkerLink>,
+        devices: Vec<DLDevice>,
+        num_groups: usize,
+        options: &SessionOptions,
+        watcher: Option<Watcher>,
+    ) -> Arc<Session> {
+        Arc::new(Session {
             workers,
+            devices,
             num_groups,
             registers: RegisterIds::default(),
             closed: AtomicBool::new(false),
@@ -260,34 +316,23 @@ impl Session {
             ccl: Mutex::new(None),
             deferred_frees: Mutex::new(Vec::new()),
             has_deferred_frees: AtomicBool::new(false),
+            watcher,
             ccl_setup: Mutex::new(()),
-        });
-        for link in &session.workers {
-            let _ = link.shared.session.set(Arc::downgrade(&session));
-        }
-        for ready in started {
-            ready.wait(session.spin, None, || "starting a worker".into(), || Ok(()))??;
-        }
-        Ok(session)
+        })
+    }
+
+    /// Whether the workers are processes.
+    fn has_processes(&self) -> bool {
+        self.watcher.is_some()
     }
 
     /// Stops workers started before a failure to start another.
     fn stop_partial(workers: &[WorkerLink]) {
-        for link in workers {
-            let _ =
-                link.shared
-                    .channel
-                    .send(Message::Shutdown, SpinPolicy::default(), None, || Ok(()));
-        }
-        for link in workers {
-            if let Some(thread) = link
-                .thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
-                let _ = thread.join();
-            }
+        for (worker, link) in workers.iter().enumerate() {
+            let _ = link.stop(worker, SpinPolicy::default(), None);
+            fence(Ordering::SeqCst);
+            link.wake_fenced();
+            let _ = link.join(worker, None, None);
         }
     }
 
@@ -296,7 +341,7 @@ impl Session {
     }
 
     pub fn worker_device(&self, worker: usize) -> DLDevice {
-        self.workers[worker].device
+        self.devices[worker]
     }
 
     pub fn num_groups(&self) -> usize {
@@ -327,33 +372,29 @@ impl Session {
     /// Fails with `SessionClosed` after shutdown.
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::SeqCst) {
-            Err(closed_error())
-        } else {
-            Ok(())
+            return Err(closed_error());
         }
-    }
-
-    fn alive(&self, worker: usize) -> Result<()> {
-        if self.workers[worker].shared.exited.load(Ordering::SeqCst) {
-            return Err(Error::new(
-                ErrorKind::SessionClosed,
-                format!("worker {worker} has exited"),
-            ));
+        // A session whose worker process died is broken: everything fails with that cause.
+        if self.has_processes() {
+            self.alive(0)?;
         }
         Ok(())
     }
 
+    fn alive(&self, worker: usize) -> Result<()> {
+        self.workers[worker].alive(worker)
+    }
+
     /// Queues a message for `worker` without waking it.
     fn push(&self, worker: usize, message: Message) -> Result<()> {
-        let channel = &self.workers[worker].shared.channel;
-        channel.push(message, self.spin, self.deadline(), || self.alive(worker))
+        self.workers[worker].push(message, self.spin, self.deadline(), || self.alive(worker))
     }
 
     /// Wakes the sleeping workers among `workers` after one fence for all the pushes before.
     fn wake(&self, workers: impl Iterator<Item = usize>) {
         fence(Ordering::SeqCst);
         for worker in workers {
-            self.workers[worker].shared.channel.wake_fenced();
+            self.workers[worker].wake_fenced();
         }
     }
 
@@ -371,9 +412,14 @@ impl Session {
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
         self.queue_deferred_frees()?;
-        let pushed = self
-            .targets(target)
-            .try_for_each(|w| self.push(w, message()));
+        let pushed = link::push_to(
+            &self.workers,
+            self.targets(target),
+            message,
+            self.spin,
+            self.deadline(),
+            |w| self.alive(w),
+        );
         self.wake(self.targets(target));
         pushed
     }
@@ -391,12 +437,13 @@ impl Session {
         what: &str,
         deadline: Option<Instant>,
     ) -> Result<T> {
-        reply.wait(
+        self.workers[worker].wait(
+            reply,
             self.spin,
             deadline,
             || format!("{what} on worker {worker}"),
             || self.alive(worker),
-        )?
+        )
     }
 
     /// Sends a request that carries `reply` to one worker and waits for the answer.
@@ -440,10 +487,40 @@ impl Session {
             return Err(closed_error());
         }
         super::tvm_dispatch::install()?;
-        let function = registry::get_global(name)?;
         let name: Arc<str> = name.into();
+        if self.has_processes() {
+            return self.get_global_func_of_workers(name);
+        }
+        let function = registry::get_global(&name)?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
         self.store(Target::All, dref.reg(), function.into(), Some(name))?;
+        Ok(dref)
+    }
+
+    /// [`Session::get_global_func`] for worker processes, which each look the name up in their
+    /// own registry: every worker is asked at once, and the first that lacks it fails the call.
+    fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
+        self.check_open()?;
+        self.queue_deferred_frees()?;
+        let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
+        let mut replies = Vec::with_capacity(self.workers.len());
+        for worker in 0..self.workers.len() {
+            let reply: Reply<()> = Reply::new(Completion::new());
+            self.push(
+                worker,
+                Message::GetGlobalFunc {
+                    reg: dref.reg(),
+                    name: name.clone(),
+                    reply: reply.clone(),
+                },
+            )?;
+            replies.push(reply);
+        }
+        self.wake(0..self.workers.len());
+        let deadline = self.deadline();
+        for (worker, reply) in replies.iter().enumerate() {
+            self.wait(worker, reply, "looking up a global function", deadline)?;
+        }
         Ok(dref)
     }
 
@@ -575,13 +652,9 @@ impl Session {
         if self.check_open().is_err() {
             return;
         }
-        match (0..self.workers.len()).find(|&w| {
-            self.workers[w]
-                .shared
-                .channel
-                .try_push(Message::Kill(reg))
-                .is_err()
-        }) {
+        match (0..self.workers.len())
+            .find(|&w| self.workers[w].try_push(Message::Kill(reg)).is_err())
+        {
             None => self.registers.release(reg),
             Some(untold) => {
                 self.deferred_frees
@@ -637,6 +710,16 @@ impl Session {
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
             )));
         }
+        if self.has_processes() {
+            return Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!(
+                    "collectives between worker processes are not available yet (backend \
+                     {backend:?}): a process session runs calls, syncs, register reads and \
+                     copies to and from worker 0"
+                ),
+            ));
+        }
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
             return Err(Error::value(format!(
@@ -649,8 +732,7 @@ impl Session {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         let (init, args, cpu) = if backend == "nccl" {
-            let devices: Vec<DLDevice> = self.workers.iter().map(|l| l.device).collect();
-            let args = ccl::nccl::init_args(&devices, self.num_groups, device_ids)?;
+            let args = ccl::nccl::init_args(&self.devices, self.num_groups, device_ids)?;
             (
                 "runtime.disco.nccl.init_ccl_per_worker",
                 args.to_vec(),
@@ -680,7 +762,7 @@ impl Session {
         // joined) sees the count change, aborts them and gets to the new ones: the way back
         // after a sync that timed out.
         for link in &self.workers {
-            link.shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+            link.note_new_ccl();
         }
         let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
         let installed = self.get_global_func(init).and_then(|func| {
@@ -713,7 +795,7 @@ impl Session {
         // shutdown: break the communicator so its waits end. A worker waiting for NCCL work on
         // its GPU sees its flag, aborts its communicators and stops waiting.
         for link in &self.workers {
-            link.shared.stopping.store(true, Ordering::SeqCst);
+            link.mark_stopping();
         }
         if let Some(ccl) = self
             .ccl
@@ -729,53 +811,16 @@ impl Session {
         let deadline = self.deadline();
         let mut first = None;
         for (worker, link) in self.workers.iter().enumerate() {
-            let pushed = link
-                .shared
-                .channel
-                .send(Message::Shutdown, self.spin, deadline, || {
-                    self.alive(worker)
-                });
-            if let Err(error) = pushed.or_else(|e| {
-                if self.alive(worker).is_err() {
-                    Ok(())
-                } else {
-                    Err(e)
-                }
-            }) {
+            if let Err(error) = link.stop(worker, self.spin, deadline) {
                 first.get_or_insert(error);
             }
         }
+        self.wake(0..self.workers.len());
         let me = worker::current().map(|info| info.id);
         for (worker, link) in self.workers.iter().enumerate() {
-            let Some(handle) = link
-                .thread
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            else {
-                continue;
-            };
-            if me == Some(worker) && thread::current().id() == handle.thread().id() {
-                continue; // a worker dropping its own session: it exits when it returns to its loop
+            if let Err(error) = link.join(worker, deadline, me) {
+                first.get_or_insert(error);
             }
-            if let Some(deadline) = deadline {
-                while !thread::is_finished(&handle) {
-                    if Instant::now() >= deadline {
-                        first.get_or_insert(Error::new(
-                            ErrorKind::Timeout,
-                            format!(
-                                "worker {worker} did not stop in time; its thread is left running"
-                            ),
-                        ));
-                        break;
-                    }
-                    thread::sleep(Duration::from_micros(200));
-                }
-                if !thread::is_finished(&handle) {
-                    continue;
-                }
-            }
-            let _ = handle.join();
         }
         first.map_or(Ok(()), Err)
     }

@@ -61,6 +61,13 @@ pub enum Message {
     },
     /// Report how many registers hold something.
     CountLive(Reply<usize>),
+    /// Store the global function `name` of the worker's own registry in `reg`; reply once it
+    /// is there, or with the `KeyError` of a missing name.
+    GetGlobalFunc {
+        reg: Reg,
+        name: Arc<str>,
+        reply: Reply<()>,
+    },
     Copy {
         reg: Reg,
         /// Boxed: it is large and rare, and every queue slot is as large as its largest message.

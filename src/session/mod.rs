@@ -7,6 +7,7 @@ mod completion;
 mod controller;
 mod dref;
 mod handles;
+mod link;
 #[cfg(all(test, loom))]
 mod loom_model;
 mod message;
@@ -23,5 +24,6 @@ pub use handles::{
     SessionCell, SessionLink, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
 };
 pub use message::CopyDirection;
+pub(crate) use process::serve as serve_worker;
 pub use registers::Reg;
 pub use worker::{WorkerInfo, current as current_worker, with_stream as with_worker_stream};

@@ -15,13 +15,12 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
-use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result};
+use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
 pub struct WorkerShared {
-    pub channel: Channel<Message>,
     /// Set when the worker thread has left its loop (normally or not).
     pub exited: AtomicBool,
     /// Set by shutdown before it tells the worker to stop: a device wait of a worker with NCCL
@@ -118,7 +117,10 @@ impl Drop for ExitGuard {
     }
 }
 
-struct Worker {
+/// A worker's state on its own thread: its registers and the failures its next sync reports.
+/// A thread of this process or the main thread of a worker process drives it, one message at a
+/// time.
+pub(super) struct Worker {
     info: WorkerInfo,
     /// Whether the user pinned this worker (then it never moves itself).
     pinned: bool,
@@ -127,43 +129,64 @@ struct Worker {
     registers: RegisterFile,
     /// The first failure since the last sync, and how many followed it.
     failure: Option<(Error, usize)>,
+    /// Last, so that it goes after the registers.
+    _exit: ExitGuard,
 }
 
 /// Runs worker `info.id` until it receives `Shutdown`.
-pub fn run(shared: Arc<WorkerShared>, info: WorkerInfo, policy: SpinPolicy, pinned: bool) {
-    let _guard = ExitGuard(shared.clone());
-    CURRENT.with(|c| *c.borrow_mut() = Some((info, shared.clone(), Any::None)));
-    shared.channel.set_consumer(crate::sync::thread::current());
-    let mut worker = Worker {
-        info,
-        pinned,
-        shared_cpu: SharedCpuWatch::default(),
-        registers: RegisterFile::default(),
-        failure: None,
-    };
-    // The worker's device context becomes current on this thread before anything runs, so the
-    // functions it calls (and their CUDA work) find it; a failure is reported at the next sync.
-    if let Err(cause) = crate::device::bind_to_thread(info.device) {
-        worker.note_failure(&Error::new(
-            cause.kind,
-            format!("worker {}: {}", info.id, cause.message),
-        ));
-    }
-    nccl::watch_worker_thread();
-    while worker.handle(shared.channel.recv(policy)) {}
-    // NCCL work queued and never synced would hold the stream's teardown in the driver if a
-    // peer never joined it: it is waited for by polling first, which gives up (aborting the
-    // communicators) as the session is shutting down.
-    if nccl::watch().is_some() {
-        worker.sync_device();
-    }
-    // Values die on their own worker's thread, as they were made there.
-    worker.registers.clear();
+pub fn run(
+    shared: Arc<WorkerShared>,
+    channel: &Channel<Message>,
+    info: WorkerInfo,
+    policy: SpinPolicy,
+    pinned: bool,
+) {
+    channel.set_consumer(crate::sync::thread::current());
+    let mut worker = Worker::start(shared, info, pinned);
+    while worker.handle(channel.recv(policy)) {}
+    worker.finish();
 }
 
 impl Worker {
+    /// Makes the calling thread worker `info.id`: what functions it runs see as their worker,
+    /// with the worker's device bound (a failure to bind is reported at the first sync).
+    pub(super) fn start(shared: Arc<WorkerShared>, info: WorkerInfo, pinned: bool) -> Worker {
+        let exit = ExitGuard(shared.clone());
+        CURRENT.with(|c| *c.borrow_mut() = Some((info, shared, Any::None)));
+        let mut worker = Worker {
+            info,
+            pinned,
+            shared_cpu: SharedCpuWatch::default(),
+            registers: RegisterFile::default(),
+            failure: None,
+            _exit: exit,
+        };
+        // The worker's device context becomes current on this thread before anything runs, so
+        // the functions it calls (and their CUDA work) find it.
+        if let Err(cause) = crate::device::bind_to_thread(info.device) {
+            worker.note_failure(&Error::new(
+                cause.kind,
+                format!("worker {}: {}", info.id, cause.message),
+            ));
+        }
+        nccl::watch_worker_thread();
+        worker
+    }
+
+    /// Ends the worker after its last message: its device work, then its values, on its own
+    /// thread, as they were made there.
+    pub(super) fn finish(mut self) {
+        // NCCL work queued and never synced would hold the stream's teardown in the driver if
+        // a peer never joined it: it is waited for by polling first, which gives up (aborting
+        // the communicators) as the session is shutting down.
+        if nccl::watch().is_some() {
+            self.sync_device();
+        }
+        self.registers.clear();
+    }
+
     /// Runs one message; false once it was the last (`Shutdown`).
-    fn handle(&mut self, message: Message) -> bool {
+    pub(super) fn handle(&mut self, message: Message) -> bool {
         match message {
             Message::Call { func, out, args } => {
                 self.call(func, out, args.as_deref().unwrap_or(&[]))
@@ -192,6 +215,15 @@ impl Worker {
             Message::CountLive(reply) => {
                 if reply.claim() {
                     reply.complete(Ok(self.registers.live()));
+                }
+            }
+            Message::GetGlobalFunc { reg, name, reply } => {
+                if reply.claim() {
+                    let found = registry::get_global(&name).map(|function| {
+                        self.registers
+                            .set(reg, Slot::Value(function.into()), Some(name));
+                    });
+                    reply.complete(found);
                 }
             }
             Message::Copy {

@@ -116,6 +116,12 @@ struct Api {
     call: fn(Args<'_>) -> Returned,
 }
 
+/// A worker program's `argv` with its name alone: no controller started it.
+struct Argv([*const std::ffi::c_char; 2]);
+// SAFETY: pointers to static strings, never written.
+unsafe impl Sync for Argv {}
+static PROGRAM_ARGV: Argv = Argv([c"discovm-worker".as_ptr(), std::ptr::null()]);
+
 static DIMS: [i64; 2] = [2, 3];
 static DEVICE_IDS: [i32; 2] = [0, 0];
 static BYTES: [u8; 24] = [7; 24];
@@ -183,6 +189,12 @@ const APIS: &[Api] = &[
     Api { name: "dvm_session_new_threaded",
         valid: |f| vec![I32(1), I32(1), Arg::Ptr(null_mut()), ptr(f.out())],
         call: |a| status(unsafe { dvm_session_new_threaded(a.i32(0), a.i32(1), a.cp(2), a.p(3)) }) },
+    Api { name: "dvm_session_new_process",
+        valid: |f| vec![I32(1), I32(1), Arg::Ptr(null_mut()), ptr(f.out())],
+        call: |a| status(unsafe { dvm_session_new_process(a.i32(0), a.i32(1), a.cp(2), a.p(3)) }) },
+    Api { name: "dvm_worker_main",
+        valid: |_| vec![I32(1), ptr(PROGRAM_ARGV.0.as_ptr())],
+        call: |a| Returned::ErrorValue(unsafe { dvm_worker_main(a.i32(0), a.cp(1)) } != 0) },
     Api { name: "dvm_session_num_workers",
         valid: |f| vec![ptr(f.open.session)],
         call: |a| Returned::ErrorValue(unsafe { dvm_session_num_workers(a.cp(0)) } == -1) },
@@ -352,7 +364,7 @@ fn classify(ty: &str) -> Class {
     match (base.matches('*').count(), handle) {
         (1, Some(kind)) => Class::Handle(kind),
         (0, _) => match base {
-            "int32_t" => Class::Int32,
+            "int32_t" | "int" => Class::Int32,
             "size_t" => Class::Size,
             "DLDevice" => Class::Device,
             "DLDataType" => Class::DType,

@@ -300,6 +300,7 @@ impl SessionParts {
             cpu_affinity: std::ptr::null(),
             num_devices: 0,
             devices: std::ptr::null(),
+            worker_program: std::ptr::null(),
         };
         let mut session = null_mut();
         // SAFETY (each call here): valid arguments, outputs to locals.

@@ -46,6 +46,8 @@ entry_points!(
     __tvm_ffi_current_worker_id,
     __tvm_ffi_current_worker,
     __tvm_ffi_session_new_threaded,
+    __tvm_ffi_session_new_process,
+    __tvm_ffi_worker_main,
     __tvm_ffi_session_num_workers,
     __tvm_ffi_session_get_global_func,
     __tvm_ffi_session_load_module,
@@ -193,6 +195,10 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
             shape(&[-1]),
             Value::Owned(Array::new([Any::Device(CPU)]).into()),
         ],
+        // Refused before a worker starts: the cases vary one argument, to a wrong one.
+        "session_new_process" => vec![int(1), int(1)],
+        // Refused: no controller started this process.
+        "worker_main" => vec![Value::Owned(Array::new([Any::from("x")]).into())],
         "session_num_workers" | "session_sync_all" | "session_shutdown" => {
             vec![object(open.session.cast())]
         }
@@ -366,7 +372,7 @@ fn wrong_values(f: &Fixture, ty: &str) -> Vec<(Value, String)> {
             }
             wrong
         }
-        "str" | "bytes" | "Device" | "list[Device]" => vec![integer()],
+        "str" | "bytes" | "Device" | "list[Device]" | "list[str]" => vec![integer()],
         handle => match handle_of(handle) {
             Some(expected) => Handle::ALL
                 .into_iter()

@@ -90,6 +90,29 @@ impl<'a> Args<'a> {
         optional(self.views, i, &self.param(i), default, AnyView::as_device)
     }
 
+    /// A string, or None.
+    fn str_or_none(&self, i: usize) -> Result<Option<&'a str>> {
+        if is_none(self.views, i) {
+            return Ok(None);
+        }
+        self.str(i).map(Some)
+    }
+
+    /// A list of strings: an Array of them, or None (no strings).
+    fn strs(&self, i: usize) -> Result<Vec<String>> {
+        self.array(i, |item| item.as_str().map(str::to_owned))
+    }
+
+    /// The items of an Array, each read by `item`, or nothing for None.
+    fn array<T>(&self, i: usize, item: impl Fn(&AnyView<'_>) -> Result<T>) -> Result<Vec<T>> {
+        if is_none(self.views, i) {
+            return Ok(Vec::new());
+        }
+        self.read(i, |view| {
+            view.as_array()?.items().iter().map(item).collect()
+        })
+    }
+
     /// A list of ints: a Shape, an Array of ints, or None (no ints).
     fn ints(&self, i: usize) -> Result<Vec<i64>> {
         if is_none(self.views, i) {
@@ -112,16 +135,7 @@ impl<'a> Args<'a> {
 
     /// A list of devices: an Array of them, or None (no devices).
     fn devices(&self, i: usize) -> Result<Vec<DLDevice>> {
-        if is_none(self.views, i) {
-            return Ok(Vec::new());
-        }
-        self.read(i, |view| {
-            view.as_array()?
-                .items()
-                .iter()
-                .map(AnyView::as_device)
-                .collect()
-        })
+        self.array(i, |item| item.as_device())
     }
 
     /// The object argument `i` holds, as a handle pointer for the `dvm_*` argument readers

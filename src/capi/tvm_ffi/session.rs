@@ -9,7 +9,7 @@ use crate::capi::worker::{dvm_worker, worker_arg};
 use crate::object::{Any, AnyView, Error, ObjectRef, Result};
 use crate::session::{
     CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
-    new_worker_handle, session_handle,
+    new_worker_handle, serve_worker, session_handle,
 };
 
 /// The session argument 0 holds, lent for the call.
@@ -53,6 +53,42 @@ entry_point! {
         )?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_threaded(workers, groups, options)?).into())
+    }
+}
+
+entry_point! {
+    /// `session_new_process(num_workers: int, num_groups: int = 1, timeout_ms: int = 0,
+    /// spin_us: int = 0, cpu_affinity: list[int] | None = None, devices: list[Device] | None =
+    /// None, worker_program: str | None = None, worker_args: list[str] | None = None) ->
+    /// Session`: as `dvm_session_new_process`, with the options' fields as arguments;
+    /// `worker_args` come first on each worker's command line (`["-m", "discovm.worker"]` for
+    /// a Python worker program).
+    __tvm_ffi_session_new_process(args: [
+        "num_workers", "num_groups", "timeout_ms", "spin_us", "cpu_affinity", "devices",
+        "worker_program", "worker_args"
+    ]) {
+        args.count(1, 8)?;
+        let mut options = SessionOptions::from_values(
+            args.int_or(2, 0)?,
+            args.int_or(3, 0)?,
+            args.ints(4)?,
+            args.devices(5)?,
+        )?;
+        options.worker_program = args.str_or_none(6)?.map(str::to_owned);
+        options.worker_args = args.strs(7)?;
+        let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
+        Ok(session_handle(Session::new_process(workers, groups, options)?).into())
+    }
+}
+
+entry_point! {
+    /// `worker_main(args: list[str]) -> int`: as `dvm_worker_main`, with the arguments after
+    /// the program's name: serves the controller that started this process until it shuts the
+    /// session down, and returns the exit status (a Python worker program's `main`).
+    __tvm_ffi_worker_main(args: ["args"]) {
+        args.count(1, 1)?;
+        serve_worker(&args.strs(0)?)?;
+        Ok(Any::Int(0))
     }
 }
 

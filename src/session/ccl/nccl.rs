@@ -645,13 +645,11 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::channel::Channel;
     use crate::sync::atomic::{AtomicBool, AtomicU64};
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
         let shared = Arc::new(WorkerShared {
-            channel: Channel::new(4),
             exited: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             ccl_generation: AtomicU64::new(3),

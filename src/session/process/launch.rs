@@ -56,7 +56,7 @@ fn find_worker_program(
     library: Option<&Path>,
 ) -> Result<PathBuf> {
     if let Some(name) = option.filter(|name| !name.is_empty()) {
-        return checked_program(Path::new(name), "the session's worker program option");
+        return checked_program(Path::new(name), "the session option `worker_program`");
     }
     if let Some(name) = env.filter(|name| !name.is_empty()) {
         return checked_program(Path::new(name), WORKER_PROGRAM_VAR);

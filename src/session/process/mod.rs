@@ -1,4 +1,84 @@
-//! Sessions whose workers are processes: starting and watching them.
+//! Sessions whose workers are processes: starting and watching them, the controller's link to
+//! each, and the loop a worker process runs.
 
 mod launch;
+mod link;
+mod serve;
 mod watch;
+
+use std::sync::{Arc, OnceLock};
+
+pub(crate) use launch::worker_program;
+pub(crate) use link::ProcessLink;
+pub(crate) use serve::serve;
+pub(crate) use watch::Watcher;
+
+use super::controller::SessionOptions;
+use super::worker::WorkerInfo;
+use crate::abi::DLDevice;
+use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
+use crate::channel::shm::SharedMemory;
+use crate::object::{Error, Result};
+use serve::WorkerArgs;
+
+/// Data bytes of each ring between the controller and a worker process (one each way). A frame
+/// (a call's arguments, a tensor copied to or from worker 0) must fit in one.
+pub(crate) const RING_CAPACITY: usize = 8 << 20;
+
+/// Starts one worker process per device, each with its rings, and a watcher that records the
+/// death of any of them in its link.
+pub(crate) fn start_workers(
+    num_groups: usize,
+    options: &SessionOptions,
+    devices: &[DLDevice],
+) -> Result<(Vec<ProcessLink>, Watcher)> {
+    let program = worker_program(options.worker_program.as_deref())?;
+    let half = ring_bytes(RING_CAPACITY)?;
+    let mut links = Vec::with_capacity(devices.len());
+    let broken = Arc::new(OnceLock::new());
+    for (id, &device) in devices.iter().enumerate() {
+        let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;
+        init_ring(&mut memory, 0, RING_CAPACITY)?;
+        init_ring(&mut memory, half, RING_CAPACITY)?;
+        let args = WorkerArgs {
+            info: WorkerInfo {
+                id,
+                num_workers: devices.len(),
+                num_groups,
+                device,
+            },
+            spin: options.spin,
+            cpu: options.cpu_affinity.get(id).copied().flatten(),
+            timeout: options.timeout,
+            ring_capacity: RING_CAPACITY,
+        };
+        let command_line = options.worker_args.iter().cloned().chain(args.to_args());
+        let child = launch::spawn(&program, command_line, &[memory.fd()])
+            .map_err(|e| e.context(format_args!("starting worker {id}")))?;
+        let memory = Arc::new(memory);
+        let requests = Producer::attach(memory.clone(), 0)?;
+        let replies = Consumer::attach(memory, half)?;
+        let death = Arc::new(OnceLock::new());
+        links.push(ProcessLink::new(
+            id,
+            child,
+            requests,
+            replies,
+            death,
+            broken.clone(),
+        ));
+    }
+    let deaths: Vec<(Arc<OnceLock<Error>>, i32)> =
+        links.iter().map(|l| (l.death(), l.pid())).collect();
+    let watcher = Watcher::new(move |worker, cause| {
+        if let Some((death, pid)) = deaths.get(worker) {
+            let error = cause.worker_error(worker, *pid);
+            let _ = death.set(error.clone());
+            let _ = broken.set(error);
+        }
+    })?;
+    for (worker, link) in links.iter().enumerate() {
+        watcher.watch(worker, link.child());
+    }
+    Ok((links, watcher))
+}

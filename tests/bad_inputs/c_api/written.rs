@@ -64,6 +64,7 @@ fn options(
         cpu_affinity,
         num_devices,
         devices,
+        worker_program: std::ptr::null(),
     })
 }
 
@@ -94,8 +95,19 @@ fn new_session<'f>(
     groups: i32,
     opts: Option<Box<dvm_session_options>>,
 ) -> Call<'f> {
+    start_session(table, "dvm_session_new_threaded", workers, groups, opts)
+}
+
+/// A call of `constructor` (a `dvm_session_new_*`) with these counts and options.
+fn start_session<'f>(
+    table: &Table<'f>,
+    constructor: &str,
+    workers: i32,
+    groups: i32,
+    opts: Option<Box<dvm_session_options>>,
+) -> Call<'f> {
     let mut call = table
-        .call("dvm_session_new_threaded")
+        .call(constructor)
         .set("num_workers", I32(workers), format!("is {workers}"))
         .set("num_groups", I32(groups), format!("is {groups}"));
     if let Some(opts) = opts {
@@ -114,24 +126,25 @@ static NO_BACKEND: [DLDevice; 2] = [CPU, device(999, 0)];
 static SECOND_CPU: [DLDevice; 2] = [CPU, device(1, 1)];
 static NEGATIVE_ID: [DLDevice; 2] = [device(1, -1), CPU];
 
-fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
-    let f = table.f;
+/// Counts and options every session constructor refuses, before it starts a worker.
+fn refused_by_every_constructor<'f>(table: &Table<'f>, constructor: &str) -> Vec<Case<'f>> {
     let mut cases = Vec::new();
+    let start = |workers, groups, opts| start_session(table, constructor, workers, groups, opts);
     for workers in [0, -3, 1025, i32::MIN, i32::MAX] {
-        cases.push(new_session(table, workers, 1, None).fails(
+        cases.push(start(workers, 1, None).fails(
             Kind::Value,
             "num_workers",
             format!("num_workers {workers} is out of range (1..=1024)"),
         ));
     }
     for groups in [0, -1, 3, i32::MAX] {
-        cases.push(new_session(table, 2, groups, None).fails(
+        cases.push(start(2, groups, None).fails(
             Kind::Value,
             "num_groups",
             format!("num_groups {groups} is out of range (1..=2)"),
         ));
     }
-    cases.push(new_session(table, 4, 3, None).fails(
+    cases.push(start(4, 3, None).fails(
         Kind::Value,
         "num_groups",
         "num_workers 4 is not a multiple of num_groups 3",
@@ -223,8 +236,43 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
         ),
     ];
     for (opts, kind, names, message) in malformed {
-        cases.push(new_session(table, 2, 1, Some(opts)).fails(kind, names, message));
+        cases.push(start(2, 1, Some(opts)).fails(kind, names, message));
     }
+    cases
+}
+
+fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
+    let f = table.f;
+    let mut cases = refused_by_every_constructor(table, "dvm_session_new_threaded");
+    cases.extend(refused_by_every_constructor(
+        table,
+        "dvm_session_new_process",
+    ));
+    let mut missing = options(0, None, None);
+    missing.worker_program = c"/nonexistent/discovm-worker".as_ptr();
+    cases.push(
+        start_session(table, "dvm_session_new_process", 1, 1, None)
+            .set("opts", ptr(&*missing), "names a missing worker program")
+            .keep(missing)
+            .fails(
+                Kind::Value,
+                "worker_program",
+                "worker program /nonexistent/discovm-worker named by the session option \
+                 `worker_program` does not exist",
+            ),
+    );
+    // A worker program run by hand, without a controller.
+    cases.push(
+        table
+            .call("dvm_worker_main")
+            .set("argc", I32(-1), "is -1")
+            .fails(Kind::Value, "argc", "`argc` is negative (-1)"),
+    );
+    cases.push(table.call("dvm_worker_main").fails(
+        Kind::Value,
+        "argv",
+        "a worker program is started by its controller",
+    ));
     // Allowed: no options, and the longest timeout.
     cases.push(
         table

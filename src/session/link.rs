@@ -1,0 +1,200 @@
+//! How the controller reaches one worker: the seam between a session and its workers, whatever
+//! they are (a thread of this process, a worker process).
+//!
+//! The one idea: the controller speaks in [`Message`]s and [`Reply`]s whatever the worker is,
+//! and each link carries them its own way. A thread link hands the typed message itself to the
+//! worker's queue (nothing is encoded in-process); a process link encodes it once on the wire
+//! and completes the replies it reads back.
+
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use super::message::{Message, Reply};
+use super::process::ProcessLink;
+use super::worker::WorkerShared;
+use crate::channel::{Channel, SpinPolicy};
+use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Mutex;
+use crate::sync::atomic::Ordering;
+use crate::sync::thread::{self, JoinHandle};
+use crate::sync::time::Instant;
+
+/// Queues `message()` for each of `targets` without waking them. Threads get the typed
+/// message itself; worker processes get one encoding of it, made once for all of them.
+pub(super) fn push_to(
+    links: &[WorkerLink],
+    targets: std::ops::Range<usize>,
+    message: impl Fn() -> Message,
+    spin: SpinPolicy,
+    deadline: Option<Instant>,
+    alive: impl Fn(usize) -> Result<()>,
+) -> Result<()> {
+    let mut encoded: Option<Vec<u8>> = None;
+    for worker in targets {
+        match &links[worker] {
+            WorkerLink::Thread(link) => link
+                .channel
+                .push(message(), spin, deadline, || alive(worker))?,
+            WorkerLink::Process(link) => {
+                if encoded.is_none() {
+                    encoded = Some(ProcessLink::encode_broadcast(&message())?);
+                }
+                link.send_encoded(encoded.as_deref().unwrap_or_default(), spin, deadline)?
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A worker thread of this process.
+pub(super) struct ThreadLink {
+    pub shared: Arc<WorkerShared>,
+    pub channel: Arc<Channel<Message>>,
+    pub thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// One worker, as the controller reaches it.
+pub(super) enum WorkerLink {
+    Thread(ThreadLink),
+    Process(Box<ProcessLink>),
+}
+
+impl WorkerLink {
+    /// Fails with `SessionClosed` once a worker thread has left its loop, and with the
+    /// `WorkerError` naming its pid and cause once a worker process died.
+    pub fn alive(&self, worker: usize) -> Result<()> {
+        match self {
+            WorkerLink::Thread(link) => {
+                if link.shared.exited.load(Ordering::SeqCst) {
+                    return Err(Error::new(
+                        ErrorKind::SessionClosed,
+                        format!("worker {worker} has exited"),
+                    ));
+                }
+                Ok(())
+            }
+            WorkerLink::Process(link) => link.alive(),
+        }
+    }
+
+    /// Queues `message` without waking the worker; a full queue waits for room as `spin`,
+    /// `deadline` and `check` say.
+    pub fn push(
+        &self,
+        message: Message,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        check: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        match self {
+            WorkerLink::Thread(link) => link.channel.push(message, spin, deadline, check),
+            WorkerLink::Process(link) => {
+                drop(check); // the link checks its worker itself
+                link.send(message, spin, deadline)
+            }
+        }
+    }
+
+    /// Tells the worker to stop after the work already queued, waiting for room as `spin` and
+    /// `deadline` say; a worker that is gone needs nothing.
+    pub fn stop(&self, worker: usize, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
+        match self {
+            WorkerLink::Thread(link) => link
+                .channel
+                .push(Message::Shutdown, spin, deadline, || self.alive(worker))
+                .or_else(|e| {
+                    if self.alive(worker).is_err() {
+                        Ok(())
+                    } else {
+                        Err(e)
+                    }
+                }),
+            WorkerLink::Process(link) => link.send_shutdown(spin, deadline),
+        }
+    }
+
+    /// Queues `message` if there is room now; gives it back otherwise.
+    pub fn try_push(&self, message: Message) -> std::result::Result<(), Message> {
+        match self {
+            WorkerLink::Thread(link) => link.channel.try_push(message),
+            WorkerLink::Process(link) => link.try_send(message),
+        }
+    }
+
+    /// Wakes the worker if it sleeps; the caller issued `fence(SeqCst)` after its pushes.
+    pub fn wake_fenced(&self) {
+        match self {
+            WorkerLink::Thread(link) => link.channel.wake_fenced(),
+            // A frame wakes a sleeping worker when it is sent.
+            WorkerLink::Process(_) => {}
+        }
+    }
+
+    /// Waits for the worker's answer to a request sent on this link.
+    pub fn wait<T>(
+        &self,
+        reply: &Reply<T>,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        check: impl FnMut() -> Result<()>,
+    ) -> Result<T> {
+        match self {
+            WorkerLink::Thread(_) => reply.wait(spin, deadline, what, check)?,
+            WorkerLink::Process(link) => link.wait(reply, spin, deadline, what)?,
+        }
+    }
+
+    /// Tells a worker that the session is stopping (a worker waiting on its GPU gives up).
+    pub fn mark_stopping(&self) {
+        if let WorkerLink::Thread(link) = self {
+            link.shared.stopping.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Tells a worker that `init_ccl` sends new communicators (a worker stuck on its old ones
+    /// gives them up).
+    pub fn note_new_ccl(&self) {
+        if let WorkerLink::Thread(link) = self {
+            link.shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Waits for the worker to end after its `Shutdown`, until `deadline`; a worker process
+    /// still running then is killed. `me` is the worker the calling thread is, if any (a
+    /// worker dropping its own session cannot wait for itself).
+    pub fn join(&self, worker: usize, deadline: Option<Instant>, me: Option<usize>) -> Result<()> {
+        match self {
+            WorkerLink::Thread(link) => {
+                let Some(handle) = link
+                    .thread
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take()
+                else {
+                    return Ok(());
+                };
+                if me == Some(worker) && thread::current().id() == handle.thread().id() {
+                    return Ok(()); // it exits when it returns to its loop
+                }
+                if let Some(deadline) = deadline {
+                    while !thread::is_finished(&handle) {
+                        if Instant::now() >= deadline {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                format!(
+                                    "worker {worker} did not stop in time; its thread is left \
+                                     running"
+                                ),
+                            ));
+                        }
+                        thread::sleep(Duration::from_micros(200));
+                    }
+                }
+                let _ = handle.join();
+                Ok(())
+            }
+            WorkerLink::Process(link) => link.join(deadline),
+        }
+    }
+}

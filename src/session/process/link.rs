@@ -1,0 +1,491 @@
+//! The controller's side of one worker process: two rings in a memfd the worker inherited
+//! (requests to it, replies from it), the child process, and the requests waiting for replies.
+//!
+//! The one idea: no thread of the controller is dedicated to a worker. A thread that waits for
+//! a reply reads the reply ring itself, completing whichever pending requests the replies
+//! answer, its own among them; other threads waiting on the same worker meanwhile wait for
+//! their reply to be completed, or for the ring to be free to read.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
+
+use super::launch::Child;
+use crate::channel::SpinPolicy;
+use crate::channel::ring::{Consumer, Producer};
+use crate::object::{Any, AnyView, Error, ErrorKind, Result};
+use crate::session::message::{Arg, CopyDirection, HostCopy, Message, Reply};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::thread;
+use crate::sync::time::Instant;
+use crate::wire::{Frame, Limits, Value};
+
+/// How a reply completes its request; returns the failure it carried when the waiter gave up,
+/// for the next wait to report.
+type Pending = Box<dyn FnOnce(Result<Any>) -> Option<Error> + Send>;
+
+/// How long a waiting thread that does not read the ring parks between looks at it.
+const ASIDE: Duration = Duration::from_millis(1);
+
+/// How long a worker has to stop after `Shutdown` when the session sets no timeout.
+const GRACE: Duration = Duration::from_secs(10);
+
+/// One worker process, as the controller reaches it.
+pub(crate) struct ProcessLink {
+    worker: usize,
+    child: Child,
+    requests: Mutex<Producer>,
+    replies: Mutex<Consumer>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_request: AtomicU64,
+    /// Why the worker is gone, once the watcher saw it die.
+    death: Arc<OnceLock<Error>>,
+    /// Why the session is broken: the death of the first of its workers that died. Every
+    /// call and wait on the session fails with it from then on.
+    broken: Arc<OnceLock<Error>>,
+    /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
+    /// worker thread keeps it for its next sync.
+    carried: Mutex<Option<Error>>,
+    limits: Limits,
+}
+
+impl ProcessLink {
+    pub fn new(
+        worker: usize,
+        child: Child,
+        requests: Producer,
+        replies: Consumer,
+        death: Arc<OnceLock<Error>>,
+        broken: Arc<OnceLock<Error>>,
+    ) -> ProcessLink {
+        ProcessLink {
+            worker,
+            child,
+            requests: Mutex::new(requests),
+            replies: Mutex::new(replies),
+            pending: Mutex::new(HashMap::new()),
+            next_request: AtomicU64::new(1),
+            death,
+            broken,
+            carried: Mutex::new(None),
+            limits: Limits::default(),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.pid()
+    }
+
+    pub fn child(&self) -> &Child {
+        &self.child
+    }
+
+    /// Where the watcher records why the worker is gone.
+    pub fn death(&self) -> Arc<OnceLock<Error>> {
+        self.death.clone()
+    }
+
+    /// Fails with the `WorkerError` naming the worker, its pid and its cause once it died, and
+    /// with that of the first worker of the session that died once one did.
+    pub fn alive(&self) -> Result<()> {
+        if let Some(death) = self.death.get() {
+            return Err(death.clone());
+        }
+        if let Some(cause) = self.child.try_exit() {
+            let error = cause.worker_error(self.worker, self.pid());
+            let error = self.death.get_or_init(|| error).clone();
+            let _ = self.broken.set(error.clone());
+            return Err(error);
+        }
+        match self.broken.get() {
+            Some(first) => Err(first.clone()),
+            None => Ok(()),
+        }
+    }
+
+    /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
+    /// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
+    pub fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        match message {
+            Message::Call {
+                func,
+                out: reg,
+                args,
+            } => {
+                let args = args
+                    .as_deref()
+                    .unwrap_or(&[])
+                    .iter()
+                    .map(|arg| match arg {
+                        Arg::Value(value) => Value::Plain(value.view()),
+                        Arg::Register(reg) => Value::Register(*reg),
+                    })
+                    .collect();
+                let frame = Frame::Call {
+                    func: *func,
+                    out: *reg,
+                    args,
+                };
+                frame.encode(&mut out)?;
+            }
+            Message::Store(store) => {
+                let frame: Frame<AnyView<'_>> = Frame::Store {
+                    reg: store.reg,
+                    name: store.name.clone(),
+                    value: Value::Plain(store.value.view()),
+                };
+                frame.encode(&mut out)?;
+            }
+            Message::Kill(reg) => {
+                Frame::<Any>::Kill { reg: *reg }.encode(&mut out)?;
+            }
+            Message::Shutdown => {
+                Frame::<Any>::Shutdown.encode(&mut out)?;
+            }
+            _ => {
+                return Err(Error::runtime(
+                    "a request that waits for a reply goes to one worker",
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Sends a frame encoded by [`ProcessLink::encode_broadcast`], waiting for room as `spin`
+    /// and `deadline` say.
+    pub fn send_encoded(
+        &self,
+        frame: &[u8],
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        self.alive()?;
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(frame, spin, deadline, || self.alive())
+    }
+
+    /// Tells the worker to leave its loop, whether or not the session is broken (a worker
+    /// that is gone needs nothing).
+    pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
+        let own_death = || match self.death.get() {
+            Some(death) => Err(death.clone()),
+            None => Ok(()),
+        };
+        if own_death().is_err() {
+            return Ok(());
+        }
+        let frame = Self::encode_broadcast(&Message::Shutdown)?;
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(&frame, spin, deadline, own_death)
+    }
+
+    /// Sends `message`: a request that waits for a reply registers how its reply completes it
+    /// first.
+    pub fn send(
+        &self,
+        message: Message,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        let (frame, request) = match self.request(message)? {
+            Request::Broadcast(frame) => (frame, None),
+            Request::Waits(frame, id, pending) => {
+                self.pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(id, pending);
+                (frame, Some(id))
+            }
+        };
+        let sent = self.send_encoded(&frame, spin, deadline);
+        if sent.is_err()
+            && let Some(id) = request
+        {
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+        }
+        sent
+    }
+
+    /// Sends `message` if the ring has room now and nobody else is sending; gives it back
+    /// otherwise (never waits).
+    pub fn try_send(&self, message: Message) -> std::result::Result<(), Message> {
+        if self.alive().is_err() {
+            return Ok(()); // nothing to free on a worker that is gone
+        }
+        let Ok(frame) = Self::encode_broadcast(&message) else {
+            return Err(message);
+        };
+        let Ok(mut requests) = self.requests.try_lock() else {
+            return Err(message);
+        };
+        let now = SpinPolicy {
+            budget: Duration::ZERO,
+        };
+        match requests.send(&frame, now, Some(Instant::now()), || Ok(())) {
+            Ok(()) => Ok(()),
+            Err(_) => Err(message),
+        }
+    }
+
+    /// The frame of `message`, with a request id and the completion of its reply if it waits
+    /// for one.
+    fn request(&self, message: Message) -> Result<Request> {
+        let id = || self.next_request.fetch_add(1, Ordering::Relaxed);
+        let mut out = Vec::new();
+        let (id, pending): (u64, Pending) = match message {
+            Message::Sync(reply) => {
+                let request = id();
+                Frame::<Any>::Sync { request }.encode(&mut out)?;
+                (request, complete_with(reply, |_| Ok(())))
+            }
+            Message::Get { reg, reply } => {
+                let request = id();
+                Frame::<Any>::Get { request, reg }.encode(&mut out)?;
+                (request, complete_with(reply, Ok))
+            }
+            Message::CountLive(reply) => {
+                let request = id();
+                Frame::<Any>::CountLive { request }.encode(&mut out)?;
+                let count = |value: Any| {
+                    let n = value.view().as_i64()?;
+                    usize::try_from(n)
+                        .map_err(|_| Error::runtime(format!("a worker counted {n} registers")))
+                };
+                (request, complete_with(reply, count))
+            }
+            Message::GetGlobalFunc { reg, name, reply } => {
+                let request = id();
+                Frame::<Any>::GetGlobalFunc { request, reg, name }.encode(&mut out)?;
+                (request, complete_with(reply, |_| Ok(())))
+            }
+            Message::Copy {
+                reg,
+                host,
+                direction: CopyDirection::ToWorker,
+                reply,
+            } => {
+                let request = id();
+                // SAFETY: the caller keeps the host memory valid until its request is answered;
+                // the tensor is read here, while the frame is encoded, and dropped at once.
+                let source = unsafe { host.host.borrow_as_tensor() };
+                let frame = Frame::CopyToWorker0 {
+                    request,
+                    reg,
+                    source: Value::Plain(Any::from(source)),
+                };
+                frame.encode(&mut out)?;
+                (request, complete_with(reply, |_| Ok(())))
+            }
+            Message::Copy {
+                reg,
+                host,
+                direction: CopyDirection::FromWorker,
+                reply,
+            } => {
+                let request = id();
+                Frame::<Any>::CopyFromWorker0 {
+                    request,
+                    reg,
+                    into: None,
+                }
+                .encode(&mut out)?;
+                (request, copy_back(reply, host))
+            }
+            message => return Ok(Request::Broadcast(Self::encode_broadcast(&message)?)),
+        };
+        Ok(Request::Waits(out, id, pending))
+    }
+
+    /// Waits for the reply to a request sent on this link, reading the reply ring while no
+    /// other thread does. A deadline that passes abandons the request unless its reply is
+    /// being delivered.
+    pub fn wait<T>(
+        &self,
+        reply: &Reply<T>,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+    ) -> Result<Result<T>> {
+        let mut deadline = deadline;
+        loop {
+            if let Some(value) = reply.try_take() {
+                return Ok(self.report_carried(value));
+            }
+            let Ok(mut replies) = self.replies.try_lock() else {
+                // Another thread reads the ring: it completes this reply, or lets go of it.
+                self.alive()?;
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    if reply.abandon() {
+                        return Err(timed_out(&what));
+                    }
+                    deadline = None;
+                }
+                thread::park_timeout(ASIDE);
+                continue;
+            };
+            loop {
+                if let Some(value) = reply.try_take() {
+                    return Ok(self.report_carried(value));
+                }
+                let frame = match replies.recv(spin, deadline, || self.alive()) {
+                    Ok(frame) => frame,
+                    Err(error) if error.kind == ErrorKind::Timeout => {
+                        if reply.abandon() {
+                            return Err(timed_out(&what));
+                        }
+                        // Its reply is being delivered: wait for it, however long.
+                        deadline = None;
+                        continue;
+                    }
+                    Err(error) => return Err(error),
+                };
+                let decoded = Frame::decode(&frame, &self.limits);
+                drop(frame);
+                self.deliver(decoded?)?;
+            }
+        }
+    }
+
+    /// Completes the request a reply answers.
+    fn deliver(&self, frame: Frame) -> Result<()> {
+        let (request, result) = match frame {
+            Frame::Ok { request, value } => (request, value_of(value)),
+            Frame::Err { request, error } => (request, Err(error)),
+            other => {
+                return Err(Error::runtime(format!(
+                    "worker {} (pid {}) sent a {} frame, not a reply",
+                    self.worker,
+                    self.pid(),
+                    other.kind().name()
+                )));
+            }
+        };
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&request)
+            .ok_or_else(|| {
+                Error::runtime(format!(
+                    "worker {} (pid {}) replied to request {request}, which nothing waits for",
+                    self.worker,
+                    self.pid()
+                ))
+            })?;
+        if let Some(failure) = pending(result) {
+            self.carried
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert(failure);
+        }
+        Ok(())
+    }
+
+    /// A reply, or the failure an abandoned reply carried before it.
+    fn report_carried<T>(&self, value: Result<T>) -> Result<T> {
+        match self
+            .carried
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            Some(failure) => Err(failure),
+            None => value,
+        }
+    }
+
+    /// Waits for the worker to end after its `Shutdown`, killing it if it is still running at
+    /// `deadline` (or after a grace period without one).
+    pub fn join(&self, deadline: Option<Instant>) -> Result<()> {
+        let grace = deadline.map_or(GRACE, |d| d.saturating_duration_since(Instant::now()));
+        if self.child.wait_timeout(grace).is_some() {
+            return Ok(());
+        }
+        self.child.terminate(Duration::ZERO);
+        Err(Error::new(
+            ErrorKind::Timeout,
+            format!(
+                "worker {} (pid {}) did not stop in time; it was killed",
+                self.worker,
+                self.pid()
+            ),
+        ))
+    }
+}
+
+/// What sending a message needs.
+enum Request {
+    /// A frame without a reply.
+    Broadcast(Vec<u8>),
+    /// A request frame, its id and how its reply completes it.
+    Waits(Vec<u8>, u64, Pending),
+}
+
+fn timed_out(what: &impl Fn() -> String) -> Error {
+    Error::new(ErrorKind::Timeout, format!("{} timed out", what()))
+}
+
+/// A decoded reply's value.
+fn value_of(value: Value) -> Result<Any> {
+    match value {
+        Value::Plain(value) => Ok(value),
+        other => Err(Error::runtime(format!(
+            "a worker replied with {other:?}, which is no value"
+        ))),
+    }
+}
+
+/// Completes `reply` with the reply's value turned by `convert`, unless its waiter gave up.
+fn complete_with<T: Send + 'static>(
+    reply: Reply<T>,
+    convert: impl FnOnce(Any) -> Result<T> + Send + 'static,
+) -> Pending {
+    Box::new(move |result: Result<Any>| {
+        if reply.claim() {
+            reply.complete(result.and_then(convert));
+            None
+        } else {
+            result.err()
+        }
+    })
+}
+
+/// Completes a copy from worker 0: the tensor the worker sent back goes into the caller's host
+/// memory, which is written only while the waiter still waits for it.
+fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
+    Box::new(move |result: Result<Any>| {
+        if !reply.claim() {
+            return result.err();
+        }
+        let copied = result.and_then(|value| {
+            let tensor = value.view().as_tensor()?;
+            host.host.check_matches(&tensor)?;
+            // SAFETY: the waiter keeps the host memory valid while it waits, and it waits (the
+            // claim succeeded); the tensor is a compact host copy of the size checked above.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    tensor.data_ptr(),
+                    host.host.ptr(),
+                    host.host.nbytes(),
+                )
+            };
+            Ok(())
+        });
+        reply.complete(copied.map_err(|cause| {
+            Error::new(
+                cause.kind,
+                format!("copy of `{}` from worker 0: {}", host.name, cause.message),
+            )
+        }));
+        None
+    })
+}

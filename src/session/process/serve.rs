@@ -1,0 +1,370 @@
+//! The worker's side of a worker process: the main loop of `discovm-worker` and of any program
+//! that calls `dvm_worker_main`. It maps the rings its controller passed it, and runs each
+//! request frame through the same worker a thread of a threaded session runs its messages
+//! through, answering the requests that wait for a reply.
+//!
+//! The one idea: a frame becomes the in-process message it was encoded from, with a reply slot
+//! the worker fills as it would for a waiting thread; the loop then sends what it holds back as
+//! a reply frame. Nothing of the worker itself knows it is in a process of its own.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use super::launch::FIRST_INHERITED_FD;
+use super::watch::exit_with_parent;
+use crate::abi::DLDevice;
+use crate::channel::SpinPolicy;
+use crate::channel::ring::{Consumer, Producer, ring_bytes};
+use crate::channel::shm::SharedMemory;
+use crate::device::cpu::{HostTensor, pin_current_thread};
+use crate::object::{Any, Error, Result, Tensor};
+use crate::session::builtins;
+use crate::session::completion::Completion;
+use crate::session::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
+use crate::session::worker::{Worker, WorkerInfo, WorkerShared};
+use crate::sync::atomic::{AtomicBool, AtomicU64};
+use crate::wire::{Frame, Limits, Value};
+
+/// The first argument of a worker process, naming the layout of the arguments after it.
+pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v1";
+
+/// Where a worker process finds its place in the session: what the controller passes it.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerArgs {
+    pub info: WorkerInfo,
+    /// How long it spins and yields before parking while it waits for requests.
+    pub spin: SpinPolicy,
+    /// The CPU to pin itself to, if any.
+    pub cpu: Option<usize>,
+    /// The bound on its waits in collectives; none without a session timeout.
+    pub timeout: Option<Duration>,
+    /// The data bytes of each of its two rings (requests to it, then replies from it, one
+    /// after the other at the start of the shared memory it inherited first).
+    pub ring_capacity: usize,
+}
+
+impl WorkerArgs {
+    /// The arguments that say all this, after the program's name.
+    pub fn to_args(&self) -> Vec<String> {
+        let WorkerInfo {
+            id,
+            num_workers,
+            num_groups,
+            device,
+        } = self.info;
+        vec![
+            ARGS_VERSION.to_string(),
+            id.to_string(),
+            num_workers.to_string(),
+            num_groups.to_string(),
+            device.device_type.to_string(),
+            device.device_id.to_string(),
+            self.spin.budget.as_micros().to_string(),
+            self.cpu.map_or(-1, |cpu| cpu as i64).to_string(),
+            self.timeout.map_or(0, |t| t.as_millis()).to_string(),
+            self.ring_capacity.to_string(),
+        ]
+    }
+
+    /// Reads what [`WorkerArgs::to_args`] wrote (`args` without the program's name).
+    pub fn parse(args: &[String]) -> Result<WorkerArgs> {
+        let usage = || {
+            Error::value(format!(
+                "a worker program is started by its controller (a process session), which \
+                 passes it the arguments (argv after the program's name) `{ARGS_VERSION} ID \
+                 WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES`; got \
+                 {args:?}"
+            ))
+        };
+        let [
+            version,
+            id,
+            workers,
+            groups,
+            device_type,
+            device_id,
+            spin_us,
+            cpu,
+            timeout,
+            ring,
+        ] = args
+        else {
+            return Err(usage());
+        };
+        if version != ARGS_VERSION {
+            return Err(usage());
+        }
+        let number = |text: &String| text.parse::<i64>().map_err(|_| usage());
+        let count = |text: &String| usize::try_from(number(text)?).map_err(|_| usage());
+        let info = WorkerInfo {
+            id: count(id)?,
+            num_workers: count(workers)?,
+            num_groups: count(groups)?,
+            device: DLDevice {
+                device_type: i32::try_from(number(device_type)?).map_err(|_| usage())?,
+                device_id: i32::try_from(number(device_id)?).map_err(|_| usage())?,
+            },
+        };
+        if info.id >= info.num_workers
+            || info.num_groups == 0
+            || !info.num_workers.is_multiple_of(info.num_groups)
+        {
+            return Err(usage());
+        }
+        Ok(WorkerArgs {
+            info,
+            spin: SpinPolicy {
+                budget: Duration::from_micros(
+                    u64::try_from(number(spin_us)?).map_err(|_| usage())?,
+                ),
+            },
+            cpu: match number(cpu)? {
+                -1 => None,
+                cpu => Some(usize::try_from(cpu).map_err(|_| usage())?),
+            },
+            timeout: match u64::try_from(number(timeout)?).map_err(|_| usage())? {
+                0 => None,
+                ms => Some(Duration::from_millis(ms)),
+            },
+            ring_capacity: count(ring)?,
+        })
+    }
+}
+
+/// Serves the controller that started this process, until it sends `Shutdown`; the exit status
+/// of the program (0 after a shutdown). `args` are the process's arguments without the
+/// program's name.
+pub(crate) fn serve(args: &[String]) -> Result<()> {
+    let args = WorkerArgs::parse(args)?;
+    exit_with_parent()?;
+    // SAFETY: the controller placed the shared memory of this worker's rings at this
+    // descriptor before starting the program; nothing else in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(FIRST_INHERITED_FD) };
+    let memory = Arc::new(SharedMemory::from_fd(fd)?);
+    let mut requests = Consumer::attach(memory.clone(), 0)?;
+    let mut replies = Producer::attach(memory, ring_bytes(args.ring_capacity)?)?;
+    if let Some(cpu) = args.cpu {
+        pin_current_thread(cpu)?;
+    }
+    builtins::register();
+    let shared = Arc::new(WorkerShared {
+        exited: AtomicBool::new(false),
+        stopping: AtomicBool::new(false),
+        ccl_generation: AtomicU64::new(0),
+        timeout: args.timeout,
+        session: OnceLock::new(),
+    });
+    let mut worker = Worker::start(shared, args.info, args.cpu.is_some());
+    let limits = Limits::default();
+    let mut out = Vec::new();
+    loop {
+        let frame = requests.recv(args.spin, None, || Ok(()))?;
+        let decoded = Frame::decode(&frame, &limits);
+        drop(frame);
+        let (go_on, answer) = match decoded? {
+            Frame::CopyFromWorker0 { request, reg, into } => {
+                if into.is_some() {
+                    return Err(Error::value(
+                        "a copy into the session's arena reached a worker without one",
+                    ));
+                }
+                (true, Some(copy_from(&mut worker, request, reg)))
+            }
+            frame => {
+                // `_source` holds the memory a copy to worker 0 reads until the copy ran.
+                let (message, answer, _source) = request(frame)?;
+                (worker.handle(message), answer)
+            }
+        };
+        if let Some(answer) = answer {
+            out.clear();
+            answer.encode(&mut out)?;
+            replies.send(&out, args.spin, None, || Ok(()))?;
+        }
+        if !go_on {
+            break;
+        }
+    }
+    worker.finish();
+    Ok(())
+}
+
+/// A request the loop answers once the worker ran it.
+enum Answer {
+    /// With None, or the failure.
+    Unit(u64, Reply<()>),
+    /// With the value.
+    Value(u64, Reply<Any>),
+    /// With the count.
+    Count(u64, Reply<usize>),
+    /// With the tensor the copy wrote, or the failure.
+    Tensor(u64, Reply<()>, Tensor),
+    /// With the failure of a copy's first step.
+    Failed(u64, Error),
+}
+
+impl Answer {
+    /// Encodes the reply into `out`.
+    fn encode(self, out: &mut Vec<u8>) -> Result<()> {
+        let (request, result) = match self {
+            Answer::Unit(request, reply) => (request, taken(&reply).map(|()| Any::None)),
+            Answer::Value(request, reply) => (request, taken(&reply)),
+            Answer::Count(request, reply) => (request, taken(&reply).map(|n| Any::Int(n as i64))),
+            Answer::Tensor(request, reply, tensor) => {
+                (request, taken(&reply).map(|()| Any::from(tensor)))
+            }
+            Answer::Failed(request, error) => (request, Err(error)),
+        };
+        let frame = match result {
+            Ok(value) => Frame::Ok {
+                request,
+                value: Value::Plain(value),
+            },
+            Err(error) => Frame::Err { request, error },
+        };
+        match frame.encode(out) {
+            Ok(_) => Ok(()),
+            // A value that cannot cross still answers the request, with why.
+            Err(error) => {
+                out.clear();
+                Frame::<Any>::Err { request, error }.encode(out).map(drop)
+            }
+        }
+    }
+}
+
+/// The reply the worker left in a slot it was given.
+fn taken<T>(reply: &Reply<T>) -> Result<T> {
+    reply
+        .try_take()
+        .unwrap_or_else(|| Err(Error::runtime("the worker left a request unanswered")))
+}
+
+fn slot<T>() -> Reply<T> {
+    Reply::new(Completion::for_peer())
+}
+
+/// The message a request frame encodes, how to answer it, and the tensor a copy to worker 0
+/// reads (kept until the message ran).
+fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
+    Ok(match frame {
+        Frame::Call { func, out, args } => {
+            let args: Vec<Arg> = args.into_iter().map(argument).collect::<Result<_>>()?;
+            let args = (!args.is_empty()).then(|| args.into());
+            (Message::Call { func, out, args }, None, None)
+        }
+        Frame::Store { reg, name, value } => {
+            let value = match argument(value)? {
+                Arg::Value(value) => value,
+                Arg::Register(_) => {
+                    return Err(Error::value("a Store frame holds a register, not a value"));
+                }
+            };
+            (
+                Message::Store(Arc::new(Store { reg, value, name })),
+                None,
+                None,
+            )
+        }
+        Frame::Kill { reg } => (Message::Kill(reg), None, None),
+        Frame::Sync { request } => {
+            let reply = slot();
+            let answer = Answer::Unit(request, reply.clone());
+            (Message::Sync(reply), Some(answer), None)
+        }
+        Frame::Get { request, reg } => {
+            let reply = slot();
+            let answer = Answer::Value(request, reply.clone());
+            (Message::Get { reg, reply }, Some(answer), None)
+        }
+        Frame::CountLive { request } => {
+            let reply = slot();
+            let answer = Answer::Count(request, reply.clone());
+            (Message::CountLive(reply), Some(answer), None)
+        }
+        Frame::GetGlobalFunc { request, reg, name } => {
+            let reply = slot();
+            let answer = Answer::Unit(request, reply.clone());
+            (
+                Message::GetGlobalFunc { reg, name, reply },
+                Some(answer),
+                None,
+            )
+        }
+        Frame::CopyToWorker0 {
+            request,
+            reg,
+            source,
+        } => {
+            let source = match argument(source)? {
+                Arg::Value(value) => value.view().as_tensor()?,
+                Arg::Register(_) => {
+                    return Err(Error::value("a copy's source is a register, not a tensor"));
+                }
+            };
+            let reply = slot();
+            let answer = Answer::Unit(request, reply.clone());
+            let message = copy(reg, &source, CopyDirection::ToWorker, reply)?;
+            (message, Some(answer), Some(source))
+        }
+        Frame::Shutdown => (Message::Shutdown, None, None),
+        other => {
+            return Err(Error::value(format!(
+                "a worker received a {} frame, which it does not serve",
+                other.kind().name()
+            )));
+        }
+    })
+}
+
+/// A decoded value as the argument of a message.
+fn argument(value: Value) -> Result<Arg> {
+    match value {
+        Value::Plain(value) => Ok(Arg::Value(value)),
+        Value::Register(reg) => Ok(Arg::Register(reg)),
+        Value::Arena(_) => Err(Error::value(
+            "a tensor in the session's arena reached a worker without one",
+        )),
+    }
+}
+
+/// The copy message between the tensor in `reg` and a host tensor of this process.
+fn copy(reg: u32, tensor: &Tensor, direction: CopyDirection, reply: Reply<()>) -> Result<Message> {
+    // SAFETY: the tensor is this process's own host tensor, which the caller keeps until the
+    // message ran.
+    let host = unsafe { HostTensor::new(tensor.dl()) }?;
+    Ok(Message::Copy {
+        reg,
+        host: Box::new(HostCopy { host, name: "dref" }),
+        direction,
+        reply,
+    })
+}
+
+/// A copy from worker 0, in two steps on the worker: reading the tensor in `reg` (which
+/// reports the failures since the last sync, as a copy does first), then copying it into a
+/// host tensor of its shape, which the reply carries.
+fn copy_from(worker: &mut Worker, request: u64, reg: u32) -> Answer {
+    let got = slot();
+    worker.handle(Message::Get {
+        reg,
+        reply: got.clone(),
+    });
+    let host = taken(&got).and_then(|value| {
+        let remote = value.view().as_tensor()?;
+        Tensor::empty(remote.shape(), remote.dl().dtype, DLDevice::cpu())
+    });
+    let host = match host {
+        Ok(host) => host,
+        Err(error) => return Answer::Failed(request, error),
+    };
+    let reply = slot();
+    match copy(reg, &host, CopyDirection::FromWorker, reply.clone()) {
+        Ok(message) => {
+            worker.handle(message);
+            Answer::Tensor(request, reply, host)
+        }
+        Err(error) => Answer::Failed(request, error),
+    }
+}
