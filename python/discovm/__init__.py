@@ -32,7 +32,15 @@ from .functions import (
     version,
 )
 from .libinfo import cmake_dir, include_dir, lib_dir, pkgconfig_dir
-from .session import REDUCE_OPS, DModule, DPackedFunc, DRef, Session, ThreadedSession
+from .session import (
+    REDUCE_OPS,
+    DModule,
+    DPackedFunc,
+    DRef,
+    ProcessSession,
+    Session,
+    ThreadedSession,
+)
 from .vm import Stream, Tensor
 
 __all__ = [
@@ -42,6 +50,7 @@ __all__ = [
     "DPackedFunc",
     "DRef",
     "DeviceUnavailable",
+    "ProcessSession",
     "Session",
     "SessionClosed",
     "Stream",

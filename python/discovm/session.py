@@ -17,6 +17,7 @@ import atexit
 import functools
 import importlib
 import os
+import sys
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -28,6 +29,10 @@ from . import _convert
 from ._convert import DeviceLike, DTypeLike, SupportsDLPack
 from ._library import module
 from .vm import Tensor
+
+#: The function a process session calls on its workers (``python -m discovm.worker``) to import
+#: a Python module there.
+IMPORT_MODULE = "discovm.worker.import_python_module"
 
 #: The reduction kinds of :meth:`Session.allreduce`, as the workers' built-in numbers them.
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
@@ -409,6 +414,24 @@ class Session:
         module().session_shutdown(self._handle)
 
 
+def _options(
+    timeout: float | None,
+    spin_us: int,
+    cpu_affinity: Sequence[int] | None,
+    devices: Sequence[DeviceLike] | None,
+) -> tuple[int, int, list[int] | None, list[tvm_ffi.Device | None] | None]:
+    """The library's session options from the constructors' keywords (a timeout in seconds,
+    None: no bound)."""
+    if timeout is not None and timeout <= 0:
+        raise ValueError(f"timeout must be positive or None, not {timeout}")
+    return (
+        0 if timeout is None else max(1, round(timeout * 1000)),
+        spin_us,
+        None if cpu_affinity is None else list(cpu_affinity),
+        None if devices is None else [_convert.device(d) for d in devices],
+    )
+
+
 class ThreadedSession(Session):
     """A session of ``num_workers`` worker threads in this process, in ``num_groups`` groups
     of equal size.
@@ -443,15 +466,49 @@ class ThreadedSession(Session):
         cpu_affinity: Sequence[int] | None = None,
         devices: Sequence[DeviceLike] | None = None,
     ) -> None:
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be positive or None, not {timeout}")
-        timeout_ms = 0 if timeout is None else max(1, round(timeout * 1000))
         handle = module().session_new_threaded(
-            num_workers,
-            num_groups,
-            timeout_ms,
-            spin_us,
-            None if cpu_affinity is None else list(cpu_affinity),
-            None if devices is None else [_convert.device(d) for d in devices],
+            num_workers, num_groups, *_options(timeout, spin_us, cpu_affinity, devices)
         )
         super().__init__(handle)
+
+
+class ProcessSession(Session):
+    """A session of ``num_workers`` worker processes in ``num_groups`` groups of equal size,
+    with the signature of Disco's ``ProcessSession``. Each worker runs ``python -m
+    entrypoint`` (by default :mod:`discovm.worker`) with this interpreter; a worker that
+    crashes raises :class:`~discovm.WorkerError` naming its pid and cause at the next wait,
+    and does not take this process with it.
+
+    What crosses to a worker is a value: None, bool, int, float, str, bytes, shapes, dtypes,
+    devices, DRefs and host arrays (copied); anything else raises ``TypeError`` at the call.
+    Functions run on a worker only if that process registers them: import the module that
+    registers them with :meth:`import_python_module`. The keyword options are those of
+    :class:`ThreadedSession`.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        num_workers: int,
+        num_groups: int = 1,
+        entrypoint: str = "discovm.worker",
+        *,
+        timeout: float | None = None,
+        spin_us: int = 0,
+        cpu_affinity: Sequence[int] | None = None,
+        devices: Sequence[DeviceLike] | None = None,
+    ) -> None:
+        handle = module().session_new_process(
+            num_workers,
+            num_groups,
+            *_options(timeout, spin_us, cpu_affinity, devices),
+            sys.executable,
+            ["-m", entrypoint],
+        )
+        super().__init__(handle)
+
+    def import_python_module(self, module_name: str) -> None:
+        """Imports a Python module in every worker process (the functions it registers become
+        callable there), in order with the calls sent before."""
+        self._get_cached_method(IMPORT_MODULE)(module_name)

@@ -9,11 +9,18 @@ from __future__ import annotations
 
 import gc
 import os
+from pathlib import Path
 
 import pytest
 import tvm_ffi
 
 import discovm
+
+
+# Worker processes of process sessions import the tests' helper modules from this directory.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
+)
 
 
 @pytest.fixture(scope="session")

@@ -14,41 +14,18 @@ from tvm_ffi import Shape as ShapeTuple
 from tvm_ffi.core import String
 
 import discovm as di  # Disco's tests: from tvm.runtime import disco as di
-
-_all_session_kinds = [di.ThreadedSession]
-
-
-@tvm_ffi.register_global_func("tests.disco.add_one", override=True)
-def _add_one(x: int) -> int:
-    return x + 1
+import disco_functions  # Disco's tests: from tvm.testing import disco
 
 
-@tvm_ffi.register_global_func("tests.disco.add_one_float", override=True)
-def _add_one_float(x: float) -> float:
-    return x + 0.5
+def _process_session(num_workers):
+    """A process session whose workers registered the functions the tests call, as Disco's
+    worker program does when it imports ``tvm.testing``."""
+    sess = di.ProcessSession(num_workers=num_workers)
+    sess.import_python_module(disco_functions.__name__)
+    return sess
 
 
-@tvm_ffi.register_global_func("tests.disco.add_one_ndarray", override=True)
-def _add_one_ndarray(x):
-    return tvm_ffi.from_dlpack(np.from_dlpack(x) + 1)
-
-
-@tvm_ffi.register_global_func("tests.disco.str", override=True)
-def _str(x: str) -> str:
-    return x + "_suffix"
-
-
-@tvm_ffi.register_global_func("tests.disco.str_obj", override=True)
-def _str_obj(x):
-    # tvm-ffi hands strings of up to 7 bytes to Python as `str` (String is a `str` subclass).
-    assert isinstance(x, str)
-    return String(x + "_suffix")
-
-
-@tvm_ffi.register_global_func("tests.disco.shape_tuple", override=True)
-def _shape_tuple(x):
-    assert isinstance(x, ShapeTuple)
-    return ShapeTuple(list(x) + [4, 5])
+_all_session_kinds = [di.ThreadedSession, _process_session]
 
 
 def _numpy_to_worker_0(sess: di.Session, np_array: np.ndarray, device):
@@ -137,6 +114,7 @@ def test_shape_tuple(session_kind):
 # ---- test_ccl.py, the collective cases, on the CPU backend ------------------------------------
 
 _ccl = ["cpu"]
+_all_session_kinds = [di.ThreadedSession]
 
 
 @pytest.mark.parametrize("session_kind", _all_session_kinds)
