@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session benchmark: TVM's Disco against discovm, with floors measured in the same run.
+# Session benchmark: TVM's Disco against discovm, threaded sessions and sessions of worker
+# processes, with floors measured in the same run.
 #
 # Usage: benches/run.sh [session_bench options, e.g. --quick, --rounds 5, --workers 1,4]
 #   DVM_BENCH_VENV       venv holding the Disco baseline (default: <repo>/target/bench-venv)
@@ -8,13 +9,15 @@
 #
 # 1. sets up the venv with apache-tvm and apache-tvm-ffi (benches/setup_disco_venv.sh);
 # 2. compiles benches/session_bench/*.c into target/bench/session_bench, with the discovm
-#    column when include/discovm.h, target/release/libdiscovm.so and
-#    benches/session_bench/discovm.c all exist (otherwise Disco and the floors only);
+#    columns when include/discovm.h, target/release/libdiscovm.so and
+#    benches/session_bench/discovm.c all exist (otherwise Disco and the floors only), and
+#    programs/discovm-worker.c into target/release/discovm-worker, next to the library that
+#    finds it there (the worker program of the "discovm process" column);
 # 3. runs it: the table goes to stdout, progress to stderr, and the numbers (ns) to
 #    target/bench/session_bench.csv;
 # 4. runs benches/python_session_bench.py in the venv: the same sessions through Disco's Python
 #    API and discovm's package, side by side (with --quick, its quick run).
-# The whole run takes about a minute on a 2-CPU machine.
+# The whole run takes under two minutes on a 2-CPU machine.
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -37,13 +40,17 @@ rpath="$TVM_FFI_LIB:$TVM_LIB"
 
 if [ -f "$repo/include/discovm.h" ] && [ -f "$repo/target/release/libdiscovm.so" ] &&
    [ -f "$src/discovm.c" ]; then
-    echo "run.sh: building with the discovm column" >&2
+    echo "run.sh: building with the discovm columns (threaded and process sessions)" >&2
     sources+=("$src/discovm.c")
     flags+=(-DHAVE_DISCOVM -I"$repo/include")
     libs+=(-L"$repo/target/release" -ldiscovm)
     rpath="$repo/target/release:$rpath"
+    # The worker program of process sessions, built as `make lib` builds it for debug.
+    "$cc" -std=c11 -O2 -Wall -Wextra -I"$repo/include" "$repo/programs/discovm-worker.c" \
+        -o "$repo/target/release/discovm-worker" \
+        -L"$repo/target/release" -ldiscovm -Wl,-rpath,"$repo/target/release"
 else
-    echo "run.sh: discovm column left empty (needs include/discovm.h," \
+    echo "run.sh: discovm columns left empty (need include/discovm.h," \
          "target/release/libdiscovm.so and benches/session_bench/discovm.c)" >&2
 fi
 

@@ -12,10 +12,11 @@
  *   copy from worker 0     copy_from_worker0()
  *   copy round trip        copy_to_worker0(); copy_from_worker0()
  *
- * A runtime is one C file that defines a `const bench_backend` and is compiled in with a flag:
- * disco.c (HAVE_DISCO, TVM's Disco through libtvm_ffi) and discovm.c (HAVE_DISCOVM, our
- * library through include/discovm.h). main.c lists both; a column whose file was not compiled
- * in prints "-".
+ * A runtime is one C file that defines its `const bench_backend`s and is compiled in with a
+ * flag: disco.c (HAVE_DISCO, TVM's Disco through libtvm_ffi) and discovm.c (HAVE_DISCOVM, our
+ * library through include/discovm.h). Each file defines two backends that share every
+ * function but open(): one for threaded sessions and one for sessions of worker processes.
+ * main.c lists all four; a column whose file was not compiled in prints "-".
  *
  * Every function returning int returns 0 on success and nonzero on failure, after which
  * last_error() on the same thread describes the failure. A failure ends that runtime's
@@ -32,15 +33,22 @@ typedef struct bench_session bench_session;
 typedef struct bench_copy bench_copy;
 
 typedef struct bench_backend {
-    /* Column name in the table: "disco" or "discovm". */
+    /* Column name in the table: "disco", "disco process", "discovm" or "discovm process". */
     const char *name;
 
     /* A short description of the runtime and its version, printed in the table's header.
      * The string is static. */
     const char *(*version)(void);
 
-    /* Opens a threaded session of num_workers workers in one group, and looks up the cheap
-     * worker function that call() runs (runtime.disco.worker_id). Returns NULL on failure. */
+    /* Copies of this many bytes or more are not measured (their cells read "n/a"), because
+     * the runtime cannot do them in one piece; 0: no limit. copy_limit_note says why (a
+     * static string, printed under the table; NULL when there is no limit). */
+    size_t copy_limit_bytes;
+    const char *copy_limit_note;
+
+    /* Opens a session of num_workers workers in one group (of threads or of processes, as the
+     * backend says), and looks up the cheap worker function that call() runs
+     * (runtime.disco.worker_id). Returns NULL on failure. */
     bench_session *(*open)(int32_t num_workers);
 
     /* Returns once worker 0 has finished everything sent to it before. */
@@ -79,10 +87,21 @@ typedef struct bench_backend {
 } bench_backend;
 
 #ifdef HAVE_DISCO
-extern const bench_backend bench_disco_backend;
+extern const bench_backend bench_disco_backend;         /* ThreadedSession */
+extern const bench_backend bench_disco_process_backend; /* ProcessSession */
+
+/* Disco's ProcessSession starts workers 1..N-1 through a pool function it finds by name; the
+ * one disco.c registers runs this program again as
+ *   session_bench --disco-worker WORKER_ID NUM_WORKERS NUM_GROUPS READ_FD WRITE_FD
+ * (the arguments of Disco's own Python worker, tvm.exec.disco_worker), and main() hands such
+ * a run to bench_disco_worker_main, which serves the controller through Disco's
+ * runtime.disco.WorkerProcess and returns the process's exit status. */
+#define BENCH_DISCO_WORKER_FLAG "--disco-worker"
+int bench_disco_worker_main(int argc, char **argv);
 #endif
 #ifdef HAVE_DISCOVM
-extern const bench_backend bench_discovm_backend;
+extern const bench_backend bench_discovm_backend;         /* dvm_session_new_threaded */
+extern const bench_backend bench_discovm_process_backend; /* dvm_session_new_process */
 #endif
 
 /* ---- floors (floors.c): the same work without any runtime ---------------------------------- */

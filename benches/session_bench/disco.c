@@ -1,10 +1,14 @@
 /*
- * The baseline: Apache TVM's Disco threaded session, driven through the tvm-ffi C ABI only
- * (libtvm_ffi.so; the runtime.disco.* globals are registered when libtvm_runtime_extra.so is
- * loaded, which the link line forces with --no-as-needed).
+ * The baseline: Apache TVM's Disco threaded and process sessions, driven through the tvm-ffi C
+ * ABI only (libtvm_ffi.so; the runtime.disco.* globals are registered when
+ * libtvm_runtime_extra.so is loaded, which the link line forces with --no-as-needed).
  *
  * Globals used, with the argument conventions of the 0.27 wheel:
  *   runtime.disco.SessionThreaded(num_workers: int, num_groups: int) -> Session
+ *   runtime.disco.SessionProcess(num_workers: int, num_groups: int, pool_creator: str,
+ *                                entrypoint: str) -> Session
+ *   runtime.disco.WorkerProcess(worker_id, num_workers, num_groups, read_fd, write_fd)
+ *       (the main loop of a worker process; see "process sessions" below)
  *   runtime.disco.SessionGetGlobalFunc(session, name: str) -> DRef
  *   runtime.disco.SessionCallPacked(session, 0, 0, func: DRef, args...) -> DRef
  *       (the two zeros are slots the session overwrites in place with the action code and
@@ -12,7 +16,7 @@
  *   runtime.disco.SessionSyncWorker(session, worker: int)
  *   runtime.disco.SessionCopyToWorker0(session, host: Tensor, remote: DRef)      asynchronous
  *   runtime.disco.SessionCopyFromWorker0(session, host: Tensor, remote: DRef)    asynchronous
- *   runtime.disco.SessionShutdown(session)
+ *   runtime.disco.SessionShutdown(session)         (threaded sessions only: see disco_close)
  *   runtime.disco.DRefDebugGetFromRemote(dref, worker: int) -> value   (a check at open)
  *   ffi.Shape(dims: int...) -> Shape
  * and on the workers:
@@ -25,11 +29,20 @@
  * copy_from_worker0 here is SessionCopyFromWorker0 followed by SessionSyncWorker(0).
  * A call's result DRef is released at once; Disco then sends a register free to every worker.
  */
+#define _GNU_SOURCE
 #include "bench.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <tvm/ffi/c_api.h>
 
@@ -126,8 +139,8 @@ static int call_void(TVMFFIObjectHandle f, TVMFFIAny *args, int32_t num_args, co
 
 static struct {
     int ready;
-    TVMFFIObjectHandle session_threaded, get_global_func, call_packed, sync_worker, copy_to,
-        copy_from, shutdown, debug_get, make_shape;
+    TVMFFIObjectHandle session_threaded, session_process, get_global_func, call_packed,
+        sync_worker, copy_to, copy_from, shutdown, debug_get, make_shape;
 } g;
 
 static int lookup(const char *name, TVMFFIObjectHandle *out) {
@@ -147,6 +160,7 @@ static int lookup(const char *name, TVMFFIObjectHandle *out) {
 static int load_globals(void) {
     if (g.ready) return 0;
     if (lookup("runtime.disco.SessionThreaded", &g.session_threaded) ||
+        lookup("runtime.disco.SessionProcess", &g.session_process) ||
         lookup("runtime.disco.SessionGetGlobalFunc", &g.get_global_func) ||
         lookup("runtime.disco.SessionCallPacked", &g.call_packed) ||
         lookup("runtime.disco.SessionSyncWorker", &g.sync_worker) ||
@@ -169,11 +183,235 @@ static const char *disco_version(void) {
     return text;
 }
 
+static const char *disco_process_version(void) {
+    static char text[128];
+    TVMFFIVersion v;
+    TVMFFIGetVersion(&v);
+    snprintf(text, sizeof text,
+             "TVM Disco process session (tvm-ffi %u.%u.%u): worker 0 a controller thread, "
+             "1..N-1 processes",
+             v.major, v.minor, v.patch);
+    return text;
+}
+
+/* ---- process sessions ------------------------------------------------------------------------ */
+
+/*
+ * Disco's ProcessSession keeps worker 0 as a thread of the controller and gets workers
+ * 1..N-1 from a "process pool": SessionProcess(n, groups, pool_creator, entrypoint) calls the
+ * global function named pool_creator with (n, groups, entrypoint); the function it returns
+ * is called with i = 1..N-1 to start worker i and answer Shape([read_fd, write_fd]), the
+ * controller's ends of two pipes, and with 0 after shutdown to tear the pool down. Disco's own
+ * creator, runtime.disco.create_process_pool, is Python (tvm/runtime/disco/process_pool.py):
+ * it runs `python -m tvm.exec.disco_worker i n groups read_fd write_fd`, which only looks up
+ * runtime.disco.WorkerProcess and calls it. So the C harness registers a creator of its own
+ * doing the same in C: it runs this program again with those arguments (after
+ * BENCH_DISCO_WORKER_FLAG), with only the two pipe ends open (Popen's pass_fds), and the
+ * worker calls the same C++ runtime.disco.WorkerProcess. What is measured is Disco's
+ * ProcessSession and its workers' main loop; only the start-up of a worker differs (no Python
+ * interpreter), and no start-up is timed.
+ */
+#define PROCESS_POOL_NAME "session_bench.disco_process_pool"
+#define PROCESS_ENTRYPOINT "session_bench " BENCH_DISCO_WORKER_FLAG /* unused by our pool */
+
+/* The worker's two pipe ends, after it moved them to these descriptors. */
+#define WORKER_READ_FD 3
+#define WORKER_WRITE_FD 4
+
+struct process_pool {
+    int32_t num_workers, num_groups;
+    pid_t *pids; /* pids[i]: worker i (1..N-1), 0 once reaped or never started */
+};
+
+static int raise_error(const char *kind, const char *message) {
+    TVMFFIErrorSetRaisedFromCStr(kind, message);
+    return -1;
+}
+
+/* Waits up to 5 s for every worker process to exit (they do once shutdown reaches them or
+ * their pipes close), then kills what is left. */
+static void pool_reap(struct process_pool *pool) {
+    uint64_t deadline = bench_now_ns() + 5000000000ull;
+    for (int32_t i = 1; i < pool->num_workers; i++) {
+        while (pool->pids[i] > 0) {
+            pid_t r = waitpid(pool->pids[i], NULL, WNOHANG);
+            if (r == pool->pids[i] || (r < 0 && errno != EINTR)) {
+                pool->pids[i] = 0;
+            } else if (bench_now_ns() > deadline) {
+                kill(pool->pids[i], SIGKILL);
+                waitpid(pool->pids[i], NULL, 0);
+                pool->pids[i] = 0;
+            } else {
+                const struct timespec ms = {0, 1000000};
+                nanosleep(&ms, NULL);
+            }
+        }
+    }
+}
+
+static void pool_delete(void *self) {
+    struct process_pool *pool = self;
+    pool_reap(pool);
+    free(pool->pids);
+    free(pool);
+}
+
+/* Starts worker `id` and writes the controller's pipe ends to *read_fd and *write_fd. */
+static int pool_start_worker(struct process_pool *pool, int32_t id, int *read_fd,
+                             int *write_fd) {
+    char args[3][16];
+    snprintf(args[0], sizeof args[0], "%d", (int)id);
+    snprintf(args[1], sizeof args[1], "%d", (int)pool->num_workers);
+    snprintf(args[2], sizeof args[2], "%d", (int)pool->num_groups);
+    char read_arg[] = {'0' + WORKER_READ_FD, 0}, write_arg[] = {'0' + WORKER_WRITE_FD, 0};
+    char *argv[] = {"session_bench", BENCH_DISCO_WORKER_FLAG, args[0], args[1], args[2],
+                    read_arg, write_arg, NULL};
+    int to_worker[2], from_worker[2];
+    if (pipe2(to_worker, O_CLOEXEC) != 0) return -1;
+    if (pipe2(from_worker, O_CLOEXEC) != 0) {
+        close(to_worker[0]);
+        close(to_worker[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Only async-signal-safe calls from here to exec: the controller has threads. Move
+         * the worker's ends above the target descriptors, then onto them (dup2 clears
+         * close-on-exec), and close everything else from 5 up (stdio stays). */
+        int r = fcntl(to_worker[0], F_DUPFD_CLOEXEC, 16);
+        int w = fcntl(from_worker[1], F_DUPFD_CLOEXEC, 16);
+        if (r < 0 || w < 0 || dup2(r, WORKER_READ_FD) < 0 || dup2(w, WORKER_WRITE_FD) < 0)
+            _exit(127);
+#ifdef SYS_close_range
+        syscall(SYS_close_range, WORKER_WRITE_FD + 1, ~0u, 0);
+#endif
+        /* The controller ignores SIGPIPE; the worker gets the default back, as Popen does. */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        sigaction(SIGPIPE, &dfl, NULL);
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int saved = errno;
+    close(to_worker[0]);
+    close(from_worker[1]);
+    if (pid < 0) {
+        close(to_worker[1]);
+        close(from_worker[0]);
+        errno = saved;
+        return -1;
+    }
+    pool->pids[id] = pid;
+    *read_fd = from_worker[0];
+    *write_fd = to_worker[1];
+    return 0;
+}
+
+/* The pool function: f(i) starts worker i and returns Shape([read_fd, write_fd]); f(0) reaps
+ * the workers and returns None. */
+static int pool_call(void *self, const TVMFFIAny *args, int32_t num_args, TVMFFIAny *result) {
+    struct process_pool *pool = self;
+    if (num_args != 1 || args[0].type_index != kTVMFFIInt)
+        return raise_error("TypeError", "process pool: expected one int (a worker id)");
+    int64_t id = args[0].v_int64;
+    *result = any_none();
+    if (id == 0) {
+        pool_reap(pool);
+        return 0;
+    }
+    if (id < 0 || id >= pool->num_workers || pool->pids[id] != 0)
+        return raise_error("ValueError", "process pool: bad or repeated worker id");
+    int read_fd, write_fd;
+    if (pool_start_worker(pool, (int32_t)id, &read_fd, &write_fd) != 0) {
+        char message[128];
+        snprintf(message, sizeof message, "process pool: starting worker %d: %s", (int)id,
+                 strerror(errno));
+        return raise_error("RuntimeError", message);
+    }
+    TVMFFIAny dims[2] = {any_int(read_fd), any_int(write_fd)};
+    if (TVMFFIFunctionCall(g.make_shape, dims, 2, result) != 0) {
+        close(read_fd); /* the worker sees EOF and exits; f(0) or the pool's end reaps it */
+        close(write_fd);
+        return -1;
+    }
+    return 0;
+}
+
+/* The pool creator: (num_workers, num_groups, entrypoint) -> the pool function. */
+static int pool_create(void *self, const TVMFFIAny *args, int32_t num_args, TVMFFIAny *result) {
+    (void)self;
+    if (num_args < 2 || args[0].type_index != kTVMFFIInt || args[1].type_index != kTVMFFIInt ||
+        args[0].v_int64 < 1 || args[1].v_int64 < 1)
+        return raise_error("TypeError", "process pool creator: expected (num_workers, "
+                                        "num_groups, entrypoint)");
+    struct process_pool *pool = calloc(1, sizeof *pool);
+    if (pool) pool->pids = calloc((size_t)args[0].v_int64, sizeof *pool->pids);
+    if (!pool || !pool->pids) {
+        free(pool);
+        return raise_error("RuntimeError", "process pool creator: out of memory");
+    }
+    pool->num_workers = (int32_t)args[0].v_int64;
+    pool->num_groups = (int32_t)args[1].v_int64;
+    TVMFFIObjectHandle f = NULL;
+    if (TVMFFIFunctionCreate(pool, pool_call, pool_delete, &f) != 0) {
+        free(pool->pids);
+        free(pool);
+        return -1;
+    }
+    *result = any_object(kTVMFFIFunction, f); /* the caller owns it */
+    return 0;
+}
+
+static int register_process_pool(void) {
+    static int registered;
+    if (registered) return 0;
+    TVMFFIObjectHandle f = NULL;
+    TVMFFIByteArray name = {PROCESS_POOL_NAME, strlen(PROCESS_POOL_NAME)};
+    if (TVMFFIFunctionCreate(NULL, pool_create, NULL, &f) != 0)
+        return fail_raised("TVMFFIFunctionCreate");
+    int rc = TVMFFIFunctionSetGlobal(&name, f, 1);
+    TVMFFIObjectDecRef(f); /* the registry holds its own reference */
+    if (rc != 0) return fail_raised("TVMFFIFunctionSetGlobal");
+    registered = 1;
+    return 0;
+}
+
+int bench_disco_worker_main(int argc, char **argv) {
+    int64_t v[5];
+    if (argc != 7) {
+        fprintf(stderr, "usage: %s " BENCH_DISCO_WORKER_FLAG " WORKER_ID NUM_WORKERS "
+                        "NUM_GROUPS READ_FD WRITE_FD\n", argv[0]);
+        return 2;
+    }
+    for (int i = 0; i < 5; i++) {
+        char *end;
+        v[i] = strtoll(argv[2 + i], &end, 10);
+        if (end == argv[2 + i] || *end) {
+            fprintf(stderr, "%s: bad argument %s\n", argv[0], argv[2 + i]);
+            return 2;
+        }
+    }
+    TVMFFIObjectHandle worker_process;
+    if (lookup("runtime.disco.WorkerProcess", &worker_process) != 0) {
+        fprintf(stderr, "disco worker: %s\n", disco_error);
+        return 1;
+    }
+    TVMFFIAny args[5];
+    for (int i = 0; i < 5; i++) args[i] = any_int(v[i]);
+    if (call_void(worker_process, args, 5, "runtime.disco.WorkerProcess") != 0) {
+        fprintf(stderr, "disco worker %d: %s\n", (int)v[0], disco_error);
+        return 1;
+    }
+    return 0;
+}
+
 /* ---- session ---------------------------------------------------------------------------------- */
 
 struct bench_session {
     int32_t num_workers;
-    TVMFFIAny session;   /* runtime.disco.ThreadedSession */
+    int process;         /* a ProcessSession (else a ThreadedSession) */
+    TVMFFIAny session;   /* runtime.disco.ThreadedSession or runtime.disco.ProcessSession */
     TVMFFIAny worker_id; /* DRef to runtime.disco.worker_id on every worker */
     TVMFFIAny empty;     /* DRef to runtime.disco.empty on every worker */
 };
@@ -204,10 +442,15 @@ static int session_sync(bench_session *s, int32_t worker) {
 static void disco_close(bench_session *s) {
     if (!s) return;
     /* Every DRef holds the session; drop them first so that the last reference below shuts
-     * the session down and joins its worker threads. */
+     * the session down and joins its worker threads. A ProcessSession is only released: its
+     * destructor shuts it down a second time, and in the 0.27 wheel that second shutdown
+     * writes to workers that already exited after the first, which fails ("Write Error") in
+     * a destructor and ends the controller in std::terminate (with 4 workers, nearly every
+     * time). Released without SessionShutdown, it shuts down once: the message to every
+     * worker, then the pipes closed, then the pool reaped. */
     any_release(&s->worker_id);
     any_release(&s->empty);
-    if (s->session.type_index >= kTVMFFIStaticObjectBegin) {
+    if (!s->process && s->session.type_index >= kTVMFFIStaticObjectBegin) {
         TVMFFIAny args[1] = {s->session};
         call_void(g.shutdown, args, 1, "SessionShutdown");
     }
@@ -242,23 +485,40 @@ static int check_worker_ids(bench_session *s) {
     return rc;
 }
 
-static bench_session *disco_open(int32_t num_workers) {
-    if (load_globals() != 0) return NULL;
+static int register_process_pool(void);
+
+/* Opens a session of either kind, with one group. */
+static bench_session *disco_open_with(int process, int32_t num_workers) {
+    if (load_globals() != 0 || (process && register_process_pool() != 0)) return NULL;
+    /* As under Python, Disco's usual host: a write to a worker that is gone fails with EPIPE
+     * (and Disco raises an error) instead of killing the controller. */
+    if (process) signal(SIGPIPE, SIG_IGN);
     bench_session *s = calloc(1, sizeof *s);
     if (!s) {
         fail("out of memory");
         return NULL;
     }
     s->num_workers = num_workers;
+    s->process = process;
     s->session = s->worker_id = s->empty = any_none();
-    TVMFFIAny args[2] = {any_int(num_workers), any_int(1)};
-    if (call(g.session_threaded, args, 2, &s->session, "SessionThreaded") != 0 ||
-        session_get_func(s, "runtime.disco.worker_id", &s->worker_id) != 0 ||
+    TVMFFIAny args[4] = {any_int(num_workers), any_int(1), any_raw_str(PROCESS_POOL_NAME),
+                         any_raw_str(PROCESS_ENTRYPOINT)};
+    int rc = process ? call(g.session_process, args, 4, &s->session, "SessionProcess")
+                     : call(g.session_threaded, args, 2, &s->session, "SessionThreaded");
+    if (rc != 0 || session_get_func(s, "runtime.disco.worker_id", &s->worker_id) != 0 ||
         session_get_func(s, "runtime.disco.empty", &s->empty) != 0 || check_worker_ids(s) != 0) {
         disco_close(s);
         return NULL;
     }
     return s;
+}
+
+static bench_session *disco_open_threaded(int32_t num_workers) {
+    return disco_open_with(0, num_workers);
+}
+
+static bench_session *disco_open_process(int32_t num_workers) {
+    return disco_open_with(1, num_workers);
 }
 
 static int disco_sync_worker0(bench_session *s) { return session_sync(s, 0); }
@@ -367,7 +627,22 @@ static int disco_copy_from_worker0(bench_copy *c) {
 const bench_backend bench_disco_backend = {
     .name = "disco",
     .version = disco_version,
-    .open = disco_open,
+    .open = disco_open_threaded,
+    .sync_worker0 = disco_sync_worker0,
+    .call = disco_call,
+    .sync_all = disco_sync_all,
+    .copy_prepare = disco_copy_prepare,
+    .copy_to_worker0 = disco_copy_to_worker0,
+    .copy_from_worker0 = disco_copy_from_worker0,
+    .copy_release = disco_copy_release,
+    .close = disco_close,
+    .last_error = disco_last_error,
+};
+
+const bench_backend bench_disco_process_backend = {
+    .name = "disco process",
+    .version = disco_process_version,
+    .open = disco_open_process,
     .sync_worker0 = disco_sync_worker0,
     .call = disco_call,
     .sync_all = disco_sync_all,

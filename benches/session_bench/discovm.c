@@ -1,6 +1,9 @@
 /*
- * The discovm backend of the session benchmark: the same primitives as disco.c, through
- * include/discovm.h.
+ * The discovm backends of the session benchmark: the same primitives as disco.c, through
+ * include/discovm.h. Two columns share every function here but open(): "discovm" starts its
+ * sessions with dvm_session_new_threaded, "discovm process" with dvm_session_new_process
+ * (workers are processes running the worker program the library finds next to itself,
+ * target/release/discovm-worker, which benches/run.sh builds; DISCOVM_WORKER names another).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +41,13 @@ static const char *discovm_version(void) {
     return text;
 }
 
+static const char *discovm_process_version(void) {
+    static char text[96];
+    snprintf(text, sizeof text, "discovm %s (process session: every worker a process)",
+             dvm_version());
+    return text;
+}
+
 static void discovm_close(bench_session *s) {
     if (!s) return;
     dvm_dref_free(s->worker_id);
@@ -47,10 +57,14 @@ static void discovm_close(bench_session *s) {
     free(s);
 }
 
-static bench_session *discovm_open(int32_t num_workers) {
+/* How a column starts its session: dvm_session_new_threaded or dvm_session_new_process. */
+typedef dvm_status (*session_start_fn)(int32_t num_workers, int32_t num_groups,
+                                       const dvm_session_options *opts, dvm_session **out);
+
+static bench_session *discovm_open_with(session_start_fn start, int32_t num_workers) {
     bench_session *s = calloc(1, sizeof *s);
     if (!s) return NULL;
-    if (dvm_session_new_threaded(num_workers, 1, NULL, &s->session) != DVM_OK ||
+    if (start(num_workers, 1, NULL, &s->session) != DVM_OK ||
         dvm_session_get_global_func(s->session, "runtime.disco.worker_id", &s->worker_id) != DVM_OK ||
         dvm_session_get_global_func(s->session, "runtime.disco.empty", &s->empty) != DVM_OK) {
         fail("open");
@@ -58,6 +72,14 @@ static bench_session *discovm_open(int32_t num_workers) {
         return NULL;
     }
     return s;
+}
+
+static bench_session *discovm_open_threaded(int32_t num_workers) {
+    return discovm_open_with(dvm_session_new_threaded, num_workers);
+}
+
+static bench_session *discovm_open_process(int32_t num_workers) {
+    return discovm_open_with(dvm_session_new_process, num_workers);
 }
 
 static int discovm_sync_worker0(bench_session *s) {
@@ -140,7 +162,31 @@ static const char *discovm_last_error(void) { return error_text; }
 const bench_backend bench_discovm_backend = {
     .name = "discovm",
     .version = discovm_version,
-    .open = discovm_open,
+    .open = discovm_open_threaded,
+    .sync_worker0 = discovm_sync_worker0,
+    .call = discovm_call,
+    .sync_all = discovm_sync_all,
+    .copy_prepare = discovm_copy_prepare,
+    .copy_to_worker0 = discovm_copy_to_worker0,
+    .copy_from_worker0 = discovm_copy_from_worker0,
+    .copy_release = discovm_copy_release,
+    .close = discovm_close,
+    .last_error = discovm_last_error,
+};
+
+/* The rings between the controller and a worker process hold 8 MiB each way, and a copy to or
+ * from worker 0 travels as one frame (the tensor's bytes and a header), so 8 MiB and more
+ * cannot go (README.md, "Process sessions"). Copies through a shared-memory arena will lift
+ * this; then the limit goes. */
+#define PROCESS_RING_BYTES ((size_t)8 << 20)
+
+const bench_backend bench_discovm_process_backend = {
+    .name = "discovm process",
+    .version = discovm_process_version,
+    .copy_limit_bytes = PROCESS_RING_BYTES,
+    .copy_limit_note = "a copy to or from worker 0 is one frame, which must fit the 8 MiB ring "
+                       "to or from a worker",
+    .open = discovm_open_process,
     .sync_worker0 = discovm_sync_worker0,
     .call = discovm_call,
     .sync_all = discovm_sync_all,

@@ -1,6 +1,6 @@
 /*
- * Session benchmark: TVM's Disco and discovm side by side, against floors measured in the
- * same run.
+ * Session benchmark: TVM's Disco and discovm side by side, each with a threaded session and a
+ * session of worker processes, against floors measured in the same run.
  *
  * For N = 1, 2, 4 workers, every round opens a fresh session per runtime, in a child process
  * of its own (the order of the runtimes rotates from round to round, so slow drift of the
@@ -12,7 +12,8 @@
  * Other processes on the machine disturb every number here. Before each round the harness
  * waits (briefly) for them to go quiet, and it reports how much CPU they took.
  *
- * Usage: session_bench [--rounds R] [--workers 1,2,4] [--backends disco,discovm]
+ * Usage: session_bench [--rounds R] [--workers 1,2,4]
+ *                      [--backends disco,disco_process,discovm,discovm_process]
  *                      [--budget-s S] [--quiet-wait-s S] [--metric-ms MS] [--warm-ms MS]
  *                      [--samples K] [--pipe-calls K] [--csv PATH] [--quick]
  * (--help describes them.)
@@ -154,6 +155,7 @@ static struct metric_info {
     char label[40]; /* for the tables */
     int floor;      /* the floor_metric it is compared with, or -1 */
     double bytes;   /* bytes moved per operation (copies), for GB/s */
+    int size;       /* copies: the index in copy_bytes; -1 for the other metrics */
 } metric_info[M_COUNT];
 
 static char floor_keys[F_COUNT][32] = {"spin_pingpong", "condvar_pingpong"};
@@ -163,6 +165,7 @@ static void set_metric(int m, const char *key, const char *label, int floor, dou
     snprintf(metric_info[m].label, sizeof metric_info[m].label, "%s", label);
     metric_info[m].floor = floor;
     metric_info[m].bytes = bytes;
+    metric_info[m].size = -1;
 }
 
 static void init_metric_info(void) {
@@ -180,6 +183,7 @@ static void init_metric_info(void) {
             snprintf(label, sizeof label, "copy %s %s", copy_names[k], dir_labels[d]);
             int copies = d == D_ROUND_TRIP ? 2 : 1;
             set_metric(M_COPY(k, d), key, label, F_MEMCPY(k, copies), copies * b);
+            metric_info[M_COPY(k, d)].size = k;
         }
         snprintf(floor_keys[F_MEMCPY(k, 1)], sizeof floor_keys[0], "memcpy_%s", copy_keys[k]);
         snprintf(floor_keys[F_MEMCPY(k, 2)], sizeof floor_keys[0], "memcpy_x2_%s", copy_keys[k]);
@@ -190,23 +194,40 @@ static void init_metric_info(void) {
 
 #ifdef HAVE_DISCO
 #define DISCO_IMPL (&bench_disco_backend)
+#define DISCO_PROCESS_IMPL (&bench_disco_process_backend)
 #else
 #define DISCO_IMPL NULL
+#define DISCO_PROCESS_IMPL NULL
 #endif
 #ifdef HAVE_DISCOVM
 #define DISCOVM_IMPL (&bench_discovm_backend)
+#define DISCOVM_PROCESS_IMPL (&bench_discovm_process_backend)
 #else
 #define DISCOVM_IMPL NULL
+#define DISCOVM_PROCESS_IMPL NULL
 #endif
 
-#define NUM_COLUMNS 2
+enum { C_DISCO, C_DISCO_PROCESS, C_DISCOVM, C_DISCOVM_PROCESS, NUM_COLUMNS };
 
 static struct column {
-    const char *name;
+    const char *key;  /* for --backends and the CSV */
+    const char *name; /* for the tables */
     const bench_backend *impl; /* NULL: not compiled in, or not selected */
     int failed;
     char error[512];
-} columns[NUM_COLUMNS] = {{"disco", DISCO_IMPL, 0, ""}, {"discovm", DISCOVM_IMPL, 0, ""}};
+} columns[NUM_COLUMNS] = {
+    [C_DISCO] = {"disco", "disco", DISCO_IMPL, 0, ""},
+    [C_DISCO_PROCESS] = {"disco_process", "disco process", DISCO_PROCESS_IMPL, 0, ""},
+    [C_DISCOVM] = {"discovm", "discovm", DISCOVM_IMPL, 0, ""},
+    [C_DISCOVM_PROCESS] = {"discovm_process", "discovm process", DISCOVM_PROCESS_IMPL, 0, ""},
+};
+
+/* Whether a column leaves a metric out: copies at or above the backend's copy limit. */
+static int column_skips(const struct column *col, int metric) {
+    int k = metric_info[metric].size;
+    return col->impl && k >= 0 && col->impl->copy_limit_bytes &&
+           copy_bytes[k] >= col->impl->copy_limit_bytes;
+}
 
 #define MAX_WORKER_COUNTS 8
 #define MAX_ROUNDS 64
@@ -389,6 +410,7 @@ static void measure_column(struct column *col, int wi, int round) {
     for (int k = 0; k < NUM_SIZES; k++) {
         static const op_fn copy_ops[NUM_DIRS] = {op_copy_to, op_copy_from, op_copy_round_trip};
         size_t nbytes = copy_bytes[k];
+        if (column_skips(col, M_COPY(k, 0))) continue; /* "n/a" in the table */
         float *src = bench_alloc(nbytes), *dst = bench_alloc(nbytes);
         int rc = -1;
         what = "copy: out of memory";
@@ -457,10 +479,19 @@ static void measure_column_isolated(struct column *col, int wi, int round) {
         got += (size_t)n;
     }
     close(fds[0]);
-    if (child > 0) waitpid(child, NULL, 0);
+    int status = 0;
+    if (child > 0) waitpid(child, &status, 0);
     if (child < 0 || got != sizeof report) {
         col->failed = 1;
-        snprintf(col->error, sizeof col->error, "the measuring process ended early");
+        if (child > 0 && WIFSIGNALED(status))
+            snprintf(col->error, sizeof col->error,
+                     "the measuring process ended early (killed by signal %d, %s)",
+                     WTERMSIG(status), strsignal(WTERMSIG(status)));
+        else if (child > 0 && WIFEXITED(status))
+            snprintf(col->error, sizeof col->error,
+                     "the measuring process ended early (exit status %d)", WEXITSTATUS(status));
+        else
+            snprintf(col->error, sizeof col->error, "the measuring process ended early");
         fprintf(stderr, "session_bench: %s: %s\n", col->name, col->error);
         return;
     }
@@ -528,6 +559,23 @@ static void fmt_cell(char *buf, size_t len, const double *rounds, enum unit u, d
 
 #define LABEL_WIDTH 34
 #define CELL_WIDTH 18
+#define RATIO_WIDTH 15
+
+/* A ratio as "1.23x", or "-" when either side is missing. */
+static void fmt_ratio(char *buf, size_t len, double ratio) {
+    fmt_num(buf, len, ratio);
+    if (!isnan(ratio)) strncat(buf, "x", len - strlen(buf) - 1);
+}
+
+/* A byte count as "64 B", "64 KiB" or "8 MiB" (exact multiples), else in bytes. */
+static void fmt_bytes(char *buf, size_t len, size_t bytes) {
+    if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+        snprintf(buf, len, "%zu MiB", bytes >> 20);
+    else if (bytes >= (1u << 10) && bytes % (1u << 10) == 0)
+        snprintf(buf, len, "%zu KiB", bytes >> 10);
+    else
+        snprintf(buf, len, "%zu B", bytes);
+}
 
 static void print_row(const char *label, const char *unit_name, int wi, int metric,
                       enum unit u, double bytes) {
@@ -535,7 +583,10 @@ static void print_row(const char *label, const char *unit_name, int wi, int metr
     snprintf(text, sizeof text, "  %s (%s)", label, unit_name);
     printf("%-*s", LABEL_WIDTH, text);
     for (int c = 0; c < NUM_COLUMNS; c++) {
-        fmt_cell(cell, sizeof cell, results[c][wi][metric], u, bytes, columns[c].failed);
+        if (column_skips(&columns[c], metric))
+            snprintf(cell, sizeof cell, "n/a");
+        else
+            fmt_cell(cell, sizeof cell, results[c][wi][metric], u, bytes, columns[c].failed);
         printf("%-*s", CELL_WIDTH, cell);
     }
     int f = metric_info[metric].floor;
@@ -558,8 +609,18 @@ static void print_table(double foreign_load, int disturbed_rounds, double elapse
     printf("Cells: median of the rounds' medians [best round]. Floors: spin ping-pong round "
            "trip for\nlatencies; one memcpy for a one-way copy, two for a round trip.\n");
     for (int c = 0; c < NUM_COLUMNS; c++)
-        printf("  %-8s %s\n", columns[c].name,
-               columns[c].impl ? columns[c].impl->version() : "not built (\"-\")");
+        printf("  %-16s %s\n", columns[c].name,
+               columns[c].impl ? columns[c].impl->version() : "not built or not selected (\"-\")");
+    for (int c = 0; c < NUM_COLUMNS; c++) {
+        const bench_backend *b = columns[c].impl;
+        if (b && b->copy_limit_bytes) {
+            char limit[32];
+            fmt_bytes(limit, sizeof limit, b->copy_limit_bytes);
+            printf("  n/a: %s does not measure copies of %s or more:\n       %s.\n",
+                   columns[c].name, limit,
+                   b->copy_limit_note ? b->copy_limit_note : "the runtime cannot do them");
+        }
+    }
 
     for (int wi = 0; wi < opt.num_worker_counts; wi++) {
         char head[64];
@@ -592,9 +653,25 @@ static void print_table(double foreign_load, int disturbed_rounds, double elapse
            "  is bimodal, a few us when the woken thread shares the waker's CPU, tens of us\n"
            "  when a halted CPU has to be woken)\n");
 
-    printf("\nRatios of medians (time per operation; below 1 means faster than the divisor):\n");
-    printf("%-*s%-14s%-14s%s\n", LABEL_WIDTH, "", "disco/floor", "discovm/floor",
-           "disco/discovm");
+    /* Each ratio column divides one column's medians by another's (or by the floor). */
+    static const struct {
+        const char *head;
+        int num, den; /* column indices; den -1: the floor */
+    } ratio_cols[] = {
+        {"disco/floor", C_DISCO, -1},
+        {"discovm/floor", C_DISCOVM, -1},
+        {"disco/discovm", C_DISCO, C_DISCOVM},
+        {"disco-p/disco", C_DISCO_PROCESS, C_DISCO},
+        {"dvm-p/discovm", C_DISCOVM_PROCESS, C_DISCOVM},
+        {"disco-p/dvm-p", C_DISCO_PROCESS, C_DISCOVM_PROCESS},
+    };
+    enum { NUM_RATIOS = sizeof ratio_cols / sizeof ratio_cols[0] };
+    printf("\nRatios of medians (time per operation; below 1 means faster than the divisor;\n"
+           "disco-p: disco process, dvm-p: discovm process):\n");
+    printf("%-*s", LABEL_WIDTH, "");
+    for (int r = 0; r < NUM_RATIOS; r++)
+        printf("%-*s", r + 1 < NUM_RATIOS ? RATIO_WIDTH : 0, ratio_cols[r].head);
+    printf("\n");
     for (int wi = 0; wi < opt.num_worker_counts; wi++) {
         printf("N = %d\n", opt.worker_counts[wi]);
         for (int m = 0; m < M_COUNT; m++) {
@@ -602,17 +679,39 @@ static void print_table(double foreign_load, int disturbed_rounds, double elapse
             for (int c = 0; c < NUM_COLUMNS; c++) t[c] = median_of(results[c][wi][m], rounds_done);
             if (metric_info[m].floor >= 0)
                 fl = median_of(floor_results[metric_info[m].floor], rounds_done);
-            double ratios[3] = {t[0] / fl, t[1] / fl, t[0] / t[1]};
             printf("  %-*s", LABEL_WIDTH - 2, metric_info[m].label);
-            for (int r = 0; r < 3; r++) {
+            for (int r = 0; r < NUM_RATIOS; r++) {
+                double den = ratio_cols[r].den < 0 ? fl : t[ratio_cols[r].den];
                 char num[32];
-                fmt_num(num, sizeof num, ratios[r]);
-                if (!isnan(ratios[r])) strcat(num, "x");
-                printf("%-14s", num);
+                fmt_ratio(num, sizeof num, t[ratio_cols[r].num] / den);
+                printf("%-*s", r + 1 < NUM_RATIOS ? RATIO_WIDTH : 0, num);
             }
             printf("\n");
         }
     }
+
+    /* The targets of process sessions, against the threaded session of the same rounds. */
+    printf("\nProcess sessions against threaded ones, discovm, same rounds (targets):\n");
+    for (int wi = 0; wi < opt.num_worker_counts; wi++) {
+        const double *proc = results[C_DISCOVM_PROCESS][wi][M_SYNC0],
+                     *thr = results[C_DISCOVM][wi][M_SYNC0];
+        double sync_ratio = median_of(proc, rounds_done) / median_of(thr, rounds_done);
+        proc = results[C_DISCOVM_PROCESS][wi][M_PIPELINED];
+        thr = results[C_DISCOVM][wi][M_PIPELINED];
+        /* throughput ratio: threaded time per call over process time per call */
+        double pipe_ratio = median_of(thr, rounds_done) / median_of(proc, rounds_done);
+        char num[32];
+        fmt_ratio(num, sizeof num, sync_ratio);
+        printf("  N = %-3d sync worker 0, process/threaded time:         %-8s(at most 1.5x): %s\n",
+               opt.worker_counts[wi], num,
+               isnan(sync_ratio) ? "no data" : sync_ratio <= 1.5 ? "met" : "NOT met");
+        fmt_ratio(num, sizeof num, pipe_ratio);
+        printf("  N = %-3d pipelined calls, process/threaded throughput: %-8s(at least 0.5x): %s\n",
+               opt.worker_counts[wi], num,
+               isnan(pipe_ratio) ? "no data" : pipe_ratio >= 0.5 ? "met" : "NOT met");
+    }
+    printf("  (copies to and from worker 0 through a shared-memory arena, at the cost of copies\n"
+           "  between threads: future work, no target checked here)\n");
 
     int any_error = 0;
     for (int c = 0; c < NUM_COLUMNS; c++)
@@ -635,7 +734,7 @@ static int write_csv(const char *path) {
             for (int m = 0; m < M_COUNT; m++) {
                 const double *r = results[c][wi][m];
                 if (count_of(r, rounds_done) == 0) continue;
-                fprintf(f, "%s,%d,%s,ns,%.1f,%.1f,%d\n", columns[c].name, opt.worker_counts[wi],
+                fprintf(f, "%s,%d,%s,ns,%.1f,%.1f,%d\n", columns[c].key, opt.worker_counts[wi],
                         metric_info[m].key, median_of(r, rounds_done), min_of(r, rounds_done),
                         count_of(r, rounds_done));
             }
@@ -656,7 +755,8 @@ static void usage(FILE *to) {
             "usage: session_bench [options]\n"
             "  --rounds R          rounds (default 11, at most %d)\n"
             "  --workers LIST      worker counts, comma-separated (default 1,2,4)\n"
-            "  --backends LIST     columns to measure (default: every one built in)\n"
+            "  --backends LIST     columns to measure, of disco, disco_process, discovm and\n"
+            "                      discovm_process (default: every one built in)\n"
             "  --budget-s S        start no round that would end after S seconds (default 100)\n"
             "  --quiet-wait-s S    before each round, wait up to S seconds for other processes\n"
             "                      to go quiet (default 2; 0 = do not wait)\n"
@@ -741,15 +841,15 @@ static int parse_options(int argc, char **argv) {
     }
     if (backends) {
         for (int c = 0; c < NUM_COLUMNS; c++) {
-            const char *p = strstr(backends, columns[c].name);
-            size_t len = strlen(columns[c].name);
+            const char *p = strstr(backends, columns[c].key);
+            size_t len = strlen(columns[c].key);
             int selected = 0;
             while (p && !selected) {
                 selected = (p == backends || p[-1] == ',') && (p[len] == ',' || p[len] == 0);
-                p = strstr(p + 1, columns[c].name);
+                p = strstr(p + 1, columns[c].key);
             }
             if (selected && !columns[c].impl) {
-                fprintf(stderr, "session_bench: backend %s was not built in\n", columns[c].name);
+                fprintf(stderr, "session_bench: backend %s was not built in\n", columns[c].key);
                 return -1;
             }
             if (!selected) columns[c].impl = NULL;
@@ -761,6 +861,11 @@ static int parse_options(int argc, char **argv) {
 /* ---- main ------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
+#ifdef HAVE_DISCO
+    /* A worker process of a Disco process session (disco.c starts them). */
+    if (argc > 1 && !strcmp(argv[1], BENCH_DISCO_WORKER_FLAG))
+        return bench_disco_worker_main(argc, argv);
+#endif
     init_metric_info();
     if (parse_options(argc, argv) != 0) return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
