@@ -1049,7 +1049,7 @@ pub(super) mod tests {
         let good = scratch.file("good-worker", 0o755);
         let plain = scratch.file("plain-file", 0o644);
         let missing = scratch.0.join("missing");
-        let option = "named by the session's worker program option";
+        let option = "named by the session option `worker_program`";
 
         assert_eq!(worker_program(good.to_str()), Ok(good.clone()));
         assert_eq!(found(Some(&good), None, None), Ok(good.clone()));
