@@ -11,10 +11,16 @@
 //!   PAUSE spin, then yields, then park), shared by sessions and streams.
 //! - [`device`]: host memory copies and thread placement.
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
-//! - [`session`]: threaded sessions: controller, workers, registers, DRefs.
+//! - [`session`]: sessions of worker threads or worker processes: controller, workers,
+//!   registers, DRefs, and the link to each worker.
+//! - [`wire`]: the encoding of values and messages that cross to worker processes.
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread. Its
 //!   `dvm_*` functions are the C API; its `__tvm_ffi_*` functions make the library a tvm-ffi
 //!   module (`TVM_FFI.md`).
+
+// Model-checking builds (`--cfg loom`) compile the crate for its models, without worker
+// processes: what only those use goes unused there.
+#![cfg_attr(loom, allow(dead_code, unused_variables))]
 
 /// cbindgen:ignore
 pub mod abi;

@@ -50,9 +50,25 @@ fn pids(s: &Arc<Session>) -> Vec<i32> {
         .collect()
 }
 
-/// Whether a process with this id exists (a zombie counts: it is not reaped yet).
+/// Whether a process with this id runs (a zombie does not: it has ended, and an orphan's is
+/// reaped by the system whenever it gets to it).
 fn exists(pid: i32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name, which is in parentheses.
+        Ok(stat) => !matches!(
+            stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next()),
+            Some(Some('Z'))
+        ),
+        Err(_) => false,
+    }
+}
+
+/// Whether this process has a child `pid` left to reap (a zombie of a worker it started).
+fn unreaped(pid: i32) -> bool {
+    let mut status = 0;
+    // SAFETY: a non-blocking query of one pid; it reaps a zombie, which is what a test of
+    // "nothing was left unreaped" must not find.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) > 0 }
 }
 
 /// Waits up to `limit` for `pid` to be gone entirely (dead and reaped).
@@ -99,7 +115,10 @@ fn each_worker_is_a_process_of_its_own_running_calls_in_order() {
     }
     s.shutdown().unwrap();
     for pid in ids {
-        assert!(!exists(pid), "worker {pid} reaped at shutdown");
+        assert!(
+            !exists(pid) && !unreaped(pid),
+            "worker {pid} reaped at shutdown"
+        );
     }
 }
 
@@ -250,6 +269,71 @@ fn copies_to_and_from_worker0_round_trip_through_worker_functions() {
 }
 
 #[test]
+fn a_value_too_large_to_read_back_fails_its_request_not_the_worker() {
+    let s = session(1);
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let elements = 3 << 20; // 12 MiB of float32: more than one frame
+    let big = call(
+        &s,
+        &empty,
+        &[Shape::new(&[elements]).into(), Any::DataType(F32)],
+    );
+    let mut data = vec![0.0f32; elements as usize];
+    let mut shape = [elements];
+    let err = s
+        .copy_worker0(
+            host_tensor(&mut data, &mut shape),
+            &big,
+            "big",
+            CopyDirection::FromWorker,
+        )
+        .unwrap_err();
+    assert_error(&err, ErrorKind::Value, "does not fit the");
+    let err = s.get_register(big.reg(), 0).unwrap_err();
+    assert_error(&err, ErrorKind::Value, "does not fit the");
+    let err = s
+        .copy_worker0(
+            host_tensor(&mut data, &mut shape),
+            &big,
+            "big",
+            CopyDirection::ToWorker,
+        )
+        .unwrap_err();
+    assert_error(&err, ErrorKind::Value, "can never fit");
+    s.sync_all().expect("the worker goes on");
+}
+
+#[test]
+fn a_broken_session_shuts_down_at_once_ending_busy_workers() {
+    let s = session(3);
+    let ids = pids(&s);
+    let sleep = s.get_global_func("proc.sleep_ms").unwrap();
+    let _ = s
+        .call(Target::One(0), &sleep, &[Any::Int(60_000).view()])
+        .unwrap();
+    let _ = s
+        .call(Target::One(2), &sleep, &[Any::Int(60_000).view()])
+        .unwrap();
+    // SAFETY: a signal to a child process this test started.
+    unsafe { libc::kill(ids[1], libc::SIGKILL) };
+    assert!(s.sync_worker(1).is_err());
+    let started = Instant::now();
+    s.shutdown()
+        .expect("shutting down a broken session ends what is left");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    for pid in ids {
+        assert!(
+            !exists(pid) && !unreaped(pid),
+            "worker {pid} ended and reaped"
+        );
+    }
+}
+
+#[test]
 fn modules_load_in_every_worker_process() {
     let s = session(3);
     let path = built_library::shared_library().to_str().unwrap();
@@ -366,7 +450,10 @@ fn worker_death(how: &str, args: &[Any], cause: &str) {
     let err = s.get_global_func("proc.add").unwrap_err();
     assert_error(&err, ErrorKind::Worker, &expected);
     s.shutdown().expect("shutdown reaps what is left");
-    assert!(!exists(ids[1]), "the dead worker was reaped");
+    assert!(
+        !exists(ids[1]) && !unreaped(ids[1]),
+        "the dead worker was reaped"
+    );
     assert!(
         gone_within(ids[0], Duration::from_secs(5)),
         "the live worker stopped"

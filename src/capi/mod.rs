@@ -11,6 +11,7 @@ mod device;
 mod dref;
 mod error;
 mod func;
+#[cfg(not(loom))]
 mod process;
 mod session;
 mod stream;
@@ -23,6 +24,7 @@ pub use device::*;
 pub use dref::*;
 pub use error::*;
 pub use func::*;
+#[cfg(not(loom))]
 pub use process::*;
 pub use session::*;
 pub use stream::*;

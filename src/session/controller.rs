@@ -3,6 +3,9 @@
 //! session; a send gate makes shutdown wait for sends in progress, so nothing is queued after
 //! the final `Shutdown` and no wait can outlive its worker.
 
+// Model-checking builds have thread links alone.
+#![cfg_attr(loom, allow(irrefutable_let_patterns))]
+
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -11,8 +14,9 @@ use super::ccl::{self, CpuCcl};
 use super::completion::Completion;
 use super::dref::DRef;
 use super::link::{self, ThreadLink, WorkerLink};
-use super::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
-use super::process::{self, Watcher};
+use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
+#[cfg(not(loom))]
+use super::process;
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
@@ -100,6 +104,12 @@ impl SessionOptions {
 }
 
 /// A session: its workers are threads of this process or worker processes.
+/// What watches a session's worker processes (nothing in model-checking builds, which have none).
+#[cfg(not(loom))]
+type Watcher = process::Watcher;
+#[cfg(loom)]
+type Watcher = ();
+
 pub struct Session {
     workers: Vec<WorkerLink>,
     /// The device of each worker.
@@ -272,6 +282,7 @@ impl Session {
         Ok(session)
     }
 
+    #[cfg(not(loom))]
     /// Starts `num_workers` worker processes in `num_groups` groups of equal size, each
     /// running the worker program (`options.worker_program`, else `$DISCOVM_WORKER`, else
     /// `discovm-worker` next to this library), and returns once every one has answered.
@@ -506,14 +517,12 @@ impl Session {
         let mut replies = Vec::with_capacity(self.workers.len());
         for worker in 0..self.workers.len() {
             let reply: Reply<()> = Reply::new(Completion::new());
-            self.push(
-                worker,
-                Message::GetGlobalFunc {
-                    reg: dref.reg(),
-                    name: name.clone(),
-                    reply: reply.clone(),
-                },
-            )?;
+            let lookup = GlobalLookup {
+                reg: dref.reg(),
+                name: name.clone(),
+                reply: reply.clone(),
+            };
+            self.push(worker, Message::GetGlobalFunc(Box::new(lookup)))?;
             replies.push(reply);
         }
         self.wake(0..self.workers.len());
@@ -808,7 +817,15 @@ impl Session {
                 "the session was shut down while this collective waited for its workers",
             ));
         }
-        let deadline = self.deadline();
+        // Worker processes get one grace period, together; those of a broken session none,
+        // since nothing they still do can be seen.
+        let broken = self.has_processes() && self.alive(0).is_err();
+        let deadline = match self.deadline() {
+            _ if broken => Some(Instant::now()),
+            Some(deadline) => Some(deadline),
+            None if self.has_processes() => Some(Instant::now() + link::PROCESS_GRACE),
+            None => None,
+        };
         let mut first = None;
         for (worker, link) in self.workers.iter().enumerate() {
             if let Err(error) = link.stop(worker, self.spin, deadline) {
@@ -818,7 +835,10 @@ impl Session {
         self.wake(0..self.workers.len());
         let me = worker::current().map(|info| info.id);
         for (worker, link) in self.workers.iter().enumerate() {
-            if let Err(error) = link.join(worker, deadline, me) {
+            // What is left of a broken session is ended, not waited for.
+            if let Err(error) = link.join(worker, deadline, me)
+                && !broken
+            {
                 first.get_or_insert(error);
             }
         }

@@ -6,10 +6,14 @@
 //! worker's queue (nothing is encoded in-process); a process link encodes it once on the wire
 //! and completes the replies it reads back.
 
+// Model-checking builds have thread links alone.
+#![cfg_attr(loom, allow(irrefutable_let_patterns))]
+
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::message::{Message, Reply};
+#[cfg(not(loom))]
 use super::process::ProcessLink;
 use super::worker::WorkerShared;
 use crate::channel::{Channel, SpinPolicy};
@@ -29,12 +33,14 @@ pub(super) fn push_to(
     deadline: Option<Instant>,
     alive: impl Fn(usize) -> Result<()>,
 ) -> Result<()> {
+    #[cfg(not(loom))]
     let mut encoded: Option<Vec<u8>> = None;
     for worker in targets {
         match &links[worker] {
             WorkerLink::Thread(link) => link
                 .channel
                 .push(message(), spin, deadline, || alive(worker))?,
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => {
                 if encoded.is_none() {
                     encoded = Some(ProcessLink::encode_broadcast(&message())?);
@@ -46,6 +52,9 @@ pub(super) fn push_to(
     Ok(())
 }
 
+/// How long worker processes have to stop after `Shutdown` when the session sets no timeout.
+pub(super) const PROCESS_GRACE: Duration = Duration::from_secs(10);
+
 /// A worker thread of this process.
 pub(super) struct ThreadLink {
     pub shared: Arc<WorkerShared>,
@@ -56,6 +65,7 @@ pub(super) struct ThreadLink {
 /// One worker, as the controller reaches it.
 pub(super) enum WorkerLink {
     Thread(ThreadLink),
+    #[cfg(not(loom))]
     Process(Box<ProcessLink>),
 }
 
@@ -73,6 +83,7 @@ impl WorkerLink {
                 }
                 Ok(())
             }
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => link.alive(),
         }
     }
@@ -88,6 +99,7 @@ impl WorkerLink {
     ) -> Result<()> {
         match self {
             WorkerLink::Thread(link) => link.channel.push(message, spin, deadline, check),
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => {
                 drop(check); // the link checks its worker itself
                 link.send(message, spin, deadline)
@@ -109,6 +121,7 @@ impl WorkerLink {
                         Err(e)
                     }
                 }),
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => link.send_shutdown(spin, deadline),
         }
     }
@@ -117,6 +130,7 @@ impl WorkerLink {
     pub fn try_push(&self, message: Message) -> std::result::Result<(), Message> {
         match self {
             WorkerLink::Thread(link) => link.channel.try_push(message),
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => link.try_send(message),
         }
     }
@@ -125,6 +139,7 @@ impl WorkerLink {
     pub fn wake_fenced(&self) {
         match self {
             WorkerLink::Thread(link) => link.channel.wake_fenced(),
+            #[cfg(not(loom))]
             // A frame wakes a sleeping worker when it is sent.
             WorkerLink::Process(_) => {}
         }
@@ -141,6 +156,7 @@ impl WorkerLink {
     ) -> Result<T> {
         match self {
             WorkerLink::Thread(_) => reply.wait(spin, deadline, what, check)?,
+            #[cfg(not(loom))]
             WorkerLink::Process(link) => link.wait(reply, spin, deadline, what)?,
         }
     }
@@ -164,6 +180,7 @@ impl WorkerLink {
     /// still running then is killed. `me` is the worker the calling thread is, if any (a
     /// worker dropping its own session cannot wait for itself).
     pub fn join(&self, worker: usize, deadline: Option<Instant>, me: Option<usize>) -> Result<()> {
+        let started = Instant::now();
         match self {
             WorkerLink::Thread(link) => {
                 let Some(handle) = link
@@ -194,7 +211,8 @@ impl WorkerLink {
                 let _ = handle.join();
                 Ok(())
             }
-            WorkerLink::Process(link) => link.join(deadline),
+            #[cfg(not(loom))]
+            WorkerLink::Process(link) => link.join(deadline.unwrap_or(started + PROCESS_GRACE)),
         }
     }
 }

@@ -23,6 +23,14 @@ pub struct Store {
     pub name: Option<Arc<str>>,
 }
 
+/// A lookup of the global function `name` in a worker's own registry, stored in `reg`; the reply
+/// comes once it is there, or with the `KeyError` of a missing name.
+pub struct GlobalLookup {
+    pub reg: Reg,
+    pub name: Arc<str>,
+    pub reply: Reply<()>,
+}
+
 /// The direction of a copy between the host and worker 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyDirection {
@@ -61,13 +69,9 @@ pub enum Message {
     },
     /// Report how many registers hold something.
     CountLive(Reply<usize>),
-    /// Store the global function `name` of the worker's own registry in `reg`; reply once it
-    /// is there, or with the `KeyError` of a missing name.
-    GetGlobalFunc {
-        reg: Reg,
-        name: Arc<str>,
-        reply: Reply<()>,
-    },
+    /// Store a global function of the worker's own registry in a register (boxed: rare, and
+    /// it would make every slot larger).
+    GetGlobalFunc(Box<GlobalLookup>),
     Copy {
         reg: Reg,
         /// Boxed: it is large and rare, and every queue slot is as large as its largest message.

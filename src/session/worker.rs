@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::ccl::nccl;
 use super::controller::Session;
-use super::message::{Arg, CopyDirection, HostCopy, Message, Store, worker_error};
+use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CUDA};
 use crate::channel::Channel;
@@ -217,7 +217,8 @@ impl Worker {
                     reply.complete(Ok(self.registers.live()));
                 }
             }
-            Message::GetGlobalFunc { reg, name, reply } => {
+            Message::GetGlobalFunc(lookup) => {
+                let GlobalLookup { reg, name, reply } = *lookup;
                 if reply.claim() {
                     let found = registry::get_global(&name).map(|function| {
                         self.registers

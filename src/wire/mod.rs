@@ -2,11 +2,11 @@
 //! (over shared-memory rings) and on other nodes (over TCP). One format for both, versioned,
 //! specified byte by byte in `WIRE.md` at the repository root.
 //!
-//! A message is a [`Frame`]: a 16-byte [`Header`] (magic, version, [`Kind`], payload length),
-//! then a payload of fixed-width little-endian fields and tagged [`Value`]s. Only what has a
+//! A message is a [`Frame`](crate::wire::Frame): a 16-byte [`Header`](crate::wire::Header) (magic, version, [`Kind`](crate::wire::Kind), payload length),
+//! then a payload of fixed-width little-endian fields and tagged [`Value`](crate::wire::Value)s. Only what has a
 //! meaning in another process crosses: None, bool, int, float, str, bytes, Shape, DataType,
 //! Device, a DRef as its register, and tensors, as a host copy or as a reference into the
-//! session's shared-memory arena ([`ArenaTensor`]). Anything else is a `TypeError` that names
+//! session's shared-memory arena ([`ArenaTensor`](crate::wire::ArenaTensor)). Anything else is a `TypeError` that names
 //! the argument, raised when the frame is encoded.
 //!
 //! The idea that makes it work: every frame has exactly one encoding. Each field has a fixed
@@ -16,10 +16,10 @@
 //! (the tests and the `wire_frame` fuzz target check exactly that), and anything else is a
 //! `ValueError` that names the field, its byte offset and the offending value, never a panic.
 //!
-//! Encoding appends to a `Vec<u8>` ([`Frame::encode`]) or fills a caller's slice, such as a
-//! ring slot ([`Frame::encode_into`]); decoding reads a `&[u8]` ([`Frame::decode`]), or a
-//! header first and its payload later, as a stream reader receives them ([`Header::parse`],
-//! [`Frame::decode_payload`]).
+//! Encoding appends to a `Vec<u8>` ([`Frame::encode`](crate::wire::Frame::encode)) or fills a caller's slice, such as a
+//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)); decoding reads a `&[u8]` ([`Frame::decode`](crate::wire::Frame::decode)), or a
+//! header first and its payload later, as a stream reader receives them ([`Header::parse`](crate::wire::Header::parse),
+//! [`Frame::decode_payload`](crate::wire::Frame::decode_payload)).
 
 mod buffer;
 mod frame;

@@ -7,9 +7,11 @@ use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
 use crate::object::{Any, AnyView, Error, ObjectRef, Result};
+#[cfg(not(loom))]
+use crate::session::serve_worker;
 use crate::session::{
     CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
-    new_worker_handle, serve_worker, session_handle,
+    new_worker_handle, session_handle,
 };
 
 /// The session argument 0 holds, lent for the call.
@@ -56,6 +58,7 @@ entry_point! {
     }
 }
 
+#[cfg(not(loom))]
 entry_point! {
     /// `session_new_process(num_workers: int, num_groups: int = 1, timeout_ms: int = 0,
     /// spin_us: int = 0, cpu_affinity: list[int] | None = None, devices: list[Device] | None =
@@ -81,6 +84,7 @@ entry_point! {
     }
 }
 
+#[cfg(not(loom))]
 entry_point! {
     /// `worker_main(args: list[str]) -> int`: as `dvm_worker_main`, with the arguments after
     /// the program's name: serves the controller that started this process until it shuts the

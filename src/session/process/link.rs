@@ -14,9 +14,9 @@ use super::launch::Child;
 use crate::channel::SpinPolicy;
 use crate::channel::ring::{Consumer, Producer};
 use crate::object::{Any, AnyView, Error, ErrorKind, Result};
-use crate::session::message::{Arg, CopyDirection, HostCopy, Message, Reply};
+use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::thread;
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Limits, Value};
@@ -27,9 +27,6 @@ type Pending = Box<dyn FnOnce(Result<Any>) -> Option<Error> + Send>;
 
 /// How long a waiting thread that does not read the ring parks between looks at it.
 const ASIDE: Duration = Duration::from_millis(1);
-
-/// How long a worker has to stop after `Shutdown` when the session sets no timeout.
-const GRACE: Duration = Duration::from_secs(10);
 
 /// One worker process, as the controller reaches it.
 pub(crate) struct ProcessLink {
@@ -44,6 +41,8 @@ pub(crate) struct ProcessLink {
     /// Why the session is broken: the death of the first of its workers that died. Every
     /// call and wait on the session fails with it from then on.
     broken: Arc<OnceLock<Error>>,
+    /// Set once the session sent `Shutdown`: a worker that ends then has stopped, not died.
+    stopping: Arc<AtomicBool>,
     /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
     /// worker thread keeps it for its next sync.
     carried: Mutex<Option<Error>>,
@@ -58,6 +57,7 @@ impl ProcessLink {
         replies: Consumer,
         death: Arc<OnceLock<Error>>,
         broken: Arc<OnceLock<Error>>,
+        stopping: Arc<AtomicBool>,
     ) -> ProcessLink {
         ProcessLink {
             worker,
@@ -68,6 +68,7 @@ impl ProcessLink {
             next_request: AtomicU64::new(1),
             death,
             broken,
+            stopping,
             carried: Mutex::new(None),
             limits: Limits::default(),
         }
@@ -89,6 +90,13 @@ impl ProcessLink {
     /// Fails with the `WorkerError` naming the worker, its pid and its cause once it died, and
     /// with that of the first worker of the session that died once one did.
     pub fn alive(&self) -> Result<()> {
+        let ended = self.death.get().is_some() || self.child.try_exit().is_some();
+        if ended && self.stopping.load(Ordering::SeqCst) {
+            return Err(Error::new(
+                ErrorKind::SessionClosed,
+                format!("worker {} has exited", self.worker),
+            ));
+        }
         if let Some(death) = self.death.get() {
             return Err(death.clone());
         }
@@ -171,6 +179,7 @@ impl ProcessLink {
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
     pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
+        self.stopping.store(true, Ordering::SeqCst);
         let own_death = || match self.death.get() {
             Some(death) => Err(death.clone()),
             None => Ok(()),
@@ -245,12 +254,12 @@ impl ProcessLink {
             Message::Sync(reply) => {
                 let request = id();
                 Frame::<Any>::Sync { request }.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(())))
+                (request, complete_with(reply, |_| Ok(()), Carry::Failure))
             }
             Message::Get { reg, reply } => {
                 let request = id();
                 Frame::<Any>::Get { request, reg }.encode(&mut out)?;
-                (request, complete_with(reply, Ok))
+                (request, complete_with(reply, Ok, Carry::Nothing))
             }
             Message::CountLive(reply) => {
                 let request = id();
@@ -260,12 +269,13 @@ impl ProcessLink {
                     usize::try_from(n)
                         .map_err(|_| Error::runtime(format!("a worker counted {n} registers")))
                 };
-                (request, complete_with(reply, count))
+                (request, complete_with(reply, count, Carry::Nothing))
             }
-            Message::GetGlobalFunc { reg, name, reply } => {
+            Message::GetGlobalFunc(lookup) => {
+                let GlobalLookup { reg, name, reply } = *lookup;
                 let request = id();
                 Frame::<Any>::GetGlobalFunc { request, reg, name }.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(())))
+                (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
             }
             Message::Copy {
                 reg,
@@ -283,7 +293,7 @@ impl ProcessLink {
                     source: Value::Plain(Any::from(source)),
                 };
                 frame.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(())))
+                (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
             }
             Message::Copy {
                 reg,
@@ -315,7 +325,26 @@ impl ProcessLink {
         deadline: Option<Instant>,
         what: impl Fn() -> String,
     ) -> Result<Result<T>> {
-        let mut deadline = deadline;
+        let waited = self.wait_for(reply, spin, deadline, &what);
+        if waited.is_ok() || reply.abandon() {
+            return waited;
+        }
+        // A thread reading the ring claimed the reply: it is delivering it now (into memory
+        // the caller owns, for a copy), so this returns only once that is done.
+        drop(self.replies.lock().unwrap_or_else(PoisonError::into_inner));
+        match reply.try_take() {
+            Some(value) => Ok(self.report_carried(value)),
+            None => waited,
+        }
+    }
+
+    fn wait_for<T>(
+        &self,
+        reply: &Reply<T>,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        what: &impl Fn() -> String,
+    ) -> Result<Result<T>> {
         loop {
             if let Some(value) = reply.try_take() {
                 return Ok(self.report_carried(value));
@@ -324,10 +353,7 @@ impl ProcessLink {
                 // Another thread reads the ring: it completes this reply, or lets go of it.
                 self.alive()?;
                 if deadline.is_some_and(|d| Instant::now() >= d) {
-                    if reply.abandon() {
-                        return Err(timed_out(&what));
-                    }
-                    deadline = None;
+                    return Err(timed_out(what));
                 }
                 thread::park_timeout(ASIDE);
                 continue;
@@ -339,12 +365,7 @@ impl ProcessLink {
                 let frame = match replies.recv(spin, deadline, || self.alive()) {
                     Ok(frame) => frame,
                     Err(error) if error.kind == ErrorKind::Timeout => {
-                        if reply.abandon() {
-                            return Err(timed_out(&what));
-                        }
-                        // Its reply is being delivered: wait for it, however long.
-                        deadline = None;
-                        continue;
+                        return Err(timed_out(what));
                     }
                     Err(error) => return Err(error),
                 };
@@ -390,23 +411,29 @@ impl ProcessLink {
         Ok(())
     }
 
-    /// A reply, or the failure an abandoned reply carried before it.
+    /// A reply, after the failure an abandoned sync carried, if any (a worker thread would
+    /// still hold it for the next wait).
     fn report_carried<T>(&self, value: Result<T>) -> Result<T> {
-        match self
+        let carried = self
             .carried
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take()
-        {
-            Some(failure) => Err(failure),
-            None => value,
+            .take();
+        match (carried, value) {
+            (None, value) => value,
+            (Some(failure), Ok(_)) => Err(failure),
+            (Some(mut failure), Err(own)) => {
+                failure.message.push_str("; ");
+                failure.message.push_str(&own.message);
+                Err(failure)
+            }
         }
     }
 
     /// Waits for the worker to end after its `Shutdown`, killing it if it is still running at
-    /// `deadline` (or after a grace period without one).
-    pub fn join(&self, deadline: Option<Instant>) -> Result<()> {
-        let grace = deadline.map_or(GRACE, |d| d.saturating_duration_since(Instant::now()));
+    /// `deadline`.
+    pub fn join(&self, deadline: Instant) -> Result<()> {
+        let grace = deadline.saturating_duration_since(Instant::now());
         if self.child.wait_timeout(grace).is_some() {
             return Ok(());
         }
@@ -444,17 +471,30 @@ fn value_of(value: Value) -> Result<Any> {
     }
 }
 
+/// What a reply whose waiter gave up leaves for the next wait.
+#[derive(Clone, Copy)]
+enum Carry {
+    /// The failures since the last sync it reports (a sync's).
+    Failure,
+    /// Nothing: its failure was its own request's.
+    Nothing,
+}
+
 /// Completes `reply` with the reply's value turned by `convert`, unless its waiter gave up.
 fn complete_with<T: Send + 'static>(
     reply: Reply<T>,
     convert: impl FnOnce(Any) -> Result<T> + Send + 'static,
+    carry: Carry,
 ) -> Pending {
     Box::new(move |result: Result<Any>| {
         if reply.claim() {
             reply.complete(result.and_then(convert));
             None
         } else {
-            result.err()
+            match carry {
+                Carry::Failure => result.err(),
+                Carry::Nothing => None,
+            }
         }
     })
 }
@@ -464,7 +504,7 @@ fn complete_with<T: Send + 'static>(
 fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
     Box::new(move |result: Result<Any>| {
         if !reply.claim() {
-            return result.err();
+            return None;
         }
         let copied = result.and_then(|value| {
             let tensor = value.view().as_tensor()?;

@@ -6,6 +6,7 @@ mod link;
 mod serve;
 mod watch;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use launch::worker_program;
@@ -36,6 +37,7 @@ pub(crate) fn start_workers(
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());
     let broken = Arc::new(OnceLock::new());
+    let stopping = Arc::new(AtomicBool::new(false));
     for (id, &device) in devices.iter().enumerate() {
         let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;
         init_ring(&mut memory, 0, RING_CAPACITY)?;
@@ -66,6 +68,7 @@ pub(crate) fn start_workers(
             replies,
             death,
             broken.clone(),
+            stopping.clone(),
         ));
     }
     let deaths: Vec<(Arc<OnceLock<Error>>, i32)> =
@@ -74,7 +77,10 @@ pub(crate) fn start_workers(
         if let Some((death, pid)) = deaths.get(worker) {
             let error = cause.worker_error(worker, *pid);
             let _ = death.set(error.clone());
-            let _ = broken.set(error);
+            // A worker that ends after the session told it to stop has not broken it.
+            if !stopping.load(Ordering::SeqCst) {
+                let _ = broken.set(error);
+            }
         }
     })?;
     for (worker, link) in links.iter().enumerate() {

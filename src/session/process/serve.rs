@@ -21,7 +21,7 @@ use crate::device::cpu::{HostTensor, pin_current_thread};
 use crate::object::{Any, Error, Result, Tensor};
 use crate::session::builtins;
 use crate::session::completion::Completion;
-use crate::session::message::{Arg, CopyDirection, HostCopy, Message, Reply, Store};
+use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::session::worker::{Worker, WorkerInfo, WorkerShared};
 use crate::sync::atomic::{AtomicBool, AtomicU64};
 use crate::wire::{Frame, Limits, Value};
@@ -178,9 +178,22 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
             }
         };
         if let Some(answer) = answer {
+            let request = answer.request();
             out.clear();
             answer.encode(&mut out)?;
+            if out.len() > replies.max_frame() {
+                // What cannot cross in one frame fails its request, not the worker.
+                let error = Error::value(format!(
+                    "the reply of {} bytes does not fit the {}-byte ring to the controller \
+                     (a value read or copied from a worker process is one frame)",
+                    out.len(),
+                    replies.max_frame()
+                ));
+                out.clear();
+                Frame::<Any>::Err { request, error }.encode(&mut out)?;
+            }
             replies.send(&out, args.spin, None, || Ok(()))?;
+            out.shrink_to(replies.max_frame().min(1 << 16));
         }
         if !go_on {
             break;
@@ -205,6 +218,17 @@ enum Answer {
 }
 
 impl Answer {
+    /// The request it answers.
+    fn request(&self) -> u64 {
+        match *self {
+            Answer::Unit(request, _)
+            | Answer::Value(request, _)
+            | Answer::Count(request, _)
+            | Answer::Tensor(request, _, _)
+            | Answer::Failed(request, _) => request,
+        }
+    }
+
     /// Encodes the reply into `out`.
     fn encode(self, out: &mut Vec<u8>) -> Result<()> {
         let (request, result) = match self {
@@ -286,11 +310,8 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
         Frame::GetGlobalFunc { request, reg, name } => {
             let reply = slot();
             let answer = Answer::Unit(request, reply.clone());
-            (
-                Message::GetGlobalFunc { reg, name, reply },
-                Some(answer),
-                None,
-            )
+            let lookup = GlobalLookup { reg, name, reply };
+            (Message::GetGlobalFunc(Box::new(lookup)), Some(answer), None)
         }
         Frame::CopyToWorker0 {
             request,

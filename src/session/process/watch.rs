@@ -259,10 +259,11 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
             )));
         }
     };
-    // The pidfd was opened first: if the controller is still the parent now, it was then too,
-    // so the pidfd names it and not a later process that took its pid.
+    // With a pidfd, the controller is watched whoever started this process (a wrapper script
+    // between them, say): the pid was the controller's when it set the variable moments ago.
+    // Without one, it must be the parent, whose change says it is gone.
     // SAFETY: getppid has no preconditions.
-    if unsafe { libc::getppid() } != controller {
+    if pidfd.is_none() && unsafe { libc::getppid() } != controller {
         parent_gone();
     }
     thread::Builder::new()
@@ -278,6 +279,11 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
                         break;
                     }
                 }
+                // SAFETY: kill with signal 0 only checks that the process exists.
+                while unsafe { libc::kill(controller, 0) } == 0 {
+                    thread::sleep(PARENT_POLL_INTERVAL);
+                }
+                parent_gone();
             }
             loop {
                 // SAFETY: getppid has no preconditions.
