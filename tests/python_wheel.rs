@@ -165,7 +165,7 @@ fn pkg_config_file_in_the_wheel_builds_a_c_program() {
     );
     assert_eq!(
         run_or(&mut Command::new(&binary), ""),
-        format!("discovm {VERSION} from C: worker ranks 0 1\n")
+        format!("discovm {VERSION} from C: worker ranks 0 1, process ranks 0 1\n")
     );
 }
 
