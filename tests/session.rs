@@ -34,7 +34,6 @@ fn global(
     registry::register_global(name, Function::from_closure(f), true).unwrap();
 }
 
-
 #[test]
 fn broadcast_reaches_every_worker_with_its_own_identity() {
     let s = session(4);
