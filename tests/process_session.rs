@@ -19,16 +19,13 @@ mod worker_programs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use discovm::abi::{DLDataType, DLDevice, DLTensor, KDL_FLOAT};
-use discovm::device::cpu::HostTensor;
+use discovm::abi::DLDevice;
 use discovm::object::{Bytes, Shape};
 use discovm::session::{CopyDirection, Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
-use session_calls::{call, int};
+use session_calls::{F32, call, host_tensor, int};
 use worker_programs::{default_worker_program, test_worker_program};
-
-const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 
 fn options() -> SessionOptions {
     SessionOptions {
@@ -191,20 +188,6 @@ fn failures_are_values_and_missing_functions_fail_at_lookup() {
     let add = s.get_global_func("proc.add").unwrap();
     let sum = call(&s, &add, &[Any::Int(2), Any::Int(3)]);
     assert_eq!(int(s.get_register(sum.reg(), 1).unwrap()), 5);
-}
-
-fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
-    let dl = DLTensor {
-        data: data.as_mut_ptr().cast(),
-        device: DLDevice::cpu(),
-        ndim: shape.len() as i32,
-        dtype: F32,
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    };
-    // SAFETY: the buffers outlive every copy in these tests.
-    unsafe { HostTensor::new(&dl) }.unwrap()
 }
 
 #[test]

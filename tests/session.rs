@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
-use discovm::abi::{DLDataType, DLDevice, DLTensor, KDL_FLOAT};
+use discovm::abi::DLTensor;
 use discovm::device::cpu::HostTensor;
 use discovm::object::{Function, Shape, registry};
 use discovm::session::{
@@ -18,9 +18,7 @@ use discovm::session::{
 };
 use discovm::{Any, Error, ErrorKind};
 use errors::assert_error;
-use session_calls::{call, int};
-
-const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+use session_calls::{F32, call, host_dl, host_tensor, int};
 
 fn session(n: i64) -> Arc<Session> {
     Session::new_threaded(n, 1, SessionOptions::default()).expect("session starts")
@@ -364,24 +362,6 @@ fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
         );
     }
     s.sync_all().unwrap();
-}
-
-/// A compact float32 CPU tensor over `data`.
-fn host_dl(data: &mut [f32], shape: &mut [i64]) -> DLTensor {
-    DLTensor {
-        data: data.as_mut_ptr().cast(),
-        device: DLDevice::cpu(),
-        ndim: shape.len() as i32,
-        dtype: F32,
-        shape: shape.as_mut_ptr(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    }
-}
-
-fn host_tensor(data: &mut [f32], shape: &mut [i64]) -> HostTensor {
-    // SAFETY: the buffers outlive every copy in these tests.
-    unsafe { HostTensor::new(&host_dl(data, shape)) }.unwrap()
 }
 
 #[test]

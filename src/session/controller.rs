@@ -211,16 +211,28 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
 }
 
 impl Session {
+    /// What every kind of session checks before it starts a worker: the counts and the
+    /// options; the number of groups and each worker's device.
+    fn check_start(
+        num_workers: i64,
+        num_groups: i64,
+        options: &SessionOptions,
+    ) -> Result<(usize, Vec<DLDevice>)> {
+        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
+        let devices = check_devices(options, num_workers)?;
+        check_affinity(options, num_workers)?;
+        builtins::register();
+        Ok((num_groups, devices))
+    }
+
     /// Starts `num_workers` worker threads in `num_groups` groups of equal size.
     pub fn new_threaded(
         num_workers: i64,
         num_groups: i64,
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
-        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
-        let devices = check_devices(&options, num_workers)?;
-        check_affinity(&options, num_workers)?;
-        builtins::register();
+        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
+        let num_workers = devices.len();
         super::tvm_dispatch::install()?;
         let mut workers = Vec::with_capacity(num_workers);
         let mut started = Vec::with_capacity(num_workers);
@@ -291,10 +303,7 @@ impl Session {
         num_groups: i64,
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
-        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
-        let devices = check_devices(&options, num_workers)?;
-        check_affinity(&options, num_workers)?;
-        builtins::register();
+        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
         let (links, watcher) = process::start_workers(num_groups, &options, &devices)?;
         let links = links
             .into_iter()
