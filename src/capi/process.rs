@@ -2,11 +2,11 @@
 
 use std::ffi::{CStr, c_char, c_int};
 
-use super::session::{dvm_session, dvm_session_options, process_options};
-use super::{boundary, dvm_status, non_null, write_out};
+use super::session::{dvm_session, dvm_session_options, process_options, start_into};
+use super::{boundary, dvm_status, non_null};
 use crate::object::Error;
 use crate::object::error::with_last;
-use crate::session::{Session, serve_worker, session_handle};
+use crate::session::{Session, serve_worker};
 
 /// Starts `num_workers` worker processes in `num_groups` groups of equal size, and returns once
 /// every one of them runs. Each runs the worker program (`opts->worker_program`, else
@@ -32,13 +32,11 @@ pub unsafe extern "C" fn dvm_session_new_process(
     out: *mut *mut dvm_session,
 ) -> dvm_status {
     boundary(|| {
-        let out = non_null(out, "out")?;
-        // SAFETY: NULL or a valid options struct, by contract.
-        let options = unsafe { process_options(opts) }?;
-        let session = Session::new_process(num_workers.into(), num_groups.into(), options)?;
-        // SAFETY: checked non-NULL above.
-        unsafe { write_out(out, session_handle(session).into_raw().as_ptr().cast()) };
-        Ok(())
+        start_into(out, || {
+            // SAFETY: NULL or a valid options struct, by contract.
+            let options = unsafe { process_options(opts) }?;
+            Session::new_process(num_workers.into(), num_groups.into(), options)
+        })
     })
 }
 

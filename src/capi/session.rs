@@ -150,14 +150,25 @@ pub unsafe extern "C" fn dvm_session_new_threaded(
     out: *mut *mut dvm_session,
 ) -> dvm_status {
     boundary(|| {
-        let out = non_null(out, "out")?;
-        // SAFETY: NULL or a valid options struct, by contract.
-        let options = unsafe { session_options(opts) }?;
-        let session = Session::new_threaded(num_workers.into(), num_groups.into(), options)?;
-        // SAFETY: checked non-NULL above.
-        unsafe { write_out(out, session_handle(session).into_raw().as_ptr().cast()) };
-        Ok(())
+        start_into(out, || {
+            // SAFETY: NULL or a valid options struct, by contract.
+            let options = unsafe { session_options(opts) }?;
+            Session::new_threaded(num_workers.into(), num_groups.into(), options)
+        })
     })
+}
+
+/// Starts a session with `start` and writes its handle (a new reference) to `out`, which is
+/// checked first.
+pub(crate) fn start_into(
+    out: *mut *mut dvm_session,
+    start: impl FnOnce() -> crate::Result<Arc<Session>>,
+) -> crate::Result<()> {
+    let out = non_null(out, "out")?;
+    let session = start()?;
+    // SAFETY: checked non-NULL above.
+    unsafe { write_out(out, session_handle(session).into_raw().as_ptr().cast()) };
+    Ok(())
 }
 
 /// The number of workers, or -1 if `session` is not a session.

@@ -521,24 +521,11 @@ impl Session {
     /// own registry: every worker is asked at once, and the first that lacks it fails the call.
     fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
         self.check_open()?;
-        self.queue_deferred_frees()?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
-        let mut replies = Vec::with_capacity(self.workers.len());
-        for worker in 0..self.workers.len() {
-            let reply: Reply<()> = Reply::new(Completion::new());
-            let lookup = GlobalLookup {
-                reg: dref.reg(),
-                name: name.clone(),
-                reply: reply.clone(),
-            };
-            self.push(worker, Message::GetGlobalFunc(Box::new(lookup)))?;
-            replies.push(reply);
-        }
-        self.wake(0..self.workers.len());
-        let deadline = self.deadline();
-        for (worker, reply) in replies.iter().enumerate() {
-            self.wait(worker, reply, "looking up a global function", deadline)?;
-        }
+        self.ask_every_worker("looking up a global function", |reply| {
+            let (reg, name) = (dref.reg(), name.clone());
+            Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
+        })?;
         Ok(dref)
     }
 
@@ -596,12 +583,19 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
+        self.ask_every_worker("sync", Message::Sync)
+    }
+
+    /// Sends the request `make` builds to every worker first, then collects the replies
+    /// (fan-out), all within one timeout. Failures of several workers are reported together,
+    /// the first one's kind first, each cause once.
+    fn ask_every_worker(&self, what: &str, make: impl Fn(Reply<()>) -> Message) -> Result<()> {
         self.check_open()?;
         self.queue_deferred_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
             let reply: Reply<()> = Reply::new(Completion::new());
-            self.push(worker, Message::Sync(reply.clone()))?;
+            self.push(worker, make(reply.clone()))?;
             replies.push(reply);
             Ok(())
         });
@@ -611,15 +605,17 @@ impl Session {
         let errors: Vec<Error> = replies
             .iter()
             .enumerate()
-            .filter_map(|(worker, reply)| self.wait(worker, reply, "sync", deadline).err())
+            .filter_map(|(worker, reply)| self.wait(worker, reply, what, deadline).err())
             .collect();
         // Every worker's report is consumed here, so all of them go into the one error.
         let mut errors = errors.into_iter();
         match errors.next() {
             None => Ok(()),
             Some(first) => Err(errors.fold(first, |mut all, next| {
-                all.message.push_str("; ");
-                all.message.push_str(&next.message);
+                if !all.message.contains(&next.message) {
+                    all.message.push_str("; ");
+                    all.message.push_str(&next.message);
+                }
                 all
             })),
         }

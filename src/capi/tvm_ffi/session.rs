@@ -21,6 +21,17 @@ fn session(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<SessionCell>>> {
     unsafe { session_arg(session) }
 }
 
+/// The options of every kind of session, from arguments 2 to 5 (`timeout_ms`, `spin_us`,
+/// `cpu_affinity`, `devices`) of a session's constructor.
+fn session_options(args: &Args<'_>) -> Result<SessionOptions> {
+    SessionOptions::from_values(
+        args.int_or(2, 0)?,
+        args.int_or(3, 0)?,
+        args.ints(4)?,
+        args.devices(5)?,
+    )
+}
+
 /// The DRef argument `i` holds, lent for the call.
 fn dref(args: &Args<'_>, i: usize) -> Result<ManuallyDrop<DRef>> {
     let (dref, name) = args.handle::<dvm_dref>(i, "a DRef")?;
@@ -47,12 +58,7 @@ entry_point! {
         "num_workers", "num_groups", "timeout_ms", "spin_us", "cpu_affinity", "devices"
     ]) {
         args.count(1, 6)?;
-        let options = SessionOptions::from_values(
-            args.int_or(2, 0)?,
-            args.int_or(3, 0)?,
-            args.ints(4)?,
-            args.devices(5)?,
-        )?;
+        let options = session_options(&args)?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_threaded(workers, groups, options)?).into())
     }
@@ -71,12 +77,7 @@ entry_point! {
         "worker_program", "worker_args"
     ]) {
         args.count(1, 8)?;
-        let mut options = SessionOptions::from_values(
-            args.int_or(2, 0)?,
-            args.int_or(3, 0)?,
-            args.ints(4)?,
-            args.devices(5)?,
-        )?;
+        let mut options = session_options(&args)?;
         options.worker_program = args.str_or_none(6)?.map(str::to_owned);
         options.worker_args = args.strs(7)?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);

@@ -90,25 +90,25 @@ impl ProcessLink {
     /// Fails with the `WorkerError` naming the worker, its pid and its cause once it died, and
     /// with that of the first worker of the session that died once one did.
     pub fn alive(&self) -> Result<()> {
-        let ended = self.death.get().is_some() || self.child.try_exit().is_some();
-        if ended && self.stopping.load(Ordering::SeqCst) {
-            return Err(Error::new(
+        let death = self.death.get().or_else(|| {
+            // Before the watcher saw it: the first to notice records it as the watcher would.
+            let cause = self.child.try_exit()?;
+            let error = self
+                .death
+                .get_or_init(|| cause.worker_error(self.worker, self.pid()));
+            if !self.stopping.load(Ordering::SeqCst) {
+                let _ = self.broken.set(error.clone());
+            }
+            Some(error)
+        });
+        match (death, self.broken.get()) {
+            (Some(_), _) if self.stopping.load(Ordering::SeqCst) => Err(Error::new(
                 ErrorKind::SessionClosed,
                 format!("worker {} has exited", self.worker),
-            ));
-        }
-        if let Some(death) = self.death.get() {
-            return Err(death.clone());
-        }
-        if let Some(cause) = self.child.try_exit() {
-            let error = cause.worker_error(self.worker, self.pid());
-            let error = self.death.get_or_init(|| error).clone();
-            let _ = self.broken.set(error.clone());
-            return Err(error);
-        }
-        match self.broken.get() {
-            Some(first) => Err(first.clone()),
-            None => Ok(()),
+            )),
+            (Some(death), _) => Err(death.clone()),
+            (None, Some(first)) => Err(first.clone()),
+            (None, None) => Ok(()),
         }
     }
 
