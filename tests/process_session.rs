@@ -252,15 +252,62 @@ fn copies_to_and_from_worker0_round_trip_through_worker_functions() {
 }
 
 #[test]
-fn a_value_too_large_to_read_back_fails_its_request_not_the_worker() {
-    let s = session(1);
+fn tensors_in_the_arena_copy_in_place_at_any_size() {
+    let s = session(2);
     let empty = s.get_global_func("runtime.disco.empty").unwrap();
-    let elements = 3 << 20; // 12 MiB of float32: more than one frame
+    let elements = 3 << 20; // 12 MiB of float32: more than a ring holds
     let big = call(
         &s,
         &empty,
         &[Shape::new(&[elements]).into(), Any::DataType(F32)],
     );
+    let mut data: Vec<f32> = (0..elements).map(|i| i as f32).collect();
+    let mut back = vec![0.0f32; elements as usize];
+    let mut shape = [elements];
+    s.copy_worker0(
+        host_tensor(&mut data, &mut shape),
+        &big,
+        "big",
+        CopyDirection::ToWorker,
+    )
+    .unwrap();
+    let scale = s.get_global_func("proc.scale").unwrap();
+    let _ = call(&s, &scale, &[Any::from(big.clone()), Any::Float(2.0)]);
+    s.copy_worker0(
+        host_tensor(&mut back, &mut shape),
+        &big,
+        "big",
+        CopyDirection::FromWorker,
+    )
+    .unwrap();
+    assert!(back.iter().enumerate().all(|(i, &x)| x == 2.0 * i as f32));
+    // A register read is still one frame.
+    let err = s.get_register(big.reg(), 0).unwrap_err();
+    assert_error(&err, ErrorKind::Value, "does not fit the");
+    // Freed tensors give their room back: many more than the arena holds at once.
+    for _ in 0..64 {
+        let t = call(
+            &s,
+            &empty,
+            &[Shape::new(&[elements]).into(), Any::DataType(F32)],
+        );
+        s.copy_worker0(
+            host_tensor(&mut data, &mut shape),
+            &t,
+            "t",
+            CopyDirection::ToWorker,
+        )
+        .unwrap();
+    }
+    s.sync_all().unwrap();
+}
+
+#[test]
+fn a_tensor_outside_the_arena_too_large_for_a_frame_fails_its_request_not_the_worker() {
+    let s = session(1);
+    let heap_empty = s.get_global_func("proc.heap_empty").unwrap();
+    let elements = 3 << 20; // 12 MiB of float32: more than one frame
+    let big = call(&s, &heap_empty, &[Any::Int(elements)]);
     let mut data = vec![0.0f32; elements as usize];
     let mut shape = [elements];
     let err = s
@@ -272,8 +319,6 @@ fn a_value_too_large_to_read_back_fails_its_request_not_the_worker() {
         )
         .unwrap_err();
     assert_error(&err, ErrorKind::Value, "does not fit the");
-    let err = s.get_register(big.reg(), 0).unwrap_err();
-    assert_error(&err, ErrorKind::Value, "does not fit the");
     let err = s
         .copy_worker0(
             host_tensor(&mut data, &mut shape),
@@ -283,6 +328,25 @@ fn a_value_too_large_to_read_back_fails_its_request_not_the_worker() {
         )
         .unwrap_err();
     assert_error(&err, ErrorKind::Value, "can never fit");
+    // Small ones cross in a frame.
+    let small = call(&s, &heap_empty, &[Any::Int(4)]);
+    let (mut four, mut four_shape) = ([1.0f32, 2.0, 3.0, 4.0], [4i64]);
+    s.copy_worker0(
+        host_tensor(&mut four, &mut four_shape),
+        &small,
+        "small",
+        CopyDirection::ToWorker,
+    )
+    .unwrap();
+    let (mut got, mut got_shape) = ([0.0f32; 4], [4i64]);
+    s.copy_worker0(
+        host_tensor(&mut got, &mut got_shape),
+        &small,
+        "small",
+        CopyDirection::FromWorker,
+    )
+    .unwrap();
+    assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
     s.sync_all().expect("the worker goes on");
 }
 

@@ -40,11 +40,6 @@ typedef struct bench_backend {
      * The string is static. */
     const char *(*version)(void);
 
-    /* Copies of this many bytes or more are not measured (their cells read "n/a"), because
-     * the runtime cannot do them in one piece; 0: no limit. copy_limit_note says why (a
-     * static string, printed under the table; NULL when there is no limit). */
-    size_t copy_limit_bytes;
-    const char *copy_limit_note;
 
     /* Opens a session of num_workers workers in one group (of threads or of processes, as the
      * backend says), and looks up the cheap worker function that call() runs

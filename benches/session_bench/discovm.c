@@ -174,18 +174,11 @@ const bench_backend bench_discovm_backend = {
     .last_error = discovm_last_error,
 };
 
-/* The rings between the controller and a worker process hold 8 MiB each way, and a copy to or
- * from worker 0 travels as one frame (the tensor's bytes and a header), so 8 MiB and more
- * cannot go (README.md, "Process sessions"). Copies through a shared-memory arena will lift
- * this; then the limit goes. */
-#define PROCESS_RING_BYTES ((size_t)8 << 20)
-
+/* Copies to and from worker 0 go through the session's arena (README.md, "Process sessions"):
+ * every size is measured. */
 const bench_backend bench_discovm_process_backend = {
     .name = "discovm process",
     .version = discovm_process_version,
-    .copy_limit_bytes = PROCESS_RING_BYTES,
-    .copy_limit_note = "a copy to or from worker 0 is one frame, which must fit the 8 MiB ring "
-                       "to or from a worker",
     .open = discovm_open_process,
     .sync_worker0 = discovm_sync_worker0,
     .call = discovm_call,

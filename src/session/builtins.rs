@@ -33,6 +33,11 @@ fn empty(info: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     if worker0_only && !first {
         return Ok(Any::None);
     }
+    // On a worker process, host tensors go to the session's arena while it has room.
+    #[cfg(not(loom))]
+    if let Some(tensor) = super::process::arena_empty(shape.as_slice(), dtype, device)? {
+        return Ok(tensor.into());
+    }
     Ok(device::empty(shape.as_slice(), dtype, device)?.into())
 }
 

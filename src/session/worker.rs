@@ -15,7 +15,7 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
-use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
+use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::{Placement, Stream};
 
@@ -355,6 +355,23 @@ impl Worker {
                 ))
             }
         }
+    }
+
+    /// The tensor in `reg`, with the work this worker's stream queued done, for the controller
+    /// to copy in place (a worker process lending it from the session's arena). Reports the
+    /// failures since the last sync first, as a copy does.
+    pub fn lend(&mut self, reg: Reg) -> Result<Tensor> {
+        self.take_failure()?;
+        let id = self.info.id;
+        let attribute = |cause: Error| worker_error(id, "copy to or from worker 0", &cause);
+        let tensor = self
+            .value(reg, "the copy's tensor")
+            .map_err(attribute)?
+            .view()
+            .as_tensor()
+            .map_err(attribute)?;
+        with_stream(|stream| stream.sync())?;
+        Ok(tensor)
     }
 
     fn copy(&self, reg: Reg, copy: &HostCopy, direction: CopyDirection) -> Result<()> {

@@ -27,13 +27,14 @@ pub enum Kind {
     CopyToWorker0,
     CopyFromWorker0,
     Shutdown,
+    Lend,
     Ok,
     Err,
 }
 
 impl Kind {
     /// Every kind, in the order of their codes.
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Call,
         Kind::Store,
         Kind::Kill,
@@ -44,6 +45,7 @@ impl Kind {
         Kind::CopyToWorker0,
         Kind::CopyFromWorker0,
         Kind::Shutdown,
+        Kind::Lend,
         Kind::Ok,
         Kind::Err,
     ];
@@ -61,6 +63,7 @@ impl Kind {
             Kind::CopyToWorker0 => 8,
             Kind::CopyFromWorker0 => 9,
             Kind::Shutdown => 10,
+            Kind::Lend => 11,
             Kind::Ok => 128,
             Kind::Err => 129,
         }
@@ -83,6 +86,7 @@ impl Kind {
             Kind::CopyToWorker0 => "CopyToWorker0",
             Kind::CopyFromWorker0 => "CopyFromWorker0",
             Kind::Shutdown => "Shutdown",
+            Kind::Lend => "Lend",
             Kind::Ok => "Ok",
             Kind::Err => "Err",
         }
@@ -149,6 +153,11 @@ pub enum Frame<P = Any> {
     },
     /// The worker leaves its loop. No reply.
     Shutdown,
+    /// Worker 0 lends the tensor in register `reg` for a copy: replied with where it lies in
+    /// the session's arena (a [`Value::Arena`]), after which the worker runs nothing else
+    /// until the controller gives it back through the arena; or with None when the tensor is
+    /// not in the arena (nothing is lent). Failures since the last sync come first, as `Err`.
+    Lend { request: u64, reg: u32 },
     /// The answer to request `request`.
     Ok { request: u64, value: Value<P> },
     /// The failure of request `request`: the error to raise on the thread that waits.
@@ -168,6 +177,7 @@ impl<P> Frame<P> {
             Frame::CopyToWorker0 { .. } => Kind::CopyToWorker0,
             Frame::CopyFromWorker0 { .. } => Kind::CopyFromWorker0,
             Frame::Shutdown => Kind::Shutdown,
+            Frame::Lend { .. } => Kind::Lend,
             Frame::Ok { .. } => Kind::Ok,
             Frame::Err { .. } => Kind::Err,
         }
@@ -281,7 +291,7 @@ impl<P: Packed> Frame<P> {
                 s.u32(0)
             }
             Frame::Sync { request } | Frame::CountLive { request } => s.u64(*request),
-            Frame::Get { request, reg } => {
+            Frame::Get { request, reg } | Frame::Lend { request, reg } => {
                 s.u64(*request)?;
                 write_reg(s, *reg, "reg")?;
                 s.u32(0)
@@ -454,6 +464,12 @@ impl Frame {
                 let reg = read_reg(r, "reg")?;
                 r.reserved("the word after `reg`")?;
                 Frame::Get { request, reg }
+            }
+            Kind::Lend => {
+                let request = read_request(r)?;
+                let reg = read_reg(r, "reg")?;
+                r.reserved("the word after `reg`")?;
+                Frame::Lend { request, reg }
             }
             Kind::CountLive => Frame::CountLive {
                 request: read_request(r)?,

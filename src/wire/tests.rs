@@ -175,6 +175,14 @@ fn samples() -> Vec<(&'static str, Frame)> {
         ("kill", Frame::Kill { reg: 7 }),
         ("sync", Frame::Sync { request: 1 }),
         ("get", Frame::Get { request: 2, reg: 4 }),
+        ("lend", Frame::Lend { request: 9, reg: 4 }),
+        (
+            "ok-lent",
+            Frame::Ok {
+                request: 9,
+                value: Value::Arena(arena(&[2, 3])),
+            },
+        ),
         ("count-live", Frame::CountLive { request: 3 }),
         (
             "get-global-func",
@@ -796,12 +804,12 @@ fn bad_headers_are_refused() {
     bytes[4] = 2;
     assert_eq!(
         refusal(&bytes),
-        "bad wire frame: wire version 2.0 is not supported (this reader reads 1.x)"
+        "bad wire frame: wire version 2.1 is not supported (this reader reads 1.x)"
     );
     assert_eq!(
         refusal(&raw_with(3, 99, &[])),
         "bad wire frame: unknown frame kind 99 (in a version 1.3 frame; this reader knows the \
-         kinds of version 1.0)"
+         kinds of version 1.1)"
     );
 }
 
@@ -823,7 +831,7 @@ fn a_newer_minor_version_is_read() {
     assert_eq!(
         refusal(&bytes),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 300 (in a \
-         version 1.7 frame; this reader knows the tags of version 1.0)"
+         version 1.7 frame; this reader knows the tags of version 1.1)"
     );
 }
 
@@ -927,7 +935,7 @@ fn unknown_tags_and_values_of_the_wrong_tag_are_refused() {
     assert_eq!(
         refusal(&ok_with(Payload::default().u32(99).u32(0))),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 99 (in a \
-         version 1.0 frame; this reader knows the tags of version 1.0)"
+         version 1.0 frame; this reader knows the tags of version 1.1)"
     );
     let int = Payload::default().u32(tag::INT).u32(0).i64(1);
     let store = raw(Kind::Store, Payload::default().u32(1).u32(0).bytes(&int.0));

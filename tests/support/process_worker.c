@@ -11,6 +11,8 @@
  *   proc.segv()           ends it by SIGSEGV
  *   proc.abort()          ends it by abort()
  *   proc.scale(t, k)      multiplies the float32 tensor t by k, in place
+ *   proc.heap_empty(n)    a zeroed float32 tensor of n elements in this process's own memory
+ *                         (outside the session's arena, unlike runtime.disco.empty's)
  */
 #define _DEFAULT_SOURCE
 
@@ -98,6 +100,21 @@ static int32_t scale(void* self, const DVMAny* args, int32_t num_args, DVMAny* r
   return 0;
 }
 
+static int32_t heap_empty(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self;
+  if (num_args != 1 || args[0].type_index != kDVMInt) {
+    dvm_error_raise("TypeError", "proc.heap_empty takes an Int");
+    return -1;
+  }
+  DLDataType f32 = {kDLFloat, 32, 1};
+  DLDevice cpu = {kDLCPU, 0};
+  dvm_tensor* t;
+  if (dvm_tensor_empty(&args[0].v_int64, 1, f32, cpu, &t) != DVM_OK) return -1;
+  result->type_index = kDVMTensor;
+  result->v_obj = (DVMObject*)t;
+  return 0;
+}
+
 static void define(const char* name, DVMSafeCall call) {
   dvm_func* f;
   if (dvm_func_new(NULL, call, NULL, &f) != DVM_OK ||
@@ -117,5 +134,6 @@ int main(int argc, char** argv) {
   define("proc.segv", segv);
   define("proc.abort", abort_now);
   define("proc.scale", scale);
+  define("proc.heap_empty", heap_empty);
   return dvm_worker_main(argc, argv);
 }

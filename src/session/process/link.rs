@@ -10,20 +10,24 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
+use super::arena::Arena;
 use super::launch::Child;
+use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
 use crate::channel::ring::{Consumer, Producer};
-use crate::object::{Any, AnyView, Error, ErrorKind, Result};
+use crate::device::cpu::HostTensor;
+use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
+use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::thread;
 use crate::sync::time::Instant;
-use crate::wire::{Frame, Limits, Value};
+use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// How a reply completes its request; returns the failure it carried when the waiter gave up,
 /// for the next wait to report.
-type Pending = Box<dyn FnOnce(Result<Any>) -> Option<Error> + Send>;
+type Pending = Box<dyn FnOnce(Result<Value>) -> Option<Error> + Send>;
 
 /// How long a waiting thread that does not read the ring parks between looks at it.
 const ASIDE: Duration = Duration::from_millis(1);
@@ -38,15 +42,23 @@ pub(crate) struct ProcessLink {
     next_request: AtomicU64,
     /// Why the worker is gone, once the watcher saw it die.
     death: Arc<OnceLock<Error>>,
-    /// Why the session is broken: the death of the first of its workers that died. Every
-    /// call and wait on the session fails with it from then on.
-    broken: Arc<OnceLock<Error>>,
-    /// Set once the session sent `Shutdown`: a worker that ends then has stopped, not died.
-    stopping: Arc<AtomicBool>,
+    /// What every worker's link in the session shares.
+    session: Arc<SessionLinks>,
     /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
     /// worker thread keeps it for its next sync.
     carried: Mutex<Option<Error>>,
     limits: Limits,
+}
+
+/// What the links to a session's worker processes share.
+pub(crate) struct SessionLinks {
+    /// Why the session is broken: the death of the first of its workers that died. Every
+    /// call and wait on the session fails with it from then on.
+    pub broken: OnceLock<Error>,
+    /// Set once the session sent `Shutdown`: a worker that ends then has stopped, not died.
+    pub stopping: AtomicBool,
+    /// The session's arena, where worker 0 lends tensors for copies.
+    pub arena: Arena,
 }
 
 impl ProcessLink {
@@ -56,8 +68,7 @@ impl ProcessLink {
         requests: Producer,
         replies: Consumer,
         death: Arc<OnceLock<Error>>,
-        broken: Arc<OnceLock<Error>>,
-        stopping: Arc<AtomicBool>,
+        session: Arc<SessionLinks>,
     ) -> ProcessLink {
         ProcessLink {
             worker,
@@ -67,8 +78,7 @@ impl ProcessLink {
             pending: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
             death,
-            broken,
-            stopping,
+            session,
             carried: Mutex::new(None),
             limits: Limits::default(),
         }
@@ -96,13 +106,13 @@ impl ProcessLink {
             let error = self
                 .death
                 .get_or_init(|| cause.worker_error(self.worker, self.pid()));
-            if !self.stopping.load(Ordering::SeqCst) {
-                let _ = self.broken.set(error.clone());
+            if !self.session.stopping.load(Ordering::SeqCst) {
+                let _ = self.session.broken.set(error.clone());
             }
             Some(error)
         });
-        match (death, self.broken.get()) {
-            (Some(_), _) if self.stopping.load(Ordering::SeqCst) => Err(Error::new(
+        match (death, self.session.broken.get()) {
+            (Some(_), _) if self.session.stopping.load(Ordering::SeqCst) => Err(Error::new(
                 ErrorKind::SessionClosed,
                 format!("worker {} has exited", self.worker),
             )),
@@ -179,7 +189,7 @@ impl ProcessLink {
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
     pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
-        self.stopping.store(true, Ordering::SeqCst);
+        self.session.stopping.store(true, Ordering::SeqCst);
         let own_death = || match self.death.get() {
             Some(death) => Err(death.clone()),
             None => Ok(()),
@@ -243,6 +253,101 @@ impl ProcessLink {
             Ok(()) => Ok(()),
             Err(_) => Err(message),
         }
+    }
+
+    /// Copies between `host` and the tensor in register `reg` on worker 0 in place, when the
+    /// worker has it in the session's arena: the worker lends it (see [`super::arena`]), this
+    /// thread copies and gives it back. Returns false, having copied nothing, for a tensor
+    /// outside the arena (the caller sends the copy as a frame then). Errors name the copy as
+    /// `name`.
+    pub fn copy_in_place(
+        &self,
+        reg: u32,
+        host: &HostTensor,
+        name: &str,
+        direction: CopyDirection,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let reply: Reply<Option<ArenaTensor>> = Reply::new(Completion::new());
+        let pending: Pending = {
+            let (reply, session, worker) = (reply.clone(), self.session.clone(), self.worker);
+            Box::new(move |result: Result<Value>| {
+                let lent = match result {
+                    Ok(Value::Arena(place)) => Ok(Some(place)),
+                    Ok(Value::Plain(Any::None)) => Ok(None),
+                    Ok(other) => Err(Error::runtime(format!(
+                        "worker {worker} answered a lend with {other:?}"
+                    ))),
+                    Err(error) => Err(error),
+                };
+                if reply.claim() {
+                    reply.complete(lent);
+                } else if let Ok(Some(_)) = lent {
+                    // Its waiter gave up: the worker still waits for the tensor.
+                    session.arena.give_back(worker, request);
+                }
+                None
+            })
+        };
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(request, pending);
+        let mut frame = Vec::new();
+        let sent = Frame::<Any>::Lend { request, reg }
+            .encode(&mut frame)
+            .and_then(|_| self.send_encoded(&frame, spin, deadline));
+        if let Err(error) = sent {
+            self.pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&request);
+            return Err(error);
+        }
+        let what = match direction {
+            CopyDirection::ToWorker => format!("copy of `{name}` to worker 0"),
+            CopyDirection::FromWorker => format!("copy of `{name}` from worker 0"),
+        };
+        let Some(place) = self.wait(&reply, spin, deadline, || what.clone())?? else {
+            return Ok(false);
+        };
+        let copied = self.copy_lent(&place, host, direction);
+        self.session.arena.give_back(self.worker, request);
+        copied
+            .map(|()| true)
+            .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
+    }
+
+    /// The copy itself, between `host` and the tensor worker 0 lent at `place`.
+    fn copy_lent(
+        &self,
+        place: &ArenaTensor,
+        host: &HostTensor,
+        direction: CopyDirection,
+    ) -> Result<()> {
+        let bytes = self.session.arena.bytes_of(self.worker, place)?;
+        // SAFETY: the worker lent these bytes (checked to lie in its region) and touches them
+        // again only once given back, after the copy; the view releases nothing.
+        let lent = unsafe {
+            Tensor::from_memory(
+                &place.shape,
+                place.dtype,
+                DLDevice::cpu(),
+                bytes,
+                Box::new(|| {}),
+            )
+        };
+        host.check_matches(&lent)?;
+        let (from, to) = match direction {
+            CopyDirection::ToWorker => (host.ptr().cast_const(), bytes.as_ptr()),
+            CopyDirection::FromWorker => (bytes.as_ptr().cast_const(), host.ptr()),
+        };
+        // SAFETY: both hold `nbytes` (the shapes and dtypes match, both compact); the host's
+        // memory is the caller's for the call, the arena's lent to this thread.
+        unsafe { std::ptr::copy_nonoverlapping(from, to, host.nbytes()) };
+        Ok(())
     }
 
     /// The frame of `message`, with a request id and the completion of its reply if it waits
@@ -379,7 +484,7 @@ impl ProcessLink {
     /// Completes the request a reply answers.
     fn deliver(&self, frame: Frame) -> Result<()> {
         let (request, result) = match frame {
-            Frame::Ok { request, value } => (request, value_of(value)),
+            Frame::Ok { request, value } => (request, Ok(value)),
             Frame::Err { request, error } => (request, Err(error)),
             other => {
                 return Err(Error::runtime(format!(
@@ -486,9 +591,9 @@ fn complete_with<T: Send + 'static>(
     convert: impl FnOnce(Any) -> Result<T> + Send + 'static,
     carry: Carry,
 ) -> Pending {
-    Box::new(move |result: Result<Any>| {
+    Box::new(move |result: Result<Value>| {
         if reply.claim() {
-            reply.complete(result.and_then(convert));
+            reply.complete(result.and_then(value_of).and_then(convert));
             None
         } else {
             match carry {
@@ -502,11 +607,11 @@ fn complete_with<T: Send + 'static>(
 /// Completes a copy from worker 0: the tensor the worker sent back goes into the caller's host
 /// memory, which is written only while the waiter still waits for it.
 fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
-    Box::new(move |result: Result<Any>| {
+    Box::new(move |result: Result<Value>| {
         if !reply.claim() {
             return None;
         }
-        let copied = result.and_then(|value| {
+        let copied = result.and_then(value_of).and_then(|value| {
             let tensor = value.view().as_tensor()?;
             host.host.check_matches(&tensor)?;
             // SAFETY: the waiter keeps the host memory valid while it waits, and it waits (the

@@ -1,6 +1,7 @@
 //! Sessions whose workers are processes: starting and watching them, the controller's link to
 //! each, and the loop a worker process runs.
 
+mod arena;
 mod launch;
 mod link;
 mod serve;
@@ -9,8 +10,10 @@ mod watch;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
+pub(crate) use arena::empty as arena_empty;
 pub(crate) use launch::worker_program;
 pub(crate) use link::ProcessLink;
+use link::SessionLinks;
 pub(crate) use serve::serve;
 pub(crate) use watch::Watcher;
 
@@ -20,6 +23,7 @@ use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::object::{Error, Result};
+use arena::Arena;
 use serve::WorkerArgs;
 
 /// Data bytes of each ring between the controller and a worker process (one each way). A frame
@@ -36,8 +40,11 @@ pub(crate) fn start_workers(
     let program = worker_program(options.worker_program.as_deref())?;
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());
-    let broken = Arc::new(OnceLock::new());
-    let stopping = Arc::new(AtomicBool::new(false));
+    let session = Arc::new(SessionLinks {
+        broken: OnceLock::new(),
+        stopping: AtomicBool::new(false),
+        arena: Arena::create(devices.len())?,
+    });
     for (id, &device) in devices.iter().enumerate() {
         let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;
         init_ring(&mut memory, 0, RING_CAPACITY)?;
@@ -55,7 +62,7 @@ pub(crate) fn start_workers(
             ring_capacity: RING_CAPACITY,
         };
         let command_line = options.worker_args.iter().cloned().chain(args.to_args());
-        let child = launch::spawn(&program, command_line, &[memory.fd()])
+        let child = launch::spawn(&program, command_line, &[memory.fd(), session.arena.fd()])
             .map_err(|e| e.context(format_args!("starting worker {id}")))?;
         let memory = Arc::new(memory);
         let requests = Producer::attach(memory.clone(), 0)?;
@@ -67,8 +74,7 @@ pub(crate) fn start_workers(
             requests,
             replies,
             death,
-            broken.clone(),
-            stopping.clone(),
+            session.clone(),
         ));
     }
     let deaths: Vec<(Arc<OnceLock<Error>>, i32)> =
@@ -78,8 +84,8 @@ pub(crate) fn start_workers(
             let error = cause.worker_error(worker, *pid);
             let _ = death.set(error.clone());
             // A worker that ends after the session told it to stop has not broken it.
-            if !stopping.load(Ordering::SeqCst) {
-                let _ = broken.set(error);
+            if !session.stopping.load(Ordering::SeqCst) {
+                let _ = session.broken.set(error);
             }
         }
     })?;

@@ -11,6 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::arena::{self, Arena};
 use super::launch::FIRST_INHERITED_FD;
 use super::watch::exit_with_parent;
 use crate::abi::DLDevice;
@@ -27,7 +28,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64};
 use crate::wire::{Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
-pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v1";
+pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v2";
 
 /// Where a worker process finds its place in the session: what the controller passes it.
 #[derive(Clone, Debug)]
@@ -73,8 +74,9 @@ impl WorkerArgs {
             Error::value(format!(
                 "a worker program is started by its controller (a process session), which \
                  passes it the arguments (argv after the program's name) `{ARGS_VERSION} ID \
-                 WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES`; got \
-                 {args:?}"
+                 WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES`, with \
+                 the shared memory of its rings as descriptor 3 and the session's arena as \
+                 descriptor 4; got {args:?}"
             ))
         };
         let [
@@ -144,6 +146,10 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     let memory = Arc::new(SharedMemory::from_fd(fd)?);
     let mut requests = Consumer::attach(memory.clone(), 0)?;
     let mut replies = Producer::attach(memory, ring_bytes(args.ring_capacity)?)?;
+    // SAFETY: the controller placed the session's arena at the next descriptor; nothing else
+    // in this process owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(FIRST_INHERITED_FD + 1) };
+    arena::attach(Arena::attach(fd, args.info.num_workers)?, args.info.id)?;
     if let Some(cpu) = args.cpu {
         pin_current_thread(cpu)?;
     }
@@ -163,6 +169,24 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
         let decoded = Frame::decode(&frame, &limits);
         drop(frame);
         let (go_on, answer) = match decoded? {
+            Frame::Lend { request, reg } => {
+                let lent = worker.lend(reg).and_then(|tensor| {
+                    arena::lend(&tensor, request, args.spin, |place| {
+                        let frame = Frame::<Any>::Ok {
+                            request,
+                            value: Value::Arena(place),
+                        };
+                        out.clear();
+                        frame.encode(&mut out)?;
+                        replies.send(&out, args.spin, None, || Ok(()))
+                    })
+                });
+                match lent {
+                    Ok(true) => (true, None),
+                    Ok(false) => (true, Some(Answer::Done(request))),
+                    Err(error) => (true, Some(Answer::Failed(request, error))),
+                }
+            }
             Frame::CopyFromWorker0 { request, reg, into } => {
                 if into.is_some() {
                     return Err(Error::value(
@@ -215,6 +239,8 @@ enum Answer {
     Tensor(u64, Reply<()>, Tensor),
     /// With the failure of a copy's first step.
     Failed(u64, Error),
+    /// With None, at once.
+    Done(u64),
 }
 
 impl Answer {
@@ -225,7 +251,8 @@ impl Answer {
             | Answer::Value(request, _)
             | Answer::Count(request, _)
             | Answer::Tensor(request, _, _)
-            | Answer::Failed(request, _) => request,
+            | Answer::Failed(request, _)
+            | Answer::Done(request) => request,
         }
     }
 
@@ -239,6 +266,7 @@ impl Answer {
                 (request, taken(&reply).map(|()| Any::from(tensor)))
             }
             Answer::Failed(request, error) => (request, Err(error)),
+            Answer::Done(request) => (request, Ok(Any::None)),
         };
         let frame = match result {
             Ok(value) => Frame::Ok {

@@ -1,0 +1,348 @@
+//! The session's arena: one shared memory that the controller and every worker process map.
+//! Tensors that `runtime.disco.empty` makes on a worker process live in that worker's region of
+//! it, so a copy to or from worker 0 is one memcpy, done by the controller in place.
+//!
+//! The one idea: worker 0 lends the tensor. Asked for a copy, it answers with where the tensor
+//! lies and then runs nothing else until the controller, done copying, gives it back through a
+//! word of the arena; the copy keeps its place among the worker's requests as it would on a
+//! thread, and only one side touches the bytes at a time.
+//!
+//! Layout: one lend line per worker (the last request the controller gave back, and the futex
+//! word the lending worker sleeps on), then one region per worker, which only that worker
+//! allocates from. Memory past a region's highest allocation is untouched and reads as zeros.
+
+use std::collections::BTreeMap;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::{OnceLock, PoisonError};
+
+use crate::abi::{DLDataType, DLDevice, KDL_CPU};
+use crate::channel::shm::SharedMemory;
+use crate::channel::{SharedSleeper, SpinPolicy};
+use crate::object::tensor::{check_new, release_with};
+use crate::object::{Error, Result, Tensor};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::wire::ArenaTensor;
+
+/// Bytes of each worker's region. The memory is reserved, not committed: pages cost only once
+/// a tensor touches them.
+pub(crate) const REGION_BYTES: usize = 256 << 20;
+/// Where allocations start, and what their sizes are rounded up to.
+const ALIGN: usize = 64;
+/// A region's freed top is given back to the system once it spans this much.
+const GIVE_BACK_BYTES: usize = 1 << 20;
+
+/// One worker's lend line, on cache lines of its own.
+#[repr(C, align(128))]
+struct LendLine {
+    /// The request whose lent tensor the controller gave back last. Written by the controller.
+    returned: AtomicU64,
+    /// The lending worker sleeps on this while it waits.
+    sleeper: SharedSleeper,
+}
+
+/// The arena as one process maps it.
+pub(crate) struct Arena {
+    memory: SharedMemory,
+    workers: usize,
+}
+
+impl Arena {
+    fn bytes_for(workers: usize) -> Option<usize> {
+        let lines = workers.checked_mul(size_of::<LendLine>())?;
+        REGION_BYTES.checked_mul(workers)?.checked_add(lines)
+    }
+
+    /// A new arena for `workers` workers (the controller's).
+    pub fn create(workers: usize) -> Result<Arena> {
+        let len = Self::bytes_for(workers)
+            .ok_or_else(|| Error::value(format!("an arena for {workers} workers is too large")))?;
+        Ok(Arena {
+            memory: SharedMemory::create("discovm-arena", len)?,
+            workers,
+        })
+    }
+
+    /// The arena the controller passed this worker process as `fd`.
+    pub fn attach(fd: OwnedFd, workers: usize) -> Result<Arena> {
+        let memory = SharedMemory::from_fd(fd)?;
+        if Some(memory.len()) != Self::bytes_for(workers) {
+            return Err(Error::value(format!(
+                "the session's arena has {} bytes, not what {workers} workers need",
+                memory.len()
+            )));
+        }
+        Ok(Arena { memory, workers })
+    }
+
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.memory.fd()
+    }
+
+    fn line(&self, worker: usize) -> &LendLine {
+        assert!(worker < self.workers, "worker {worker} has no lend line");
+        // SAFETY: the lines start the mapping, which is page-aligned and outlives `self`; all
+        // zeros (fresh memory) is a valid line, and every access to it is atomic.
+        unsafe { &*self.memory.as_ptr().cast::<LendLine>().add(worker) }
+    }
+
+    /// Where `worker`'s region starts, in bytes from the start of the arena.
+    fn region_start(&self, worker: usize) -> usize {
+        self.workers * size_of::<LendLine>() + worker * REGION_BYTES
+    }
+
+    /// The compact bytes of `tensor`, if they lie within `worker`'s region (a reply from a
+    /// worker is checked before the controller touches the memory it names).
+    pub fn bytes_of(&self, worker: usize, tensor: &ArenaTensor) -> Result<NonNull<u8>> {
+        let span = tensor.span()?;
+        let region =
+            self.region_start(worker) as u64..(self.region_start(worker) + REGION_BYTES) as u64;
+        if tensor.segment != 0 || span.start < region.start || span.end > region.end {
+            return Err(Error::runtime(format!(
+                "worker {worker} lent bytes {span:?} of arena segment {}, outside its region \
+                 {region:?}",
+                tensor.segment
+            )));
+        }
+        // SAFETY: within the mapping, checked above.
+        Ok(unsafe { NonNull::new_unchecked(self.memory.as_ptr().add(span.start as usize)) })
+    }
+
+    /// Gives `worker` back the tensor it lent for `request` (the controller's side).
+    pub fn give_back(&self, worker: usize, request: u64) {
+        let line = self.line(worker);
+        line.returned.store(request, Ordering::Release);
+        line.sleeper.wake();
+    }
+
+    /// Waits until the controller gave back the tensor lent for `request` (the worker's side).
+    /// A controller that dies takes this worker with it, so the wait has no deadline.
+    fn wait_given_back(&self, worker: usize, request: u64, spin: SpinPolicy) -> Result<()> {
+        let line = self.line(worker);
+        line.sleeper.wait(
+            spin,
+            crate::channel::PARK_SLICE,
+            None,
+            || format!("worker {worker} waiting for its lent tensor"),
+            || Ok(()),
+            || (line.returned.load(Ordering::Acquire) == request).then_some(()),
+        )
+    }
+}
+
+/// The free blocks of one region, by offset from the region's start, and its highest
+/// allocation's end (`top`): blocks are reused, so their memory is zeroed again.
+#[derive(Default)]
+struct Blocks {
+    free: BTreeMap<usize, usize>,
+    top: usize,
+}
+
+impl Blocks {
+    /// An offset for `size` bytes (a multiple of [`ALIGN`]) and whether it must be zeroed.
+    fn take(&mut self, size: usize) -> Option<(usize, bool)> {
+        let found = self
+            .free
+            .iter()
+            .find(|&(_, &len)| len >= size)
+            .map(|(&at, &len)| (at, len));
+        if let Some((at, len)) = found {
+            self.free.remove(&at);
+            if len > size {
+                self.free.insert(at + size, len - size);
+            }
+            return Some((at, true));
+        }
+        let end = self
+            .top
+            .checked_add(size)
+            .filter(|&end| end <= REGION_BYTES)?;
+        let at = self.top;
+        self.top = end;
+        Some((at, false))
+    }
+
+    /// Frees `size` bytes at `at`; returns the range past the new top that the region no
+    /// longer uses, when it is worth giving back to the system.
+    fn put(&mut self, mut at: usize, mut size: usize) -> Option<std::ops::Range<usize>> {
+        if let Some((&before, &len)) = self.free.range(..at).next_back()
+            && before + len == at
+        {
+            self.free.remove(&before);
+            at = before;
+            size += len;
+        }
+        if let Some(len) = self.free.remove(&(at + size)) {
+            size += len;
+        }
+        if at + size != self.top {
+            self.free.insert(at, size);
+            return None;
+        }
+        let old_top = std::mem::replace(&mut self.top, at);
+        (old_top - at >= GIVE_BACK_BYTES).then_some(at..old_top)
+    }
+}
+
+/// This worker process's region of the arena.
+struct Region {
+    arena: Arena,
+    worker: usize,
+    blocks: Mutex<Blocks>,
+}
+
+/// The region of the worker process this is, once it attached its session's arena.
+static REGION: OnceLock<Region> = OnceLock::new();
+
+/// Makes this worker process allocate in its region of `arena` from now on.
+pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
+    let region = Region {
+        arena,
+        worker,
+        blocks: Mutex::new(Blocks::default()),
+    };
+    REGION
+        .set(region)
+        .map_err(|_| Error::runtime("this worker process attached an arena already"))
+}
+
+/// A zeroed host tensor in this worker process's region of the arena; `None` when this process
+/// has no arena, the device is not the host, or the region has no room (the caller allocates
+/// elsewhere then).
+pub(crate) fn empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Option<Tensor>> {
+    let Some(region) = REGION.get() else {
+        return Ok(None);
+    };
+    if device.device_type != KDL_CPU || device.device_id != 0 {
+        return Ok(None);
+    }
+    let nbytes = check_new(dims, dtype)?;
+    let Some(size) = nbytes.max(1).checked_next_multiple_of(ALIGN) else {
+        return Ok(None);
+    };
+    let taken = region
+        .blocks
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .take(size);
+    let Some((at, dirty)) = taken else {
+        return Ok(None);
+    };
+    let start = region.arena.region_start(region.worker) + at;
+    // SAFETY: `start .. start + size` lies in this worker's region (`take` keeps within it),
+    // which only this process allocates from, and the block is nobody's until the tensor
+    // below owns it.
+    let data = unsafe { NonNull::new_unchecked(region.arena.memory.as_ptr().add(start)) };
+    if dirty {
+        // SAFETY: the block's `size` bytes, as above.
+        unsafe { data.as_ptr().write_bytes(0, size) };
+    }
+    let release = release_with(data, move |_| {
+        let unused = region
+            .blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .put(at, size);
+        if let Some(unused) = unused {
+            let first = unused.start.next_multiple_of(page_size());
+            let end = unused.end - unused.end % page_size();
+            if first < end {
+                let base = region.arena.region_start(region.worker);
+                // SAFETY: whole pages of this worker's region that no tensor uses; removing
+                // them only makes them read as zeros again.
+                unsafe {
+                    libc::madvise(
+                        region.arena.memory.as_ptr().add(base + first).cast(),
+                        end - first,
+                        libc::MADV_REMOVE,
+                    );
+                }
+            }
+        }
+    });
+    // SAFETY: `nbytes` (checked by `check_new`) fit in the block, owned by the tensor now.
+    Ok(Some(unsafe {
+        Tensor::from_memory(dims, dtype, device, data, release)
+    }))
+}
+
+fn page_size() -> usize {
+    // SAFETY: a plain query.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096)
+}
+
+/// Where `tensor` lies in this worker process's region, if it does (compact host tensors
+/// only).
+fn locate(tensor: &Tensor) -> Option<ArenaTensor> {
+    let region = REGION.get()?;
+    let dl = tensor.dl();
+    if dl.device.device_type != KDL_CPU || !tensor.is_contiguous() {
+        return None;
+    }
+    let base = region.arena.memory.as_ptr() as usize;
+    let start = region.arena.region_start(region.worker);
+    let offset = (dl.data as usize).checked_sub(base)?;
+    let end = offset
+        .checked_add(usize::try_from(dl.byte_offset).ok()?)?
+        .checked_add(tensor.nbytes())?;
+    (offset >= start && end <= start + REGION_BYTES).then(|| ArenaTensor {
+        segment: 0,
+        offset: offset as u64,
+        byte_offset: dl.byte_offset,
+        dtype: dl.dtype,
+        shape: tensor.shape().to_vec(),
+    })
+}
+
+/// Lends `tensor` for the copy `request` asks for, if it lies in this worker's region: `reply`
+/// sends where it lies, and the call returns once the controller gave it back. Returns false,
+/// sending nothing, for a tensor outside the arena.
+pub(crate) fn lend(
+    tensor: &Tensor,
+    request: u64,
+    spin: SpinPolicy,
+    reply: impl FnOnce(ArenaTensor) -> Result<()>,
+) -> Result<bool> {
+    let (Some(region), Some(place)) = (REGION.get(), locate(tensor)) else {
+        return Ok(false);
+    };
+    reply(place)?;
+    region.arena.wait_given_back(region.worker, request, spin)?;
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_reuse_freed_space_first_fit_and_lower_the_top() {
+        let mut blocks = Blocks::default();
+        assert_eq!(blocks.take(64), Some((0, false)));
+        assert_eq!(blocks.take(128), Some((64, false)));
+        assert_eq!(blocks.take(64), Some((192, false)));
+        assert_eq!(blocks.put(64, 128), None);
+        // A freed block is reused, and zeroed again (dirty).
+        assert_eq!(blocks.take(64), Some((64, true)));
+        assert_eq!(blocks.free.get(&128), Some(&64));
+        // Freeing next to a free block merges them; freeing the top lowers it.
+        assert_eq!(blocks.put(64, 64), None);
+        assert_eq!(blocks.free.get(&64), Some(&128));
+        assert_eq!(blocks.put(192, 64), None);
+        assert_eq!(blocks.top, 64);
+        assert!(blocks.free.is_empty());
+        assert_eq!(blocks.put(0, 64), None);
+        assert_eq!(blocks.top, 0);
+    }
+
+    #[test]
+    fn a_region_never_hands_out_more_than_it_has() {
+        let mut blocks = Blocks::default();
+        assert_eq!(blocks.take(REGION_BYTES + 64), None);
+        assert_eq!(blocks.take(REGION_BYTES), Some((0, false)));
+        assert_eq!(blocks.take(64), None);
+        // A large top freed is given back to the system.
+        assert_eq!(blocks.put(0, REGION_BYTES), Some(0..REGION_BYTES));
+    }
+}
