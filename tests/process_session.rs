@@ -13,6 +13,8 @@ mod c_build;
 mod errors;
 #[path = "support/session_calls.rs"]
 mod session_calls;
+#[path = "support/session_kinds.rs"]
+mod session_kinds;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
@@ -25,17 +27,11 @@ use discovm::session::{CopyDirection, Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_tensor, int};
+use session_kinds::{Kind, process_options};
 use worker_programs::{default_worker_program, test_worker_program};
 
-fn options() -> SessionOptions {
-    SessionOptions {
-        worker_program: Some(test_worker_program().to_str().unwrap().to_string()),
-        ..SessionOptions::default()
-    }
-}
-
 fn session(n: i64) -> Arc<Session> {
-    Session::new_process(n, 1, options()).expect("a process session starts")
+    session_kinds::session(Kind::Processes, n)
 }
 
 /// The process id of each worker.
@@ -425,7 +421,7 @@ fn a_stuck_worker_times_out_and_shutdown_kills_it() {
         1,
         SessionOptions {
             timeout: Some(Duration::from_millis(300)),
-            ..options()
+            ..process_options()
         },
     )
     .unwrap();

@@ -1,30 +1,37 @@
-//! Threaded sessions from Rust: broadcast, order, registers, errors, shutdown, concurrency.
+//! Sessions from Rust, each test on worker threads and on worker processes alike (`name::threads`,
+//! `name::processes`): broadcast, order, registers, errors, shutdown, concurrency. The few that
+//! run on threads only say why.
 
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
 #[path = "support/session_calls.rs"]
 mod session_calls;
+#[macro_use]
+#[path = "support/session_kinds.rs"]
+mod session_kinds;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use discovm::abi::DLTensor;
 use discovm::device::cpu::HostTensor;
 use discovm::object::{Function, Shape, registry};
 use discovm::session::{
-    CopyDirection, DRef, QUEUE_CAPACITY, Session, SessionOptions, Target, current_worker,
-    with_worker_stream,
+    CopyDirection, DRef, QUEUE_CAPACITY, SessionOptions, Target, current_worker, with_worker_stream,
 };
 use discovm::{Any, Error, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_dl, host_tensor, int};
+use session_kinds::{Gate, Kind, session, start};
 
-fn session(n: i64) -> Arc<Session> {
-    Session::new_threaded(n, 1, SessionOptions::default()).expect("session starts")
-}
-
-/// Registers a test function once per process under `name`.
+/// Registers a test function of this process (for worker threads only) under `name`.
 fn global(
     name: &str,
     f: impl Fn(&[discovm::AnyView<'_>]) -> discovm::Result<Any> + Send + Sync + 'static,
@@ -32,9 +39,9 @@ fn global(
     registry::register_global(name, Function::from_closure(f), true).unwrap();
 }
 
-#[test]
-fn broadcast_reaches_every_worker_with_its_own_identity() {
-    let s = session(4);
+each_kind!(broadcast_reaches_every_worker_with_its_own_identity);
+fn broadcast_reaches_every_worker_with_its_own_identity(kind: Kind) {
+    let s = session(kind, 4);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let size = s.get_global_func("runtime.disco.world_size").unwrap();
     let id = s.get_global_func("runtime.disco.worker_id").unwrap();
@@ -52,6 +59,8 @@ fn broadcast_reaches_every_worker_with_its_own_identity() {
     assert_eq!(current_worker(), None, "the controller is not a worker");
 }
 
+/// Threads only: work reaches a worker's stream through the Rust API, from a function of the
+/// worker's own process, and worker processes run the worker program's C functions.
 #[test]
 fn a_sync_waits_for_the_workers_stream_and_reports_its_failures() {
     global("test.session.queue_on_stream", |args| {
@@ -67,7 +76,7 @@ fn a_sync_waits_for_the_workers_stream_and_reports_its_failures() {
         })?;
         Ok(Any::None)
     });
-    let s = session(2);
+    let s = session(Kind::Threads, 2);
     let queue = s.get_global_func("test.session.queue_on_stream").unwrap();
     let out = call(&s, &queue, &[Any::Bool(false)]);
     s.sync_all().unwrap();
@@ -89,14 +98,11 @@ fn a_sync_waits_for_the_workers_stream_and_reports_its_failures() {
     s.shutdown().unwrap();
 }
 
-#[test]
-fn dref_arguments_become_each_workers_register_value() {
-    global("test.session.add", |args| {
-        Ok(Any::Int(args[0].as_i64()? + args[1].as_i64()?))
-    });
-    let s = session(3);
+each_kind!(dref_arguments_become_each_workers_register_value);
+fn dref_arguments_become_each_workers_register_value(kind: Kind) {
+    let s = session(kind, 3);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
-    let add = s.get_global_func("test.session.add").unwrap();
+    let add = s.get_global_func("proc.add").unwrap();
     let ranks = call(&s, &rank, &[]);
     let sums = call(&s, &add, &[Any::from(ranks.clone()), Any::Int(100)]);
     for w in 0..3 {
@@ -104,9 +110,9 @@ fn dref_arguments_become_each_workers_register_value() {
     }
 }
 
-#[test]
-fn a_call_on_one_worker_runs_there_only() {
-    let s = session(2);
+each_kind!(a_call_on_one_worker_runs_there_only);
+fn a_call_on_one_worker_runs_there_only(kind: Kind) {
+    let s = session(kind, 2);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let only = s.call(Target::One(1), &rank, &[]).unwrap();
     assert_eq!(int(s.get_register(only.reg(), 1).unwrap()), 1);
@@ -114,21 +120,10 @@ fn a_call_on_one_worker_runs_there_only() {
     assert_error(&err, ErrorKind::Worker, "is empty on worker 0");
 }
 
-#[test]
-fn a_hundred_thousand_calls_keep_per_worker_order() {
-    thread_local! { static NEXT: std::cell::Cell<i64> = const { std::cell::Cell::new(0) }; }
-    global("test.session.expect_next", |args| {
-        let seen = args[0].as_i64()?;
-        let expected = NEXT.with(|n| n.replace(seen + 1));
-        if seen != expected {
-            return Err(Error::value(format!(
-                "call {seen} ran where {expected} was due"
-            )));
-        }
-        Ok(Any::None)
-    });
-    let s = session(2);
-    let f = s.get_global_func("test.session.expect_next").unwrap();
+each_kind!(a_hundred_thousand_calls_keep_per_worker_order);
+fn a_hundred_thousand_calls_keep_per_worker_order(kind: Kind) {
+    let s = session(kind, 2);
+    let f = s.get_global_func("proc.expect_next").unwrap();
     for i in 0..100_000i64 {
         drop(call(&s, &f, &[Any::Int(i)]));
     }
@@ -143,9 +138,9 @@ fn a_hundred_thousand_calls_keep_per_worker_order() {
     }
 }
 
-#[test]
-fn registers_are_empty_once_every_dref_is_dropped() {
-    let s = session(2);
+each_kind!(registers_are_empty_once_every_dref_is_dropped);
+fn registers_are_empty_once_every_dref_is_dropped(kind: Kind) {
+    let s = session(kind, 2);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let kept: Vec<DRef> = (0..50).map(|_| call(&s, &rank, &[])).collect();
     assert_eq!(s.live_registers(0).unwrap(), 51);
@@ -157,24 +152,19 @@ fn registers_are_empty_once_every_dref_is_dropped() {
     );
 }
 
-#[test]
-fn dropping_drefs_never_waits_for_room_in_a_full_queue() {
+each_kind!(dropping_drefs_never_waits_for_room_in_a_full_queue);
+fn dropping_drefs_never_waits_for_room_in_a_full_queue(kind: Kind) {
     // A DRef may be dropped by a thread the worker waits for (a Python thread holding the
     // interpreter lock that the worker's Python function needs), so freeing its register must
-    // not wait for room: here the worker is held inside a call while its queue is full.
-    let s = session(1);
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let held = std::sync::Mutex::new(held);
-    global("test.session.held_until_released", move |_| {
-        held.lock().unwrap().recv().unwrap();
-        Ok(Any::None)
-    });
-    let hold = s
-        .get_global_func("test.session.held_until_released")
-        .unwrap();
+    // not wait for room: here the worker is held inside a call while a worker thread's whole
+    // queue of calls waits behind it.
+    let s = session(kind, 1);
+    let gate = Gate::new();
+    let hold = s.get_global_func("proc.wait_for").unwrap();
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
-    let first = call(&s, &hold, &[]);
-    // With the first call taken off the queue or not, these fill it without ever waiting.
+    let first = call(&s, &hold, &[Any::from(gate.path())]);
+    // With the first call taken off the queue or not, these fill a worker thread's queue without
+    // ever waiting.
     let queued: Vec<DRef> = (1..QUEUE_CAPACITY).map(|_| call(&s, &rank, &[])).collect();
     let (dropped, done) = std::sync::mpsc::channel();
     let dropper = std::thread::spawn(move || {
@@ -182,7 +172,7 @@ fn dropping_drefs_never_waits_for_room_in_a_full_queue() {
         dropped.send(()).unwrap();
     });
     let returned = done.recv_timeout(Duration::from_secs(60));
-    release.send(()).unwrap();
+    gate.release_one();
     dropper.join().unwrap();
     assert!(
         returned.is_ok(),
@@ -194,15 +184,10 @@ fn dropping_drefs_never_waits_for_room_in_a_full_queue() {
     assert_eq!(s.live_registers(0).unwrap(), 0);
 }
 
-#[test]
-fn eight_host_threads_lose_no_call() {
-    static COUNT: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
-    global("test.session.count", |_| {
-        COUNT[current_worker().unwrap().id].fetch_add(1, Ordering::Relaxed);
-        Ok(Any::None)
-    });
-    let s = session(2);
-    let f = s.get_global_func("test.session.count").unwrap();
+each_kind!(eight_host_threads_lose_no_call);
+fn eight_host_threads_lose_no_call(kind: Kind) {
+    let s = session(kind, 2);
+    let f = s.get_global_func("proc.count").unwrap();
     std::thread::scope(|scope| {
         for _ in 0..8 {
             scope.spawn(|| {
@@ -216,17 +201,22 @@ fn eight_host_threads_lose_no_call() {
             });
         }
     });
-    s.sync_all().unwrap();
-    for (w, count) in COUNT.iter().enumerate() {
-        assert_eq!(count.load(Ordering::Relaxed), 80_000, "worker {w}");
+    // One more call counts itself after the 80 000 of the threads.
+    let counts = call(&s, &f, &[]);
+    for w in 0..2 {
+        assert_eq!(
+            int(s.get_register(counts.reg(), w).unwrap()),
+            80_001,
+            "worker {w}"
+        );
     }
-    drop(f);
+    drop((counts, f));
     assert_eq!(s.live_registers(0).unwrap(), 0);
 }
 
-#[test]
-fn shutdown_during_load_is_clean_and_later_calls_fail_at_once() {
-    let s = session(4);
+each_kind!(shutdown_during_load_is_clean_and_later_calls_fail_at_once);
+fn shutdown_during_load_is_clean_and_later_calls_fail_at_once(kind: Kind) {
+    let s = session(kind, 4);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let start = Barrier::new(5);
     let closed_seen = AtomicUsize::new(0);
@@ -268,26 +258,18 @@ fn shutdown_during_load_is_clean_and_later_calls_fail_at_once() {
     s.shutdown().expect("shutting down twice is fine");
 }
 
-#[test]
-fn a_failing_worker_function_is_reported_and_the_session_goes_on() {
-    global("test.session.fail_on_1", |args| {
-        if current_worker().unwrap().id == 1 {
-            return Err(Error::value("boom on purpose"));
-        }
-        args[0].as_i64().map(Any::Int)
-    });
-    global("test.session.panic", |_| panic!("a deliberate panic"));
-    global("test.session.identity", |args| args[0].to_owned());
-    let s = session(2);
-    let fail = s.get_global_func("test.session.fail_on_1").unwrap();
-    let identity = s.get_global_func("test.session.identity").unwrap();
-    let out = call(&s, &fail, &[Any::Int(7)]);
+each_kind!(a_failing_worker_function_is_reported_and_the_session_goes_on);
+fn a_failing_worker_function_is_reported_and_the_session_goes_on(kind: Kind) {
+    let s = session(kind, 2);
+    let fail = s.get_global_func("proc.fail_on").unwrap();
+    let identity = s.get_global_func("proc.echo").unwrap();
+    let out = call(&s, &fail, &[Any::Int(1), Any::Int(7)]);
     s.sync_worker(0).expect("worker 0 is fine");
     let err = s.sync_worker(1).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Worker);
     assert_eq!(
         err.message,
-        "worker 1: `test.session.fail_on_1` failed: ValueError: boom on purpose"
+        "worker 1: `proc.fail_on` failed: ValueError: boom on purpose"
     );
     s.sync_worker(1).expect("the error is reported once");
 
@@ -297,13 +279,24 @@ fn a_failing_worker_function_is_reported_and_the_session_goes_on() {
     let err = s.sync_worker(1).unwrap_err();
     assert!(err.message.contains("boom on purpose"), "{}", err.message);
     assert!(
-        err.message.contains("`test.session.identity` was not run"),
+        err.message.contains("`proc.echo` was not run"),
         "{}",
         err.message
     );
     let err = s.get_register(dependent.reg(), 1).unwrap_err();
     assert!(err.message.contains("boom on purpose"), "{}", err.message);
+    s.sync_all().expect("both workers reported and go on");
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let ranks = call(&s, &rank, &[]);
+    assert_eq!(int(s.get_register(ranks.reg(), 1).unwrap()), 1);
+}
 
+/// Threads only: a worker function that panics is a Rust function of this process; those of
+/// worker processes are the worker program's C functions.
+#[test]
+fn a_panicking_worker_function_is_reported_and_the_session_goes_on() {
+    global("test.session.panic", |_| panic!("a deliberate panic"));
+    let s = session(Kind::Threads, 2);
     let panics = s.get_global_func("test.session.panic").unwrap();
     drop(call(&s, &panics, &[]));
     let err = s.sync_all().unwrap_err();
@@ -318,9 +311,9 @@ fn a_failing_worker_function_is_reported_and_the_session_goes_on() {
     assert_eq!(int(s.get_register(ranks.reg(), 1).unwrap()), 1);
 }
 
-#[test]
-fn missing_global_functions_fail_at_lookup() {
-    let s = session(1);
+each_kind!(missing_global_functions_fail_at_lookup);
+fn missing_global_functions_fail_at_lookup(kind: Kind) {
+    let s = session(kind, 1);
     let err = s
         .get_global_func("test.session.no_such_function")
         .unwrap_err();
@@ -328,9 +321,9 @@ fn missing_global_functions_fail_at_lookup() {
     s.sync_all().unwrap();
 }
 
-#[test]
-fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
-    let (s, other) = (session(2), session(1));
+each_kind!(bad_inputs_are_clear_errors_and_leave_the_session_usable);
+fn bad_inputs_are_clear_errors_and_leave_the_session_usable(kind: Kind) {
+    let (s, other) = (session(kind, 2), session(kind, 1));
     let rank = other.get_global_func("runtime.disco.worker_rank").unwrap();
     let err = s.call(Target::All, &rank, &[]).unwrap_err();
     assert_eq!(
@@ -353,7 +346,7 @@ fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
         (4, 3, "num_workers 4 is not a multiple of num_groups 3"),
         (4, 0, "num_groups 0 is out of range (1..=4)"),
     ] {
-        let err = Session::new_threaded(workers, groups, SessionOptions::default())
+        let err = start(kind, workers, groups, SessionOptions::default())
             .err()
             .expect("rejected");
         assert_eq!(
@@ -364,9 +357,9 @@ fn bad_inputs_are_clear_errors_and_leave_the_session_usable() {
     s.sync_all().unwrap();
 }
 
-#[test]
-fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
-    let s = session(2);
+each_kind!(copies_to_and_from_worker0_round_trip_and_check_shapes);
+fn copies_to_and_from_worker0_round_trip_and_check_shapes(kind: Kind) {
+    let s = session(kind, 2);
     let empty = s.get_global_func("runtime.disco.empty").unwrap();
     let remote = call(
         &s,
@@ -415,39 +408,29 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes() {
     copy(&mut output, &mut shape_out, CopyDirection::FromWorker).unwrap();
 }
 
-#[test]
-fn a_wait_with_a_timeout_returns_instead_of_hanging() {
-    static RELEASE: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    let release = RELEASE
-        .get_or_init(|| Arc::new(AtomicBool::new(false)))
-        .clone();
-    global("test.session.block", |_| {
-        let release = RELEASE.get().unwrap();
-        while !release.load(Ordering::SeqCst) {
-            std::thread::yield_now();
-        }
-        Ok(Any::None)
-    });
+each_kind!(a_wait_with_a_timeout_returns_instead_of_hanging);
+fn a_wait_with_a_timeout_returns_instead_of_hanging(kind: Kind) {
     let options = SessionOptions {
         timeout: Some(Duration::from_millis(50)),
         ..Default::default()
     };
-    let s = Session::new_threaded(1, 1, options).unwrap();
-    let block = s.get_global_func("test.session.block").unwrap();
-    drop(call(&s, &block, &[]));
+    let s = start(kind, 1, 1, options).unwrap();
+    let gate = Gate::new();
+    let block = s.get_global_func("proc.wait_for").unwrap();
+    drop(call(&s, &block, &[Any::from(gate.path())]));
     let err = s.sync_worker(0).unwrap_err();
     assert_eq!(
         (err.kind, err.message.as_str()),
         (ErrorKind::Timeout, "sync on worker 0 timed out")
     );
-    release.store(true, Ordering::SeqCst);
+    gate.release_one();
     s.sync_worker(0)
         .expect("usable again once the worker is free");
 }
 
-#[test]
-fn dropping_a_session_without_shutdown_is_safe() {
-    let s = session(2);
+each_kind!(dropping_a_session_without_shutdown_is_safe);
+fn dropping_a_session_without_shutdown_is_safe(kind: Kind) {
+    let s = session(kind, 2);
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let ranks = call(&s, &rank, &[]);
     drop(s);

@@ -1,6 +1,8 @@
 /*
  * process_worker.c: the worker program of the process-session tests, a user's worker program
  * as the README describes one: it registers its functions, then returns dvm_worker_main.
+ * Those the session tests call on both kinds of session (fail_on, expect_next, count, wait_for,
+ * and add and echo) are registered for worker threads too, by support/session_kinds.rs.
  *
  *   proc.pid()            this process's id
  *   proc.add(a, b)        a + b, for Ints
@@ -13,10 +15,19 @@
  *   proc.scale(t, k)      multiplies the float32 tensor t by k, in place
  *   proc.heap_empty(n)    a zeroed float32 tensor of n elements in this process's own memory
  *                         (outside the session's arena, unlike runtime.disco.empty's)
+ *   proc.fail_on(w, x)    raises a ValueError on worker w; x on the others
+ *   proc.expect_next(i)   raises a ValueError unless i is the next in this worker's count of
+ *                         these calls (0 first)
+ *   proc.count()          how many times this worker ran proc.count, this call included
+ *   proc.wait_for(path)   waits until a byte can be read from the FIFO at path, or its writers
+ *                         are gone, then returns None
  */
 #define _DEFAULT_SOURCE
 
+#include <fcntl.h>
+#include <inttypes.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -115,6 +126,77 @@ static int32_t heap_empty(void* self, const DVMAny* args, int32_t num_args, DVMA
   return 0;
 }
 
+static int32_t fail_on(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self;
+  if (num_args != 2 || args[0].type_index != kDVMInt) {
+    dvm_error_raise("TypeError", "proc.fail_on takes a worker id and a value");
+    return -1;
+  }
+  if (args[0].v_int64 == dvm_current_worker_id()) {
+    dvm_error_raise("ValueError", "boom on purpose");
+    return -1;
+  }
+  return echo(self, args + 1, 1, result);
+}
+
+static int32_t expect_next(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self;
+  static int64_t next = 0;
+  if (num_args != 1 || args[0].type_index != kDVMInt) {
+    dvm_error_raise("TypeError", "proc.expect_next takes an Int");
+    return -1;
+  }
+  int64_t seen = args[0].v_int64, expected = next;
+  next = seen + 1;
+  if (seen != expected) {
+    char message[96];
+    snprintf(message, sizeof message, "call %" PRId64 " ran where %" PRId64 " was due", seen,
+             expected);
+    dvm_error_raise("ValueError", message);
+    return -1;
+  }
+  memset(result, 0, sizeof *result);
+  return 0;
+}
+
+static int32_t count(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self, (void)args, (void)num_args;
+  static int64_t calls = 0;
+  set_int(result, ++calls);
+  return 0;
+}
+
+static int32_t wait_for(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self;
+  /* A path of more than 7 bytes is a string object. */
+  if (num_args != 1 || args[0].type_index != kDVMStr) {
+    dvm_error_raise("TypeError", "proc.wait_for takes an absolute path");
+    return -1;
+  }
+  const DVMByteArray* text = (const DVMByteArray*)((const DVMObject*)args[0].v_obj + 1);
+  char path[4096];
+  if (text->size >= sizeof path) {
+    dvm_error_raise("ValueError", "proc.wait_for: the path is too long");
+    return -1;
+  }
+  memcpy(path, text->data, text->size);
+  path[text->size] = '\0';
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    dvm_error_raise("RuntimeError", "proc.wait_for cannot open the FIFO");
+    return -1;
+  }
+  char byte;
+  ssize_t got = read(fd, &byte, 1);
+  close(fd);
+  if (got < 0) {
+    dvm_error_raise("RuntimeError", "proc.wait_for cannot read the FIFO");
+    return -1;
+  }
+  memset(result, 0, sizeof *result);
+  return 0;
+}
+
 static void define(const char* name, DVMSafeCall call) {
   dvm_func* f;
   if (dvm_func_new(NULL, call, NULL, &f) != DVM_OK ||
@@ -135,5 +217,9 @@ int main(int argc, char** argv) {
   define("proc.abort", abort_now);
   define("proc.scale", scale);
   define("proc.heap_empty", heap_empty);
+  define("proc.fail_on", fail_on);
+  define("proc.expect_next", expect_next);
+  define("proc.count", count);
+  define("proc.wait_for", wait_for);
   return dvm_worker_main(argc, argv);
 }

@@ -30,11 +30,12 @@ def lib() -> tvm_ffi.Module:
 
 
 @pytest.fixture
-def sess():
-    """A session of 4 workers. Afterwards every register a test made is free again (only the
-    functions the session looked up for its own methods remain), and the session is shut
-    down."""
-    session = discovm.ThreadedSession(4)
+def sess(request):
+    """A session of 4 workers: a ThreadedSession, or the session class a test passes through
+    ``pytest.mark.parametrize("sess", [...], indirect=True)``. Afterwards every register a
+    test made is free again (only the functions the session looked up for its own methods
+    remain), and the session is shut down."""
+    session = getattr(request, "param", discovm.ThreadedSession)(4)
     yield session
     gc.collect()
     cached = len(session._cache)

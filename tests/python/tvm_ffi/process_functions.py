@@ -1,7 +1,10 @@
-"""Functions the process-session tests call on worker processes, registered in the library's
-registry when a worker imports this module (``ProcessSession.import_python_module``)."""
+"""Functions the session tests call on workers of either kind, registered in the library's
+registry when a worker's process imports this module (``Session.import_python_module``: this
+process for a ThreadedSession, each worker process for a ProcessSession)."""
 
 import os
+
+import numpy as np
 
 import discovm
 
@@ -14,3 +17,8 @@ def _pid() -> int:
 @discovm.register_global_func("tests.process.exit", override=True)
 def _exit(status: int) -> None:
     os._exit(status)
+
+
+@discovm.register_global_func("tests.process.scaled_sum", override=True)
+def _scaled_sum(t, k: float) -> float:
+    return float(np.from_dlpack(t).sum()) * k
