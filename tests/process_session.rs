@@ -13,6 +13,8 @@ mod c_build;
 mod errors;
 #[path = "support/session_calls.rs"]
 mod session_calls;
+#[path = "support/worker_processes.rs"]
+mod worker_processes;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
@@ -25,59 +27,11 @@ use discovm::session::{CopyDirection, Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_tensor, int};
+use worker_processes::{exists, gone_within, pids, test_worker_options, unreaped};
 use worker_programs::{default_worker_program, test_worker_program};
 
-fn options() -> SessionOptions {
-    SessionOptions {
-        worker_program: Some(test_worker_program().to_str().unwrap().to_string()),
-        ..SessionOptions::default()
-    }
-}
-
 fn session(n: i64) -> Arc<Session> {
-    Session::new_process(n, 1, options()).expect("a process session starts")
-}
-
-/// The process id of each worker.
-fn pids(s: &Arc<Session>) -> Vec<i32> {
-    let pid = s.get_global_func("proc.pid").unwrap();
-    let pids = call(s, &pid, &[]);
-    (0..s.num_workers())
-        .map(|w| int(s.get_register(pids.reg(), w).unwrap()) as i32)
-        .collect()
-}
-
-/// Whether a process with this id runs (a zombie does not: it has ended, and an orphan's is
-/// reaped by the system whenever it gets to it).
-fn exists(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's name, which is in parentheses.
-        Ok(stat) => !matches!(
-            stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next()),
-            Some(Some('Z'))
-        ),
-        Err(_) => false,
-    }
-}
-
-/// Whether this process has a child `pid` left to reap (a zombie of a worker it started).
-fn unreaped(pid: i32) -> bool {
-    let mut status = 0;
-    // SAFETY: a non-blocking query of one pid; it reaps a zombie, which is what a test of
-    // "nothing was left unreaped" must not find.
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) > 0 }
-}
-
-/// Waits up to `limit` for `pid` to be gone entirely (dead and reaped).
-fn gone_within(pid: i32, limit: Duration) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if !exists(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    !exists(pid)
+    Session::new_process(n, 1, test_worker_options()).expect("a process session starts")
 }
 
 #[test]
@@ -361,7 +315,7 @@ fn a_stuck_worker_times_out_and_shutdown_kills_it() {
         1,
         SessionOptions {
             timeout: Some(Duration::from_millis(300)),
-            ..options()
+            ..test_worker_options()
         },
     )
     .unwrap();
