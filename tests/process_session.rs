@@ -15,6 +15,8 @@ mod errors;
 mod session_calls;
 #[path = "support/session_kinds.rs"]
 mod session_kinds;
+#[path = "support/worker_processes.rs"]
+mod worker_processes;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
@@ -28,52 +30,11 @@ use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_tensor, int};
 use session_kinds::{Kind, process_options};
+use worker_processes::{exists, gone_within, pids, unreaped};
 use worker_programs::{default_worker_program, test_worker_program};
 
 fn session(n: i64) -> Arc<Session> {
     session_kinds::session(Kind::Processes, n)
-}
-
-/// The process id of each worker.
-fn pids(s: &Arc<Session>) -> Vec<i32> {
-    let pid = s.get_global_func("proc.pid").unwrap();
-    let pids = call(s, &pid, &[]);
-    (0..s.num_workers())
-        .map(|w| int(s.get_register(pids.reg(), w).unwrap()) as i32)
-        .collect()
-}
-
-/// Whether a process with this id runs (a zombie does not: it has ended, and an orphan's is
-/// reaped by the system whenever it gets to it).
-fn exists(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's name, which is in parentheses.
-        Ok(stat) => !matches!(
-            stat.rsplit_once(") ").map(|(_, rest)| rest.chars().next()),
-            Some(Some('Z'))
-        ),
-        Err(_) => false,
-    }
-}
-
-/// Whether this process has a child `pid` left to reap (a zombie of a worker it started).
-fn unreaped(pid: i32) -> bool {
-    let mut status = 0;
-    // SAFETY: a non-blocking query of one pid; it reaps a zombie, which is what a test of
-    // "nothing was left unreaped" must not find.
-    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) > 0 }
-}
-
-/// Waits up to `limit` for `pid` to be gone entirely (dead and reaped).
-fn gone_within(pid: i32, limit: Duration) -> bool {
-    let end = Instant::now() + limit;
-    while Instant::now() < end {
-        if !exists(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    !exists(pid)
 }
 
 #[test]
