@@ -68,8 +68,8 @@ trait Park {
 
 /// Waits until `poll` gives a value: polls, spins and yields within `policy`'s budget, then
 /// announces its sleep, fences, polls once more and parks for at most `slice` at a time.
-/// After each park `check` may end the wait with an error (the peer is gone); `deadline` ends
-/// it with a timeout error that names `what`.
+/// Before and after each park `check` may end the wait with an error (the peer is gone);
+/// `deadline` ends it with a timeout error that names `what`.
 fn wait_for<T>(
     sleeper: &impl Park,
     policy: SpinPolicy,
@@ -103,6 +103,12 @@ fn wait_for<T>(
         if let Some(value) = poll() {
             sleeper.announce(false);
             return Ok(value);
+        }
+        // After the announcement: a peer's end that a waker records and then wakes for is
+        // seen here, or the wake-up finds the announcement.
+        if let Err(error) = check() {
+            sleeper.announce(false);
+            return Err(error);
         }
         let slice = match deadline {
             Some(deadline) => {

@@ -286,6 +286,34 @@ fn record_word(kind: u32, len: u64) -> u64 {
     (u64::from(kind) << 32) | len
 }
 
+/// Wakes whoever sleeps on a ring, either end, so that its wait runs its `check` at once
+/// (for a thread that learns the peer is gone before either end does).
+pub struct Waker(RingRef);
+
+// SAFETY: a waker touches only the header's sleepers, through atomics and futex calls, from
+// any thread; the mapping stays while it lives.
+unsafe impl Sync for Waker {}
+
+impl Waker {
+    pub fn wake(&self) {
+        let header = self.0.header();
+        header.readable.0.wake();
+        header.writable.0.wake();
+    }
+}
+
+impl RingRef {
+    /// Another view of the same ring.
+    fn share(&self) -> RingRef {
+        RingRef {
+            _memory: self._memory.clone(),
+            header: self.header,
+            data: self.data,
+            capacity: self.capacity,
+        }
+    }
+}
+
 /// The sending end of a ring.
 pub struct Producer {
     ring: RingRef,
@@ -313,6 +341,11 @@ impl Producer {
             tail,
             check_interval: PARK_SLICE,
         })
+    }
+
+    /// A waker of whoever waits on this ring.
+    pub fn waker(&self) -> Waker {
+        Waker(self.ring.share())
     }
 
     /// The largest frame the ring can take: its capacity less one record header.
@@ -569,6 +602,11 @@ impl Consumer {
             state: ConsumerState { tail, head },
             check_interval: PARK_SLICE,
         })
+    }
+
+    /// A waker of whoever waits on this ring.
+    pub fn waker(&self) -> Waker {
+        Waker(self.ring.share())
     }
 
     /// How often a parked wait for a frame runs its `check` (20 ms unless set).

@@ -172,7 +172,8 @@ fn a_full_ring_waits_for_room_and_the_consumer_wakes_it() {
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), &[1; 120]);
     let (_producer, result) = sender.join().unwrap();
     result.unwrap();
-    assert!(checks.load(std::sync::atomic::Ordering::Relaxed) <= 1);
+    // A look before it parked and one after it was woken: no timer woke it.
+    assert!(checks.load(std::sync::atomic::Ordering::Relaxed) <= 2);
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), &[2; 120]);
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), &[3; 8]);
 }

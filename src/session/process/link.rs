@@ -14,7 +14,7 @@ use super::arena::Arena;
 use super::launch::Child;
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
-use crate::channel::ring::{Consumer, Producer};
+use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
 use crate::session::completion::Completion;
@@ -44,6 +44,8 @@ pub(crate) struct ProcessLink {
     death: Arc<OnceLock<Error>>,
     /// What every worker's link in the session shares.
     session: Arc<SessionLinks>,
+    /// Wakes the threads waiting on the two rings (for room, for a reply).
+    wakers: Arc<[Waker; 2]>,
     /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
     /// worker thread keeps it for its next sync.
     carried: Mutex<Option<Error>>,
@@ -70,7 +72,9 @@ impl ProcessLink {
         death: Arc<OnceLock<Error>>,
         session: Arc<SessionLinks>,
     ) -> ProcessLink {
+        let wakers = Arc::new([requests.waker(), replies.waker()]);
         ProcessLink {
+            wakers,
             worker,
             child,
             requests: Mutex::new(requests),
@@ -90,6 +94,12 @@ impl ProcessLink {
 
     pub fn child(&self) -> &Child {
         &self.child
+    }
+
+    /// Wakes the threads waiting on this worker's rings, so that they look at the session
+    /// again (its death, or another worker's) at once.
+    pub fn wakers(&self) -> Arc<[Waker; 2]> {
+        self.wakers.clone()
     }
 
     /// Where the watcher records why the worker is gone.

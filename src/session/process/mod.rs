@@ -79,6 +79,7 @@ pub(crate) fn start_workers(
     }
     let deaths: Vec<(Arc<OnceLock<Error>>, i32)> =
         links.iter().map(|l| (l.death(), l.pid())).collect();
+    let wakers: Vec<_> = links.iter().map(ProcessLink::wakers).collect();
     let watcher = Watcher::new(move |worker, cause| {
         if let Some((death, pid)) = deaths.get(worker) {
             let error = cause.worker_error(worker, *pid);
@@ -86,6 +87,10 @@ pub(crate) fn start_workers(
             // A worker that ends after the session told it to stop has not broken it.
             if !session.stopping.load(Ordering::SeqCst) {
                 let _ = session.broken.set(error);
+            }
+            // Every wait on the session fails now: wake those parked on any worker's rings.
+            for waker in wakers.iter().flat_map(|pair| pair.iter()) {
+                waker.wake();
             }
         }
     })?;
