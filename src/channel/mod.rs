@@ -16,7 +16,7 @@ use crate::sync::ArrayQueue;
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread::Thread;
 use crate::sync::time::Instant;
-pub(crate) use wait::{PARK_SLICE, SharedSleeper};
+pub(crate) use wait::{PARK_SLICE, SharedSleeper, Watchers};
 pub use wait::{Sleeper, SpinPolicy};
 
 pub struct Channel<T> {
@@ -72,9 +72,9 @@ impl<T> Channel<T> {
             Ok(()) => return Ok(()),
             Err(back) => Some(back),
         };
-        // Full: keep the consumer awake and retry. The consumer does not wake senders, so the
-        // wait below parks only in short slices (it re-polls at least every 20 ms).
-        self.room.wait(
+        // Full: keep the consumer awake and retry. The consumer does not wake senders (that
+        // would cost every receive a fence), so the wait below parks in short slices.
+        self.room.wait_unwoken(
             policy,
             deadline,
             || "sending to a full worker queue".to_string(),

@@ -10,11 +10,13 @@
 //! waiter parks: a thread of this process parks and is unparked ([`Sleeper`]), a process
 //! sleeps on a futex word in shared memory that its peer process wakes ([`SharedSleeper`]).
 
+use std::sync::PoisonError;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::futex::Futex;
 use crate::sync::thread::{self, Thread};
@@ -30,6 +32,10 @@ const PAUSES: u32 = 31;
 const PAUSES: u32 = 1;
 /// A parked waiter wakes at least this often to check that its peer is still there.
 pub(crate) const PARK_SLICE: Duration = Duration::from_millis(20);
+/// The first park of a waiter that nobody wakes; each next one is twice as long, up to
+/// [`PARK_SLICE`]: room in a queue comes back soon after the consumer gets a CPU, and a waiter
+/// that slept a whole slice would stall its session for that long.
+const FIRST_UNWOKEN_SLICE: Duration = Duration::from_micros(50);
 
 /// How long to spin and yield before parking.
 #[derive(Clone, Copy, Debug)]
@@ -73,12 +79,13 @@ trait Park {
 fn wait_for<T>(
     sleeper: &impl Park,
     policy: SpinPolicy,
-    slice: Duration,
+    slices: (Duration, Duration),
     deadline: Option<Instant>,
     what: impl Fn() -> String,
     mut check: impl FnMut() -> Result<()>,
     mut poll: impl FnMut() -> Option<T>,
 ) -> Result<T> {
+    let (mut slice, longest) = slices;
     loop {
         if let Some(value) = poll() {
             return Ok(value);
@@ -110,7 +117,7 @@ fn wait_for<T>(
             sleeper.announce(false);
             return Err(error);
         }
-        let slice = match deadline {
+        let park = match deadline {
             Some(deadline) => {
                 let now = Instant::now();
                 if now >= deadline {
@@ -124,7 +131,8 @@ fn wait_for<T>(
             }
             None => slice,
         };
-        sleeper.park(slice);
+        sleeper.park(park);
+        slice = (slice * 2).min(longest);
         sleeper.announce(false);
         check()?;
     }
@@ -182,7 +190,103 @@ impl Sleeper {
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        wait_for(self, policy, PARK_SLICE, deadline, what, check, poll)
+        wait_for(
+            self,
+            policy,
+            (PARK_SLICE, PARK_SLICE),
+            deadline,
+            what,
+            check,
+            poll,
+        )
+    }
+
+    /// [`Sleeper::wait`] for a waiter that nobody wakes (any number of threads may wait so on
+    /// one flag): it parks for 50 µs first, then twice as long each time, up to 20 ms.
+    pub fn wait_unwoken<T>(
+        &self,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        check: impl FnMut() -> Result<()>,
+        poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        wait_for(
+            self,
+            policy,
+            (FIRST_UNWOKEN_SLICE, PARK_SLICE),
+            deadline,
+            what,
+            check,
+            poll,
+        )
+    }
+}
+
+/// The "I am asleep" flags of any number of waiting threads of this process, which the side
+/// that makes progress wakes all at once.
+#[derive(Default)]
+pub(crate) struct Watchers {
+    /// Whether some thread announced that it sleeps; written by swaps, as [`Sleeper`]'s flag.
+    watched: CachePadded<AtomicBool>,
+    /// The threads that announced it. A thread that stopped waiting stays listed until the
+    /// next wake-up, which costs it a spurious unpark (every park here tolerates those).
+    threads: Mutex<Vec<Thread>>,
+}
+
+impl Park for Watchers {
+    fn announce(&self, sleeping: bool) {
+        if sleeping {
+            let me = thread::current();
+            let mut threads = self.threads.lock().unwrap_or_else(PoisonError::into_inner);
+            if !threads.iter().any(|t| t.id() == me.id()) {
+                threads.push(me);
+            }
+            self.watched.swap(true, Ordering::Relaxed);
+        }
+    }
+
+    fn claim(&self) -> bool {
+        self.watched.load(Ordering::Relaxed) && self.watched.swap(false, Ordering::AcqRel)
+    }
+
+    fn park(&self, slice: Duration) {
+        thread::park_timeout(slice);
+    }
+}
+
+impl Watchers {
+    /// Wakes every thread that announced it sleeps; otherwise costs a fence and one load. Call
+    /// after making the progress they wait for visible.
+    pub(crate) fn wake_all(&self) {
+        fence(Ordering::SeqCst); // pairs with the fence in `wait_for`
+        if self.claim() {
+            let threads =
+                std::mem::take(&mut *self.threads.lock().unwrap_or_else(PoisonError::into_inner));
+            for thread in threads {
+                thread.unpark();
+            }
+        }
+    }
+
+    /// Waits until `poll` gives a value, as [`Sleeper::wait`] does (a deadline ends it with
+    /// a timeout error that names `what`); any thread may.
+    pub(crate) fn wait<T>(
+        &self,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+        poll: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
+        wait_for(
+            self,
+            policy,
+            (PARK_SLICE, PARK_SLICE),
+            deadline,
+            what,
+            || Ok(()),
+            poll,
+        )
     }
 }
 
@@ -251,6 +355,6 @@ impl SharedSleeper {
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
-        wait_for(self, policy, slice, deadline, what, check, poll)
+        wait_for(self, policy, (slice, slice), deadline, what, check, poll)
     }
 }

@@ -18,7 +18,7 @@ use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply,
 #[cfg(not(loom))]
 use super::process;
 use super::registers::{Reg, RegisterIds};
-use super::worker::{self, WorkerInfo, WorkerShared};
+use super::worker::{self, Exited, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
@@ -238,7 +238,7 @@ impl Session {
         let mut started = Vec::with_capacity(num_workers);
         for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
-                exited: AtomicBool::new(false),
+                exited: Exited::default(),
                 stopping: AtomicBool::new(false),
                 ccl_generation: AtomicU64::new(0),
                 timeout: options.timeout,
@@ -264,7 +264,7 @@ impl Session {
                     if !failed {
                         worker::run(thread_shared, &thread_channel, info, spin, cpu.is_some());
                     } else {
-                        thread_shared.exited.store(true, Ordering::SeqCst);
+                        thread_shared.exited.mark();
                     }
                 })
                 .map_err(|e| Error::runtime(format!("cannot start worker thread {id}: {e}")));

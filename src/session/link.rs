@@ -75,7 +75,7 @@ impl WorkerLink {
     pub fn alive(&self, worker: usize) -> Result<()> {
         match self {
             WorkerLink::Thread(link) => {
-                if link.shared.exited.load(Ordering::SeqCst) {
+                if link.shared.exited.is_set() {
                     return Err(Error::new(
                         ErrorKind::SessionClosed,
                         format!("worker {worker} has exited"),
@@ -194,19 +194,20 @@ impl WorkerLink {
                 if me == Some(worker) && thread::current().id() == handle.thread().id() {
                     return Ok(()); // it exits when it returns to its loop
                 }
-                if let Some(deadline) = deadline {
-                    while !thread::is_finished(&handle) {
-                        if Instant::now() >= deadline {
-                            return Err(Error::new(
+                if deadline.is_some() {
+                    // A worker that does not stop in time is left running, its thread detached.
+                    link.shared
+                        .exited
+                        .wait(deadline, || format!("worker {worker} stopping"))
+                        .map_err(|_| {
+                            Error::new(
                                 ErrorKind::Timeout,
                                 format!(
                                     "worker {worker} did not stop in time; its thread is left \
                                      running"
                                 ),
-                            ));
-                        }
-                        thread::sleep(Duration::from_micros(200));
-                    }
+                            )
+                        })?;
                 }
                 let _ = handle.join();
                 Ok(())

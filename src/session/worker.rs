@@ -11,18 +11,18 @@ use super::controller::Session;
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CUDA};
-use crate::channel::Channel;
-use crate::channel::SpinPolicy;
+use crate::channel::{Channel, SpinPolicy, Watchers};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::time::Instant;
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
 pub struct WorkerShared {
     /// Set when the worker thread has left its loop (normally or not).
-    pub exited: AtomicBool,
+    pub exited: Exited,
     /// Set by shutdown before it tells the worker to stop: a device wait of a worker with NCCL
     /// communicators (which could wait forever for a peer) sees it and gives up.
     pub stopping: AtomicBool,
@@ -35,6 +35,33 @@ pub struct WorkerShared {
     pub timeout: Option<Duration>,
     /// The session, once it exists (for the worker's own handle; weak, so no cycle).
     pub session: OnceLock<Weak<Session>>,
+}
+
+/// Whether a worker thread has left its loop, and the threads waiting for that.
+#[derive(Default)]
+pub struct Exited {
+    flag: AtomicBool,
+    watchers: Watchers,
+}
+
+impl Exited {
+    /// Records that the worker left its loop and wakes whoever waits for it.
+    pub fn mark(&self) {
+        self.flag.store(true, Ordering::SeqCst);
+        self.watchers.wake_all();
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.flag.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the worker left its loop, or `deadline` passes (a timeout naming `what`).
+    pub fn wait(&self, deadline: Option<Instant>, what: impl Fn() -> String) -> Result<()> {
+        self.watchers
+            .wait(SpinPolicy::default(), deadline, what, || {
+                self.is_set().then_some(())
+            })
+    }
 }
 
 /// Who a worker is, as the functions it runs see it.
@@ -113,7 +140,7 @@ impl Drop for ExitGuard {
         // The stream finishes its work on the worker's thread, which made it.
         drop(STREAM.with(|s| s.borrow_mut().take()));
         CURRENT.with(|c| c.borrow_mut().take());
-        self.0.exited.store(true, Ordering::SeqCst);
+        self.0.exited.mark();
     }
 }
 

@@ -6,9 +6,8 @@
 //! modules, driven by `tests/loom.rs`) explore its interleavings.
 //!
 //! A model has no clock. There, a timed park is a plain park: a model deadlocks, and fails,
-//! wherever progress would wait for a timeout instead of a wake-up. Sleeping is yielding, a
-//! deadline-bound wait for a thread to finish finds it finished (models use no timeouts), and
-//! `time::Instant` is a counter that every reading advances, so a spin bounded by time
+//! wherever progress would wait for a timeout instead of a wake-up (models use no timeouts),
+//! and `time::Instant` is a counter that every reading advances, so a spin bounded by time
 //! polls the same number of times in every run of a model.
 
 #[cfg(not(loom))]
@@ -51,14 +50,7 @@ pub(crate) use loom_thread_local as thread_local;
 /// Threads: the standard library's.
 #[cfg(not(loom))]
 pub(crate) mod thread {
-    pub(crate) use std::thread::{
-        Builder, JoinHandle, Thread, current, park_timeout, sleep, yield_now,
-    };
-
-    /// Whether the thread has finished.
-    pub(crate) fn is_finished<T>(handle: &JoinHandle<T>) -> bool {
-        handle.is_finished()
-    }
+    pub(crate) use std::thread::{Builder, JoinHandle, Thread, current, park_timeout, yield_now};
 }
 
 /// Threads: loom's, with the clock-bound calls mapped as the module documentation says.
@@ -70,14 +62,6 @@ pub(crate) mod thread {
 
     pub(crate) fn park_timeout(_: Duration) {
         loom::thread::park();
-    }
-
-    pub(crate) fn sleep(_: Duration) {
-        yield_now();
-    }
-
-    pub(crate) fn is_finished<T>(_: &JoinHandle<T>) -> bool {
-        true
     }
 }
 

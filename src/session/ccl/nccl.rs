@@ -645,12 +645,13 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::worker::Exited;
     use crate::sync::atomic::{AtomicBool, AtomicU64};
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
         let shared = Arc::new(WorkerShared {
-            exited: AtomicBool::new(false),
+            exited: Exited::default(),
             stopping: AtomicBool::new(false),
             ccl_generation: AtomicU64::new(3),
             timeout: None,

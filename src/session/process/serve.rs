@@ -23,7 +23,7 @@ use crate::object::{Any, Error, Result, Tensor};
 use crate::session::builtins;
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
-use crate::session::worker::{Worker, WorkerInfo, WorkerShared};
+use crate::session::worker::{Exited, Worker, WorkerInfo, WorkerShared};
 use crate::sync::atomic::{AtomicBool, AtomicU64};
 use crate::wire::{Frame, Limits, Value};
 
@@ -155,7 +155,7 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     }
     builtins::register();
     let shared = Arc::new(WorkerShared {
-        exited: AtomicBool::new(false),
+        exited: Exited::default(),
         stopping: AtomicBool::new(false),
         ccl_generation: AtomicU64::new(0),
         timeout: args.timeout,
