@@ -44,6 +44,17 @@ fn each_worker_is_a_process_of_its_own_running_calls_in_order() {
     assert!(ids.iter().all(|&p| p != std::process::id() as i32));
     assert_eq!(ids.len(), 3);
     assert!(ids[0] != ids[1] && ids[1] != ids[2] && ids[0] != ids[2]);
+    // Each leads a process group of its own: a terminal's Ctrl-C reaches the controller alone.
+    // SAFETY: plain queries of process ids.
+    let own_group = unsafe { libc::getpgid(0) };
+    for &pid in &ids {
+        assert_eq!(
+            unsafe { libc::getpgid(pid) },
+            pid,
+            "worker {pid}'s process group"
+        );
+        assert_ne!(pid, own_group);
+    }
 
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let ranks = call(&s, &rank, &[]);

@@ -684,8 +684,10 @@ impl Drop for SpawnFileActions {
     }
 }
 
-/// posix_spawn's attributes: an empty signal mask, and SIGPIPE and SIGXFSZ at their default
-/// actions (a controller may ignore them, and ignored signals stay ignored across exec).
+/// posix_spawn's attributes: an empty signal mask, SIGPIPE and SIGXFSZ at their default
+/// actions (a controller may ignore them, and ignored signals stay ignored across exec), and a
+/// process group of the worker's own, so that a terminal's Ctrl-C reaches the controller alone
+/// (which decides what becomes of its workers; they end with it in any case).
 struct SpawnAttributes(Box<libc::posix_spawnattr_t>);
 
 impl SpawnAttributes {
@@ -699,7 +701,9 @@ impl SpawnAttributes {
         // SAFETY: plain C data, for which all-zero bytes are a valid value; sigemptyset
         // initialises them before use.
         let (mut empty, mut defaults) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        let flags = libc::POSIX_SPAWN_SETSIGMASK | libc::POSIX_SPAWN_SETSIGDEF;
+        let flags = libc::POSIX_SPAWN_SETSIGMASK
+            | libc::POSIX_SPAWN_SETSIGDEF
+            | libc::POSIX_SPAWN_SETPGROUP;
         // SAFETY: `attr` was initialised above; the set functions only write the sets they are
         // given, and the attribute setters copy them.
         unsafe {
@@ -709,6 +713,7 @@ impl SpawnAttributes {
             libc::sigaddset(&mut defaults, libc::SIGXFSZ);
             os_result(libc::posix_spawnattr_setsigmask(attr, &empty))?;
             os_result(libc::posix_spawnattr_setsigdefault(attr, &defaults))?;
+            os_result(libc::posix_spawnattr_setpgroup(attr, 0))?;
             os_result(libc::posix_spawnattr_setflags(attr, flags as libc::c_short))?;
         }
         Ok(attributes)
