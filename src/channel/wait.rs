@@ -269,13 +269,14 @@ impl Watchers {
         }
     }
 
-    /// Waits until `poll` gives a value, as [`Sleeper::wait`] does (a deadline ends it with
-    /// a timeout error that names `what`); any thread may.
+    /// Waits until `poll` gives a value, as [`Sleeper::wait`] does (`check` may end it with an
+    /// error, a deadline with a timeout error that names `what`); any thread may.
     pub(crate) fn wait<T>(
         &self,
         policy: SpinPolicy,
         deadline: Option<Instant>,
         what: impl Fn() -> String,
+        check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
         wait_for(
@@ -284,7 +285,7 @@ impl Watchers {
             (PARK_SLICE, PARK_SLICE),
             deadline,
             what,
-            || Ok(()),
+            check,
             poll,
         )
     }

@@ -57,10 +57,13 @@ impl Exited {
 
     /// Waits until the worker left its loop, or `deadline` passes (a timeout naming `what`).
     pub fn wait(&self, deadline: Option<Instant>, what: impl Fn() -> String) -> Result<()> {
-        self.watchers
-            .wait(SpinPolicy::default(), deadline, what, || {
-                self.is_set().then_some(())
-            })
+        self.watchers.wait(
+            SpinPolicy::default(),
+            deadline,
+            what,
+            || Ok(()),
+            || self.is_set().then_some(()),
+        )
     }
 }
 

@@ -29,9 +29,13 @@ impl Progress {
     /// Returns once `done() >= seq`.
     pub fn wait_for(&self, seq: u64) {
         self.watchers
-            .wait(SpinPolicy::default(), None, String::new, || {
-                (self.done() >= seq).then_some(())
-            })
+            .wait(
+                SpinPolicy::default(),
+                None,
+                String::new,
+                || Ok(()),
+                || (self.done() >= seq).then_some(()),
+            )
             .expect("a wait without deadline cannot fail");
     }
 }

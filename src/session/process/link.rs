@@ -13,24 +13,20 @@ use std::time::Duration;
 use super::arena::Arena;
 use super::launch::Child;
 use crate::abi::DLDevice;
-use crate::channel::SpinPolicy;
 use crate::channel::ring::{Consumer, Producer, Waker};
+use crate::channel::{SpinPolicy, Watchers};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::thread;
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// How a reply completes its request; returns the failure it carried when the waiter gave up,
 /// for the next wait to report.
 type Pending = Box<dyn FnOnce(Result<Value>) -> Option<Error> + Send>;
-
-/// How long a waiting thread that does not read the ring parks between looks at it.
-const ASIDE: Duration = Duration::from_millis(1);
 
 /// One worker process, as the controller reaches it.
 pub(crate) struct ProcessLink {
@@ -44,12 +40,30 @@ pub(crate) struct ProcessLink {
     death: Arc<OnceLock<Error>>,
     /// What every worker's link in the session shares.
     session: Arc<SessionLinks>,
-    /// Wakes the threads waiting on the two rings (for room, for a reply).
-    wakers: Arc<[Waker; 2]>,
+    /// Wakes the threads waiting on this worker.
+    wakers: Arc<LinkWakers>,
     /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
     /// worker thread keeps it for its next sync.
     carried: Mutex<Option<Error>>,
     limits: Limits,
+}
+
+/// Whoever waits on one worker process: threads parked on its two rings (for room, for a
+/// reply), and threads waiting for their reply while another thread reads the ring ("aside";
+/// the reader wakes them whenever it delivers a reply and when it lets go of the ring).
+pub(crate) struct LinkWakers {
+    rings: [Waker; 2],
+    aside: Watchers,
+}
+
+impl LinkWakers {
+    /// Wakes them all, to look at the session again (a worker died).
+    pub fn wake_all(&self) {
+        for ring in &self.rings {
+            ring.wake();
+        }
+        self.aside.wake_all();
+    }
 }
 
 /// What the links to a session's worker processes share.
@@ -72,7 +86,10 @@ impl ProcessLink {
         death: Arc<OnceLock<Error>>,
         session: Arc<SessionLinks>,
     ) -> ProcessLink {
-        let wakers = Arc::new([requests.waker(), replies.waker()]);
+        let wakers = Arc::new(LinkWakers {
+            rings: [requests.waker(), replies.waker()],
+            aside: Watchers::default(),
+        });
         ProcessLink {
             wakers,
             worker,
@@ -98,7 +115,7 @@ impl ProcessLink {
 
     /// Wakes the threads waiting on this worker's rings, so that they look at the session
     /// again (its death, or another worker's) at once.
-    pub fn wakers(&self) -> Arc<[Waker; 2]> {
+    pub fn wakers(&self) -> Arc<LinkWakers> {
         self.wakers.clone()
     }
 
@@ -466,28 +483,52 @@ impl ProcessLink {
             }
             let Ok(mut replies) = self.replies.try_lock() else {
                 // Another thread reads the ring: it completes this reply, or lets go of it.
-                self.alive()?;
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(timed_out(what));
-                }
-                thread::park_timeout(ASIDE);
-                continue;
-            };
-            loop {
-                if let Some(value) = reply.try_take() {
+                let woken = self.wakers.aside.wait(
+                    spin,
+                    deadline,
+                    what,
+                    || self.alive(),
+                    || match reply.try_take() {
+                        Some(value) => Some(Some(value)),
+                        None => self.replies.try_lock().ok().map(|_| None),
+                    },
+                )?;
+                if let Some(value) = woken {
                     return Ok(self.report_carried(value));
                 }
-                let frame = match replies.recv(spin, deadline, || self.alive()) {
-                    Ok(frame) => frame,
-                    Err(error) if error.kind == ErrorKind::Timeout => {
-                        return Err(timed_out(what));
-                    }
-                    Err(error) => return Err(error),
-                };
-                let decoded = Frame::decode(&frame, &self.limits);
-                drop(frame);
-                self.deliver(decoded?)?;
+                continue; // the ring is free to read
+            };
+            let read = self.read_until(&mut replies, reply, spin, deadline, what);
+            drop(replies);
+            self.wakers.aside.wake_all();
+            return read;
+        }
+    }
+
+    /// Reads replies and delivers them until `reply` has its own.
+    fn read_until<T>(
+        &self,
+        replies: &mut Consumer,
+        reply: &Reply<T>,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        what: &impl Fn() -> String,
+    ) -> Result<Result<T>> {
+        loop {
+            if let Some(value) = reply.try_take() {
+                return Ok(self.report_carried(value));
             }
+            let frame = match replies.recv(spin, deadline, || self.alive()) {
+                Ok(frame) => frame,
+                Err(error) if error.kind == ErrorKind::Timeout => {
+                    return Err(timed_out(what));
+                }
+                Err(error) => return Err(error),
+            };
+            let decoded = Frame::decode(&frame, &self.limits);
+            drop(frame);
+            self.deliver(decoded?)?;
+            self.wakers.aside.wake_all();
         }
     }
 

@@ -89,8 +89,8 @@ pub(crate) fn start_workers(
                 let _ = session.broken.set(error);
             }
             // Every wait on the session fails now: wake those parked on any worker's rings.
-            for waker in wakers.iter().flat_map(|pair| pair.iter()) {
-                waker.wake();
+            for waiting in &wakers {
+                waiting.wake_all();
             }
         }
     })?;
