@@ -227,14 +227,16 @@ impl Sleeper {
 /// that makes progress wakes all at once.
 #[derive(Default)]
 pub(crate) struct Watchers {
-    /// Whether some thread announced that it sleeps; written by swaps, as [`Sleeper`]'s flag.
-    watched: CachePadded<AtomicBool>,
+    /// Whether some thread announced that it sleeps.
+    watched: Sleeper,
     /// The threads that announced it. A thread that stopped waiting stays listed until the
     /// next wake-up, which costs it a spurious unpark (every park here tolerates those).
     threads: Mutex<Vec<Thread>>,
 }
 
 impl Park for Watchers {
+    /// Only announcements of sleep are made: a thread that stopped waiting stays announced
+    /// (and listed) until the next wake-up.
     fn announce(&self, sleeping: bool) {
         if sleeping {
             let me = thread::current();
@@ -242,16 +244,16 @@ impl Park for Watchers {
             if !threads.iter().any(|t| t.id() == me.id()) {
                 threads.push(me);
             }
-            self.watched.swap(true, Ordering::Relaxed);
+            self.watched.announce(true);
         }
     }
 
     fn claim(&self) -> bool {
-        self.watched.load(Ordering::Relaxed) && self.watched.swap(false, Ordering::AcqRel)
+        self.watched.claim()
     }
 
     fn park(&self, slice: Duration) {
-        thread::park_timeout(slice);
+        self.watched.park(slice);
     }
 }
 

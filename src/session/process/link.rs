@@ -478,9 +478,6 @@ impl ProcessLink {
         what: &impl Fn() -> String,
     ) -> Result<Result<T>> {
         loop {
-            if let Some(value) = reply.try_take() {
-                return Ok(self.report_carried(value));
-            }
             let Ok(mut replies) = self.replies.try_lock() else {
                 // Another thread reads the ring: it completes this reply, or lets go of it.
                 let woken = self.wakers.aside.wait(
