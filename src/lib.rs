@@ -41,3 +41,17 @@ pub mod vm;
 pub mod wire;
 
 pub use object::{Any, AnyView, Error, ErrorKind, Result};
+
+/// The type keys of every kind of object the library hands out, each given its type index now
+/// (libtvm_ffi's, when it is in the process).
+pub fn object_type_keys() -> Vec<&'static str> {
+    use object::ObjectType;
+    let _ = (
+        session::DRefCell::type_index(),
+        session::SessionCell::type_index(),
+        session::WorkerCell::type_index(),
+        object::module::ModuleCell::type_index(),
+        vm::StreamCell::type_index(),
+    );
+    object::type_key::dynamic_keys()
+}

@@ -184,6 +184,92 @@ fn dropping_drefs_never_waits_for_room_in_a_full_queue(kind: Kind) {
     assert_eq!(s.live_registers(0).unwrap(), 0);
 }
 
+each_kind!(a_bound_call_is_a_call_with_its_function_checked_once);
+fn a_bound_call_is_a_call_with_its_function_checked_once(kind: Kind) {
+    let s = session(kind, 2);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let bound = s.bind(Target::All, rank.clone()).unwrap();
+    let ranks = bound.call(&[]).unwrap();
+    let on_one = s
+        .bind(Target::One(1), rank.clone())
+        .unwrap()
+        .call(&[])
+        .unwrap();
+    assert_eq!(
+        (0..2)
+            .map(|w| int(s.get_register(ranks.reg(), w).unwrap()))
+            .collect::<Vec<_>>(),
+        [0, 1]
+    );
+    assert_eq!(int(s.get_register(on_one.reg(), 1).unwrap()), 1);
+    let other = session(kind, 2);
+    let foreign = other.get_global_func("runtime.disco.worker_rank").unwrap();
+    let refused = s.bind(Target::All, foreign).err().unwrap();
+    assert_error(
+        &refused,
+        ErrorKind::Value,
+        "`func` is a DRef of another session",
+    );
+    let refused = s.bind(Target::One(2), rank).err().unwrap();
+    assert_error(&refused, ErrorKind::Index, "worker 2 out of range");
+    // Only a call to one worker thread can be tried without waiting.
+    assert_eq!(bound.single_thread(), None);
+    assert!(bound.try_call(&[]).unwrap().is_none());
+}
+
+/// Threads only: a try queues into one worker thread's queue, which worker processes do not
+/// have (a bound call to one of them is never tried).
+#[test]
+fn a_bound_call_tried_without_waiting_sends_nothing_when_it_would_wait() {
+    let s = session(Kind::Threads, 1);
+    let gate = Gate::new();
+    let hold = s.get_global_func("proc.wait_for").unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let bound = s.bind(Target::All, rank.clone()).unwrap();
+    assert_eq!(bound.single_thread(), Some(0));
+    s.sync_all().unwrap(); // the queue is empty
+    let first = call(&s, &hold, &[Any::from(gate.path())]);
+    // The worker is held: tries fill its queue, and the first that finds no room sends nothing.
+    let mut sent = Vec::new();
+    while let Some(dref) = bound.try_call(&[]).unwrap() {
+        sent.push(dref);
+        assert!(
+            sent.len() <= QUEUE_CAPACITY,
+            "a try queued past the queue's capacity"
+        );
+    }
+    assert!(
+        sent.len() >= QUEUE_CAPACITY - 1,
+        "only {} tries were sent",
+        sent.len()
+    );
+    // A free that finds no room waits to be queued with the next send: tries leave it to a
+    // call that may wait.
+    drop(sent.pop());
+    gate.release_one();
+    let flushed = std::iter::repeat_with(|| bound.try_call(&[]).unwrap())
+        .take(1000)
+        .all(|tried| tried.is_none());
+    assert!(
+        flushed,
+        "a try went out before the free waiting for the next send"
+    );
+    let waited = bound.call(&[]).unwrap();
+    s.sync_all().unwrap();
+    let tried = bound
+        .try_call(&[])
+        .unwrap()
+        .expect("a try with room is sent");
+    s.sync_all().unwrap();
+    for dref in sent.iter().chain([&waited, &tried]) {
+        assert_eq!(int(s.get_register(dref.reg(), 0).unwrap()), 0);
+    }
+    drop((sent, waited, tried, first));
+    // The tries that were refused left no register behind.
+    assert_eq!(s.live_registers(0).unwrap(), 2, "hold and rank remain");
+    drop((hold, rank, bound));
+}
+
 each_kind!(eight_host_threads_lose_no_call);
 fn eight_host_threads_lose_no_call(kind: Kind) {
     let s = session(kind, 2);

@@ -16,8 +16,9 @@ loaded through tvm-ffi.
         sess.copy_from_worker_0(out, y)
 
 The library is ``$DISCOVM_LIBRARY`` if set, else the one installed with this package
-(``pip install ./python`` builds it into the package's ``lib/``); it is loaded on first use. Its functions, the C API's without the ``dvm_`` prefix, are reachable as
-``discovm.library()``.
+(``pip install ./python`` builds it into the package's ``lib/``); it is loaded with the package,
+or on first use when it is not there then. Its functions, the C API's without the ``dvm_``
+prefix, are reachable as ``discovm.library()``.
 """
 
 from ._library import LIBRARY_ENV, library_path
@@ -70,3 +71,10 @@ __all__ = [
     "remove_global_func",
     "version",
 ]
+
+try:
+    # Loaded now, tvm-ffi gives the library's DRefs the class DRef from the first one, even
+    # those of its functions called through tvm-ffi directly.
+    library()
+except Exception:  # noqa: BLE001 - not there, or not loadable: the first use raises why
+    pass

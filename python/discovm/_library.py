@@ -49,4 +49,22 @@ def library_path() -> Path:
 def module() -> tvm_ffi.Module:
     """The library, loaded once as a tvm-ffi module: its functions are the C API's without the
     ``dvm_`` prefix (``module().session_new_threaded(4, 1)``)."""
-    return tvm_ffi.load_module(str(library_path()))
+    library = tvm_ffi.load_module(str(library_path()))
+    _register_classes(library)
+    return library
+
+
+def _register_classes(library: tvm_ffi.Module) -> None:
+    """Makes :class:`~discovm.DRef` tvm-ffi's class for the library's DRefs, before any comes
+    back: a function that returns one then returns a ``DRef``, with no wrapper to build."""
+    from .session import DREF_TYPE_KEY, DRef  # noqa: PLC0415 - the session module imports this one
+
+    library.object_type_keys()  # gives the library's object types their indices now
+    try:
+        tvm_ffi.register_object(DREF_TYPE_KEY)(DRef)
+    except ValueError as error:  # tvm-ffi made a class of its own for a DRef already
+        raise RuntimeError(
+            "a function of the library returned a DRef through tvm-ffi before the discovm "
+            "package loaded the library, so tvm-ffi gave DRefs a class of its own: import "
+            "discovm before calling the library's functions directly"
+        ) from error

@@ -20,7 +20,7 @@ import os
 import sys
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import tvm_ffi
@@ -38,21 +38,43 @@ IMPORT_MODULE = "discovm.worker.import_python_module"
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
 
-class DRef:
+#: The type key of the library's DRef objects; :class:`DRef` is tvm-ffi's class for it.
+DREF_TYPE_KEY = "discovm.DRef"
+
+#: Returns its argument: as a constructor, it gives a new reference to an object.
+_same_object = tvm_ffi.convert(lambda value: value)
+
+_D = TypeVar("_D", bound="DRef")
+
+
+class DRef(tvm_ffi.Object):
     """A value on every worker of a session: one register, named on each worker by the same
     number. Passed to a call, it becomes each worker's own value. The register is freed on
-    every worker when the last reference goes, after the calls sent before."""
+    every worker when the last reference goes, after the calls sent before.
 
-    __slots__ = ("_handle", "session")
+    A DRef is the library's object itself (tvm-ffi's class for the type ``discovm.DRef``), so
+    it passes to any tvm-ffi function as it is.
+    """
 
-    def __init__(self, handle: tvm_ffi.Object, session: Session) -> None:
-        self._handle = handle
+    __slots__ = ("session",)
+
+    def __init__(self, dref: DRef, session: Session) -> None:
+        """Another reference to the register ``dref`` names, in ``session`` (to see a DRef as
+        a :class:`DPackedFunc` or a :class:`DModule`)."""
+        if not isinstance(dref, DRef):
+            raise TypeError(f"expected a DRef but got {type(dref).__name__}")
+        self.__init_handle_by_constructor__(_same_object, dref)
         #: The session the register belongs to (kept alive while this DRef lives).
         self.session = session
 
-    def __tvm_ffi_object__(self) -> tvm_ffi.Object:
-        """The library's object, so that a DRef passes as an argument to any tvm-ffi call."""
-        return self._handle
+    @classmethod
+    def _adopt(cls: type[_D], dref: DRef, session: Session) -> _D:
+        """``dref``, just returned by a library function and held nowhere else, as a ``cls``
+        of ``session`` (it takes over the reference; ``dref`` is left empty)."""
+        adopted = cls.__new__(cls)
+        adopted.__move_handle_from__(dref)
+        adopted.session = session
+        return adopted
 
     def debug_get_from_remote(self, worker_id: int) -> Any:
         """The value the register holds on worker ``worker_id``, after the calls sent before.
@@ -64,14 +86,15 @@ class DRef:
         WorkerError
             If the call that should have filled the register failed there.
         """
-        return _remote_value(module().dref_get(self._handle, worker_id))
+        return _remote_value(module().dref_get(self, worker_id))
 
     def debug_copy_from(self, worker_id: int, value: SupportsDLPack) -> None:
         """Sets the register on worker ``worker_id`` to a copy of the array ``value``."""
-        module().dref_set(self._handle, worker_id, np.array(_convert.host_array(value), copy=True))
+        module().dref_set(self, worker_id, np.array(_convert.host_array(value), copy=True))
 
     def __repr__(self) -> str:
-        return f"<discovm.DRef of {self.session!r}>"
+        # A DRef from the library's functions called directly has no session.
+        return f"<discovm.{type(self).__name__} of {getattr(self, 'session', None)!r}>"
 
 
 def _remote_value(value: Any) -> Any:
@@ -82,23 +105,39 @@ def _remote_value(value: Any) -> Any:
     return value
 
 
-_new_dref = DRef.__new__
-
-
 class DPackedFunc(DRef):
     """A function on every worker: calling it calls it on all of them (see
     :meth:`Session.call_packed`)."""
 
-    __slots__ = ("_call",)
+    __slots__ = ("_call", "_call_waiting")
 
-    def __init__(self, handle: tvm_ffi.Object, session: Session) -> None:
-        super().__init__(handle, session)
-        # The library's call, bound to the session: a call costs one Python frame.
-        self._call = functools.partial(module().session_call, session._handle, handle)
+    def __init__(self, dref: DRef, session: Session) -> None:
+        super().__init__(dref, session)
+        self._bind()
+
+    @classmethod
+    def _adopt(cls, dref: DRef, session: Session) -> DPackedFunc:
+        func = super()._adopt(dref, session)
+        func._bind()
+        return func
+
+    def _bind(self) -> None:
+        # The library's call with the session and the function read once: a call costs one
+        # Python frame, and tvm-ffi makes its result a DRef. tvm-ffi releases the GIL around
+        # it, so that a call waiting for room in a full queue does not block workers running
+        # Python functions. A call to one worker thread is tried first with the GIL held (the
+        # release costs a tenth of a call): a try never waits, it returns None instead.
+        handle = self.session._handle
+        self._call = self._call_waiting = module().session_bind(handle, self)
+        tried = module().session_bind(handle, self, False)
+        if tried is not None:
+            tried.release_gil = False
+            self._call = tried
 
     def __call__(self, *args: Any) -> DRef:
-        result = _new_dref(DRef)
-        result._handle = self._call(*args)
+        result = self._call(*args)
+        if result is None:
+            result = self._call_waiting(*args)
         result.session = self.session
         return result
 
@@ -112,8 +151,9 @@ class DModule(DRef):
     def __getitem__(self, name: str) -> DPackedFunc:
         """The module's function ``name`` on every worker. A module without it fails each
         worker's next wait with a ``WorkerError`` naming the function."""
-        return DPackedFunc(
-            module().session_module_func(self.session._handle, self._handle, name), self.session
+        session = self.session
+        return DPackedFunc._adopt(
+            module().session_module_func(session._handle, self, name), session
         )
 
 
@@ -181,7 +221,7 @@ class Session:
         KeyError
             If no function is registered under ``name`` (checked now, not on the workers).
         """
-        return DPackedFunc(module().session_get_global_func(self._handle, name), self)
+        return DPackedFunc._adopt(module().session_get_global_func(self._handle, name), self)
 
     def load_module(self, path: str | os.PathLike[str]) -> DModule:
         """Loads the shared library at ``path`` on every worker, after the calls sent before.
@@ -193,7 +233,7 @@ class Session:
         ValueError
             If ``path`` is not a file (a library a worker cannot load fails its next wait).
         """
-        return DModule(module().session_load_module(self._handle, os.fspath(path)), self)
+        return DModule._adopt(module().session_load_module(self._handle, os.fspath(path)), self)
 
     def load_vm_module(
         self, path: str | os.PathLike[str], device: DeviceLike = None
@@ -220,7 +260,7 @@ class Session:
         if not os.path.isfile(path):
             raise ValueError(f"module path `{path}` is not a file")
         func = self._get_cached_method("runtime.disco.load_vm_module")
-        return DModule(func(path, _convert.device(device))._handle, self)
+        return DModule._adopt(func(path, _convert.device(device)), self)
 
     def import_python_module(self, module_name: str) -> None:
         """Imports a Python module for the workers (they are threads of this interpreter, so
@@ -239,7 +279,9 @@ class Session:
         DRef
             The results, one per worker.
         """
-        return DRef(module().session_call(self._handle, func, *args), self)
+        result = module().session_call(self._handle, func, *args)
+        result.session = self
+        return result
 
     def sync_worker(self, worker_id: int) -> None:
         """Waits until worker ``worker_id`` has run every call sent to it so far.

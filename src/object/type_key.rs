@@ -34,6 +34,12 @@ pub fn dynamic_index(key: &'static str) -> i32 {
     index
 }
 
+/// Every type key given an index so far, in the order they were first used.
+pub fn dynamic_keys() -> Vec<&'static str> {
+    let keys = DYNAMIC_KEYS.lock().unwrap_or_else(PoisonError::into_inner);
+    keys.iter().map(|(key, _)| *key).collect()
+}
+
 /// Fails if libtvm_ffi is in the process now but some object type was numbered before it came:
 /// tvm-ffi would take those objects for others of its own types.
 pub fn check_shared_with_libtvm_ffi() -> Result<()> {

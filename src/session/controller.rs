@@ -23,7 +23,7 @@ use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
-use crate::object::{Any, AnyView, Error, ErrorKind, Result, registry};
+use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use crate::sync::thread;
@@ -140,6 +140,66 @@ pub struct Session {
 pub enum Target {
     All,
     One(usize),
+}
+
+/// A function of a session bound to the workers it runs on (see [`Session::bind`]); it keeps
+/// the function's register, and so the session, alive.
+pub struct BoundCall {
+    target: Target,
+    func: DRef,
+}
+
+impl BoundCall {
+    /// Calls the function with `args`, as [`Session::call`] does.
+    pub fn call(&self, args: &[AnyView<'_>]) -> Result<DRef> {
+        self.func
+            .session()
+            .call_register(self.target, self.func.reg(), args)
+    }
+
+    /// The worker thread a call goes to, when it goes to one: only such a call can be tried
+    /// without waiting ([`BoundCall::try_call`]).
+    pub fn single_thread(&self) -> Option<usize> {
+        let session = self.func.session();
+        let worker = match self.target {
+            Target::One(worker) => worker,
+            Target::All if session.workers.len() == 1 => 0,
+            Target::All => return None,
+        };
+        matches!(session.workers[worker], WorkerLink::Thread(_)).then_some(worker)
+    }
+
+    /// [`BoundCall::call`] if it sends without waiting; `Ok(None)`, having sent nothing, when
+    /// it would wait: for room in the worker's queue, for frees to queue before it, or for
+    /// more than one worker or a worker process (see [`BoundCall::single_thread`]). A caller
+    /// that holds a lock a worker may need (Python's GIL) can call this while holding it.
+    pub fn try_call(&self, args: &[AnyView<'_>]) -> Result<Option<DRef>> {
+        match self.single_thread() {
+            Some(worker) => self
+                .func
+                .session()
+                .try_call_register(worker, self.func.reg(), args),
+            None => Ok(None),
+        }
+    }
+
+    /// [`BoundCall::call`] as a function of the call's arguments, which returns the DRef.
+    pub fn into_function(self) -> Function {
+        Function::from_closure(move |args| {
+            AnyView::validate_all(args, |i| format!("args[{i}]"))?;
+            Ok(self.call(args)?.into())
+        })
+    }
+
+    /// [`BoundCall::try_call`] as a function of the call's arguments, which returns the DRef,
+    /// or None for a call it did not send; None for a call that is never tried.
+    pub fn into_try_function(self) -> Option<Function> {
+        self.single_thread()?;
+        Some(Function::from_closure(move |args| {
+            AnyView::validate_all(args, |i| format!("args[{i}]"))?;
+            Ok(self.try_call(args)?.map_or(Any::None, Any::from))
+        }))
+    }
 }
 
 fn closed_error() -> Error {
@@ -490,7 +550,11 @@ impl Session {
         self.wait(worker, &reply, what, self.deadline())
     }
 
-    pub(super) fn check_owner(self: &Arc<Self>, dref: &DRef, name: &str) -> Result<()> {
+    pub(super) fn check_owner(
+        self: &Arc<Self>,
+        dref: &DRef,
+        name: impl std::fmt::Display,
+    ) -> Result<()> {
         if Arc::ptr_eq(dref.session(), self) {
             Ok(())
         } else {
@@ -531,14 +595,13 @@ impl Session {
 
     /// Argument `position` of a call, as the workers will get it (errors name it `args[i]`).
     fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
-        let name = format!("args[{position}]");
         if let Some(dref) = DRef::from_view(arg) {
-            self.check_owner(&dref, &name)?;
+            self.check_owner(&dref, format_args!("args[{position}]"))?;
             return Ok(Arg::Register(dref.reg()));
         }
         arg.to_owned()
             .map(Arg::Value)
-            .map_err(|e| e.context(format_args!("`{name}`")))
+            .map_err(|e| e.context(format_args!("`args[{position}]`")))
     }
 
     /// Calls the function in `func` with `args` on the target workers; DRef arguments become
@@ -550,23 +613,77 @@ impl Session {
         args: &[AnyView<'_>],
     ) -> Result<DRef> {
         self.check_owner(func, "func")?;
-        if self.is_closed() {
-            return Err(closed_error());
+        self.call_register(target, func.reg(), args)
+    }
+
+    /// `func` of this session bound to `target`, for calls that repeat: [`BoundCall::call`] is
+    /// [`Session::call`] without checking the target and the function again.
+    pub fn bind(self: &Arc<Self>, target: Target, func: DRef) -> Result<BoundCall> {
+        self.check_open()?;
+        self.check_owner(&func, "func")?;
+        if let Target::One(worker) = target {
+            self.worker_index(worker as i64)?;
+        }
+        Ok(BoundCall { target, func })
+    }
+
+    /// The arguments of a call, as the workers will get them (one `Arc` shared by all).
+    fn encode_args(self: &Arc<Self>, args: &[AnyView<'_>]) -> Result<Option<Arc<[Arg]>>> {
+        if args.is_empty() {
+            return Ok(None);
         }
         let args = args
             .iter()
             .enumerate()
             .map(|(i, a)| self.encode(i, a))
             .collect::<Result<Vec<_>>>()?;
-        let args: Option<Arc<[Arg]>> = (!args.is_empty()).then(|| args.into());
+        Ok(Some(args.into()))
+    }
+
+    /// [`Session::call`] for a function of this session, in register `func`.
+    fn call_register(
+        self: &Arc<Self>,
+        target: Target,
+        func: Reg,
+        args: &[AnyView<'_>],
+    ) -> Result<DRef> {
+        if self.is_closed() {
+            return Err(closed_error());
+        }
+        let args = self.encode_args(args)?;
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
-        let (func, reg) = (func.reg(), out.reg());
+        let reg = out.reg();
         self.run(target, || Message::Call {
             func,
             out: reg,
             args: args.clone(),
         })?;
         Ok(out)
+    }
+
+    /// [`Session::call_register`] to the thread of `worker` alone, if its queue has room now
+    /// and no free waits to be queued; `Ok(None)`, having sent nothing, otherwise.
+    fn try_call_register(
+        self: &Arc<Self>,
+        worker: usize,
+        func: Reg,
+        args: &[AnyView<'_>],
+    ) -> Result<Option<DRef>> {
+        self.check_open()?;
+        if self.has_deferred_frees.load(Ordering::SeqCst) {
+            return Ok(None);
+        }
+        let args = self.encode_args(args)?;
+        let out = self.registers.allocate();
+        if self.workers[worker]
+            .try_push(Message::Call { func, out, args })
+            .is_err()
+        {
+            self.registers.release(out); // no worker saw it
+            return Ok(None);
+        }
+        self.wake(worker..worker + 1);
+        Ok(Some(DRef::new(self.clone(), out, None)))
     }
 
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
@@ -693,7 +810,10 @@ impl Session {
     /// a register is reused once every worker was told. What a failed wait leaves stays for
     /// the next send.
     fn queue_deferred_frees(&self) -> Result<()> {
-        if !self.has_deferred_frees.swap(false, Ordering::SeqCst) {
+        // A load first: the flag is rarely set, and every send passes here.
+        if !self.has_deferred_frees.load(Ordering::SeqCst)
+            || !self.has_deferred_frees.swap(false, Ordering::SeqCst)
+        {
             return Ok(());
         }
         let deferred = std::mem::take(

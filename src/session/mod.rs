@@ -20,7 +20,7 @@ mod tvm_dispatch;
 mod worker;
 
 pub use crate::channel::SpinPolicy;
-pub use controller::{MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
+pub use controller::{BoundCall, MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
 pub use dref::{DRef, DRefCell};
 pub use handles::{
     SessionCell, SessionLink, WorkerCell, current_worker_handle, new_worker_handle, session_handle,

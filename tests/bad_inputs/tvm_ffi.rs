@@ -38,6 +38,7 @@ macro_rules! entry_points {
 entry_points!(
     __tvm_ffi_version,
     __tvm_ffi_device_count,
+    __tvm_ffi_object_type_keys,
     __tvm_ffi_func_register_global,
     __tvm_ffi_func_get_global,
     __tvm_ffi_func_remove_global,
@@ -53,6 +54,7 @@ entry_points!(
     __tvm_ffi_session_load_module,
     __tvm_ffi_session_module_func,
     __tvm_ffi_session_call,
+    __tvm_ffi_session_bind,
     __tvm_ffi_session_sync_worker,
     __tvm_ffi_session_sync_all,
     __tvm_ffi_session_init_ccl,
@@ -177,7 +179,11 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
     let open = &f.open;
     let shape = |dims: &[i64]| Value::Owned(Shape::new(dims).into());
     Some(match name.strip_prefix("__tvm_ffi_")? {
-        "version" | "func_list_global_names" | "current_worker_id" | "current_worker" => vec![],
+        "version"
+        | "func_list_global_names"
+        | "current_worker_id"
+        | "current_worker"
+        | "object_type_keys" => vec![],
         "device_count" => vec![int(1)],
         "func_register_global" => vec![
             c_str(c"bad_inputs.tvm_ffi"),
@@ -218,6 +224,11 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
             object(open.session.cast()),
             object(open.func.cast()),
             int(1),
+        ],
+        "session_bind" => vec![
+            object(open.session.cast()),
+            object(open.func.cast()),
+            Value::Owned(Any::Bool(true)),
         ],
         "session_sync_worker" | "session_live_registers" | "session_worker" => {
             vec![object(open.session.cast()), int(0)]
@@ -768,6 +779,16 @@ fn written_out(f: &Fixture) -> Vec<Case<'_>> {
     );
 
     // DRefs of another session, values that cannot be kept, host tensors that do not fit.
+    cases.push(
+        call("session_bind")
+            .with("func", object(f.other.func.cast()), "is of another session")
+            .fails(
+                f,
+                Kind::Value,
+                "func",
+                "`func` is a DRef of another session",
+            ),
+    );
     for function in ["session_call", "worker_call"] {
         cases.push(
             call(function)

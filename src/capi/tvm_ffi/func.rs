@@ -15,6 +15,17 @@ entry_point! {
 }
 
 entry_point! {
+    /// `object_type_keys() -> list[str]`: the type keys of the objects this library hands out,
+    /// each in tvm-ffi's type registry from now on, so that a binding can register its class
+    /// for one before the first object of that type exists.
+    __tvm_ffi_object_type_keys(args: []) {
+        args.count(0, 0)?;
+        let keys = crate::object_type_keys().into_iter().map(|k| Any::Str(Str::from(k)));
+        Ok(Array::new(keys).into())
+    }
+}
+
+entry_point! {
     /// `device_count(device_type: int) -> int`: as `dvm_device_count`.
     __tvm_ffi_device_count(args: ["device_type"]) {
         args.count(1, 1)?;

@@ -143,6 +143,28 @@ entry_point! {
 }
 
 entry_point! {
+    /// `session_bind(session: Session, func: DRef, wait: bool = True) -> Function | None`:
+    /// `func` bound to `session`: calling the function with `*args` is `session_call(session,
+    /// func, *args)`, with the two read and checked once here instead of on every call. The
+    /// function keeps `func` (and so its register and the session) alive.
+    ///
+    /// With `wait` false, the function never waits: a call that would wait for room in the
+    /// worker's queue (or for frees to be queued before it) sends nothing and returns None.
+    /// Only a call to one worker thread can be sent so; for a session of several workers, or
+    /// of worker processes, this returns None instead of a function. A caller may hold a lock
+    /// a worker needs (Python's GIL) across such a call.
+    __tvm_ffi_session_bind(args: ["session", "func", "wait"]) {
+        args.count(2, 3)?;
+        let (session, func) = (session(&args)?, dref(&args, 1)?);
+        let bound = session.bind(Target::All, DRef::clone(&func))?;
+        Ok(match args.bool_or(2, true)? {
+            true => bound.into_function().into(),
+            false => bound.into_try_function().map_or(Any::None, Any::from),
+        })
+    }
+}
+
+entry_point! {
     /// `session_sync_worker(session: Session, worker: int)`: as `dvm_session_sync_worker`.
     __tvm_ffi_session_sync_worker(args: ["session", "worker"]) {
         args.count(2, 2)?;

@@ -164,6 +164,42 @@ def test_dropping_results_while_the_workers_queues_are_full_does_not_wait():
     assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
 
 
+ONE_WORKER_PIPELINE_SCRIPT = """
+import threading
+import discovm
+
+CAPACITY = 4096  # messages a worker's queue holds (the library's session::QUEUE_CAPACITY)
+
+release = threading.Event()
+discovm.register_global_func("held", lambda: release.wait())
+calls = []
+discovm.register_global_func("count", calls.append)
+with discovm.ThreadedSession(1, timeout=60) as sess:
+    held, count = sess.get_global_func("held"), sess.get_global_func("count")
+    first = held()
+    # Only another thread lets the worker go: it needs the interpreter lock, which calls to one
+    # worker hold while they find room in its queue, and must let go of when they wait for it.
+    threading.Timer(0.2, release.set).start()
+    for i in range(2 * CAPACITY):
+        count(i)
+    sess.sync_all()
+    assert calls == list(range(2 * CAPACITY)), len(calls)
+print("ok")
+"""
+
+
+def test_calls_to_one_worker_wait_for_room_without_the_interpreter_lock():
+    # Run apart, so that a wait that never ends fails this test instead of hanging the run.
+    done = subprocess.run(
+        [sys.executable, "-c", ONE_WORKER_PIPELINE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "ok"), done.stderr
+
+
 def test_functions_on_workers_may_call_back_into_the_library(sess, registered):
     @discovm.register_global_func("test.callbacks.make_tensor")
     def make_tensor():

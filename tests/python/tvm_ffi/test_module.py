@@ -26,7 +26,7 @@ def documented_entry_points() -> list[str]:
 
 def test_every_documented_entry_point_is_in_the_module(lib):
     names = documented_entry_points()
-    assert len(names) == 40
+    assert len(names) == 42
     for name in names:
         assert callable(getattr(lib, name)), name
     with pytest.raises(AttributeError):
@@ -208,6 +208,27 @@ def test_a_wait_past_the_timeout_raises_and_the_session_goes_on(lib):
     lib.session_sync_worker(s, 0)
     lib.session_shutdown(s)
     lib.func_remove_global("test.module.block")
+
+
+def test_a_bound_call_is_a_session_call_and_a_tried_one_never_waits(lib):
+    keys = set(lib.object_type_keys())
+    assert {"discovm.Session", "discovm.Worker", "discovm.DRef", "discovm.Stream"} <= keys
+    one, two = lib.session_new_threaded(1), lib.session_new_threaded(2)
+    rank = lib.session_get_global_func(one, "runtime.disco.worker_rank")
+    call, tried = lib.session_bind(one, rank), lib.session_bind(one, rank, False)
+    tried.release_gil = False  # it never waits, so it may keep the GIL
+    results = [call(), tried()]
+    lib.session_sync_all(one)
+    assert [lib.dref_get(r, 0) for r in results] == [0, 0]
+    # A call to two workers cannot be tried: half of it could be sent.
+    rank_of_two = lib.session_get_global_func(two, "runtime.disco.worker_rank")
+    assert lib.session_bind(two, rank_of_two, False) is None
+    with pytest.raises(ValueError, match="`func` is a DRef of another session"):
+        lib.session_bind(two, rank)
+    lib.session_shutdown(one)
+    lib.session_shutdown(two)
+    with pytest.raises(RuntimeError, match="shut down"):
+        call()
 
 
 def test_functions_cross_both_ways(lib):

@@ -51,7 +51,7 @@ def test_a_module_is_not_a_function_and_a_function_is_not_a_module(sess):
     with pytest.raises(discovm.WorkerError, match="discovm.Module"):
         sess.sync_worker_0()
     rank = sess.get_global_func("runtime.disco.worker_rank")
-    discovm.DModule(rank._handle, sess)["version"]
+    discovm.DModule(rank, sess)["version"]
     with pytest.raises(discovm.WorkerError, match="expected a module"):
         sess.sync_worker_0()
 

@@ -183,6 +183,52 @@ def test_get_global_func_checks_the_name_at_once_and_calls_on_every_worker(sess)
 
 
 @each_kind_of_sess
+def test_a_call_returns_the_library_s_dref_itself(sess, lib):
+    rank = sess.get_global_func("runtime.disco.worker_rank")
+    ranks = rank()
+    # tvm-ffi makes the library's DRef a discovm.DRef, with no wrapper around it.
+    assert type(ranks) is discovm.DRef and isinstance(ranks, tvm_ffi.Object)
+    assert ranks.session is sess and sess.call_packed(rank).session is sess
+    direct = lib.session_call(sess._handle, rank)
+    assert type(direct) is discovm.DRef
+    assert repr(direct) == "<discovm.DRef of None>"  # made by the library alone: no session
+    # A function seen as a module shares its register, and stays a function.
+    as_module = discovm.DModule(rank, sess)
+    assert type(as_module) is discovm.DModule and as_module.same_as(rank)
+    assert as_module.session is sess
+    again = rank()
+    sess.sync_all()
+    assert [again.debug_get_from_remote(w) for w in range(4)] == [0, 1, 2, 3]
+    with pytest.raises(TypeError, match="expected a DRef but got int"):
+        discovm.DPackedFunc(3, sess)
+
+
+RAW_FIRST_SCRIPT = """
+import os
+import tvm_ffi
+
+lib = tvm_ffi.load_module(os.environ["DISCOVM_LIBRARY"])
+s = lib.session_new_threaded(1)
+rank = lib.session_get_global_func(s, "runtime.disco.worker_rank")
+import discovm  # too late: tvm-ffi made a class of its own for the DRef above
+
+try:
+    discovm.ThreadedSession(1)
+except RuntimeError as error:
+    print(error)
+lib.session_shutdown(s)
+"""
+
+
+def test_the_package_loads_the_library_before_drefs_come_back_through_tvm_ffi():
+    done = subprocess.run(
+        [sys.executable, "-c", RAW_FIRST_SCRIPT], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert "import discovm before calling the library's functions directly" in done.stdout
+
+
+@each_kind_of_sess
 def test_drefs_pass_as_arguments_and_are_set_and_read_per_worker(sess):
     sess.import_python_module("process_functions")
     x = sess.empty((3,), "float32")
