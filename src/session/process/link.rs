@@ -77,6 +77,18 @@ pub(crate) struct SessionLinks {
     pub arena: Arena,
 }
 
+impl SessionLinks {
+    /// Records the death of a worker in `death` (the first record stays), after breaking the
+    /// session with it unless the session was stopping: whoever sees the death then sees the
+    /// session broken too.
+    pub fn record_death<'a>(&self, death: &'a OnceLock<Error>, error: Error) -> &'a Error {
+        if !self.stopping.load(Ordering::SeqCst) {
+            let _ = self.broken.set(error.clone());
+        }
+        death.get_or_init(|| error)
+    }
+}
+
 impl ProcessLink {
     pub fn new(
         worker: usize,
@@ -130,13 +142,8 @@ impl ProcessLink {
         let death = self.death.get().or_else(|| {
             // Before the watcher saw it: the first to notice records it as the watcher would.
             let cause = self.child.try_exit()?;
-            let error = self
-                .death
-                .get_or_init(|| cause.worker_error(self.worker, self.pid()));
-            if !self.session.stopping.load(Ordering::SeqCst) {
-                let _ = self.session.broken.set(error.clone());
-            }
-            Some(error)
+            let error = cause.worker_error(self.worker, self.pid());
+            Some(self.session.record_death(&self.death, error))
         });
         match (death, self.session.broken.get()) {
             (Some(_), _) if self.session.stopping.load(Ordering::SeqCst) => Err(Error::new(

@@ -7,7 +7,7 @@ mod link;
 mod serve;
 mod watch;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use arena::empty as arena_empty;
@@ -82,12 +82,8 @@ pub(crate) fn start_workers(
     let wakers: Vec<_> = links.iter().map(ProcessLink::wakers).collect();
     let watcher = Watcher::new(move |worker, cause| {
         if let Some((death, pid)) = deaths.get(worker) {
-            let error = cause.worker_error(worker, *pid);
-            let _ = death.set(error.clone());
             // A worker that ends after the session told it to stop has not broken it.
-            if !session.stopping.load(Ordering::SeqCst) {
-                let _ = session.broken.set(error);
-            }
+            session.record_death(death, cause.worker_error(worker, *pid));
             // Every wait on the session fails now: wake those parked on any worker's rings.
             for waiting in &wakers {
                 waiting.wake_all();
