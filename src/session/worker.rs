@@ -232,8 +232,7 @@ impl Worker {
             Message::Sync(reply) => {
                 self.share_less(reply.waiter_cpu());
                 if reply.claim() {
-                    self.sync_device();
-                    reply.complete(self.take_failure());
+                    reply.complete(self.sync());
                 }
             }
             Message::Get { reg, reply } => {
@@ -385,6 +384,13 @@ impl Worker {
                 ))
             }
         }
+    }
+
+    /// Waits for this worker's device work and reports the first failure since the last sync:
+    /// what a sync answers once everything sent before it has run.
+    pub fn sync(&mut self) -> Result<()> {
+        self.sync_device();
+        self.take_failure()
     }
 
     /// The tensor in `reg`, with the work this worker's stream queued done, for the controller

@@ -6,7 +6,6 @@
 //! answer, its own among them; other threads waiting on the same worker meanwhile wait for
 //! their reply to be completed, or for the ring to be free to read.
 
-use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -34,7 +33,7 @@ pub(crate) struct ProcessLink {
     child: Child,
     requests: Mutex<Producer>,
     replies: Mutex<Consumer>,
-    pending: Mutex<HashMap<u64, Pending>>,
+    pending: PendingRequests,
     next_request: AtomicU64,
     /// Why the worker is gone, once the watcher saw it die.
     death: Arc<OnceLock<Error>>,
@@ -108,7 +107,7 @@ impl ProcessLink {
             child,
             requests: Mutex::new(requests),
             replies: Mutex::new(replies),
-            pending: Mutex::new(HashMap::new()),
+            pending: PendingRequests::default(),
             next_request: AtomicU64::new(1),
             death,
             session,
@@ -249,10 +248,7 @@ impl ProcessLink {
         let (frame, request) = match self.request(message)? {
             Request::Broadcast(frame) => (frame, None),
             Request::Waits(frame, id, pending) => {
-                self.pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .insert(id, pending);
+                self.pending.insert(id, pending);
                 (frame, Some(id))
             }
         };
@@ -260,10 +256,7 @@ impl ProcessLink {
         if sent.is_err()
             && let Some(id) = request
         {
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id);
+            self.pending.remove(id);
         }
         sent
     }
@@ -325,19 +318,13 @@ impl ProcessLink {
                 None
             })
         };
-        self.pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(request, pending);
+        self.pending.insert(request, pending);
         let mut frame = Vec::new();
         let sent = Frame::<Any>::Lend { request, reg }
             .encode(&mut frame)
             .and_then(|_| self.send_encoded(&frame, spin, deadline));
         if let Err(error) = sent {
-            self.pending
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&request);
+            self.pending.remove(request);
             return Err(error);
         }
         let what = match direction {
@@ -550,18 +537,13 @@ impl ProcessLink {
                 )));
             }
         };
-        let pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&request)
-            .ok_or_else(|| {
-                Error::runtime(format!(
-                    "worker {} (pid {}) replied to request {request}, which nothing waits for",
-                    self.worker,
-                    self.pid()
-                ))
-            })?;
+        let pending = self.pending.remove(request).ok_or_else(|| {
+            Error::runtime(format!(
+                "worker {} (pid {}) replied to request {request}, which nothing waits for",
+                self.worker,
+                self.pid()
+            ))
+        })?;
         if let Some(failure) = pending(result) {
             self.carried
                 .lock()
@@ -606,6 +588,26 @@ impl ProcessLink {
                 self.pid()
             ),
         ))
+    }
+}
+
+/// The requests sent on a link that wait for their reply, with how each reply completes its
+/// request. A handful at most (one per waiting thread), so a list: no hashing per request.
+#[derive(Default)]
+struct PendingRequests(Mutex<Vec<(u64, Pending)>>);
+
+impl PendingRequests {
+    fn insert(&self, request: u64, pending: Pending) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((request, pending));
+    }
+
+    fn remove(&self, request: u64) -> Option<Pending> {
+        let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let at = list.iter().position(|(id, _)| *id == request)?;
+        Some(list.remove(at).1)
     }
 }
 

@@ -169,6 +169,14 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
         let decoded = Frame::decode(&frame, &limits);
         drop(frame);
         let (go_on, answer) = match decoded? {
+            // Answered by the worker directly: nothing waits on this thread for the reply.
+            Frame::Sync { request } => (
+                true,
+                Some(match worker.sync() {
+                    Ok(()) => Answer::Done(request),
+                    Err(error) => Answer::Failed(request, error),
+                }),
+            ),
             Frame::Lend { request, reg } => {
                 let lent = worker.lend(reg).and_then(|tensor| {
                     arena::lend(&tensor, request, args.spin, |place| {
@@ -237,7 +245,7 @@ enum Answer {
     Count(u64, Reply<usize>),
     /// With the tensor the copy wrote, or the failure.
     Tensor(u64, Reply<()>, Tensor),
-    /// With the failure of a copy's first step.
+    /// With a failure found before the request became a message (or instead of one).
     Failed(u64, Error),
     /// With None, at once.
     Done(u64),
@@ -320,11 +328,6 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
             )
         }
         Frame::Kill { reg } => (Message::Kill(reg), None, None),
-        Frame::Sync { request } => {
-            let reply = slot();
-            let answer = Answer::Unit(request, reply.clone());
-            (Message::Sync(reply), Some(answer), None)
-        }
         Frame::Get { request, reg } => {
             let reply = slot();
             let answer = Answer::Value(request, reply.clone());
