@@ -767,14 +767,11 @@ impl Session {
         direction: CopyDirection,
     ) -> Result<()> {
         self.check_owner(dref, name)?;
-        #[cfg(not(loom))]
-        if let WorkerLink::Process(link) = &self.workers[0] {
-            self.check_open()?;
-            self.queue_deferred_frees()?;
-            let deadline = self.deadline();
-            if link.copy_in_place(dref.reg(), &host, name, direction, self.spin, deadline)? {
-                return Ok(());
-            }
+        self.check_open()?;
+        self.queue_deferred_frees()?;
+        let (reg, deadline) = (dref.reg(), self.deadline());
+        if self.workers[0].copy_in_place(reg, &host, name, direction, self.spin, deadline)? {
+            return Ok(());
         }
         self.request(0, "copy", |reply| Message::Copy {
             reg: dref.reg(),

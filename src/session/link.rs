@@ -12,11 +12,13 @@
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::message::{Message, Reply};
+use super::message::{CopyDirection, Message, Reply};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
+use super::registers::Reg;
 use super::worker::WorkerShared;
 use crate::channel::{Channel, SpinPolicy};
+use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
@@ -142,6 +144,28 @@ impl WorkerLink {
             #[cfg(not(loom))]
             // A frame wakes a sleeping worker when it is sent.
             WorkerLink::Process(_) => {}
+        }
+    }
+
+    /// Copies between `host` and the tensor in `reg` in place, if the worker can lend it (a
+    /// worker process, for a tensor in the session's arena); false, having done nothing,
+    /// otherwise: the copy then goes as a message. Errors name the copy as `name`.
+    pub fn copy_in_place(
+        &self,
+        reg: Reg,
+        host: &HostTensor,
+        name: &str,
+        direction: CopyDirection,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+    ) -> Result<bool> {
+        match self {
+            // A worker thread copies through the caller's pointers, in its own order.
+            WorkerLink::Thread(_) => Ok(false),
+            #[cfg(not(loom))]
+            WorkerLink::Process(link) => {
+                link.copy_in_place(reg, host, name, direction, spin, deadline)
+            }
         }
     }
 

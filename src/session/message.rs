@@ -38,6 +38,16 @@ pub enum CopyDirection {
     FromWorker,
 }
 
+impl CopyDirection {
+    /// How errors name a copy of the remote tensor `name` this way.
+    pub fn describe(self, name: &str) -> String {
+        match self {
+            CopyDirection::ToWorker => format!("copy of `{name}` to worker 0"),
+            CopyDirection::FromWorker => format!("copy of `{name}` from worker 0"),
+        }
+    }
+}
+
 /// The host side of a copy to or from worker 0, and the name of the argument that gave the
 /// remote tensor (errors name it).
 pub struct HostCopy {

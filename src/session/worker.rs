@@ -412,10 +412,7 @@ impl Worker {
 
     fn copy(&self, reg: Reg, copy: &HostCopy, direction: CopyDirection) -> Result<()> {
         let (host, name) = (&copy.host, copy.name);
-        let what = match direction {
-            CopyDirection::ToWorker => format!("copy of `{name}` to worker 0"),
-            CopyDirection::FromWorker => format!("copy of `{name}` from worker 0"),
-        };
+        let what = direction.describe(name);
         let id = self.info.id;
         let attribute = |cause: Error| worker_error(id, &what, &cause);
         let tensor = self

@@ -245,17 +245,26 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let (frame, request) = match self.request(message)? {
-            Request::Broadcast(frame) => (frame, None),
+        match self.request(message)? {
+            Request::Broadcast(frame) => self.send_encoded(&frame, spin, deadline),
             Request::Waits(frame, id, pending) => {
-                self.pending.insert(id, pending);
-                (frame, Some(id))
+                self.send_request(&frame, id, pending, spin, deadline)
             }
-        };
-        let sent = self.send_encoded(&frame, spin, deadline);
-        if sent.is_err()
-            && let Some(id) = request
-        {
+        }
+    }
+
+    /// Sends the frame of request `id`, which `pending` completes when its reply comes.
+    fn send_request(
+        &self,
+        frame: &[u8],
+        id: u64,
+        pending: Pending,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+    ) -> Result<()> {
+        self.pending.insert(id, pending);
+        let sent = self.send_encoded(frame, spin, deadline);
+        if sent.is_err() {
             self.pending.remove(id);
         }
         sent
@@ -318,19 +327,10 @@ impl ProcessLink {
                 None
             })
         };
-        self.pending.insert(request, pending);
         let mut frame = Vec::new();
-        let sent = Frame::<Any>::Lend { request, reg }
-            .encode(&mut frame)
-            .and_then(|_| self.send_encoded(&frame, spin, deadline));
-        if let Err(error) = sent {
-            self.pending.remove(request);
-            return Err(error);
-        }
-        let what = match direction {
-            CopyDirection::ToWorker => format!("copy of `{name}` to worker 0"),
-            CopyDirection::FromWorker => format!("copy of `{name}` from worker 0"),
-        };
+        Frame::<Any>::Lend { request, reg }.encode(&mut frame)?;
+        self.send_request(&frame, request, pending, spin, deadline)?;
+        let what = direction.describe(name);
         let Some(place) = self.wait(&reply, spin, deadline, || what.clone())?? else {
             return Ok(false);
         };

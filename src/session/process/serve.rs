@@ -25,7 +25,7 @@ use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::session::worker::{Exited, Worker, WorkerInfo, WorkerShared};
 use crate::sync::atomic::{AtomicBool, AtomicU64};
-use crate::wire::{Frame, Limits, Value};
+use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
 pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v2";
@@ -172,27 +172,21 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
             // Answered by the worker directly: nothing waits on this thread for the reply.
             Frame::Sync { request } => (
                 true,
-                Some(match worker.sync() {
-                    Ok(()) => Answer::Done(request),
-                    Err(error) => Answer::Failed(request, error),
-                }),
+                Some(Answer::Now(request, worker.sync().map(|()| Any::None))),
             ),
             Frame::Lend { request, reg } => {
+                // The answer goes before the wait for the tensor to come back.
                 let lent = worker.lend(reg).and_then(|tensor| {
                     arena::lend(&tensor, request, args.spin, |place| {
-                        let frame = Frame::<Any>::Ok {
-                            request,
-                            value: Value::Arena(place),
-                        };
-                        out.clear();
-                        frame.encode(&mut out)?;
-                        replies.send(&out, args.spin, None, || Ok(()))
+                        let answer = Answer::Lent(request, place);
+                        reply(&mut replies, &mut out, answer, args.spin)
                     })
                 });
                 match lent {
                     Ok(true) => (true, None),
-                    Ok(false) => (true, Some(Answer::Done(request))),
-                    Err(error) => (true, Some(Answer::Failed(request, error))),
+                    // Not in the arena: nothing lent, and the controller sends the copy.
+                    Ok(false) => (true, Some(Answer::Now(request, Ok(Any::None)))),
+                    Err(error) => (true, Some(Answer::Now(request, Err(error)))),
                 }
             }
             Frame::CopyFromWorker0 { request, reg, into } => {
@@ -210,28 +204,39 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
             }
         };
         if let Some(answer) = answer {
-            let request = answer.request();
-            out.clear();
-            answer.encode(&mut out)?;
-            if out.len() > replies.max_frame() {
-                // What cannot cross in one frame fails its request, not the worker.
-                let error = Error::value(format!(
-                    "the reply of {} bytes does not fit the {}-byte ring to the controller \
-                     (a value read or copied from a worker process is one frame)",
-                    out.len(),
-                    replies.max_frame()
-                ));
-                out.clear();
-                Frame::<Any>::Err { request, error }.encode(&mut out)?;
-            }
-            replies.send(&out, args.spin, None, || Ok(()))?;
-            out.shrink_to(replies.max_frame().min(1 << 16));
+            reply(&mut replies, &mut out, answer, args.spin)?;
         }
         if !go_on {
             break;
         }
     }
     worker.finish();
+    Ok(())
+}
+
+/// Sends `answer` to the controller, encoded in `out` (a buffer kept between replies).
+fn reply(
+    replies: &mut Producer,
+    out: &mut Vec<u8>,
+    answer: Answer,
+    spin: SpinPolicy,
+) -> Result<()> {
+    let request = answer.request();
+    out.clear();
+    answer.encode(out)?;
+    if out.len() > replies.max_frame() {
+        // What cannot cross in one frame fails its request, not the worker.
+        let error = Error::value(format!(
+            "the reply of {} bytes does not fit the {}-byte ring to the controller (a value \
+             read or copied from a worker process is one frame)",
+            out.len(),
+            replies.max_frame()
+        ));
+        out.clear();
+        Frame::<Any>::Err { request, error }.encode(out)?;
+    }
+    replies.send(out, spin, None, || Ok(()))?;
+    out.shrink_to(replies.max_frame().min(1 << 16));
     Ok(())
 }
 
@@ -245,10 +250,10 @@ enum Answer {
     Count(u64, Reply<usize>),
     /// With the tensor the copy wrote, or the failure.
     Tensor(u64, Reply<()>, Tensor),
-    /// With a failure found before the request became a message (or instead of one).
-    Failed(u64, Error),
-    /// With None, at once.
-    Done(u64),
+    /// With a result the loop already has (the request became no message, or failed first).
+    Now(u64, Result<Any>),
+    /// With where the tensor lent for a copy lies in the session's arena.
+    Lent(u64, ArenaTensor),
 }
 
 impl Answer {
@@ -259,28 +264,28 @@ impl Answer {
             | Answer::Value(request, _)
             | Answer::Count(request, _)
             | Answer::Tensor(request, _, _)
-            | Answer::Failed(request, _)
-            | Answer::Done(request) => request,
+            | Answer::Now(request, _)
+            | Answer::Lent(request, _) => request,
         }
     }
 
     /// Encodes the reply into `out`.
     fn encode(self, out: &mut Vec<u8>) -> Result<()> {
+        let plain = |result: Result<Any>| result.map(Value::Plain);
         let (request, result) = match self {
-            Answer::Unit(request, reply) => (request, taken(&reply).map(|()| Any::None)),
-            Answer::Value(request, reply) => (request, taken(&reply)),
-            Answer::Count(request, reply) => (request, taken(&reply).map(|n| Any::Int(n as i64))),
-            Answer::Tensor(request, reply, tensor) => {
-                (request, taken(&reply).map(|()| Any::from(tensor)))
+            Answer::Unit(request, reply) => (request, plain(taken(&reply).map(|()| Any::None))),
+            Answer::Value(request, reply) => (request, plain(taken(&reply))),
+            Answer::Count(request, reply) => {
+                (request, plain(taken(&reply).map(|n| Any::Int(n as i64))))
             }
-            Answer::Failed(request, error) => (request, Err(error)),
-            Answer::Done(request) => (request, Ok(Any::None)),
+            Answer::Tensor(request, reply, tensor) => {
+                (request, plain(taken(&reply).map(|()| Any::from(tensor))))
+            }
+            Answer::Now(request, result) => (request, plain(result)),
+            Answer::Lent(request, place) => (request, Ok(Value::Arena(place))),
         };
         let frame = match result {
-            Ok(value) => Frame::Ok {
-                request,
-                value: Value::Plain(value),
-            },
+            Ok(value) => Frame::Ok { request, value },
             Err(error) => Frame::Err { request, error },
         };
         match frame.encode(out) {
@@ -409,7 +414,7 @@ fn copy_from(worker: &mut Worker, request: u64, reg: u32) -> Answer {
     });
     let host = match host {
         Ok(host) => host,
-        Err(error) => return Answer::Failed(request, error),
+        Err(error) => return Answer::Now(request, Err(error)),
     };
     let reply = slot();
     match copy(reg, &host, CopyDirection::FromWorker, reply.clone()) {
@@ -417,6 +422,6 @@ fn copy_from(worker: &mut Worker, request: u64, reg: u32) -> Answer {
             worker.handle(message);
             Answer::Tensor(request, reply, host)
         }
-        Err(error) => Answer::Failed(request, error),
+        Err(error) => Answer::Now(request, Err(error)),
     }
 }
