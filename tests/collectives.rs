@@ -3,7 +3,21 @@
 //! checked element by element against a reference computed here; and misuse, each a clear error.
 //!
 //! The checks run on the workers: each worker fills its buffers with a pattern every worker can
-//! recompute, calls the built-in, and compares what it received with the reference.
+//! recompute, calls the built-in, and compares what it received with the reference. The tests
+//! at the end drive the built-ins from the controller instead, and run on worker threads and on
+//! worker processes alike (`name::threads`, `name::processes`).
+
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
+#[path = "support/session_calls.rs"]
+mod session_calls;
+#[macro_use]
+#[path = "support/session_kinds.rs"]
+mod session_kinds;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
 
 use std::sync::{Arc, Once};
 use std::time::Duration;
@@ -11,8 +25,10 @@ use std::time::Duration;
 use discovm::abi::{DLDataType, DLDevice, KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
 use discovm::object::{Function, Shape, Tensor, registry};
 use discovm::session::ccl::{f32_to_bf16, f32_to_f16};
-use discovm::session::{DRef, Session, SessionOptions, Target, current_worker};
+use discovm::session::{CopyDirection, DRef, Session, SessionOptions, Target, current_worker};
 use discovm::{Any, AnyView, Error, ErrorKind, Result};
+use session_calls::{F32, call as remote_call, host_tensor};
+use session_kinds::{Kind, start};
 
 const DTYPES: [(u8, u8); 10] = [
     (KDL_INT, 8),
@@ -975,4 +991,162 @@ fn a_collective_waits_for_the_copies_queued_into_its_buffers() {
         let got = got.view().as_tensor().unwrap();
         expect_eq("recv", &got, 64, |_| 6).unwrap();
     }
+}
+
+// ---- Driven from the controller through the built-ins, on worker threads and processes ----
+
+/// A tensor of `len` f32 on every worker: in the session's shared memory (`runtime.disco.empty`)
+/// or outside it (`proc.heap_empty`, in a worker process's own memory).
+fn remote_f32(s: &Arc<Session>, len: usize, shared: bool) -> DRef {
+    if shared {
+        let empty = s.get_global_func("runtime.disco.empty").unwrap();
+        let shape = Shape::new(&[len as i64]);
+        remote_call(s, &empty, &[shape.into(), Any::DataType(F32)])
+    } else {
+        let heap = s.get_global_func("proc.heap_empty").unwrap();
+        remote_call(s, &heap, &[Any::Int(len as i64)])
+    }
+}
+
+fn copy_f32(s: &Arc<Session>, data: &mut [f32], dref: &DRef, direction: CopyDirection) {
+    let mut shape = [data.len() as i64];
+    s.copy_worker0(host_tensor(data, &mut shape), dref, "dref", direction)
+        .unwrap();
+}
+
+/// Runs built-in `name` on every worker (`Target::All`) or worker 0 alone.
+fn builtin_on(s: &Arc<Session>, target: Target, name: &str, args: &[Any]) -> Result<()> {
+    let f = s.get_global_func(name).unwrap();
+    let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
+    drop(s.call(target, &f, &views)?);
+    s.sync_all()
+}
+
+/// Worker 0's copy of everyone's `dref`, gathered.
+fn gathered(s: &Arc<Session>, dref: &DRef, len: usize) -> Vec<f32> {
+    let n = s.num_workers();
+    let all = remote_f32(s, n * len, true);
+    let args = [dref.clone().into(), Any::Bool(false), all.clone().into()];
+    builtin_on(s, Target::All, "runtime.disco.gather_to_worker0", &args).unwrap();
+    let mut out = vec![0.0; n * len];
+    copy_f32(s, &mut out, &all, CopyDirection::FromWorker);
+    out
+}
+
+fn collectives_meet_in_shared_memory_and_outside_it(kind: Kind) {
+    let s = start(kind, 4, 1, SessionOptions::default()).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let n = 4;
+    // Small parts are staged (four workers on fewer CPUs); large ones are met in place.
+    for len in [8usize, 1 << 18] {
+        let mut data: Vec<f32> = (0..n * len).map(|i| i as f32).collect();
+        let whole = remote_f32(&s, n * len, true);
+        copy_f32(&s, &mut data, &whole, CopyDirection::ToWorker);
+        for (send_shared, recv_shared) in [(true, true), (true, false), (false, true)] {
+            let what =
+                format!("{len} elements, send shared {send_shared}, recv shared {recv_shared}");
+            let part = remote_f32(&s, len, send_shared);
+            let args = [whole.clone().into(), Any::Bool(false), part.clone().into()];
+            builtin_on(&s, Target::All, "runtime.disco.scatter_from_worker0", &args).unwrap();
+            let sum = remote_f32(&s, len, recv_shared);
+            let sum_kind = Shape::new(&[0]);
+            let args = [
+                part.clone().into(),
+                sum_kind.into(),
+                Any::Bool(false),
+                sum.clone().into(),
+            ];
+            builtin_on(&s, Target::All, "runtime.disco.allreduce", &args).unwrap();
+            let expected: Vec<f32> = (0..len).map(|i| (6 * len + 4 * i) as f32).collect();
+            assert_eq!(
+                gathered(&s, &sum, len),
+                expected.repeat(n),
+                "allreduce: {what}"
+            );
+            let again = remote_f32(&s, n * len, recv_shared);
+            let args = [part.clone().into(), Any::Bool(false), again.clone().into()];
+            builtin_on(&s, Target::All, "runtime.disco.allgather", &args).unwrap();
+            let mut out = vec![0.0; n * len];
+            copy_f32(&s, &mut out, &again, CopyDirection::FromWorker);
+            assert_eq!(out, data, "allgather: {what}");
+        }
+    }
+}
+each_kind!(collectives_meet_in_shared_memory_and_outside_it);
+
+fn a_broken_communicator_is_replaced_by_init_ccl_again_and_again(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..SessionOptions::default()
+    };
+    let s = start(kind, 2, 1, options).unwrap();
+    for round in 0..3 {
+        s.init_ccl("cpu", &[]).unwrap();
+        // Worker 0 alone joins: it times out waiting for worker 1, and the communicator breaks.
+        let err = builtin_on(&s, Target::One(0), "runtime.disco.barrier", &[]).unwrap_err();
+        assert_error(
+            Err(err),
+            ErrorKind::Worker,
+            &["worker 0", "barrier", "missing: worker 1"],
+        );
+        let err = builtin_on(&s, Target::All, "runtime.disco.barrier", &[]).unwrap_err();
+        assert_error(Err(err), ErrorKind::Worker, &["call init_ccl again"]);
+        // A new communicator works.
+        s.init_ccl("cpu", &[]).unwrap();
+        builtin_on(&s, Target::All, "runtime.disco.barrier", &[])
+            .unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+    }
+}
+each_kind!(a_broken_communicator_is_replaced_by_init_ccl_again_and_again);
+
+fn shutdown_releases_a_worker_waiting_in_a_collective(kind: Kind) {
+    let s = start(kind, 2, 1, SessionOptions::default()).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    drop(s.call(Target::One(0), &barrier, &[]).unwrap());
+    s.sync_worker(1).unwrap();
+    drop(barrier);
+    let started = std::time::Instant::now();
+    s.shutdown().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+}
+each_kind!(shutdown_releases_a_worker_waiting_in_a_collective);
+
+#[test]
+fn the_built_in_that_installs_a_communicator_in_shared_memory_refuses_bad_input() {
+    let init = "runtime.disco.cpu.init_ccl_in_arena";
+    let s = start(Kind::Processes, 2, 1, SessionOptions::default()).unwrap();
+    // The worker's error comes back as a WorkerError whose message names its kind.
+    let table: [(&[Any], &[&str]); 4] = [
+        (
+            &[Any::Int(2), Any::Int(-1), Any::Int(0)],
+            &["IndexError", "area 2 out of range"],
+        ),
+        (
+            &[Any::Int(-1), Any::Int(-1), Any::Int(0)],
+            &["IndexError", "argument 0 (area)"],
+        ),
+        (
+            &[Any::Float(0.5), Any::Int(-1), Any::Int(0)],
+            &["TypeError", "argument 0 (area)"],
+        ),
+        (&[Any::Int(0)], &["TypeError", init]),
+    ];
+    for (args, parts) in table {
+        let err = builtin_on(&s, Target::All, init, args).unwrap_err();
+        assert_error(Err(err), ErrorKind::Worker, parts);
+    }
+    // Worker threads have no arena to find a communicator in.
+    let s = start(Kind::Threads, 2, 1, SessionOptions::default()).unwrap();
+    let args = [Any::Int(0), Any::Int(-1), Any::Int(0)];
+    let err = builtin_on(&s, Target::All, init, &args).unwrap_err();
+    assert_error(
+        Err(err),
+        ErrorKind::Worker,
+        &["reached a worker without one"],
+    );
 }

@@ -1,5 +1,6 @@
 //! A fault soak of process sessions: a worker process ends during a call, during a copy of a
-//! 4 MiB tensor to or from worker 0, or while idle, `DVM_FAULT_TRIALS` times for each kind
+//! 4 MiB tensor to or from worker 0, during a collective, or while idle, `DVM_FAULT_TRIALS`
+//! times for each kind
 //! (default 10; CI runs 100), with the cause varied: signals sent from outside (SIGKILL,
 //! SIGSEGV, SIGABRT, SIGBUS) and worker functions that segfault, abort or exit with status 3.
 //!
@@ -11,8 +12,6 @@
 //! session, started on the same controller, works. Every wait is bounded by the session's
 //! timeout, and a trial that does not finish fails the test naming its kind and number. Each
 //! kind prints its figures: trials, time, and how long deaths took to be noticed.
-//!
-//! Collectives across worker processes do not exist yet, so no trial ends a worker in one.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -83,6 +82,9 @@ enum Kind {
     Call,
     /// Worker 0 is killed while the controller copies a large tensor to or from it.
     Copy,
+    /// A worker is killed during a collective: allreduces of 4 MiB run on both workers, or the
+    /// other worker waits alone for it in a barrier.
+    Collective,
     /// A worker is killed while it has nothing to do; the next call or sync notices.
     Idle,
 }
@@ -92,6 +94,7 @@ impl fmt::Display for Kind {
         f.write_str(match self {
             Kind::Call => "call",
             Kind::Copy => "copy",
+            Kind::Collective => "collective",
             Kind::Idle => "idle",
         })
     }
@@ -140,6 +143,11 @@ fn a_worker_killed_during_a_call_fails_the_wait_in_progress_every_time() {
 #[test]
 fn a_worker_killed_during_a_copy_fails_the_copy_every_time() {
     soak(Kind::Copy);
+}
+
+#[test]
+fn a_worker_killed_during_a_collective_fails_the_other_workers_wait_every_time() {
+    soak(Kind::Collective);
 }
 
 #[test]
@@ -258,6 +266,7 @@ fn run_trial(kind: Kind, trial: usize) -> Fault {
     let fault = match kind {
         Kind::Call => death_during_a_call(&s, &ids, trial),
         Kind::Copy => death_during_a_copy(&s, &ids, trial),
+        Kind::Collective => death_during_a_collective(&s, &ids, trial),
         Kind::Idle => death_while_idle(&s, &ids, trial),
     };
     let (victim, death) = (fault.victim, fault.death);
@@ -418,6 +427,68 @@ fn death_during_a_copy(s: &Arc<Session>, ids: &[i32], trial: usize) -> Fault {
         error: err,
         noticed: failed_at.saturating_duration_since(watch.died_at()),
         mid_copy: Some(mid_copy),
+    }
+}
+
+/// A worker is killed, a varied part of one collective's time after they begin, while both
+/// workers run allreduces of 4 MiB one after another (two trials in three), or while the other
+/// worker waits for it alone in a barrier; a wait for the other worker reports the death.
+fn death_during_a_collective(s: &Arc<Session>, ids: &[i32], trial: usize) -> Fault {
+    let victim = trial % 2;
+    let (pid, other) = (ids[victim], 1 - victim);
+    let signal = trial / 2 % SIGNALS.len();
+    s.init_ccl("cpu", &[]).expect("the communicator starts");
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let tensor = || {
+        let shape = Shape::new(&[COPY_ELEMENTS]);
+        call(s, &empty, &[shape.into(), Any::DataType(F32)])
+    };
+    let (input, output) = (tensor(), tensor());
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let args = [
+        Any::from(input),
+        Shape::new(&[0]).into(),
+        Any::Bool(false),
+        output.into(),
+    ];
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    let first = Instant::now();
+    drop(s.call(Target::All, &allreduce, &views).unwrap());
+    s.sync_all().expect("an allreduce before the fault");
+    let one = first.elapsed();
+    let alone = trial % 3 == 2;
+    if alone {
+        let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+        drop(s.call(Target::One(other), &barrier, &[]).unwrap());
+    }
+    let watch = DeathWatch::new(pid);
+    let delay = one * (trial % 5) as u32 / 4;
+    let killer = thread::spawn(move || {
+        thread::sleep(delay);
+        send(pid, SIGNALS[signal].0);
+    });
+    let mut rounds = 0;
+    let err = loop {
+        rounds += 1;
+        assert!(
+            rounds < 10_000,
+            "worker {victim} (pid {pid}) still runs collectives after {rounds} rounds"
+        );
+        if !alone && let Ok(out) = s.call(Target::All, &allreduce, &views) {
+            drop(out);
+        }
+        if let Err(err) = s.sync_worker(other) {
+            break err;
+        }
+    };
+    let failed_at = Instant::now();
+    killer.join().expect("the killer sent its signal");
+    Fault {
+        victim,
+        death: Death::Signal(signal),
+        error: err,
+        noticed: failed_at.saturating_duration_since(watch.died_at()),
+        mid_copy: None,
     }
 }
 

@@ -372,7 +372,11 @@ fn the_default_worker_program_serves_the_built_ins() {
     assert_eq!(int(s.get_register(groups.reg(), 1).unwrap()), 2);
     let err = s.get_global_func("proc.pid").unwrap_err();
     assert_error(&err, ErrorKind::Key, "proc.pid");
-    let err = s.init_ccl("cpu", &[]).unwrap_err();
+    s.init_ccl("cpu", &[]).unwrap();
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    let _ = call(&s, &barrier, &[]);
+    s.sync_all().unwrap();
+    let err = s.init_ccl("nccl", &[]).unwrap_err();
     assert_error(&err, ErrorKind::DeviceUnavailable, "worker processes");
 }
 

@@ -135,6 +135,36 @@ pub struct Session {
     ccl_setup: Mutex<()>,
 }
 
+/// Where the workers find a new CPU communicator.
+#[derive(Clone, Copy)]
+enum CclPlace {
+    /// Staged in this process under this number (worker threads).
+    Staged(i64),
+    /// In this area of the session's arena (worker processes).
+    #[cfg_attr(loom, allow(dead_code))]
+    Arena(usize),
+}
+
+impl CclPlace {
+    /// The built-in that installs the communicator on every worker, and its arguments.
+    fn init_call(self, timeout: Option<Duration>, spin: SpinPolicy) -> (&'static str, Vec<Any>) {
+        match self {
+            CclPlace::Staged(stage) => (
+                "runtime.disco.cpu.init_ccl_per_worker",
+                vec![Any::Int(stage)],
+            ),
+            CclPlace::Arena(area) => (
+                "runtime.disco.cpu.init_ccl_in_arena",
+                vec![
+                    Any::Int(area as i64),
+                    Any::Int(timeout.map_or(-1, |t| t.as_millis() as i64)),
+                    Any::Int(spin.budget.as_micros() as i64),
+                ],
+            ),
+        }
+    }
+}
+
 /// Which workers a call goes to.
 #[derive(Clone, Copy, Debug)]
 pub enum Target {
@@ -850,14 +880,11 @@ impl Session {
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
             )));
         }
-        if self.has_processes() {
+        if backend == "nccl" && self.has_processes() {
             return Err(Error::new(
                 ErrorKind::DeviceUnavailable,
-                format!(
-                    "collectives between worker processes are not available yet (backend \
-                     {backend:?}): a process session runs calls, syncs, register reads and \
-                     copies to and from worker 0"
-                ),
+                "NCCL between worker processes is not available yet (backend \"nccl\"): a \
+                 process session has the cpu backend",
             ));
         }
         let workers = self.workers.len();
@@ -884,19 +911,9 @@ impl Session {
                     "the cpu backend needs every worker on the CPU; worker {w} is not"
                 )));
             }
-            let fresh = Arc::new(CpuCcl::new(
-                workers,
-                self.num_groups,
-                self.timeout,
-                self.spin,
-            ));
-            let stage = ccl::stage(fresh.clone());
-            let args = vec![Any::Int(stage)];
-            (
-                "runtime.disco.cpu.init_ccl_per_worker",
-                args,
-                Some((fresh, stage)),
-            )
+            let (fresh, place) = self.new_cpu_ccl()?;
+            let (init, args) = place.init_call(self.timeout, self.spin);
+            (init, args, Some((fresh, place)))
         };
         // A worker waiting for work of its NCCL communicators (a collective a peer never
         // joined) sees the count change, aborts them and gets to the new ones: the way back
@@ -909,8 +926,17 @@ impl Session {
             let _out = self.call(Target::All, &func, &views)?;
             self.sync_all()
         });
-        if let Some((_, stage)) = &cpu {
-            ccl::unstage(*stage);
+        match &cpu {
+            Some((_, CclPlace::Staged(stage))) => ccl::unstage(*stage),
+            #[cfg(not(loom))]
+            Some((fresh, CclPlace::Arena(area))) => {
+                if installed.is_err() {
+                    fresh.abort(&Error::runtime("init_ccl failed"));
+                } else if let Some(links) = self.workers[0].process_session() {
+                    links.keep_ccl(fresh.clone(), *area);
+                }
+            }
+            _ => {}
         }
         installed?;
         let old = std::mem::replace(
@@ -923,6 +949,24 @@ impl Session {
             ));
         }
         Ok(())
+    }
+
+    /// A new CPU communicator between the workers: staged for worker threads to take, or laid
+    /// out in the arena of worker processes.
+    fn new_cpu_ccl(&self) -> Result<(Arc<CpuCcl>, CclPlace)> {
+        #[cfg(not(loom))]
+        if let Some(links) = self.workers[0].process_session() {
+            let (fresh, area) = links.new_ccl(self.num_groups, self.timeout, self.spin)?;
+            return Ok((fresh, CclPlace::Arena(area)));
+        }
+        let fresh = Arc::new(CpuCcl::new(
+            self.workers.len(),
+            self.num_groups,
+            self.timeout,
+            self.spin,
+        ));
+        let stage = ccl::stage(fresh.clone());
+        Ok((fresh, CclPlace::Staged(stage)))
     }
 
     /// Stops every worker after the work already queued and joins their threads. Later calls

@@ -185,6 +185,15 @@ impl WorkerLink {
         }
     }
 
+    /// What the links of a session of worker processes share; None for worker threads.
+    #[cfg(not(loom))]
+    pub fn process_session(&self) -> Option<&Arc<super::process::SessionLinks>> {
+        match self {
+            WorkerLink::Thread(_) => None,
+            WorkerLink::Process(link) => Some(link.session()),
+        }
+    }
+
     /// Tells a worker that the session is stopping (a worker waiting on its GPU gives up).
     pub fn mark_stopping(&self) {
         if let WorkerLink::Thread(link) = self {

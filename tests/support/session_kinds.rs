@@ -112,6 +112,19 @@ fn register_thread_functions() {
             Ok(Any::Int(args[0].as_i64()? + args[1].as_i64()?))
         });
         define("proc.echo", |args| args[0].to_owned());
+        define("proc.heap_empty", |args| {
+            let f32 = discovm::abi::DLDataType {
+                code: discovm::abi::KDL_FLOAT,
+                bits: 32,
+                lanes: 1,
+            };
+            let cpu = discovm::abi::DLDevice::cpu();
+            Ok(Any::from(discovm::object::Tensor::empty(
+                &[args[0].as_i64()?],
+                f32,
+                cpu,
+            )?))
+        });
         define("proc.fail_on", |args| {
             let worker = current_worker().expect("runs on a worker").id;
             if args[0].as_i64()? == worker as i64 {

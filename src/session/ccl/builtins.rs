@@ -82,12 +82,7 @@ fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<
                 elem.size()
             )));
         }
-        Ok(Some(Buf {
-            addr,
-            dtype: dl.dtype,
-            shape: tensor.shape().to_vec(),
-            nbytes: tensor.nbytes(),
-        }))
+        Buf::new(addr, dl.dtype, tensor.shape(), tensor.nbytes()).map(Some)
     })
 }
 
@@ -205,7 +200,7 @@ fn same_buffers(
     let first = pick(&posts[0]);
     for (rank, post) in posts.iter().enumerate().skip(1) {
         let buf = pick(post);
-        if buf.shape != first.shape || buf.dtype != first.dtype {
+        if buf.shape() != first.shape() || buf.dtype != first.dtype {
             return Err(Error::value(format!(
                 "{}: worker {} passed a {role} buffer of {} but worker {} passed {}",
                 post.what,
@@ -271,7 +266,7 @@ fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
             let n = posts.len();
             let count = send_of(&posts[0]).nbytes / elem.size();
             let inputs: Vec<usize> = posts.iter().map(|p| send_of(p).addr).collect();
-            let (outputs, lo, hi): (Vec<usize>, _, _) = if staged {
+            let (outputs, lo, hi): (Vec<usize>, _, _) = if posts.staged() {
                 // Everyone reduces the whole of the staged copies into its own output.
                 (vec![recv_of(&posts[rank]).addr], 0, count)
             } else {
@@ -414,7 +409,7 @@ fn gather(args: &[AnyView<'_>]) -> Result<Any> {
             let size = send_of(&posts[rank]).nbytes;
             let root = recv_of(&posts[0]).addr;
             let place = |r: usize| copy(send_of(&posts[r]).addr, root + r * size, size);
-            match (staged, rank) {
+            match (posts.staged(), rank) {
                 (true, 0) => (0..posts.len()).for_each(place),
                 (true, _) => {}
                 (false, _) => place(rank),
@@ -471,7 +466,7 @@ fn transfer(
     };
     let check = |posts: &Posts| {
         let (s, r) = (send_of(&posts[0]), recv_of(&posts[1]));
-        if s.shape != r.shape || s.dtype != r.dtype {
+        if s.shape() != r.shape() || s.dtype != r.dtype {
             return Err(Error::value(format!(
                 "worker {from} sent {} ({}) but worker {to} receives {} ({})",
                 s.describe(),
@@ -603,7 +598,7 @@ fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.cpu.init_ccl_per_worker";
     arity(NAME, args, 1, 1)?;
-    let info = on_worker(NAME)?;
+    on_worker(NAME)?;
     let id = argument(0, "stage", || args[0].as_i64())?;
     let ccl = STAGED
         .lock()
@@ -611,8 +606,34 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         .as_ref()
         .and_then(|m| m.get(&id).cloned())
         .ok_or_else(|| Error::value(format!("no communicator is staged under {id}")))?;
-    ccl.adopt(info.id);
     CCL.with(|c| *c.borrow_mut() = Some(ccl));
+    Ok(Any::None)
+}
+
+/// `runtime.disco.cpu.init_ccl_in_arena(area, timeout_ms, spin_us)`: installs on this worker
+/// process the communicator the controller laid out in communicator area `area` of the
+/// session's arena, waiting at most `timeout_ms` (none if negative) for the others to join a
+/// collective and spinning `spin_us` before parking (`Session::init_ccl` calls it on every
+/// worker of a process session).
+#[cfg(not(loom))]
+fn init_in_arena(args: &[AnyView<'_>]) -> Result<Any> {
+    const NAME: &str = "runtime.disco.cpu.init_ccl_in_arena";
+    arity(NAME, args, 3, 3)?;
+    let info = on_worker(NAME)?;
+    let number = |i: usize, what: &str| {
+        argument(i, what, || {
+            let n = args[i].as_i64()?;
+            Ok(u64::try_from(n).ok())
+        })
+    };
+    let area = number(0, "area")?
+        .ok_or_else(|| Error::index("argument 0 (area): a communicator area is not negative"))?;
+    let timeout = number(1, "timeout_ms")?.map(std::time::Duration::from_millis);
+    let spin = crate::channel::SpinPolicy {
+        budget: std::time::Duration::from_micros(number(2, "spin_us")?.unwrap_or(0)),
+    };
+    let ccl = crate::session::process::worker_ccl(area as usize, info.num_groups, timeout, spin)?;
+    CCL.with(|c| *c.borrow_mut() = Some(Arc::new(ccl)));
     Ok(Any::None)
 }
 
@@ -623,7 +644,7 @@ type Builtin = fn(&[AnyView<'_>]) -> Result<Any>;
 pub fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let all: [(&str, Builtin); 12] = [
+        let all: &[(&str, Builtin)] = &[
             ("runtime.disco.allreduce", allreduce),
             ("runtime.disco.allgather", allgather),
             ("runtime.disco.broadcast_from_worker0", broadcast),
@@ -636,8 +657,10 @@ pub fn register() {
             ("runtime.disco.recv_from_prev_group", recv_from_prev_group),
             ("runtime.disco.barrier", barrier),
             ("runtime.disco.cpu.init_ccl_per_worker", init_per_worker),
+            #[cfg(not(loom))]
+            ("runtime.disco.cpu.init_ccl_in_arena", init_in_arena),
         ];
-        for (name, body) in all {
+        for &(name, body) in all {
             // A worker with an NCCL communicator runs the NCCL version of the built-in.
             let dispatched = move |args: &[AnyView<'_>]| {
                 super::nccl::dispatch(name, args).unwrap_or_else(|| body(args))

@@ -52,7 +52,6 @@ fn participant(
     let ccl = ccl.clone();
     let works = works.clone();
     spawn(move || {
-        ccl.adopt(rank);
         let (team, r) = ccl.team(rank, false);
         let team = team.clone();
         (1..=rounds)

@@ -39,6 +39,7 @@
 //! either joined or was locked out, for good, and every participant reaches the same verdict:
 //! all joined (everyone works, whatever broke meanwhile) or not (nobody works).
 
+mod board;
 mod builtins;
 #[cfg(all(test, loom))]
 mod loom_model;
@@ -48,22 +49,23 @@ mod reduce;
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::Index;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-
-use crossbeam_utils::CachePadded;
 
 pub use builtins::{register, stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
-use crate::abi::DLDataType;
-use crate::channel::{Sleeper, SpinPolicy};
+use crate::channel::{PARK_SLICE, SpinPolicy};
 use crate::device::cpu::{SharedCpuWatch, available_cpus, current_cpu};
-use crate::object::tensor::dtype_name;
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
-use crate::sync::thread::{self, Thread};
+use crate::sync::atomic::{Ordering, fence};
+use crate::sync::thread;
 use crate::sync::time::Instant;
+pub(crate) use board::Buf;
+use board::{
+    Board, FAILED, PostRecord, RECV, RECV_SHARED, SEND, SEND_SHARED, STAGED, SlotsAt, Staging,
+    Text, pack_wait, unpack_wait, what_code, what_name,
+};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -87,28 +89,9 @@ const STAGED_BYTES: usize = 16 << 10;
 /// Set in a slot's number when its participant was locked out of that collective.
 const LOCKED: u64 = 1 << 63;
 
-/// One buffer a participant brings to a collective.
-#[derive(Clone, Debug)]
-pub(crate) struct Buf {
-    pub addr: usize,
-    pub dtype: DLDataType,
-    pub shape: Vec<i64>,
-    pub nbytes: usize,
-}
-
-impl Buf {
-    pub fn describe(&self) -> String {
-        format!("{:?} {}", self.shape, dtype_name(self.dtype))
-    }
-}
-
-/// A cache line of staged bytes (64-byte aligned, as tensors are).
-#[derive(Clone, Copy)]
-#[repr(align(64))]
-struct Line(#[expect(dead_code, reason = "read and written through raw pointers")] [u8; 64]);
-
-/// What a participant posts: which collective, its parameter, and its buffers.
-#[derive(Default)]
+/// What a participant posts, as it sees it: which collective, its parameter, and its buffers
+/// (addresses in this process).
+#[derive(Clone, Default)]
 pub(crate) struct Post {
     /// Why this participant cannot take part (its arguments were rejected); the others fail.
     pub failed: Option<String>,
@@ -116,8 +99,9 @@ pub(crate) struct Post {
     pub param: i64,
     pub send: Option<Buf>,
     pub recv: Option<Buf>,
-    /// The staged copy of `send`, kept from one collective to the next.
-    staging: Vec<Line>,
+    /// It takes part the staged way: its `send` is a staged copy, and nobody else touches its
+    /// `recv`.
+    staged: bool,
 }
 
 impl Post {
@@ -139,79 +123,106 @@ impl Post {
         }
     }
 
-    /// Copies `send` into the staging area and points `send` there.
-    fn stage(&mut self) {
-        let Some(send) = &mut self.send else {
-            return;
+    /// The post as it lies in a slot, buffers as offsets on `board`.
+    fn record(&self, board: &Board) -> PostRecord {
+        let mut flags = 0;
+        let mut place = |buf: &Option<Buf>, present: u32, shared: u32| match buf {
+            None => Buf::NONE,
+            Some(buf) => {
+                flags |= present;
+                board
+                    .share(buf)
+                    .inspect(|_| flags |= shared)
+                    .unwrap_or(*buf)
+            }
         };
-        let lines = send.nbytes.div_ceil(size_of::<Line>());
-        if self.staging.len() < lines {
-            self.staging.resize(lines, Line([0; 64]));
+        let send = place(&self.send, SEND, SEND_SHARED);
+        let recv = place(&self.recv, RECV, RECV_SHARED);
+        if self.failed.is_some() {
+            flags |= FAILED;
         }
-        let staging = self.staging.as_mut_ptr().cast::<u8>();
-        // SAFETY: `send` describes `nbytes` readable bytes of a tensor its owner holds for
-        // the whole collective; the staging area holds at least `nbytes` bytes and is this
-        // participant's alone until it publishes the post.
-        unsafe { std::ptr::copy_nonoverlapping(send.addr as *const u8, staging, send.nbytes) };
-        send.addr = staging as usize;
+        if self.staged {
+            flags |= STAGED;
+        }
+        PostRecord {
+            what: what_code(self.what),
+            flags,
+            param: self.param,
+            send,
+            recv,
+            failed: Text::new(self.failed.as_deref().unwrap_or_default()),
+        }
+    }
+
+    /// Another participant's post from its record. A buffer it keeps to itself (one nobody
+    /// else touches) has no address here.
+    fn read(record: &PostRecord, board: &Board) -> Post {
+        let flags = record.flags;
+        let mut failed = (flags & FAILED != 0).then(|| record.failed.get());
+        let mut buffer = |buf: &Buf, present: u32, shared: u32, role: &str| {
+            if flags & present == 0 {
+                None
+            } else if flags & shared == 0 {
+                Some(buf.at(0))
+            } else {
+                let found = board.resolve(buf);
+                if found.is_none() {
+                    failed.get_or_insert_with(|| {
+                        format!("it posted a {role} buffer outside the session's shared memory")
+                    });
+                }
+                found
+            }
+        };
+        let send = buffer(&record.send, SEND, SEND_SHARED, "send");
+        let recv = buffer(&record.recv, RECV, RECV_SHARED, "recv");
+        Post {
+            failed,
+            what: what_name(record.what),
+            param: record.param,
+            send,
+            recv,
+            staged: flags & STAGED != 0,
+        }
     }
 }
 
-/// One participant's post for collectives of one parity. Its owner writes it and the others
-/// read it without a lock: the collective numbers keep the two apart (see `Slot`).
-#[derive(Default)]
-struct PostCell(UnsafeCell<Post>);
-
-// SAFETY: `Slot` says when a post may be read and written: its owner writes it only while
-// nobody reads it, and the others read it only after an acquire load that sees the number its
-// owner published (release) after writing it.
-unsafe impl Sync for PostCell {}
-
 /// Everyone's posts for the collective under way, by rank.
-pub(crate) struct Posts<'a> {
-    team: &'a Team,
-    parity: usize,
+pub(crate) struct Posts {
+    posts: Vec<Post>,
 }
 
-impl Posts<'_> {
+impl Posts {
     pub fn len(&self) -> usize {
-        self.team.slots.len()
+        self.posts.len()
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Post> {
-        (0..self.len()).map(|r| &self[r])
+        self.posts.iter()
+    }
+
+    /// Whether the collective runs the staged way: somebody takes part so (its buffers are
+    /// not all where the others reach them, or it chose to), and then nobody writes into
+    /// another's buffers.
+    pub fn staged(&self) -> bool {
+        self.posts.iter().any(|p| p.staged)
     }
 }
 
-impl Index<usize> for Posts<'_> {
+impl Index<usize> for Posts {
     type Output = Post;
     fn index(&self, rank: usize) -> &Post {
-        // SAFETY: `Posts` exists only while its collective is under way, after everyone
-        // joined it: nobody writes these posts until everyone has joined the next collective,
-        // which the holder of this value has not.
-        unsafe { &*self.team.slots[rank].posts[self.parity].0.get() }
+        &self.posts[rank]
     }
 }
 
-/// One participant's place in a team. Only its participant writes it, except that a waiter
-/// may lock it out of a collective after the communicator broke.
-///
-/// The posts alternate by the parity of the collective's number. The owner writes post `s`
-/// before it publishes `s` in `joined`; the others read it after they see `s` there, until
-/// they join `s + 1`. The owner writes the same place again for `s + 2`, which it starts only
-/// after everyone joined `s + 1`: by then nobody reads post `s`.
+/// A participant's staged copies of one parity: only it touches them, by the rules of `Slot`.
 #[derive(Default)]
-struct Slot {
-    /// The number of the last collective it joined (its post is ready), or that number with
-    /// `LOCKED` set if it was locked out of it.
-    joined: CachePadded<AtomicU64>,
-    /// The number of the last shared collective it finished its work on.
-    left: CachePadded<AtomicU64>,
-    /// The CPU its participant ran on when it last posted (`usize::MAX`: unknown).
-    cpu: CachePadded<AtomicUsize>,
-    /// Its posts, by the parity of the collective's number.
-    posts: [CachePadded<PostCell>; 2],
-}
+struct StagingCell(UnsafeCell<Option<Staging>>);
+
+// SAFETY: as for posts: each cell is its participant's alone to write, and the others read the
+// copy only while the post that names it may be read.
+unsafe impl Sync for StagingCell {}
 
 /// The participants of a collective: the whole session, one group, or a pair.
 pub(crate) struct Team {
@@ -219,22 +230,36 @@ pub(crate) struct Team {
     pub members: Vec<usize>,
     /// How messages name the team.
     name: String,
-    slots: Vec<Slot>,
+    /// Where the board keeps it (see `Board::slots`).
+    index: usize,
+    slots: SlotsAt,
+    /// Each member's staged copies, by rank and parity.
+    staging: Box<[StagingCell]>,
     /// More participants than CPUs: they take turns on the CPUs.
     crowded: bool,
 }
 
 impl Team {
-    fn new(members: Vec<usize>, name: String) -> Arc<Team> {
+    fn new(
+        board: &Board,
+        groups: usize,
+        index: usize,
+        members: Vec<usize>,
+        name: String,
+    ) -> Arc<Team> {
         Arc::new(Team {
             crowded: members.len() > available_cpus(),
-            slots: members.iter().map(|_| Slot::default()).collect(),
+            slots: board.slots(index, groups, members.len()),
+            staging: (0..2 * members.len())
+                .map(|_| StagingCell::default())
+                .collect(),
+            index,
             members,
             name,
         })
     }
 
-    /// Whether a collective on buffers of `nbytes` is staged (see `STAGED_BYTES`).
+    /// Whether a collective on buffers of `nbytes` is better staged (see `STAGED_BYTES`).
     pub fn staged(&self, nbytes: usize) -> bool {
         self.crowded && nbytes <= STAGED_BYTES
     }
@@ -245,71 +270,92 @@ impl Team {
 
     /// The ranks that have not joined collective `seq` (nor been locked out of it).
     fn missing(&self, seq: u64) -> impl Iterator<Item = usize> {
-        (0..self.slots.len()).filter(move |&r| self.slots[r].joined.load(Ordering::Acquire) < seq)
+        let slots = self.slots.get();
+        (0..slots.len()).filter(move |&r| slots[r].joined.load(Ordering::Acquire) < seq)
     }
 }
 
-/// A worker as the communicator knows it.
-#[derive(Default)]
-struct Waiter {
-    sleeper: Sleeper,
-    thread: OnceLock<Thread>,
-    /// The team, number and name of the collective it last waited on for long: the others
-    /// look here for workers that wait for each other in different teams.
-    waits_in: Mutex<Option<(Arc<Team>, u64, &'static str)>>,
-    /// Moves it off a CPU it keeps sharing with another member (only it locks this).
-    shared_cpu: Mutex<SharedCpuWatch>,
-}
-
-/// The in-process communicator of one session: the whole session, each group, and pairs for
-/// point-to-point transfers (made when first used).
+/// The CPU communicator of one session, between its worker threads or its worker processes:
+/// the whole session, each group, and pairs for point-to-point transfers (made when first
+/// used).
 pub struct CpuCcl {
     num_workers: usize,
+    board: Board,
     world: Arc<Team>,
     groups: Vec<Arc<Team>>,
     pairs: Mutex<HashMap<(usize, usize), Arc<Team>>>,
-    waiters: Vec<Waiter>,
-    broken: AtomicBool,
-    /// Why the communicator broke (set before `broken`).
-    why: Mutex<Option<Error>>,
+    /// Moves a worker off a CPU it keeps sharing with another member (only it locks its own).
+    shared_cpu: Vec<Mutex<SharedCpuWatch>>,
     timeout: Option<Duration>,
     spin: SpinPolicy,
 }
 
 impl CpuCcl {
+    /// A communicator between the worker threads of this process.
     pub fn new(
         num_workers: usize,
         num_groups: usize,
         timeout: Option<Duration>,
         spin: SpinPolicy,
     ) -> CpuCcl {
+        Self::on(Board::heap(num_workers), num_groups, timeout, spin)
+    }
+
+    /// A communicator whose records lie on `board` (zeroed when the communicator was made).
+    fn on(board: Board, num_groups: usize, timeout: Option<Duration>, spin: SpinPolicy) -> CpuCcl {
+        let num_workers = board.workers();
         let per_group = num_workers / num_groups;
         CpuCcl {
             num_workers,
-            world: Team::new((0..num_workers).collect(), "the session".into()),
+            world: Team::new(
+                &board,
+                num_groups,
+                0,
+                (0..num_workers).collect(),
+                "the session".into(),
+            ),
             groups: (0..num_groups)
                 .map(|g| {
                     let members: Vec<usize> = (g * per_group..(g + 1) * per_group).collect();
                     let name = format!("group {g} (workers {members:?})");
-                    Team::new(members, name)
+                    Team::new(&board, num_groups, 1 + g, members, name)
                 })
                 .collect(),
             pairs: Mutex::new(HashMap::new()),
-            waiters: (0..num_workers).map(|_| Waiter::default()).collect(),
-            broken: AtomicBool::new(false),
-            why: Mutex::new(None),
+            shared_cpu: (0..num_workers).map(|_| Mutex::default()).collect(),
+            board,
             timeout,
             spin,
         }
     }
 
-    pub fn num_workers(&self) -> usize {
-        self.num_workers
+    /// A communicator between worker processes, on records in memory they all map.
+    ///
+    /// # Safety
+    /// As [`Board::shared`].
+    #[cfg(not(loom))]
+    pub(crate) unsafe fn shared(
+        num_workers: usize,
+        num_groups: usize,
+        area: (std::ptr::NonNull<u8>, usize, usize),
+        mapping: Arc<dyn Send + Sync>,
+        timeout: Option<Duration>,
+        spin: SpinPolicy,
+    ) -> CpuCcl {
+        let (at, base, len) = area;
+        // SAFETY: as the caller promises.
+        let board = unsafe { Board::shared(num_workers, at, base, len, mapping) };
+        Self::on(board, num_groups, timeout, spin)
     }
 
-    /// Records the calling thread as worker `id`'s, so that posts can wake it.
-    pub(crate) fn adopt(&self, id: usize) {
-        let _ = self.waiters[id].thread.set(thread::current());
+    /// Bytes of shared memory a communicator between `num_workers` processes takes.
+    #[cfg(not(loom))]
+    pub(crate) fn shared_bytes(num_workers: usize) -> Option<usize> {
+        Board::area_bytes(num_workers)
+    }
+
+    pub fn num_workers(&self) -> usize {
+        self.num_workers
     }
 
     /// The team of worker `id`: the session, or its group.
@@ -327,7 +373,11 @@ impl CpuCcl {
         lock(&self.pairs)
             .entry((from, to))
             .or_insert_with(|| {
+                let groups = self.groups.len();
                 Team::new(
+                    &self.board,
+                    groups,
+                    1 + groups + from * self.num_workers + to,
                     vec![from, to],
                     format!("the transfer from worker {from} to worker {to}"),
                 )
@@ -335,40 +385,88 @@ impl CpuCcl {
             .clone()
     }
 
-    /// Breaks the communicator: waiting workers fail with `error` (unless their collective
-    /// was complete), later collectives at once. The first error stays.
-    pub fn abort(&self, error: &Error) {
-        lock(&self.why).get_or_insert_with(|| error.clone());
-        self.broken.store(true, Ordering::Release);
-        fence(Ordering::SeqCst);
-        for waiter in &self.waiters {
-            if let Some(thread) = waiter.thread.get() {
-                waiter.sleeper.wake_fenced(thread);
+    /// The team the board keeps at `index`.
+    fn team_at(&self, index: usize) -> Option<Arc<Team>> {
+        let groups = self.groups.len();
+        match index {
+            0 => Some(self.world.clone()),
+            i if i <= groups => Some(self.groups[i - 1].clone()),
+            i => {
+                let pair = i - 1 - groups;
+                let (from, to) = (pair / self.num_workers, pair % self.num_workers);
+                (from < self.num_workers && from != to).then(|| self.pair(from, to))
             }
         }
     }
 
+    /// Breaks the communicator: waiting workers fail with `error` (unless their collective
+    /// was complete), later collectives at once. The first error stays.
+    pub fn abort(&self, error: &Error) {
+        self.board.header().record(error);
+        fence(Ordering::SeqCst);
+        for worker in 0..self.num_workers {
+            self.board.waiter(worker).sleeper.wake_fenced();
+        }
+    }
+
     fn why(&self) -> Error {
-        lock(&self.why)
-            .clone()
-            .unwrap_or_else(|| Error::runtime("the communicator is broken"))
+        self.board.header().why()
     }
 
     /// Wakes the other members of `team` that sleep (after this thread published progress).
     fn wake(&self, team: &Team, me: usize) {
         fence(Ordering::SeqCst);
         for &m in team.members.iter().filter(|&&m| m != me) {
-            let waiter = &self.waiters[m];
-            if let Some(thread) = waiter.thread.get() {
-                waiter.sleeper.wake_fenced(thread);
-            }
+            self.board.waiter(m).sleeper.wake_fenced();
         }
     }
 
+    /// `post` as participant `rank` publishes it for a collective of `parity`: staged when
+    /// asked (`staged`) or when its buffers are not all where the others reach them.
+    fn publish(
+        &self,
+        team: &Team,
+        rank: usize,
+        parity: usize,
+        post: &mut Post,
+        staged: bool,
+    ) -> PostRecord {
+        let unreachable =
+            |buf: &Option<Buf>| buf.as_ref().is_some_and(|b| self.board.share(b).is_none());
+        post.staged = staged || unreachable(&post.send) || unreachable(&post.recv);
+        if post.staged
+            && post.failed.is_none()
+            && let Some(send) = &mut post.send
+        {
+            match self.stage(team, rank, parity, send) {
+                Ok(copy) => *send = copy,
+                Err(error) => {
+                    post.failed = Some(format!("{}: {}", error.kind.name(), error.message))
+                }
+            }
+        }
+        post.record(&self.board)
+    }
+
+    /// Copies `send` into participant `rank`'s staging place for `parity`.
+    fn stage(&self, team: &Team, rank: usize, parity: usize, send: &Buf) -> Result<Buf> {
+        // SAFETY: the cell is this participant's alone, and nobody reads its copy of this
+        // parity any more: everyone joined the collective after the one that used it last.
+        let cell = unsafe { &mut *team.staging[2 * rank + parity].0.get() };
+        if cell.as_ref().is_none_or(|s| s.len() < send.nbytes) {
+            *cell = Some(self.board.staging(send.nbytes)?);
+        }
+        let to = cell.as_mut().expect("made above").ptr();
+        // SAFETY: `send` describes `nbytes` readable bytes of a tensor its owner holds for the
+        // whole collective; the staging place holds at least `nbytes` bytes (above).
+        unsafe { std::ptr::copy_nonoverlapping(send.addr as *const u8, to, send.nbytes) };
+        Ok(send.at(to as usize))
+    }
+
     /// Runs one collective as participant `rank` of `team`: posts (staging `send` first when
-    /// `staged`), waits until everyone joined, checks everyone's posts with `check` (the same
-    /// verdict on every participant), runs `work` if they agree, and, unless `staged`, waits
-    /// until everyone is done with everyone's buffers.
+    /// `staged` or when it must be), waits until everyone joined, checks everyone's posts with
+    /// `check` (the same verdict on every participant), runs `work` if they agree, and, unless
+    /// everyone took part the staged way, waits until everyone is done with everyone's buffers.
     pub(crate) fn run(
         &self,
         team: &Arc<Team>,
@@ -378,24 +476,21 @@ impl CpuCcl {
         check: impl FnOnce(&Posts) -> Result<()>,
         work: impl FnOnce(&Posts),
     ) -> Result<()> {
-        let slot = &team.slots[rank];
+        let slots = team.slots.get();
+        let slot = &slots[rank];
         let last = slot.joined.load(Ordering::Relaxed);
-        if self.broken.load(Ordering::Acquire) || last & LOCKED != 0 {
+        if self.board.header().is_broken() || last & LOCKED != 0 {
             return Err(self.why());
         }
         let seq = last + 1;
         let what = post.what;
         let parity = (seq % 2) as usize;
+        let record = self.publish(team, rank, parity, &mut post, staged);
         // SAFETY: nobody reads this post: everyone joined collective `seq - 1` (this
         // participant saw them), so everyone is done with `seq - 2`, the last to use it.
-        let mine = unsafe { &mut *slot.posts[parity].0.get() };
-        post.staging = std::mem::take(&mut mine.staging);
-        if staged {
-            post.stage();
-        }
-        *mine = post;
-        slot.cpu
-            .store(current_cpu().unwrap_or(usize::MAX), Ordering::Relaxed);
+        unsafe { *slot.posts[parity].0.get() = record };
+        let cpu = current_cpu().map_or(u64::MAX, |c| c as u64);
+        slot.cpu.store(cpu, Ordering::Relaxed);
         if slot
             .joined
             .compare_exchange(last, seq, Ordering::AcqRel, Ordering::Acquire)
@@ -406,7 +501,19 @@ impl CpuCcl {
         let me = team.members[rank];
         self.wake(team, me);
         self.join(team, rank, seq, what)?;
-        let posts = Posts { team, parity };
+        let posts = Posts {
+            posts: (0..slots.len())
+                .map(|r| {
+                    if r == rank {
+                        post.clone()
+                    } else {
+                        // SAFETY: everyone joined `seq` (above), so each post of this parity
+                        // is written and stays so until this participant joins `seq + 1`.
+                        Post::read(unsafe { &*slots[r].posts[parity].0.get() }, &self.board)
+                    }
+                })
+                .collect(),
+        };
         let verdict = match posts.iter().position(|p| p.failed.is_some()) {
             Some(r) => Err(Error::value(format!(
                 "{what}: worker {} could not take part ({})",
@@ -418,12 +525,12 @@ impl CpuCcl {
         if verdict.is_ok() {
             work(&posts);
         }
-        if verdict.is_ok() && !staged {
+        if verdict.is_ok() && posts.iter().any(|p| !p.staged) {
             // Nobody may return (and free or reuse a buffer) until everyone is done with it.
             slot.left.store(seq, Ordering::Release);
             self.wake(team, me);
             let done = || {
-                team.slots
+                slots
                     .iter()
                     .all(|s| s.left.load(Ordering::Acquire) >= seq)
                     .then_some(())
@@ -440,7 +547,7 @@ impl CpuCcl {
         let me = team.members[rank];
         let joined = || {
             let mut pending = false;
-            for slot in &team.slots {
+            for slot in team.slots.get() {
                 let n = slot.joined.load(Ordering::Acquire);
                 if n & LOCKED != 0 {
                     return Some(Err(self.why()));
@@ -449,7 +556,7 @@ impl CpuCcl {
             }
             if !pending {
                 Some(Ok(()))
-            } else if self.broken.load(Ordering::Acquire) {
+            } else if self.board.header().is_broken() {
                 Some(self.lock_out(team, seq))
             } else {
                 None
@@ -462,7 +569,11 @@ impl CpuCcl {
             deadline,
             what,
             || {
-                *lock(&self.waiters[me].waits_in) = Some((team.clone(), seq, what));
+                let waits_in = pack_wait(team.index, what_code(what), seq);
+                self.board
+                    .waiter(me)
+                    .waits_in
+                    .store(waits_in, Ordering::Release);
                 if let Some(error) = self.crossed(team, rank, seq, what) {
                     self.abort(&error);
                 }
@@ -513,17 +624,16 @@ impl CpuCcl {
         if let Some(value) = poll() {
             return Ok(value);
         }
-        let waiter = &self.waiters[me];
         let share = team.crowded || {
             let cpu = current_cpu();
             let (mut below, mut above) = (false, false);
-            for (slot, &m) in team.slots.iter().zip(&team.members) {
-                if m != me && cpu == Some(slot.cpu.load(Ordering::Relaxed)) {
+            for (slot, &m) in team.slots.get().iter().zip(&team.members) {
+                if m != me && cpu.map(|c| c as u64) == Some(slot.cpu.load(Ordering::Relaxed)) {
                     below |= m < me;
                     above |= m > me;
                 }
             }
-            lock(&waiter.shared_cpu).note(if below { cpu } else { None });
+            lock(&self.shared_cpu[me]).note(if below { cpu } else { None });
             below || above
         };
         if self.spin.budget.is_zero() {
@@ -550,8 +660,9 @@ impl CpuCcl {
         let park = SpinPolicy {
             budget: Duration::ZERO,
         };
-        waiter.sleeper.wait(
+        self.board.waiter(me).sleeper.wait(
             park,
+            PARK_SLICE,
             deadline,
             || format!("{what} in {}", team.name),
             slow,
@@ -563,7 +674,7 @@ impl CpuCcl {
     /// had to be (the collective is complete).
     fn lock_out(&self, team: &Team, seq: u64) -> Result<()> {
         let mut complete = true;
-        for slot in &team.slots {
+        for slot in team.slots.get() {
             let mut n = slot.joined.load(Ordering::Acquire);
             while n & LOCKED == 0 && n < seq {
                 match slot.joined.compare_exchange(
@@ -587,19 +698,23 @@ impl CpuCcl {
         let me = team.members[rank];
         team.missing(seq).find_map(|r| {
             let other = team.members[r];
-            let (theirs, their_seq, their_what) = lock(&self.waiters[other].waits_in).clone()?;
+            let waits_in = self.board.waiter(other).waits_in.load(Ordering::Acquire);
+            let (index, their_what, their_seq) = unpack_wait(waits_in)?;
+            let theirs = self.team_at(index)?;
             let mine = theirs.rank_of(me)?;
-            if Arc::ptr_eq(&theirs, team)
-                || theirs.slots[mine].joined.load(Ordering::Acquire) >= their_seq
+            if theirs.index == team.index
+                || theirs.slots.get()[mine].joined.load(Ordering::Acquire) >= their_seq
             {
                 return None;
             }
             Some(Error::value(format!(
                 "{what}: worker {me} waits for worker {other} in {}, but worker {other} \
-                 waits for worker {me} in `{their_what}` in {}: the workers disagree on \
+                 waits for worker {me} in `{}` in {}: the workers disagree on \
                  in_group or on which collective comes next (the communicator is now broken; \
                  call init_ccl again)",
-                team.name, theirs.name
+                team.name,
+                what_name(their_what),
+                theirs.name
             )))
         })
     }

@@ -8,19 +8,22 @@
 //! thread, and only one side touches the bytes at a time.
 //!
 //! Layout: one lend line per worker (the last request the controller gave back, and the futex
-//! word the lending worker sleeps on), then one region per worker, which only that worker
-//! allocates from. Memory past a region's highest allocation is untouched and reads as zeros.
+//! word the lending worker sleeps on), two areas for the records of CPU communicators (used in
+//! turn, so that a new one is laid out while the workers still hold the last), then one region
+//! per worker, which only that worker allocates from. Memory past a region's highest allocation
+//! is untouched and reads as zeros.
 
 use std::collections::BTreeMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::{OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock, PoisonError};
 
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
 use crate::channel::shm::SharedMemory;
 use crate::channel::{SharedSleeper, SpinPolicy};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, Result, Tensor};
+use crate::session::ccl::CpuCcl;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::wire::ArenaTensor;
@@ -48,10 +51,30 @@ pub(crate) struct Arena {
     workers: usize,
 }
 
+/// How many communicator areas the arena has.
+pub(crate) const CCL_AREAS: usize = 2;
+
 impl Arena {
     fn bytes_for(workers: usize) -> Option<usize> {
-        let lines = workers.checked_mul(size_of::<LendLine>())?;
-        REGION_BYTES.checked_mul(workers)?.checked_add(lines)
+        let regions = REGION_BYTES.checked_mul(workers)?;
+        regions.checked_add(Self::regions_start(workers)?)
+    }
+
+    /// Bytes of one communicator area, whole pages.
+    fn ccl_area_bytes(workers: usize) -> Option<usize> {
+        CpuCcl::shared_bytes(workers)?.checked_next_multiple_of(page_size())
+    }
+
+    fn ccl_areas_start(workers: usize) -> Option<usize> {
+        workers
+            .checked_mul(size_of::<LendLine>())?
+            .checked_next_multiple_of(page_size())
+    }
+
+    fn regions_start(workers: usize) -> Option<usize> {
+        Self::ccl_area_bytes(workers)?
+            .checked_mul(CCL_AREAS)?
+            .checked_add(Self::ccl_areas_start(workers)?)
     }
 
     /// A new arena for `workers` workers (the controller's).
@@ -89,7 +112,48 @@ impl Arena {
 
     /// Where `worker`'s region starts, in bytes from the start of the arena.
     fn region_start(&self, worker: usize) -> usize {
-        self.workers * size_of::<LendLine>() + worker * REGION_BYTES
+        Self::regions_start(self.workers).expect("checked when mapped") + worker * REGION_BYTES
+    }
+
+    /// Communicator area `area`: where it lies, and the base and length of the mapping that
+    /// offsets of buffers count in.
+    fn ccl_area(&self, area: usize) -> Result<(NonNull<u8>, usize, usize)> {
+        if area >= CCL_AREAS {
+            return Err(Error::index(format!(
+                "communicator area {area} out of range (the arena has {CCL_AREAS})"
+            )));
+        }
+        let bytes = Self::ccl_area_bytes(self.workers).expect("checked when mapped");
+        let start =
+            Self::ccl_areas_start(self.workers).expect("checked when mapped") + area * bytes;
+        let base = self.memory.as_ptr();
+        // SAFETY: within the mapping (`bytes_for` counts the areas).
+        let at = unsafe { NonNull::new_unchecked(base.add(start)) };
+        Ok((at, base as usize, self.memory.len()))
+    }
+
+    /// A new CPU communicator between the session's workers in communicator area `area`,
+    /// which is zeroed first (the controller's side; no worker may use the area meanwhile).
+    pub fn new_ccl(
+        self: &Arc<Self>,
+        area: usize,
+        num_groups: usize,
+        timeout: Option<std::time::Duration>,
+        spin: SpinPolicy,
+    ) -> Result<CpuCcl> {
+        let place = self.ccl_area(area)?;
+        let bytes = Self::ccl_area_bytes(self.workers).expect("checked when mapped");
+        // SAFETY: whole pages of the area, which nobody uses: removing them makes them read
+        // as zeros.
+        let rc = unsafe { libc::madvise(place.0.as_ptr().cast(), bytes, libc::MADV_REMOVE) };
+        if rc != 0 {
+            // SAFETY: as above; zeroing by hand where the system would not.
+            unsafe { place.0.as_ptr().write_bytes(0, bytes) };
+        }
+        let mapping: Arc<dyn Send + Sync> = self.clone();
+        // SAFETY: the area holds what the communicator needs (`ccl_area_bytes`), is
+        // page-aligned, zeroed above, and mapped while `mapping` lives.
+        Ok(unsafe { CpuCcl::shared(self.workers, num_groups, place, mapping, timeout, spin) })
     }
 
     /// The compact bytes of `tensor`, if they lie within `worker`'s region (a reply from a
@@ -187,7 +251,7 @@ impl Blocks {
 
 /// This worker process's region of the arena.
 struct Region {
-    arena: Arena,
+    arena: Arc<Arena>,
     worker: usize,
     blocks: Mutex<Blocks>,
 }
@@ -198,13 +262,32 @@ static REGION: OnceLock<Region> = OnceLock::new();
 /// Makes this worker process allocate in its region of `arena` from now on.
 pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
     let region = Region {
-        arena,
+        arena: Arc::new(arena),
         worker,
         blocks: Mutex::new(Blocks::default()),
     };
     REGION
         .set(region)
         .map_err(|_| Error::runtime("this worker process attached an arena already"))
+}
+
+/// The CPU communicator the controller laid out in communicator area `area` (this worker
+/// process's side).
+pub(crate) fn ccl(
+    area: usize,
+    num_groups: usize,
+    timeout: Option<std::time::Duration>,
+    spin: SpinPolicy,
+) -> Result<CpuCcl> {
+    let region = REGION.get().ok_or_else(|| {
+        Error::runtime("a communicator in the session's arena reached a worker without one")
+    })?;
+    let place = region.arena.ccl_area(area)?;
+    let mapping: Arc<dyn Send + Sync> = region.arena.clone();
+    let workers = region.arena.workers;
+    // SAFETY: the controller zeroed the area before it sent the call that installs it; the
+    // mapping stays while `mapping` lives.
+    Ok(unsafe { CpuCcl::shared(workers, num_groups, place, mapping, timeout, spin) })
 }
 
 /// A zeroed host tensor in this worker process's region of the arena; `None` when this process

@@ -9,13 +9,14 @@
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
-use super::arena::Arena;
+use super::arena::{Arena, CCL_AREAS};
 use super::launch::Child;
 use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{SpinPolicy, Watchers};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
+use crate::session::ccl::CpuCcl;
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
 use crate::sync::Mutex;
@@ -72,8 +73,11 @@ pub(crate) struct SessionLinks {
     pub broken: OnceLock<Error>,
     /// Set once the session sent `Shutdown`: a worker that ends then has stopped, not died.
     pub stopping: AtomicBool,
-    /// The session's arena, where worker 0 lends tensors for copies.
-    pub arena: Arena,
+    /// The session's arena, where worker 0 lends tensors for copies and CPU communicators
+    /// keep their records.
+    pub arena: Arc<Arena>,
+    /// The CPU communicator the workers hold, and its area of the arena.
+    pub ccl: Mutex<Option<(Arc<CpuCcl>, usize)>>,
 }
 
 impl SessionLinks {
@@ -83,12 +87,43 @@ impl SessionLinks {
     pub fn record_death<'a>(&self, death: &'a OnceLock<Error>, error: Error) -> &'a Error {
         if !self.stopping.load(Ordering::SeqCst) {
             let _ = self.broken.set(error.clone());
+            // The others may wait for the dead worker in a collective: they fail with its
+            // death.
+            if let Some((ccl, _)) = &*self.ccl.lock().unwrap_or_else(PoisonError::into_inner) {
+                ccl.abort(&error);
+            }
         }
         death.get_or_init(|| error)
+    }
+
+    /// A new CPU communicator in the arena's area that the workers' current one does not use,
+    /// and the area's number (for `runtime.disco.cpu.init_ccl_in_arena`).
+    pub fn new_ccl(
+        &self,
+        num_groups: usize,
+        timeout: Option<Duration>,
+        spin: SpinPolicy,
+    ) -> Result<(Arc<CpuCcl>, usize)> {
+        let current = self.ccl.lock().unwrap_or_else(PoisonError::into_inner);
+        let area = current
+            .as_ref()
+            .map_or(0, |(_, area)| (area + 1) % CCL_AREAS);
+        let ccl = self.arena.new_ccl(area, num_groups, timeout, spin)?;
+        Ok((Arc::new(ccl), area))
+    }
+
+    /// Records the communicator every worker installed.
+    pub fn keep_ccl(&self, ccl: Arc<CpuCcl>, area: usize) {
+        *self.ccl.lock().unwrap_or_else(PoisonError::into_inner) = Some((ccl, area));
     }
 }
 
 impl ProcessLink {
+    /// What the links of this worker's session share.
+    pub fn session(&self) -> &Arc<SessionLinks> {
+        &self.session
+    }
+
     pub fn new(
         worker: usize,
         child: Child,

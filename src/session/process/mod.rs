@@ -10,10 +10,10 @@ mod watch;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use arena::empty as arena_empty;
+pub(crate) use arena::{ccl as worker_ccl, empty as arena_empty};
 pub(crate) use launch::worker_program;
 pub(crate) use link::ProcessLink;
-use link::SessionLinks;
+pub(crate) use link::SessionLinks;
 pub(crate) use serve::serve;
 pub(crate) use watch::Watcher;
 
@@ -43,7 +43,8 @@ pub(crate) fn start_workers(
     let session = Arc::new(SessionLinks {
         broken: OnceLock::new(),
         stopping: AtomicBool::new(false),
-        arena: Arena::create(devices.len())?,
+        arena: Arc::new(Arena::create(devices.len())?),
+        ccl: crate::sync::Mutex::new(None),
     });
     for (id, &device) in devices.iter().enumerate() {
         let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;

@@ -1,4 +1,5 @@
-"""Collectives between the workers through the package: init_ccl("cpu"), then Disco's methods."""
+"""Collectives between the workers through the package: init_ccl("cpu"), then Disco's methods,
+on worker threads and on worker processes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,12 @@ import pytest
 
 import discovm
 
+KINDS = [
+    pytest.param(discovm.ThreadedSession, id="threads"),
+    pytest.param(discovm.ProcessSession, id="processes"),
+]
+# Every test runs on each kind: through the `sess` fixture, or by taking `kind`.
+each_kind_of_sess = pytest.mark.parametrize("sess", KINDS, indirect=True)
 
 def fill_per_worker(sess: discovm.Session, shape, dtype, values) -> discovm.DRef:
     """A tensor on every worker, worker w's holding ``values[w]``."""
@@ -26,6 +33,7 @@ def ccl(sess):
     return sess
 
 
+@each_kind_of_sess
 @pytest.mark.parametrize(
     ("op", "reduce"),
     [("sum", np.sum), ("prod", np.prod), ("min", np.min), ("max", np.max), ("avg", np.mean)],
@@ -40,12 +48,14 @@ def test_allreduce_every_op(ccl, op, reduce):
         np.testing.assert_allclose(on(dst, w), expected)
 
 
+@each_kind_of_sess
 def test_allreduce_refuses_an_unknown_op(ccl):
     x = ccl.empty((1,), "float32")
     with pytest.raises(ValueError, match="Unsupported reduce op: median"):
         ccl.allreduce(x, x, op="median")
 
 
+@each_kind_of_sess
 def test_allgather(ccl):
     src = fill_per_worker(ccl, (2,), "int32", [[w, 10 * w] for w in range(4)])
     dst = ccl.empty((8,), "int32")
@@ -54,6 +64,7 @@ def test_allgather(ccl):
         np.testing.assert_array_equal(on(dst, w), [0, 0, 1, 10, 2, 20, 3, 30])
 
 
+@each_kind_of_sess
 def test_broadcast_from_the_host_and_from_worker_0(ccl):
     data = np.arange(10, dtype="int64").reshape(2, 5)
     everywhere = ccl.broadcast(data)
@@ -66,6 +77,7 @@ def test_broadcast_from_the_host_and_from_worker_0(ccl):
     np.testing.assert_array_equal(on(dst, 2), data)
 
 
+@each_kind_of_sess
 def test_scatter_and_gather(ccl):
     data = np.arange(12, dtype="float32").reshape(4, 3)
     parts = ccl.scatter(data)
@@ -81,8 +93,9 @@ def test_scatter_and_gather(ccl):
     np.testing.assert_array_equal(on(again, 1), data[1] + 1)
 
 
-def test_collectives_within_groups():
-    with discovm.ThreadedSession(4, 2) as sess:
+@pytest.mark.parametrize("kind", KINDS)
+def test_collectives_within_groups(kind):
+    with kind(4, 2) as sess:
         sess.init_ccl("cpu")
         src = fill_per_worker(sess, (2,), "int32", [[w, w] for w in range(4)])
         in_group, everyone = sess.empty((2,), "int32"), sess.empty((2,), "int32")
@@ -92,6 +105,7 @@ def test_collectives_within_groups():
         assert [on(everyone, w)[0] for w in range(4)] == [6, 6, 6, 6]
 
 
+@each_kind_of_sess
 def test_a_collective_before_init_ccl_or_with_mismatched_tensors_is_a_worker_error(sess):
     x, y = sess.empty((4,), "float32"), sess.empty((5,), "float32")
     sess.allreduce(x, x)

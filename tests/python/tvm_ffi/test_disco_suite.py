@@ -114,7 +114,6 @@ def test_shape_tuple(session_kind):
 # ---- test_ccl.py, the collective cases, on the CPU backend ------------------------------------
 
 _ccl = ["cpu"]
-_all_session_kinds = [di.ThreadedSession]
 
 
 @pytest.mark.parametrize("session_kind", _all_session_kinds)

@@ -85,21 +85,7 @@ def test_the_session_has_disco_s_methods_with_disco_s_parameters():
     )
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        pytest.param(discovm.ThreadedSession, id="threads"),
-        pytest.param(
-            discovm.ProcessSession,
-            id="processes",
-            marks=pytest.mark.xfail(
-                raises=discovm.DeviceUnavailable,
-                strict=True,
-                reason="collectives between worker processes: init_ccl raises DeviceUnavailable",
-            ),
-        ),
-    ],
-)
+@each_kind
 def test_a_four_worker_session_on_numpy_data(kind):
     # What the README shows: the whole flow on numpy arrays.
     with kind(4) as sess:
