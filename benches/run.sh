@@ -16,7 +16,9 @@
 # 3. runs it: the table goes to stdout, progress to stderr, and the numbers (ns) to
 #    target/bench/session_bench.csv;
 # 4. runs benches/python_session_bench.py in the venv: the same sessions through Disco's Python
-#    API and discovm's package, side by side (with --quick, its quick run).
+#    API and discovm's package, side by side (with --quick, its quick run); then
+#    benches/numpy_tp_bench.py: a tensor-parallel step of numpy worker functions, on worker
+#    threads and on worker processes.
 # The whole run takes under two minutes on a 2-CPU machine.
 set -euo pipefail
 
@@ -66,4 +68,7 @@ if [ -f "$repo/target/release/libdiscovm.so" ]; then
     echo
     DISCOVM_LIBRARY="$repo/target/release/libdiscovm.so" PYTHONPATH="$repo/python" \
         "$VENV_PYTHON" "$repo/benches/python_session_bench.py" "${python_args[@]}"
+    echo
+    DISCOVM_LIBRARY="$repo/target/release/libdiscovm.so" PYTHONPATH="$repo/python" \
+        "$VENV_PYTHON" "$repo/benches/numpy_tp_bench.py" "${python_args[@]}"
 fi

@@ -1150,3 +1150,26 @@ fn the_built_in_that_installs_a_communicator_in_shared_memory_refuses_bad_input(
         &["reached a worker without one"],
     );
 }
+
+fn a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument(kind: Kind) {
+    let s = start(kind, 2, 1, SessionOptions::default()).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let tall = remote_call(
+        &s,
+        &empty,
+        &[Shape::new(&[1; 9]).into(), Any::DataType(F32)],
+    );
+    let args = [
+        tall.into(),
+        Any::Bool(false),
+        remote_f32(&s, 2, true).into(),
+    ];
+    let err = builtin_on(&s, Target::All, "runtime.disco.allgather", &args).unwrap_err();
+    assert_error(
+        Err(err),
+        ErrorKind::Worker,
+        &["argument 0 (send)", "at most 8 dimensions, not 9"],
+    );
+}
+each_kind!(a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument);

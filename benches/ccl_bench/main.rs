@@ -1,8 +1,9 @@
 //! CPU collectives benchmark: allreduce (sum, float32), allgather and broadcast for 4 KiB to
-//! 64 MiB with N = 2 and 4 workers, in GB/s of algorithm bandwidth (bytes of one buffer / time
-//! per collective; for allgather the gathered buffer), plus the 4 KiB allreduce latency. In
-//! the same run: the floors, a plain `memcpy` and a single-thread `c = a + b` over the same
-//! sizes. The collectives loop on the workers (timed on worker 0), so controller round trips
+//! 64 MiB with N = 2 and 4 worker threads, and allreduce between as many worker processes, in
+//! GB/s of algorithm bandwidth (bytes of one buffer / time per collective; for allgather the
+//! gathered buffer), plus the 4 KiB allreduce latency. In the same run: the floors, a plain
+//! `memcpy` and a single-thread `c = a + b` over the same sizes. The benchmark is its own worker
+//! program: started with a worker's arguments, it registers its loop and serves the session. The collectives loop on the workers (timed on worker 0), so controller round trips
 //! are not counted. Every figure is the median of 11 to 101 samples, each a short batch of
 //! calls after a barrier, so that samples another process interrupted do not move it.
 //!
@@ -13,7 +14,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use discovm::abi::{DLDataType, DLDevice, KDL_FLOAT};
+use discovm::abi::{DLDataType, KDL_FLOAT};
 use discovm::object::{Function, Shape, Tensor, registry};
 use discovm::session::{Session, SessionOptions, Target, current_worker};
 use discovm::{Any, AnyView, Result};
@@ -22,8 +23,15 @@ const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
 
-fn tensor(bytes: usize) -> Tensor {
-    discovm::device::empty(&[(bytes / 4) as i64], F32, DLDevice::cpu()).expect("tensor")
+/// A tensor as the session's workers make them (in the session's shared memory on a worker
+/// process).
+fn tensor(bytes: usize) -> Result<Tensor> {
+    let shape = Shape::new(&[(bytes / 4) as i64]);
+    let empty = registry::get_global("runtime.disco.empty")?;
+    empty
+        .call(&[Any::from(shape).view(), Any::DataType(F32).view()])?
+        .view()
+        .as_tensor()
 }
 
 /// How a figure is sampled: `samples` batches of `batch` calls each (the median is reported),
@@ -50,16 +58,16 @@ fn worker_loop(args: &[AnyView<'_>]) -> Result<Any> {
     let samples = args[3].as_i64()? as usize;
     let n = current_worker().expect("on a worker").num_workers;
     let (name, send, recv): (&str, Tensor, Tensor) = match kind {
-        0 => ("runtime.disco.allreduce", tensor(bytes), tensor(bytes)),
+        0 => ("runtime.disco.allreduce", tensor(bytes)?, tensor(bytes)?),
         1 => (
             "runtime.disco.allgather",
-            tensor(bytes / n),
-            tensor(bytes / n * n),
+            tensor(bytes / n)?,
+            tensor(bytes / n * n)?,
         ),
         _ => (
             "runtime.disco.broadcast_from_worker0",
-            tensor(bytes),
-            tensor(bytes),
+            tensor(bytes)?,
+            tensor(bytes)?,
         ),
     };
     for t in [&send, &recv] {
@@ -149,8 +157,11 @@ fn gbps(bytes: usize, seconds: f64) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
     registry::register_global("bench.ccl", Function::from_closure(worker_loop), true).unwrap();
+    if std::env::args().any(|a| a.starts_with("--discovm-worker")) {
+        std::process::exit(serve());
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
     let list = |var: &str, default: &[usize]| -> Vec<usize> {
         std::env::var(var).map_or_else(
             |_| default.to_vec(),
@@ -172,28 +183,32 @@ fn main() {
     println!("CPU collectives, algorithm bandwidth in GB/s (bytes of one buffer / time)");
     println!();
     println!(
-        "| size | memcpy | c=a+b | N | allreduce | allgather | broadcast | allreduce / memcpy |"
+        "| size | memcpy | c=a+b | N | allreduce | allgather | broadcast | allreduce / memcpy \
+         | allreduce, processes | processes / threads |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut latency = Vec::new();
+    let mut targets = Vec::new();
     for &bytes in &sizes {
         let (copy, add) = floors(bytes, quick);
         for &n in &workers {
-            let options = SessionOptions {
-                timeout: Some(Duration::from_secs(120)),
-                ..SessionOptions::default()
-            };
-            let s = Session::new_threaded(n as i64, 1, options).unwrap();
-            s.init_ccl("cpu", &[]).unwrap();
             let sampling = sampling(bytes, quick);
+            let s = open(n, false);
             let ar = collective(&s, 0, bytes, sampling);
             let ag = collective(&s, 1, bytes, sampling);
             let bc = collective(&s, 2, bytes, sampling);
+            s.shutdown().unwrap();
+            let s = open(n, true);
+            let ar_processes = collective(&s, 0, bytes, sampling);
+            s.shutdown().unwrap();
             if bytes == 4 * KIB {
-                latency.push((n, ar));
+                latency.push((n, ar, ar_processes));
+            }
+            if bytes == 16 * MIB {
+                targets.push((n, ar / ar_processes));
             }
             println!(
-                "| {} | {:.2} | {:.2} | {n} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {:.2} | {:.2} | {n} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 label(bytes),
                 gbps(bytes, copy),
                 gbps(bytes, add),
@@ -201,15 +216,53 @@ fn main() {
                 gbps(bytes, ag),
                 gbps(bytes, bc),
                 copy / ar,
+                gbps(bytes, ar_processes),
+                ar / ar_processes,
             );
-            s.shutdown().unwrap();
         }
     }
     println!();
-    for (n, seconds) in latency {
+    for (n, threads, processes) in latency {
         println!(
-            "4 KiB allreduce (sum, float32), N = {n}: {:.2} µs",
-            seconds * 1e6
+            "4 KiB allreduce (sum, float32), N = {n}: {:.2} µs on threads, {:.2} µs on processes",
+            threads * 1e6,
+            processes * 1e6
         );
     }
+    for (n, ratio) in targets {
+        println!(
+            "target: 16 MiB allreduce on processes at least 0.8x threads, N = {n}: {ratio:.2}x, {}",
+            if ratio >= 0.8 { "met" } else { "NOT met" }
+        );
+    }
+}
+
+/// A session of `n` workers, threads or processes (running this program), with a communicator.
+fn open(n: usize, processes: bool) -> Arc<Session> {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_secs(120)),
+        ..SessionOptions::default()
+    };
+    let s = if processes {
+        let program = std::env::current_exe().expect("this program's path");
+        let options = SessionOptions {
+            worker_program: Some(program.to_string_lossy().into_owned()),
+            ..options
+        };
+        Session::new_process(n as i64, 1, options).unwrap()
+    } else {
+        Session::new_threaded(n as i64, 1, options).unwrap()
+    };
+    s.init_ccl("cpu", &[]).unwrap();
+    s
+}
+
+/// Serves a controller as a worker process, with this program's functions.
+fn serve() -> i32 {
+    let args: Vec<std::ffi::CString> = std::env::args()
+        .map(|a| std::ffi::CString::new(a).expect("no NUL in arguments"))
+        .collect();
+    let argv: Vec<*mut std::ffi::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    // SAFETY: `argv` holds `args.len()` NUL-terminated strings, alive for the call.
+    unsafe { discovm::capi::dvm_worker_main(argv.len() as i32, argv.as_ptr()) }
 }
