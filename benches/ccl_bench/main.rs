@@ -22,6 +22,8 @@ use discovm::{Any, AnyView, Result};
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 const KIB: usize = 1024;
 const MIB: usize = 1024 * KIB;
+/// Rounds of the allreduce on each kind of session, taken in turns.
+const ROUNDS: usize = 3;
 
 /// A tensor as the session's workers make them (in the session's shared memory on a worker
 /// process).
@@ -193,14 +195,19 @@ fn main() {
         let (copy, add) = floors(bytes, quick);
         for &n in &workers {
             let sampling = sampling(bytes, quick);
-            let s = open(n, false);
-            let ar = collective(&s, 0, bytes, sampling);
-            let ag = collective(&s, 1, bytes, sampling);
-            let bc = collective(&s, 2, bytes, sampling);
-            s.shutdown().unwrap();
-            let s = open(n, true);
-            let ar_processes = collective(&s, 0, bytes, sampling);
-            s.shutdown().unwrap();
+            let (threads, processes) = (open(n, false), open(n, true));
+            // Allreduce on threads and on processes in turns, so that drift of the machine
+            // moves both alike; each figure is the median of its rounds.
+            let (mut on_threads, mut on_processes) = (Vec::new(), Vec::new());
+            for _ in 0..ROUNDS {
+                on_threads.push(collective(&threads, 0, bytes, sampling));
+                on_processes.push(collective(&processes, 0, bytes, sampling));
+            }
+            let (ar, ar_processes) = (median(on_threads), median(on_processes));
+            let ag = collective(&threads, 1, bytes, sampling);
+            let bc = collective(&threads, 2, bytes, sampling);
+            threads.shutdown().unwrap();
+            processes.shutdown().unwrap();
             if bytes == 4 * KIB {
                 latency.push((n, ar, ar_processes));
             }
