@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::builtins;
-use super::ccl::{self, CpuCcl};
+use super::ccl::{self, CpuCcl, CurrentCcl};
 use super::completion::Completion;
 use super::dref::DRef;
 use super::link::{self, ThreadLink, WorkerLink};
@@ -119,8 +119,9 @@ pub struct Session {
     closed: AtomicBool,
     timeout: Option<Duration>,
     spin: SpinPolicy,
-    /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown).
-    ccl: Mutex<Option<Arc<CpuCcl>>>,
+    /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown;
+    /// the watcher of worker processes breaks it when one dies).
+    ccl: CurrentCcl,
     /// Registers of dropped DRefs whose frees found a worker's queue full, each with the first
     /// worker still to be told: the next send queues them (see `free_register`).
     deferred_frees: Mutex<Vec<(Reg, usize)>>,
@@ -372,7 +373,8 @@ impl Session {
             }));
             started.push(ready);
         }
-        let session = Self::assemble(workers, devices, num_groups, &options, None);
+        let ccl = CurrentCcl::default();
+        let session = Self::assemble(workers, devices, num_groups, &options, None, ccl);
         for link in &session.workers {
             if let WorkerLink::Thread(link) = link {
                 let _ = link.shared.session.set(Arc::downgrade(&session));
@@ -394,12 +396,13 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
-        let (links, watcher) = process::start_workers(num_groups, &options, &devices)?;
+        let ccl = CurrentCcl::default();
+        let (links, watcher) = process::start_workers(num_groups, &options, &devices, ccl.clone())?;
         let links = links
             .into_iter()
             .map(|l| WorkerLink::Process(Box::new(l)))
             .collect();
-        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher));
+        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher), ccl);
         // Every worker answers once it runs: one that cannot start is reported here.
         session
             .sync_all()
@@ -414,6 +417,7 @@ impl Session {
         num_groups: usize,
         options: &SessionOptions,
         watcher: Option<Watcher>,
+        ccl: CurrentCcl,
     ) -> Arc<Session> {
         Arc::new(Session {
             workers,
@@ -423,7 +427,7 @@ impl Session {
             closed: AtomicBool::new(false),
             timeout: options.timeout,
             spin: options.spin,
-            ccl: Mutex::new(None),
+            ccl,
             deferred_frees: Mutex::new(Vec::new()),
             has_deferred_frees: AtomicBool::new(false),
             watcher,
@@ -926,17 +930,16 @@ impl Session {
             let _out = self.call(Target::All, &func, &views)?;
             self.sync_all()
         });
-        match &cpu {
-            Some((_, CclPlace::Staged(stage))) => ccl::unstage(*stage),
-            #[cfg(not(loom))]
-            Some((fresh, CclPlace::Arena(area))) => {
-                if installed.is_err() {
-                    fresh.abort(&Error::runtime("init_ccl failed"));
-                } else if let Some(links) = self.workers[0].process_session() {
-                    links.keep_ccl(fresh.clone(), *area);
-                }
+        if let Some((fresh, place)) = &cpu {
+            if let CclPlace::Staged(stage) = place {
+                ccl::unstage(*stage);
             }
-            _ => {}
+            if installed.is_err() {
+                // Workers that installed it would wait for those that did not.
+                fresh.abort(&Error::runtime(
+                    "the init_ccl that made this communicator failed; call init_ccl again",
+                ));
+            }
         }
         installed?;
         let old = std::mem::replace(
@@ -956,7 +959,8 @@ impl Session {
     fn new_cpu_ccl(&self) -> Result<(Arc<CpuCcl>, CclPlace)> {
         #[cfg(not(loom))]
         if let Some(links) = self.workers[0].process_session() {
-            let (fresh, area) = links.new_ccl(self.num_groups, self.timeout, self.spin)?;
+            let fresh = links.new_ccl(self.num_groups, self.timeout, self.spin)?;
+            let area = fresh.area().expect("a communicator in the arena");
             return Ok((fresh, CclPlace::Arena(area)));
         }
         let fresh = Arc::new(CpuCcl::new(

@@ -382,16 +382,25 @@ impl Board {
     /// Bytes an area for `n` workers takes.
     #[cfg(not(loom))]
     pub fn area_bytes(n: usize) -> Option<usize> {
-        let slots = n.checked_mul(n)?.checked_mul(2)?.checked_add(2 * n)?;
-        slots
+        Self::slot_count(n)?
             .checked_mul(size_of::<Slot>())?
             .checked_add(Self::slots_start(n)?)
     }
 
+    /// Where the waiter lines start: after the header, on a line of their own.
+    #[cfg(not(loom))]
+    const WAITERS_START: usize = size_of::<Header>().next_multiple_of(128);
+
     #[cfg(not(loom))]
     fn slots_start(n: usize) -> Option<usize> {
         n.checked_mul(size_of::<WaiterLine>())?
-            .checked_add(size_of::<Header>().next_multiple_of(128))
+            .checked_add(Self::WAITERS_START)
+    }
+
+    /// Slots of an area: the session's `n`, the groups' `n`, two per ordered pair.
+    #[cfg(not(loom))]
+    fn slot_count(n: usize) -> Option<usize> {
+        n.checked_mul(n)?.checked_mul(2)?.checked_add(2 * n)
     }
 
     /// The records in `area`, shared with other processes that map the same memory: offsets
@@ -438,9 +447,9 @@ impl Board {
             #[cfg(not(loom))]
             Memory::Shared { area, .. } => {
                 assert!(worker < self.n, "worker {worker} has no waiter line");
-                let start = size_of::<Header>().next_multiple_of(128);
+                let lines = area.as_ptr().wrapping_add(Self::WAITERS_START);
                 // SAFETY: the waiter lines follow the header (see `Board::area_bytes`).
-                unsafe { &*area.as_ptr().add(start).cast::<WaiterLine>().add(worker) }
+                unsafe { &*lines.cast::<WaiterLine>().add(worker) }
             }
         }
     }
@@ -458,12 +467,13 @@ impl Board {
                     i if i <= groups => n + (i - 1) * (n / groups),
                     i => 2 * n + (i - 1 - groups) * 2,
                 };
+                // Both were checked when the area was sized (`area_bytes`).
+                let (count, slots_start) = (Self::slot_count(n), Self::slots_start(n));
                 assert!(
-                    (first + len) * size_of::<Slot>()
-                        <= Self::area_bytes(n).unwrap_or(0) - Self::slots_start(n).unwrap_or(0),
+                    count.is_some_and(|count| first + len <= count),
                     "team {index} lies outside the communicator's area"
                 );
-                let start = Self::slots_start(n).unwrap_or(0) + first * size_of::<Slot>();
+                let start = slots_start.expect("sized") + first * size_of::<Slot>();
                 // SAFETY: within the area, checked above.
                 let at = unsafe { NonNull::new_unchecked(area.as_ptr().add(start).cast()) };
                 SlotsAt::Shared(at, len)

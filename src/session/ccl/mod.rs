@@ -288,7 +288,13 @@ pub struct CpuCcl {
     shared_cpu: Vec<Mutex<SharedCpuWatch>>,
     timeout: Option<Duration>,
     spin: SpinPolicy,
+    /// Which of the arena's communicator areas holds the board (worker processes).
+    area: Option<usize>,
 }
+
+/// The CPU communicator a session's workers hold, if any: set by `init_ccl`, broken at
+/// shutdown, and, on a session of worker processes, when a worker dies.
+pub(crate) type CurrentCcl = Arc<Mutex<Option<Arc<CpuCcl>>>>;
 
 impl CpuCcl {
     /// A communicator between the worker threads of this process.
@@ -326,10 +332,13 @@ impl CpuCcl {
             board,
             timeout,
             spin,
+            area: None,
         }
     }
 
-    /// A communicator between worker processes, on records in memory they all map.
+    /// A communicator between worker processes, on records in communicator area `area` of
+    /// memory they all map, which lies at `place` (where, and the base and length that offsets
+    /// count in).
     ///
     /// # Safety
     /// As [`Board::shared`].
@@ -337,15 +346,23 @@ impl CpuCcl {
     pub(crate) unsafe fn shared(
         num_workers: usize,
         num_groups: usize,
-        area: (std::ptr::NonNull<u8>, usize, usize),
+        (area, place): (usize, (std::ptr::NonNull<u8>, usize, usize)),
         mapping: Arc<dyn Send + Sync>,
         timeout: Option<Duration>,
         spin: SpinPolicy,
     ) -> CpuCcl {
-        let (at, base, len) = area;
+        let (at, base, len) = place;
         // SAFETY: as the caller promises.
         let board = unsafe { Board::shared(num_workers, at, base, len, mapping) };
-        Self::on(board, num_groups, timeout, spin)
+        CpuCcl {
+            area: Some(area),
+            ..Self::on(board, num_groups, timeout, spin)
+        }
+    }
+
+    /// The communicator area of the arena its records lie in (worker processes).
+    pub(crate) fn area(&self) -> Option<usize> {
+        self.area
     }
 
     /// Bytes of shared memory a communicator between `num_workers` processes takes.

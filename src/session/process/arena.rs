@@ -151,9 +151,10 @@ impl Arena {
             unsafe { place.0.as_ptr().write_bytes(0, bytes) };
         }
         let mapping: Arc<dyn Send + Sync> = self.clone();
+        let at = (area, place);
         // SAFETY: the area holds what the communicator needs (`ccl_area_bytes`), is
         // page-aligned, zeroed above, and mapped while `mapping` lives.
-        Ok(unsafe { CpuCcl::shared(self.workers, num_groups, place, mapping, timeout, spin) })
+        Ok(unsafe { CpuCcl::shared(self.workers, num_groups, at, mapping, timeout, spin) })
     }
 
     /// The compact bytes of `tensor`, if they lie within `worker`'s region (a reply from a
@@ -284,10 +285,10 @@ pub(crate) fn ccl(
     })?;
     let place = region.arena.ccl_area(area)?;
     let mapping: Arc<dyn Send + Sync> = region.arena.clone();
-    let workers = region.arena.workers;
+    let (workers, at) = (region.arena.workers, (area, place));
     // SAFETY: the controller zeroed the area before it sent the call that installs it; the
     // mapping stays while `mapping` lives.
-    Ok(unsafe { CpuCcl::shared(workers, num_groups, place, mapping, timeout, spin) })
+    Ok(unsafe { CpuCcl::shared(workers, num_groups, at, mapping, timeout, spin) })
 }
 
 /// A zeroed host tensor in this worker process's region of the arena; `None` when this process

@@ -16,7 +16,7 @@ use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{SpinPolicy, Watchers};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
-use crate::session::ccl::CpuCcl;
+use crate::session::ccl::{CpuCcl, CurrentCcl};
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
 use crate::sync::Mutex;
@@ -76,8 +76,8 @@ pub(crate) struct SessionLinks {
     /// The session's arena, where worker 0 lends tensors for copies and CPU communicators
     /// keep their records.
     pub arena: Arc<Arena>,
-    /// The CPU communicator the workers hold, and its area of the arena.
-    pub ccl: Mutex<Option<(Arc<CpuCcl>, usize)>>,
+    /// The CPU communicator the workers hold (the session's own).
+    pub ccl: CurrentCcl,
 }
 
 impl SessionLinks {
@@ -89,32 +89,27 @@ impl SessionLinks {
             let _ = self.broken.set(error.clone());
             // The others may wait for the dead worker in a collective: they fail with its
             // death.
-            if let Some((ccl, _)) = &*self.ccl.lock().unwrap_or_else(PoisonError::into_inner) {
+            if let Some(ccl) = &*self.ccl.lock().unwrap_or_else(PoisonError::into_inner) {
                 ccl.abort(&error);
             }
         }
         death.get_or_init(|| error)
     }
 
-    /// A new CPU communicator in the arena's area that the workers' current one does not use,
-    /// and the area's number (for `runtime.disco.cpu.init_ccl_in_arena`).
+    /// A new CPU communicator in the arena's area that the workers' current one does not use
+    /// (`runtime.disco.cpu.init_ccl_in_arena` installs it by its area's number).
     pub fn new_ccl(
         &self,
         num_groups: usize,
         timeout: Option<Duration>,
         spin: SpinPolicy,
-    ) -> Result<(Arc<CpuCcl>, usize)> {
+    ) -> Result<Arc<CpuCcl>> {
         let current = self.ccl.lock().unwrap_or_else(PoisonError::into_inner);
-        let area = current
-            .as_ref()
-            .map_or(0, |(_, area)| (area + 1) % CCL_AREAS);
-        let ccl = self.arena.new_ccl(area, num_groups, timeout, spin)?;
-        Ok((Arc::new(ccl), area))
-    }
-
-    /// Records the communicator every worker installed.
-    pub fn keep_ccl(&self, ccl: Arc<CpuCcl>, area: usize) {
-        *self.ccl.lock().unwrap_or_else(PoisonError::into_inner) = Some((ccl, area));
+        let in_use = current.as_ref().and_then(|ccl| ccl.area());
+        let area = in_use.map_or(0, |area| (area + 1) % CCL_AREAS);
+        Ok(Arc::new(
+            self.arena.new_ccl(area, num_groups, timeout, spin)?,
+        ))
     }
 }
 

@@ -17,6 +17,7 @@ pub(crate) use link::SessionLinks;
 pub(crate) use serve::serve;
 pub(crate) use watch::Watcher;
 
+use super::ccl::CurrentCcl;
 use super::controller::SessionOptions;
 use super::worker::WorkerInfo;
 use crate::abi::DLDevice;
@@ -31,11 +32,12 @@ use serve::WorkerArgs;
 pub(crate) const RING_CAPACITY: usize = 8 << 20;
 
 /// Starts one worker process per device, each with its rings, and a watcher that records the
-/// death of any of them in its link.
+/// death of any of them in its link and breaks the session's communicator `ccl` with it.
 pub(crate) fn start_workers(
     num_groups: usize,
     options: &SessionOptions,
     devices: &[DLDevice],
+    ccl: CurrentCcl,
 ) -> Result<(Vec<ProcessLink>, Watcher)> {
     let program = worker_program(options.worker_program.as_deref())?;
     let half = ring_bytes(RING_CAPACITY)?;
@@ -44,7 +46,7 @@ pub(crate) fn start_workers(
         broken: OnceLock::new(),
         stopping: AtomicBool::new(false),
         arena: Arc::new(Arena::create(devices.len())?),
-        ccl: crate::sync::Mutex::new(None),
+        ccl,
     });
     for (id, &device) in devices.iter().enumerate() {
         let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;
