@@ -376,8 +376,15 @@ fn the_default_worker_program_serves_the_built_ins() {
     let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
     let _ = call(&s, &barrier, &[]);
     s.sync_all().unwrap();
+    // Workers on the CPU: refused as on threads, by the same checks.
     let err = s.init_ccl("nccl", &[]).unwrap_err();
-    assert_error(&err, ErrorKind::DeviceUnavailable, "worker processes");
+    let threads = Session::new_threaded(2, 2, SessionOptions::default()).unwrap();
+    let on_threads = threads.init_ccl("nccl", &[]).unwrap_err();
+    assert_eq!(
+        (&err.kind, &err.message),
+        (&on_threads.kind, &on_threads.message)
+    );
+    assert!(err.message.contains("nccl backend"), "{err}");
 }
 
 #[test]

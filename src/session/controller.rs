@@ -18,14 +18,14 @@ use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply,
 #[cfg(not(loom))]
 use super::process;
 use super::registers::{Reg, RegisterIds};
-use super::worker::{self, Exited, WorkerInfo, WorkerShared};
+use super::worker::{self, Exited, Signals, SignalsAt, WorkerInfo, WorkerShared};
 use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
 
@@ -330,8 +330,7 @@ impl Session {
         for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
                 exited: Exited::default(),
-                stopping: AtomicBool::new(false),
-                ccl_generation: AtomicU64::new(0),
+                signals: SignalsAt::Own(Signals::default()),
                 timeout: options.timeout,
                 session: OnceLock::new(),
             });
@@ -883,13 +882,6 @@ impl Session {
             return Err(Error::value(format!(
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
             )));
-        }
-        if backend == "nccl" && self.has_processes() {
-            return Err(Error::new(
-                ErrorKind::DeviceUnavailable,
-                "NCCL between worker processes is not available yet (backend \"nccl\"): a \
-                 process session has the cpu backend",
-            ));
         }
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {

@@ -16,7 +16,7 @@ use super::message::{CopyDirection, Message, Reply};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
 use super::registers::Reg;
-use super::worker::WorkerShared;
+use super::worker::{Signals, WorkerShared};
 use crate::channel::{Channel, SpinPolicy};
 use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
@@ -196,16 +196,21 @@ impl WorkerLink {
 
     /// Tells a worker that the session is stopping (a worker waiting on its GPU gives up).
     pub fn mark_stopping(&self) {
-        if let WorkerLink::Thread(link) = self {
-            link.shared.stopping.store(true, Ordering::SeqCst);
-        }
+        self.signals().stopping.store(true, Ordering::SeqCst);
     }
 
     /// Tells a worker that `init_ccl` sends new communicators (a worker stuck on its old ones
     /// gives them up).
     pub fn note_new_ccl(&self) {
-        if let WorkerLink::Thread(link) = self {
-            link.shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        self.signals().ccl_generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// What the controller tells the worker outside its queue.
+    fn signals(&self) -> &Signals {
+        match self {
+            WorkerLink::Thread(link) => &link.shared.signals,
+            #[cfg(not(loom))]
+            WorkerLink::Process(link) => link.signals(),
         }
     }
 

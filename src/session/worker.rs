@@ -23,6 +23,21 @@ use crate::vm::{Placement, Stream};
 pub struct WorkerShared {
     /// Set when the worker thread has left its loop (normally or not).
     pub exited: Exited,
+    /// What the controller tells the worker outside its queue.
+    pub signals: SignalsAt,
+    /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
+    /// up after it.
+    pub timeout: Option<Duration>,
+    /// The session, once it exists (for the worker's own handle; weak, so no cycle).
+    pub session: OnceLock<Weak<Session>>,
+}
+
+/// What the controller tells a worker outside its queue, for waits that could otherwise last
+/// for ever (a worker's NCCL work waits on its GPU for its peers). Plain atomics, valid when
+/// zeroed, so that a worker process finds them in its session's arena.
+#[repr(C)]
+#[derive(Default)]
+pub struct Signals {
     /// Set by shutdown before it tells the worker to stop: a device wait of a worker with NCCL
     /// communicators (which could wait forever for a peer) sees it and gives up.
     pub stopping: AtomicBool,
@@ -30,11 +45,24 @@ pub struct WorkerShared {
     /// them): a device wait of a worker with NCCL communicators gives up when it changes, so
     /// that a worker stuck on its old ones gets to the new ones.
     pub ccl_generation: AtomicU64,
-    /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
-    /// up after it.
-    pub timeout: Option<Duration>,
-    /// The session, once it exists (for the worker's own handle; weak, so no cycle).
-    pub session: OnceLock<Weak<Session>>,
+}
+
+/// Where a worker's [`Signals`] live: with the worker thread, or in the arena of the session of
+/// this worker process (mapped for the rest of the process).
+pub enum SignalsAt {
+    Own(Signals),
+    Shared(&'static Signals),
+}
+
+impl std::ops::Deref for SignalsAt {
+    type Target = Signals;
+
+    fn deref(&self) -> &Signals {
+        match self {
+            SignalsAt::Own(signals) => signals,
+            SignalsAt::Shared(signals) => signals,
+        }
+    }
 }
 
 /// Whether a worker thread has left its loop, and the threads waiting for that.

@@ -7,6 +7,8 @@
  * reference computed here. Also: a copy to worker 0, an allreduce and a copy back, with no sync
  * in between (the worker's stream orders them); misuse (CPU tensors, wrong sizes, device ids
  * that are not the workers', two workers on one GPU, "cpu" on GPU workers), and init_ccl twice.
+ * All of it on worker threads and on worker processes (this program is its own worker program:
+ * the unique ids cross to the processes, each of which joins with its own GPU).
  *
  * Exits 77 (skipped) without a GPU, or when NCCL cannot be loaded (set DISCOVM_NCCL_LIBRARY to
  * the path of libnccl.so.2). */
@@ -16,7 +18,8 @@
 #include "cuda_check.h"
 #include "session_check.h"
 
-/* The workers of the session (set once in main, read by the callbacks). */
+/* The workers of the session (set once in main; the callbacks, which may run in worker
+ * processes, are passed it). */
 static int32_t workers;
 
 /* The dtypes under test, in the order the callbacks receive as an index. */
@@ -39,7 +42,7 @@ enum { ALLREDUCE = 0 /* + Disco's kind, 0..4 */, ALLGATHER = 10, BROADCAST, SCAT
 /* Worker w's value at element i: 1, 2 or 3, so products of 4 stay exact in every dtype. */
 static double value(int32_t w, int64_t i) { return (double)((w * 3 + i) % 3 + 1); }
 
-static double expected(int test, int32_t worker, int64_t i, int64_t count) {
+static double expected(int test, int32_t worker, int64_t i, int64_t count, int32_t n) {
   switch (test) {
     case ALLGATHER:
     case GATHER: return value((int32_t)(i / count), i % count);
@@ -48,7 +51,7 @@ static double expected(int test, int32_t worker, int64_t i, int64_t count) {
     default: break;
   }
   double acc = value(0, i);
-  for (int32_t w = 1; w < workers; w++) {
+  for (int32_t w = 1; w < n; w++) {
     double x = value(w, i);
     switch (test - ALLREDUCE) {
       case 1: acc *= x; break;
@@ -57,7 +60,7 @@ static double expected(int test, int32_t worker, int64_t i, int64_t count) {
       default: acc += x; break; /* sum, and avg's sum */
     }
   }
-  return test - ALLREDUCE == 4 ? acc / workers : acc;
+  return test - ALLREDUCE == 4 ? acc / n : acc;
 }
 
 /* Stores x (exactly representable: small integers and halves) as dtype kTypes[t]. */
@@ -111,7 +114,7 @@ static int32_t fill_values(void* self, const DVMAny* args, int32_t n, DVMAny* re
   return status == DVM_OK ? 0 : fail_with_last_error();
 }
 
-/* test.nccl.check(tensor, type, test, count) -> the number of elements that differ from the
+/* test.nccl.check(tensor, type, test, count, workers) -> the number of elements that differ from the
  * reference (0 for a gather's non-root workers, whose recv is not written). */
 static int32_t check_values(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
   (void)self, (void)n;
@@ -119,6 +122,7 @@ static int32_t check_values(void* self, const DVMAny* args, int32_t n, DVMAny* r
   const DLTensor* dl = CELL(DLTensor, args[0].v_obj);
   int t = (int)args[1].v_int64, test = (int)args[2].v_int64;
   int64_t count = args[3].v_int64;
+  int32_t of = (int32_t)args[4].v_int64;
   result->type_index = kDVMInt;
   result->v_int64 = 0;
   if (test == GATHER && worker != 0) return 0;
@@ -131,7 +135,7 @@ static int32_t check_values(void* self, const DVMAny* args, int32_t n, DVMAny* r
   }
   unsigned char want[8];
   for (size_t i = 0; i < total; i++) {
-    encode(t, expected(test, worker, (int64_t)i, count), want);
+    encode(t, expected(test, worker, (int64_t)i, count, of), want);
     if (memcmp(want, got + i * elem, elem) != 0) {
       if (result->v_int64 == 0) {
         fprintf(stderr, "worker %d: %s test %d count %lld: element %zu differs\n", (int)worker,
@@ -169,9 +173,9 @@ static DVMAny kind_shape(int64_t kind) {
 
 /* Every worker checks `r` against test `test`; all must match. */
 static void expect_values(dvm_session* s, dvm_dref* r, int t, int test, int64_t count) {
-  DVMAny args[4] = {any_dref(r), any_int(t), any_int(test), any_int(count)};
+  DVMAny args[5] = {any_dref(r), any_int(t), any_int(test), any_int(count), any_int(workers)};
   dvm_dref* f = session_func(s, "test.nccl.check");
-  dvm_dref* bad = broadcast(s, f, args, 4);
+  dvm_dref* bad = broadcast(s, f, args, 5);
   for (int32_t w = 0; w < workers; w++) {
     int64_t wrong = int_on(bad, w);
     if (wrong != 0) {
@@ -246,7 +250,24 @@ static void ordered_with_copies(dvm_session* s) {
   dvm_dref_free(send), dvm_dref_free(recv);
 }
 
-static void misuse(dvm_session* s) {
+/* A session of `n` workers of `kind` on `devices`; worker processes run this program. */
+static dvm_session* start(const char* kind, int32_t n, const DLDevice* devices) {
+  dvm_session_options options;
+  memset(&options, 0, sizeof options);
+  options.num_devices = n;
+  options.devices = devices;
+  options.timeout_ms = 60000;
+  options.worker_program = "/proc/self/exe";
+  dvm_session* s = NULL;
+  if (strcmp(kind, "processes") == 0) {
+    CHECK_OK(dvm_session_new_process(n, 1, &options, &s));
+  } else {
+    CHECK_OK(dvm_session_new_threaded(n, 1, &options, &s));
+  }
+  return s;
+}
+
+static void misuse(dvm_session* s, const char* kind) {
   /* CPU tensors: refused on every worker, reported by the next sync. */
   int64_t four = 4;
   DVMAny on_cpu[3] = {any_none(), any_dtype(kTypes[FLOAT32].dtype), any_of(kDVMDevice)};
@@ -282,31 +303,18 @@ static void misuse(dvm_session* s) {
 
   /* Two workers on one GPU. */
   DLDevice same[2] = {kGpu0, kGpu0};
-  dvm_session_options options;
-  memset(&options, 0, sizeof options);
-  options.num_devices = 2;
-  options.devices = same;
-  options.timeout_ms = 60000;
-  dvm_session* shared = NULL;
-  CHECK_OK(dvm_session_new_threaded(2, 1, &options, &shared));
+  dvm_session* shared = start(kind, 2, same);
   EXPECT_STATUS(dvm_session_init_ccl(shared, "nccl", NULL, 0), DVM_VALUE_ERROR,
                 "workers 0 and 1 share CUDA device 0: NCCL needs a GPU of its own");
   CHECK_OK(dvm_session_shutdown(shared));
   dvm_session_free(shared);
 }
 
-int main(void) {
-  int32_t gpus = require_cuda("cuda_nccl");
-  workers = gpus >= 4 ? 4 : gpus >= 2 ? 2 : 1;
+/* Every test on a session of `kind`; 77 when NCCL cannot be loaded. */
+static int run(const char* kind, int32_t gpus) {
   DLDevice devices[4];
   for (int32_t w = 0; w < workers; w++) devices[w] = (DLDevice){kDLCUDA, w};
-  dvm_session_options options;
-  memset(&options, 0, sizeof options);
-  options.num_devices = workers;
-  options.devices = devices;
-  options.timeout_ms = 60000;
-  dvm_session* s = NULL;
-  CHECK_OK(dvm_session_new_threaded(workers, 1, &options, &s));
+  dvm_session* s = start(kind, workers, devices);
   dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
   if (status == DVM_DEVICE_UNAVAILABLE) {
     printf("cuda_nccl: skipped: %s\n", dvm_last_error_message());
@@ -315,8 +323,6 @@ int main(void) {
     return EXIT_SKIPPED;
   }
   CHECK_OK(status);
-  register_c("test.nccl.fill", fill_values);
-  register_c("test.nccl.check", check_values);
 
   for (int t = 0; t < TYPES; t++) {
     every_collective(s, t, 1);
@@ -324,7 +330,7 @@ int main(void) {
   }
   every_collective(s, FLOAT32, 1 << 20);
   ordered_with_copies(s);
-  misuse(s);
+  misuse(s, kind);
   /* Again: the new communicators replace the old ones on every worker. */
   CHECK_OK(dvm_session_init_ccl(s, "nccl", NULL, 0));
   every_collective(s, FLOAT32, 1000);
@@ -333,10 +339,29 @@ int main(void) {
   expect_no_live_registers(s);
   CHECK_OK(dvm_session_shutdown(s));
   dvm_session_free(s);
-  printf("cuda_nccl: %d worker(s) on %d GPU(s), one rank each: every collective, ten dtypes, "
+  printf("cuda_nccl: %d worker %s on %d GPU(s), one rank each: every collective, ten dtypes, "
          "1 to 2^20 elements, matched the reference%s\n",
-         (int)workers, (int)gpus,
+         (int)workers, kind, (int)gpus,
          workers == 1 ? " (single rank: groups and transfers between workers need 2+ GPUs)"
                       : "");
+  return 0;
+}
+
+/* `cuda_nccl [threads|processes]`: the tests on worker threads, worker processes, or (no
+ * argument) both. Started as a worker process by its own controller, it serves it. */
+int main(int argc, char** argv) {
+  register_c("test.nccl.fill", fill_values);
+  register_c("test.nccl.check", check_values);
+  int kinds = argc == 1 || (argc == 2 && (strcmp(argv[1], "threads") == 0 ||
+                                          strcmp(argv[1], "processes") == 0));
+  if (!kinds) return dvm_worker_main(argc, argv);
+
+  int32_t gpus = require_cuda("cuda_nccl");
+  workers = gpus >= 4 ? 4 : gpus >= 2 ? 2 : 1;
+  const char* all[2] = {"threads", "processes"};
+  for (int k = 0; k < 2; k++) {
+    if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
+    if (run(all[k], gpus) == EXIT_SKIPPED) return EXIT_SKIPPED;
+  }
   return check_finish();
 }

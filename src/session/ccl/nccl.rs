@@ -4,7 +4,9 @@
 //! is on a CUDA device of its own, and makes the unique ids; every worker then joins
 //! (`runtime.disco.nccl.init_ccl_per_worker`, Disco's name): a communicator of the whole
 //! session and, with several groups, one of its group (split from the first with
-//! `ncclCommSplit`, or made from a group id of its own before NCCL 2.18).
+//! `ncclCommSplit`, or made from a group id of its own before NCCL 2.18). Worker processes
+//! join the same way: the unique ids travel as bytes in the call, and each process owns its
+//! GPU.
 //!
 //! On a worker with an NCCL communicator the collective built-ins keep Disco's names and
 //! arguments but take CUDA tensors, and enqueue NCCL's calls on the worker's stream: they are
@@ -20,7 +22,8 @@
 //! work and poll it (a short spin, then yields, then sleeps of at
 //! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
 //! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
-//! shutdown, or an `init_ccl` called meanwhile aborts them (`ncclCommAbort`, which stops their
+//! shutdown, or an `init_ccl` called meanwhile (the worker's `Signals`, which a worker process
+//! reads in its line of the session's arena) aborts them (`ncclCommAbort`, which stops their
 //! kernels) and ends the wait with an error that says which (naming the communicator and
 //! giving NCCL's text for an error; `SessionClosed` at shutdown). After that, collectives on
 //! the worker fail at once, telling the user to call `init_ccl` again, until it is called
@@ -137,13 +140,13 @@ impl Comms {
 /// the session is shutting down (`SessionClosed`), or `init_ccl` was called since (it sends the
 /// worker new communicators, and a worker stuck in the wait would never get to them).
 fn interrupted(shared: &WorkerShared, generation: u64) -> Result<()> {
-    if shared.stopping.load(Ordering::SeqCst) {
+    if shared.signals.stopping.load(Ordering::SeqCst) {
         return Err(Error::new(
             ErrorKind::SessionClosed,
             "the session was shut down",
         ));
     }
-    if shared.ccl_generation.load(Ordering::SeqCst) != generation {
+    if shared.signals.ccl_generation.load(Ordering::SeqCst) != generation {
         return Err(Error::runtime("init_ccl was called again"));
     }
     Ok(())
@@ -157,7 +160,7 @@ struct WorkerInterrupts(Arc<WorkerShared>);
 impl Interrupts for WorkerInterrupts {
     /// The worker's `ccl_generation`.
     fn mark(&self) -> u64 {
-        self.0.ccl_generation.load(Ordering::SeqCst)
+        self.0.signals.ccl_generation.load(Ordering::SeqCst)
     }
 
     fn check(&self, generation: u64) -> Result<()> {
@@ -196,7 +199,7 @@ pub(crate) fn watch() -> Option<Watch> {
 
 impl Watch {
     fn new(comms: Arc<Comms>) -> Watch {
-        let generation = comms.shared.ccl_generation.load(Ordering::SeqCst);
+        let generation = comms.shared.signals.ccl_generation.load(Ordering::SeqCst);
         Watch { comms, generation }
     }
 
@@ -645,15 +648,17 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::worker::Exited;
-    use crate::sync::atomic::{AtomicBool, AtomicU64};
+    use crate::session::worker::{Exited, Signals, SignalsAt};
+    use crate::sync::atomic::AtomicU64;
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
         let shared = Arc::new(WorkerShared {
             exited: Exited::default(),
-            stopping: AtomicBool::new(false),
-            ccl_generation: AtomicU64::new(3),
+            signals: SignalsAt::Own(Signals {
+                ccl_generation: AtomicU64::new(3),
+                ..Signals::default()
+            }),
             timeout: None,
             session: std::sync::OnceLock::new(),
         });
@@ -661,7 +666,7 @@ mod tests {
         let earlier = interrupts.mark();
         interrupts.check(earlier).expect("nothing happened yet");
 
-        shared.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        shared.signals.ccl_generation.fetch_add(1, Ordering::SeqCst);
         let error = interrupts.check(earlier).unwrap_err();
         assert_eq!(
             (error.kind, error.message.as_str()),
@@ -672,7 +677,7 @@ mod tests {
             .check(later)
             .expect("a wait that began after the init_ccl goes on");
 
-        shared.stopping.store(true, Ordering::SeqCst);
+        shared.signals.stopping.store(true, Ordering::SeqCst);
         let error = interrupts.check(later).unwrap_err();
         assert_eq!(
             (error.kind, error.message.as_str()),

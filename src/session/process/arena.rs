@@ -7,8 +7,8 @@
 //! word of the arena; the copy keeps its place among the worker's requests as it would on a
 //! thread, and only one side touches the bytes at a time.
 //!
-//! Layout: one lend line per worker (the last request the controller gave back, and the futex
-//! word the lending worker sleeps on), two areas for the records of CPU communicators (used in
+//! Layout: one line per worker (the last lent request the controller gave back, the futex word
+//! the lending worker sleeps on, and the worker's signals), two areas for the records of CPU communicators (used in
 //! turn, so that a new one is laid out while the workers still hold the last), then one region
 //! per worker, which only that worker allocates from. Memory past a region's highest allocation
 //! is untouched and reads as zeros.
@@ -24,6 +24,7 @@ use crate::channel::{SharedSleeper, SpinPolicy};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, Result, Tensor};
 use crate::session::ccl::CpuCcl;
+use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::wire::ArenaTensor;
@@ -36,13 +37,15 @@ const ALIGN: usize = 64;
 /// A region's freed top is given back to the system once it spans this much.
 const GIVE_BACK_BYTES: usize = 1 << 20;
 
-/// One worker's lend line, on cache lines of its own.
+/// One worker's line, on cache lines of its own.
 #[repr(C, align(128))]
-struct LendLine {
+struct WorkerLine {
     /// The request whose lent tensor the controller gave back last. Written by the controller.
     returned: AtomicU64,
     /// The lending worker sleeps on this while it waits.
     sleeper: SharedSleeper,
+    /// What the controller tells the worker outside its queue.
+    signals: Signals,
 }
 
 /// The arena as one process maps it.
@@ -67,7 +70,7 @@ impl Arena {
 
     fn ccl_areas_start(workers: usize) -> Option<usize> {
         workers
-            .checked_mul(size_of::<LendLine>())?
+            .checked_mul(size_of::<WorkerLine>())?
             .checked_next_multiple_of(page_size())
     }
 
@@ -103,11 +106,16 @@ impl Arena {
         self.memory.fd()
     }
 
-    fn line(&self, worker: usize) -> &LendLine {
-        assert!(worker < self.workers, "worker {worker} has no lend line");
+    fn line(&self, worker: usize) -> &WorkerLine {
+        assert!(worker < self.workers, "worker {worker} has no line");
         // SAFETY: the lines start the mapping, which is page-aligned and outlives `self`; all
         // zeros (fresh memory) is a valid line, and every access to it is atomic.
-        unsafe { &*self.memory.as_ptr().cast::<LendLine>().add(worker) }
+        unsafe { &*self.memory.as_ptr().cast::<WorkerLine>().add(worker) }
+    }
+
+    /// What the controller tells `worker` outside its queue.
+    pub fn signals(&self, worker: usize) -> &Signals {
+        &self.line(worker).signals
     }
 
     /// Where `worker`'s region starts, in bytes from the start of the arena.
@@ -272,6 +280,15 @@ pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
         .map_err(|_| Error::runtime("this worker process attached an arena already"))
 }
 
+/// What the controller tells this worker process outside its queue, in its line of the arena
+/// (mapped for the rest of the process).
+pub(crate) fn signals() -> Result<&'static Signals> {
+    let region = REGION
+        .get()
+        .ok_or_else(|| Error::runtime("this worker process has no arena"))?;
+    Ok(region.arena.signals(region.worker))
+}
+
 /// The CPU communicator the controller laid out in communicator area `area` (this worker
 /// process's side).
 pub(crate) fn ccl(
@@ -399,6 +416,26 @@ pub(crate) fn lend(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workers_signals_set_by_the_controller_reach_its_mapping() {
+        let controller = Arena::create(2).unwrap();
+        let fd = controller.fd().try_clone_to_owned().unwrap();
+        let worker = Arena::attach(fd, 2).unwrap();
+        let seen = worker.signals(1);
+        assert!(!seen.stopping.load(Ordering::SeqCst));
+        assert_eq!(seen.ccl_generation.load(Ordering::SeqCst), 0);
+        controller.signals(1).stopping.store(true, Ordering::SeqCst);
+        controller
+            .signals(1)
+            .ccl_generation
+            .fetch_add(2, Ordering::SeqCst);
+        assert!(seen.stopping.load(Ordering::SeqCst));
+        assert_eq!(seen.ccl_generation.load(Ordering::SeqCst), 2);
+        // Worker 0's line is its own.
+        assert!(!worker.signals(0).stopping.load(Ordering::SeqCst));
+        assert_eq!(worker.signals(0).ccl_generation.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn blocks_reuse_freed_space_first_fit_and_lower_the_top() {

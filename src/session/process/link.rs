@@ -19,6 +19,7 @@ use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
 use crate::session::ccl::{CpuCcl, CurrentCcl};
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
+use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
@@ -114,6 +115,11 @@ impl SessionLinks {
 }
 
 impl ProcessLink {
+    /// What the controller tells this worker outside its queue.
+    pub fn signals(&self) -> &Signals {
+        self.session.arena.signals(self.worker)
+    }
+
     /// What the links of this worker's session share.
     pub fn session(&self) -> &Arc<SessionLinks> {
         &self.session

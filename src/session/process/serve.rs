@@ -23,8 +23,7 @@ use crate::object::{Any, Error, Result, Tensor};
 use crate::session::builtins;
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
-use crate::session::worker::{Exited, Worker, WorkerInfo, WorkerShared};
-use crate::sync::atomic::{AtomicBool, AtomicU64};
+use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
@@ -156,8 +155,7 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     builtins::register();
     let shared = Arc::new(WorkerShared {
         exited: Exited::default(),
-        stopping: AtomicBool::new(false),
-        ccl_generation: AtomicU64::new(0),
+        signals: SignalsAt::Shared(arena::signals()?),
         timeout: args.timeout,
         session: OnceLock::new(),
     });
