@@ -315,6 +315,25 @@ fn a_tensor_outside_the_arena_too_large_for_a_frame_fails_its_request_not_the_wo
     )
     .unwrap();
     assert_eq!(got, [1.0, 2.0, 3.0, 4.0]);
+    // Its errors name the caller's argument, as every copy's do.
+    for direction in [CopyDirection::ToWorker, CopyDirection::FromWorker] {
+        let (mut five, mut five_shape) = ([0.0f32; 5], [5i64]);
+        let err = s
+            .copy_worker0(
+                host_tensor(&mut five, &mut five_shape),
+                &small,
+                "small",
+                direction,
+            )
+            .unwrap_err();
+        assert_error(&err, ErrorKind::Value, &direction.describe("small"));
+        assert_error(
+            &err,
+            ErrorKind::Value,
+            "does not match the remote tensor [4]",
+        );
+        assert!(!err.message.contains("`dref`"), "{err}");
+    }
     s.sync_all().expect("the worker goes on");
 }
 

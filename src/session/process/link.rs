@@ -9,6 +9,7 @@
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
+use super::COPIED_AS;
 use super::arena::{Arena, CCL_AREAS};
 use super::launch::Child;
 use crate::abi::DLDevice;
@@ -455,7 +456,21 @@ impl ProcessLink {
                     source: Value::Plain(Any::from(source)),
                 };
                 frame.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
+                let name = host.name;
+                let renamed = move |result: Result<Value>| {
+                    result.map_err(|e| {
+                        let copy = CopyDirection::ToWorker;
+                        let message = e
+                            .message
+                            .replace(&copy.describe(COPIED_AS), &copy.describe(name));
+                        Error::new(e.kind, message)
+                    })
+                };
+                let complete = complete_with(reply, |_| Ok(()), Carry::Nothing);
+                (
+                    request,
+                    Box::new(move |result| complete(renamed(result))) as Pending,
+                )
             }
             Message::Copy {
                 reg,

@@ -27,6 +27,10 @@ use crate::object::{Error, Result};
 use arena::Arena;
 use serve::WorkerArgs;
 
+/// The name a worker process gives the tensor of a copy that crosses as a frame; the controller
+/// puts the caller's name for it in the errors of the copy.
+const COPIED_AS: &str = "dref";
+
 /// Data bytes of each ring between the controller and a worker process (one each way). A frame
 /// (a call's arguments, a tensor copied to or from worker 0) must fit in one.
 pub(crate) const RING_CAPACITY: usize = 8 << 20;

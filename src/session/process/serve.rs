@@ -391,7 +391,10 @@ fn copy(reg: u32, tensor: &Tensor, direction: CopyDirection, reply: Reply<()>) -
     let host = unsafe { HostTensor::new(tensor.dl()) }?;
     Ok(Message::Copy {
         reg,
-        host: Box::new(HostCopy { host, name: "dref" }),
+        host: Box::new(HostCopy {
+            host,
+            name: super::COPIED_AS,
+        }),
         direction,
         reply,
     })
