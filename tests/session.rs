@@ -16,8 +16,9 @@ mod session_kinds;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
+use std::sync::Arc;
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use discovm::abi::DLTensor;
@@ -223,12 +224,24 @@ fn a_bound_call_is_a_call_with_its_function_checked_once(kind: Kind) {
 fn a_bound_call_tried_without_waiting_sends_nothing_when_it_would_wait() {
     let s = session(Kind::Threads, 1);
     let gate = Gate::new();
-    let hold = s.get_global_func("proc.wait_for").unwrap();
+    let hold = registry::get_global("proc.wait_for").unwrap();
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let bound = s.bind(Target::All, rank.clone()).unwrap();
     assert_eq!(bound.single_thread(), Some(0));
     s.sync_all().unwrap(); // the queue is empty
+    // The worker runs the held call (out of its queue) before the tries begin.
+    let entered = Arc::new(AtomicBool::new(false));
+    let (entering, wait_for) = (entered.clone(), hold);
+    let enter_and_hold = Function::from_closure(move |args| {
+        entering.store(true, Ordering::SeqCst);
+        wait_for.call(args)
+    });
+    registry::register_global("test.bound_try.hold", enter_and_hold, true).unwrap();
+    let hold = s.get_global_func("test.bound_try.hold").unwrap();
     let first = call(&s, &hold, &[Any::from(gate.path())]);
+    while !entered.load(Ordering::SeqCst) {
+        std::thread::yield_now();
+    }
     // The worker is held: tries fill its queue, and the first that finds no room sends nothing.
     let mut sent = Vec::new();
     while let Some(dref) = bound.try_call(&[]).unwrap() {

@@ -51,6 +51,10 @@ pub(super) fn push_to(
             }
         }
     }
+    #[cfg(not(loom))]
+    if let Some(frame) = encoded {
+        super::process::recycle(frame);
+    }
     Ok(())
 }
 

@@ -26,6 +26,25 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
+thread_local! {
+    /// The calling thread's buffer for encoding frames, reused from one frame to the next.
+    static FRAMES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// An empty buffer to encode a frame in: the calling thread's last one, if it gave it back.
+fn frame_buffer() -> Vec<u8> {
+    let mut out = FRAMES.take();
+    out.clear();
+    out
+}
+
+/// Gives a frame's buffer back for the calling thread's next frame (unless it grew large).
+pub(crate) fn recycle(frame: Vec<u8>) {
+    if frame.capacity() <= 1 << 20 {
+        FRAMES.set(frame);
+    }
+}
+
 /// How a reply completes its request; returns the failure it carried when the waiter gave up,
 /// for the next wait to report.
 type Pending = Box<dyn FnOnce(Result<Value>) -> Option<Error> + Send>;
@@ -195,7 +214,7 @@ impl ProcessLink {
     /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
     /// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
     pub fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
-        let mut out = Vec::new();
+        let mut out = frame_buffer();
         match message {
             Message::Call {
                 func,
@@ -282,12 +301,15 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        match self.request(message)? {
-            Request::Broadcast(frame) => self.send_encoded(&frame, spin, deadline),
-            Request::Waits(frame, id, pending) => {
-                self.send_request(&frame, id, pending, spin, deadline)
-            }
-        }
+        let (sent, frame) = match self.request(message)? {
+            Request::Broadcast(frame) => (self.send_encoded(&frame, spin, deadline), frame),
+            Request::Waits(frame, id, pending) => (
+                self.send_request(&frame, id, pending, spin, deadline),
+                frame,
+            ),
+        };
+        recycle(frame);
+        sent
     }
 
     /// Sends the frame of request `id`, which `pending` completes when its reply comes.
@@ -322,10 +344,11 @@ impl ProcessLink {
         let now = SpinPolicy {
             budget: Duration::ZERO,
         };
-        match requests.send(&frame, now, Some(Instant::now()), || Ok(())) {
-            Ok(()) => Ok(()),
-            Err(_) => Err(message),
-        }
+        // A full ring ends the wait at its first check, before any park.
+        let full = || Err(Error::runtime("the ring is full"));
+        let sent = requests.send(&frame, now, None, full);
+        recycle(frame);
+        sent.map_err(|_| message)
     }
 
     /// Copies between `host` and the tensor in register `reg` on worker 0 in place, when the
@@ -412,7 +435,7 @@ impl ProcessLink {
     /// for one.
     fn request(&self, message: Message) -> Result<Request> {
         let id = || self.next_request.fetch_add(1, Ordering::Relaxed);
-        let mut out = Vec::new();
+        let mut out = frame_buffer();
         let (id, pending): (u64, Pending) = match message {
             Message::Sync(reply) => {
                 let request = id();

@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 pub(crate) use arena::{ccl as worker_ccl, empty as arena_empty};
 pub(crate) use launch::worker_program;
-pub(crate) use link::ProcessLink;
 pub(crate) use link::SessionLinks;
+pub(crate) use link::{ProcessLink, recycle};
 pub(crate) use serve::serve;
 pub(crate) use watch::Watcher;
 
