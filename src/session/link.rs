@@ -45,7 +45,7 @@ pub(super) fn push_to(
             #[cfg(not(loom))]
             WorkerLink::Process(link) => {
                 if encoded.is_none() {
-                    encoded = Some(ProcessLink::encode_broadcast(&message())?);
+                    encoded = Some(super::requests::encode_broadcast(&message())?);
                 }
                 link.send_encoded(encoded.as_deref().unwrap_or_default(), spin, deadline)?
             }
@@ -53,7 +53,7 @@ pub(super) fn push_to(
     }
     #[cfg(not(loom))]
     if let Some(frame) = encoded {
-        super::process::recycle(frame);
+        super::requests::recycle(frame);
     }
     Ok(())
 }

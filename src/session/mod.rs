@@ -16,6 +16,8 @@ mod module;
 #[cfg(not(loom))]
 mod process;
 mod registers;
+#[cfg(not(loom))]
+mod requests;
 mod tvm_dispatch;
 mod worker;
 

@@ -9,45 +9,24 @@
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
-use super::COPIED_AS;
 use super::arena::{Arena, CCL_AREAS};
 use super::launch::Child;
 use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{SpinPolicy, Watchers};
 use crate::device::cpu::HostTensor;
-use crate::object::{Any, AnyView, Error, ErrorKind, Result, Tensor};
+use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::session::ccl::{CpuCcl, CurrentCcl};
 use crate::session::completion::Completion;
-use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
+use crate::session::message::{CopyDirection, Message, Reply};
+use crate::session::requests::{
+    Pending, Request, RequestBook, encode_broadcast, recycle, timed_out,
+};
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
-
-thread_local! {
-    /// The calling thread's buffer for encoding frames, reused from one frame to the next.
-    static FRAMES: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
-}
-
-/// An empty buffer to encode a frame in: the calling thread's last one, if it gave it back.
-fn frame_buffer() -> Vec<u8> {
-    let mut out = FRAMES.take();
-    out.clear();
-    out
-}
-
-/// Gives a frame's buffer back for the calling thread's next frame (unless it grew large).
-pub(crate) fn recycle(frame: Vec<u8>) {
-    if frame.capacity() <= 1 << 20 {
-        FRAMES.set(frame);
-    }
-}
-
-/// How a reply completes its request; returns the failure it carried when the waiter gave up,
-/// for the next wait to report.
-type Pending = Box<dyn FnOnce(Result<Value>) -> Option<Error> + Send>;
 
 /// One worker process, as the controller reaches it.
 pub(crate) struct ProcessLink {
@@ -55,17 +34,13 @@ pub(crate) struct ProcessLink {
     child: Child,
     requests: Mutex<Producer>,
     replies: Mutex<Consumer>,
-    pending: PendingRequests,
-    next_request: AtomicU64,
+    book: RequestBook,
     /// Why the worker is gone, once the watcher saw it die.
     death: Arc<OnceLock<Error>>,
     /// What every worker's link in the session shares.
     session: Arc<SessionLinks>,
     /// Wakes the threads waiting on this worker.
     wakers: Arc<LinkWakers>,
-    /// A failure a reply carried after its waiter gave up: the next wait reports it, as a
-    /// worker thread keeps it for its next sync.
-    carried: Mutex<Option<Error>>,
     limits: Limits,
 }
 
@@ -153,6 +128,7 @@ impl ProcessLink {
         death: Arc<OnceLock<Error>>,
         session: Arc<SessionLinks>,
     ) -> ProcessLink {
+        let pid = child.pid();
         let wakers = Arc::new(LinkWakers {
             rings: [requests.waker(), replies.waker()],
             aside: Watchers::default(),
@@ -163,11 +139,9 @@ impl ProcessLink {
             child,
             requests: Mutex::new(requests),
             replies: Mutex::new(replies),
-            pending: PendingRequests::default(),
-            next_request: AtomicU64::new(1),
+            book: RequestBook::new(format!("worker {worker} (pid {pid})")),
             death,
             session,
-            carried: Mutex::new(None),
             limits: Limits::default(),
         }
     }
@@ -211,56 +185,7 @@ impl ProcessLink {
         }
     }
 
-    /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
-    /// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
-    pub fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
-        let mut out = frame_buffer();
-        match message {
-            Message::Call {
-                func,
-                out: reg,
-                args,
-            } => {
-                let args = args
-                    .as_deref()
-                    .unwrap_or(&[])
-                    .iter()
-                    .map(|arg| match arg {
-                        Arg::Value(value) => Value::Plain(value.view()),
-                        Arg::Register(reg) => Value::Register(*reg),
-                    })
-                    .collect();
-                let frame = Frame::Call {
-                    func: *func,
-                    out: *reg,
-                    args,
-                };
-                frame.encode(&mut out)?;
-            }
-            Message::Store(store) => {
-                let frame: Frame<AnyView<'_>> = Frame::Store {
-                    reg: store.reg,
-                    name: store.name.clone(),
-                    value: Value::Plain(store.value.view()),
-                };
-                frame.encode(&mut out)?;
-            }
-            Message::Kill(reg) => {
-                Frame::<Any>::Kill { reg: *reg }.encode(&mut out)?;
-            }
-            Message::Shutdown => {
-                Frame::<Any>::Shutdown.encode(&mut out)?;
-            }
-            _ => {
-                return Err(Error::runtime(
-                    "a request that waits for a reply goes to one worker",
-                ));
-            }
-        }
-        Ok(out)
-    }
-
-    /// Sends a frame encoded by [`ProcessLink::encode_broadcast`], waiting for room as `spin`
+    /// Sends a frame encoded by [`encode_broadcast`], waiting for room as `spin`
     /// and `deadline` say.
     pub fn send_encoded(
         &self,
@@ -286,7 +211,7 @@ impl ProcessLink {
         if own_death().is_err() {
             return Ok(());
         }
-        let frame = Self::encode_broadcast(&Message::Shutdown)?;
+        let frame = encode_broadcast(&Message::Shutdown)?;
         self.requests
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -301,7 +226,7 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let (sent, frame) = match self.request(message)? {
+        let (sent, frame) = match self.book.request(message)? {
             Request::Broadcast(frame) => (self.send_encoded(&frame, spin, deadline), frame),
             Request::Waits(frame, id, pending) => (
                 self.send_request(&frame, id, pending, spin, deadline),
@@ -321,10 +246,10 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        self.pending.insert(id, pending);
+        self.book.expect(id, pending);
         let sent = self.send_encoded(frame, spin, deadline);
         if sent.is_err() {
-            self.pending.remove(id);
+            self.book.forget(id);
         }
         sent
     }
@@ -335,7 +260,7 @@ impl ProcessLink {
         if self.alive().is_err() {
             return Ok(()); // nothing to free on a worker that is gone
         }
-        let Ok(frame) = Self::encode_broadcast(&message) else {
+        let Ok(frame) = encode_broadcast(&message) else {
             return Err(message);
         };
         let Ok(mut requests) = self.requests.try_lock() else {
@@ -365,7 +290,7 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<bool> {
-        let request = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let request = self.book.next_id();
         let reply: Reply<Option<ArenaTensor>> = Reply::new(Completion::new());
         let pending: Pending = {
             let (reply, session, worker) = (reply.clone(), self.session.clone(), self.worker);
@@ -431,91 +356,6 @@ impl ProcessLink {
         Ok(())
     }
 
-    /// The frame of `message`, with a request id and the completion of its reply if it waits
-    /// for one.
-    fn request(&self, message: Message) -> Result<Request> {
-        let id = || self.next_request.fetch_add(1, Ordering::Relaxed);
-        let mut out = frame_buffer();
-        let (id, pending): (u64, Pending) = match message {
-            Message::Sync(reply) => {
-                let request = id();
-                Frame::<Any>::Sync { request }.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(()), Carry::Failure))
-            }
-            Message::Get { reg, reply } => {
-                let request = id();
-                Frame::<Any>::Get { request, reg }.encode(&mut out)?;
-                (request, complete_with(reply, Ok, Carry::Nothing))
-            }
-            Message::CountLive(reply) => {
-                let request = id();
-                Frame::<Any>::CountLive { request }.encode(&mut out)?;
-                let count = |value: Any| {
-                    let n = value.view().as_i64()?;
-                    usize::try_from(n)
-                        .map_err(|_| Error::runtime(format!("a worker counted {n} registers")))
-                };
-                (request, complete_with(reply, count, Carry::Nothing))
-            }
-            Message::GetGlobalFunc(lookup) => {
-                let GlobalLookup { reg, name, reply } = *lookup;
-                let request = id();
-                Frame::<Any>::GetGlobalFunc { request, reg, name }.encode(&mut out)?;
-                (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
-            }
-            Message::Copy {
-                reg,
-                host,
-                direction: CopyDirection::ToWorker,
-                reply,
-            } => {
-                let request = id();
-                // SAFETY: the caller keeps the host memory valid until its request is answered;
-                // the tensor is read here, while the frame is encoded, and dropped at once.
-                let source = unsafe { host.host.borrow_as_tensor() };
-                let frame = Frame::CopyToWorker0 {
-                    request,
-                    reg,
-                    source: Value::Plain(Any::from(source)),
-                };
-                frame.encode(&mut out)?;
-                let name = host.name;
-                let renamed = move |result: Result<Value>| {
-                    result.map_err(|e| {
-                        let copy = CopyDirection::ToWorker;
-                        let message = e
-                            .message
-                            .replace(&copy.describe(COPIED_AS), &copy.describe(name));
-                        Error::new(e.kind, message)
-                    })
-                };
-                let complete = complete_with(reply, |_| Ok(()), Carry::Nothing);
-                (
-                    request,
-                    Box::new(move |result| complete(renamed(result))) as Pending,
-                )
-            }
-            Message::Copy {
-                reg,
-                host,
-                direction: CopyDirection::FromWorker,
-                reply,
-            } => {
-                let request = id();
-                Frame::<Any>::CopyFromWorker0 {
-                    request,
-                    reg,
-                    into: None,
-                }
-                .encode(&mut out)?;
-                (request, copy_back(reply, host))
-            }
-            message => return Ok(Request::Broadcast(Self::encode_broadcast(&message)?)),
-        };
-        Ok(Request::Waits(out, id, pending))
-    }
-
-    /// Waits for the reply to a request sent on this link, reading the reply ring while no
     /// other thread does. A deadline that passes abandons the request unless its reply is
     /// being delivered.
     pub fn wait<T>(
@@ -533,7 +373,7 @@ impl ProcessLink {
         // the caller owns, for a copy), so this returns only once that is done.
         drop(self.replies.lock().unwrap_or_else(PoisonError::into_inner));
         match reply.try_take() {
-            Some(value) => Ok(self.report_carried(value)),
+            Some(value) => Ok(self.book.report_carried(value)),
             None => waited,
         }
     }
@@ -559,7 +399,7 @@ impl ProcessLink {
                     },
                 )?;
                 if let Some(value) = woken {
-                    return Ok(self.report_carried(value));
+                    return Ok(self.book.report_carried(value));
                 }
                 continue; // the ring is free to read
             };
@@ -581,7 +421,7 @@ impl ProcessLink {
     ) -> Result<Result<T>> {
         loop {
             if let Some(value) = reply.try_take() {
-                return Ok(self.report_carried(value));
+                return Ok(self.book.report_carried(value));
             }
             let frame = match replies.recv(spin, deadline, || self.alive()) {
                 Ok(frame) => frame,
@@ -592,57 +432,8 @@ impl ProcessLink {
             };
             let decoded = Frame::decode(&frame, &self.limits);
             drop(frame);
-            self.deliver(decoded?)?;
+            self.book.deliver(decoded?)?;
             self.wakers.aside.wake_all();
-        }
-    }
-
-    /// Completes the request a reply answers.
-    fn deliver(&self, frame: Frame) -> Result<()> {
-        let (request, result) = match frame {
-            Frame::Ok { request, value } => (request, Ok(value)),
-            Frame::Err { request, error } => (request, Err(error)),
-            other => {
-                return Err(Error::runtime(format!(
-                    "worker {} (pid {}) sent a {} frame, not a reply",
-                    self.worker,
-                    self.pid(),
-                    other.kind().name()
-                )));
-            }
-        };
-        let pending = self.pending.remove(request).ok_or_else(|| {
-            Error::runtime(format!(
-                "worker {} (pid {}) replied to request {request}, which nothing waits for",
-                self.worker,
-                self.pid()
-            ))
-        })?;
-        if let Some(failure) = pending(result) {
-            self.carried
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert(failure);
-        }
-        Ok(())
-    }
-
-    /// A reply, after the failure an abandoned sync carried, if any (a worker thread would
-    /// still hold it for the next wait).
-    fn report_carried<T>(&self, value: Result<T>) -> Result<T> {
-        let carried = self
-            .carried
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        match (carried, value) {
-            (None, value) => value,
-            (Some(failure), Ok(_)) => Err(failure),
-            (Some(mut failure), Err(own)) => {
-                failure.message.push_str("; ");
-                failure.message.push_str(&own.message);
-                Err(failure)
-            }
         }
     }
 
@@ -663,105 +454,4 @@ impl ProcessLink {
             ),
         ))
     }
-}
-
-/// The requests sent on a link that wait for their reply, with how each reply completes its
-/// request. A handful at most (one per waiting thread), so a list: no hashing per request.
-#[derive(Default)]
-struct PendingRequests(Mutex<Vec<(u64, Pending)>>);
-
-impl PendingRequests {
-    fn insert(&self, request: u64, pending: Pending) {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push((request, pending));
-    }
-
-    fn remove(&self, request: u64) -> Option<Pending> {
-        let mut list = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let at = list.iter().position(|(id, _)| *id == request)?;
-        Some(list.remove(at).1)
-    }
-}
-
-/// What sending a message needs.
-enum Request {
-    /// A frame without a reply.
-    Broadcast(Vec<u8>),
-    /// A request frame, its id and how its reply completes it.
-    Waits(Vec<u8>, u64, Pending),
-}
-
-fn timed_out(what: &impl Fn() -> String) -> Error {
-    Error::new(ErrorKind::Timeout, format!("{} timed out", what()))
-}
-
-/// A decoded reply's value.
-fn value_of(value: Value) -> Result<Any> {
-    match value {
-        Value::Plain(value) => Ok(value),
-        other => Err(Error::runtime(format!(
-            "a worker replied with {other:?}, which is no value"
-        ))),
-    }
-}
-
-/// What a reply whose waiter gave up leaves for the next wait.
-#[derive(Clone, Copy)]
-enum Carry {
-    /// The failures since the last sync it reports (a sync's).
-    Failure,
-    /// Nothing: its failure was its own request's.
-    Nothing,
-}
-
-/// Completes `reply` with the reply's value turned by `convert`, unless its waiter gave up.
-fn complete_with<T: Send + 'static>(
-    reply: Reply<T>,
-    convert: impl FnOnce(Any) -> Result<T> + Send + 'static,
-    carry: Carry,
-) -> Pending {
-    Box::new(move |result: Result<Value>| {
-        if reply.claim() {
-            reply.complete(result.and_then(value_of).and_then(convert));
-            None
-        } else {
-            match carry {
-                Carry::Failure => result.err(),
-                Carry::Nothing => None,
-            }
-        }
-    })
-}
-
-/// Completes a copy from worker 0: the tensor the worker sent back goes into the caller's host
-/// memory, which is written only while the waiter still waits for it.
-fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
-    Box::new(move |result: Result<Value>| {
-        if !reply.claim() {
-            return None;
-        }
-        let copied = result.and_then(value_of).and_then(|value| {
-            let tensor = value.view().as_tensor()?;
-            host.host.check_matches(&tensor)?;
-            // SAFETY: the waiter keeps the host memory valid while it waits, and it waits (the
-            // claim succeeded); the tensor is a compact host copy of the size checked above.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    tensor.data_ptr(),
-                    host.host.ptr(),
-                    host.host.nbytes(),
-                )
-            };
-            Ok(())
-        });
-        reply.complete(copied.map_err(|cause| {
-            Error::new(
-                cause.kind,
-                format!("copy of `{}` from worker 0: {}", host.name, cause.message),
-            )
-        }));
-        None
-    })
 }

@@ -12,8 +12,8 @@ use std::sync::{Arc, OnceLock};
 
 pub(crate) use arena::{ccl as worker_ccl, empty as arena_empty};
 pub(crate) use launch::worker_program;
+pub(crate) use link::ProcessLink;
 pub(crate) use link::SessionLinks;
-pub(crate) use link::{ProcessLink, recycle};
 pub(crate) use serve::serve;
 pub(crate) use watch::Watcher;
 
@@ -26,10 +26,6 @@ use crate::channel::shm::SharedMemory;
 use crate::object::{Error, Result};
 use arena::Arena;
 use serve::WorkerArgs;
-
-/// The name a worker process gives the tensor of a copy that crosses as a frame; the controller
-/// puts the caller's name for it in the errors of the copy.
-const COPIED_AS: &str = "dref";
 
 /// Data bytes of each ring between the controller and a worker process (one each way). A frame
 /// (a call's arguments, a tensor copied to or from worker 0) must fit in one.

@@ -393,7 +393,7 @@ fn copy(reg: u32, tensor: &Tensor, direction: CopyDirection, reply: Reply<()>) -
         reg,
         host: Box::new(HostCopy {
             host,
-            name: super::COPIED_AS,
+            name: crate::session::requests::COPIED_AS,
         }),
         direction,
         reply,
