@@ -30,6 +30,8 @@ pub mod channel;
 /// cbindgen:ignore
 pub mod device;
 /// cbindgen:ignore
+pub mod net;
+/// cbindgen:ignore
 pub mod object;
 /// cbindgen:ignore
 pub mod session;

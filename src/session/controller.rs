@@ -396,7 +396,18 @@ impl Session {
     ) -> Result<Arc<Session>> {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
         let ccl = CurrentCcl::default();
-        let (links, watcher) = process::start_workers(num_groups, &options, &devices, ccl.clone())?;
+        let here = process::Here {
+            first: 0,
+            count: devices.len(),
+        };
+        let (links, watcher) = process::start_workers(
+            devices.len(),
+            num_groups,
+            &options,
+            &devices,
+            here,
+            ccl.clone(),
+        )?;
         let links = links
             .into_iter()
             .map(|l| WorkerLink::Process(Box::new(l)))

@@ -31,6 +31,8 @@ use crate::wire::{ArenaTensor, Frame, Limits, Value};
 /// One worker process, as the controller reaches it.
 pub(crate) struct ProcessLink {
     worker: usize,
+    /// Its place among the workers of this machine, in their arena.
+    local: usize,
     child: Child,
     requests: Mutex<Producer>,
     replies: Mutex<Consumer>,
@@ -112,7 +114,7 @@ impl SessionLinks {
 impl ProcessLink {
     /// What the controller tells this worker outside its queue.
     pub fn signals(&self) -> &Signals {
-        self.session.arena.signals(self.worker)
+        self.session.arena.signals(self.local)
     }
 
     /// What the links of this worker's session share.
@@ -122,6 +124,7 @@ impl ProcessLink {
 
     pub fn new(
         worker: usize,
+        local: usize,
         child: Child,
         requests: Producer,
         replies: Consumer,
@@ -136,6 +139,7 @@ impl ProcessLink {
         ProcessLink {
             wakers,
             worker,
+            local,
             child,
             requests: Mutex::new(requests),
             replies: Mutex::new(replies),
@@ -293,7 +297,8 @@ impl ProcessLink {
         let request = self.book.next_id();
         let reply: Reply<Option<ArenaTensor>> = Reply::new(Completion::new());
         let pending: Pending = {
-            let (reply, session, worker) = (reply.clone(), self.session.clone(), self.worker);
+            let (reply, session) = (reply.clone(), self.session.clone());
+            let (worker, local) = (self.worker, self.local);
             Box::new(move |result: Result<Value>| {
                 let lent = match result {
                     Ok(Value::Arena(place)) => Ok(Some(place)),
@@ -307,7 +312,7 @@ impl ProcessLink {
                     reply.complete(lent);
                 } else if let Ok(Some(_)) = lent {
                     // Its waiter gave up: the worker still waits for the tensor.
-                    session.arena.give_back(worker, request);
+                    session.arena.give_back(local, request);
                 }
                 None
             })
@@ -320,7 +325,7 @@ impl ProcessLink {
             return Ok(false);
         };
         let copied = self.copy_lent(&place, host, direction);
-        self.session.arena.give_back(self.worker, request);
+        self.session.arena.give_back(self.local, request);
         copied
             .map(|()| true)
             .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))
@@ -333,7 +338,7 @@ impl ProcessLink {
         host: &HostTensor,
         direction: CopyDirection,
     ) -> Result<()> {
-        let bytes = self.session.arena.bytes_of(self.worker, place)?;
+        let bytes = self.session.arena.bytes_of(self.local, place)?;
         // SAFETY: the worker lent these bytes (checked to lie in its region) and touches them
         // again only once given back, after the copy; the view releases nothing.
         let lent = unsafe {

@@ -25,18 +25,22 @@ use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::object::{Error, Result};
 use arena::Arena;
+pub(crate) use serve::Here;
 use serve::WorkerArgs;
 
 /// Data bytes of each ring between the controller and a worker process (one each way). A frame
 /// (a call's arguments, a tensor copied to or from worker 0) must fit in one.
 pub(crate) const RING_CAPACITY: usize = 8 << 20;
 
-/// Starts one worker process per device, each with its rings, and a watcher that records the
-/// death of any of them in its link and breaks the session's communicator `ccl` with it.
+/// Starts one worker process per device of `devices` (the workers `here` of a session of
+/// `num_workers`), each with its rings, and a watcher that records the death of any of them in
+/// its link and breaks the session's communicator `ccl` with it.
 pub(crate) fn start_workers(
+    num_workers: usize,
     num_groups: usize,
     options: &SessionOptions,
     devices: &[DLDevice],
+    here: Here,
     ccl: CurrentCcl,
 ) -> Result<(Vec<ProcessLink>, Watcher)> {
     let program = worker_program(options.worker_program.as_deref())?;
@@ -48,21 +52,23 @@ pub(crate) fn start_workers(
         arena: Arc::new(Arena::create(devices.len())?),
         ccl,
     });
-    for (id, &device) in devices.iter().enumerate() {
+    for (local, &device) in devices.iter().enumerate() {
+        let id = here.first + local;
         let mut memory = SharedMemory::create(&format!("discovm-worker-{id}"), 2 * half)?;
         init_ring(&mut memory, 0, RING_CAPACITY)?;
         init_ring(&mut memory, half, RING_CAPACITY)?;
         let args = WorkerArgs {
             info: WorkerInfo {
                 id,
-                num_workers: devices.len(),
+                num_workers,
                 num_groups,
                 device,
             },
             spin: options.spin,
-            cpu: options.cpu_affinity.get(id).copied().flatten(),
+            cpu: options.cpu_affinity.get(local).copied().flatten(),
             timeout: options.timeout,
             ring_capacity: RING_CAPACITY,
+            here,
         };
         let command_line = options.worker_args.iter().cloned().chain(args.to_args());
         let child = launch::spawn(&program, command_line, &[memory.fd(), session.arena.fd()])
@@ -73,6 +79,7 @@ pub(crate) fn start_workers(
         let death = Arc::new(OnceLock::new());
         links.push(ProcessLink::new(
             id,
+            local,
             child,
             requests,
             replies,
@@ -83,10 +90,11 @@ pub(crate) fn start_workers(
     let deaths: Vec<(Arc<OnceLock<Error>>, i32)> =
         links.iter().map(|l| (l.death(), l.pid())).collect();
     let wakers: Vec<_> = links.iter().map(ProcessLink::wakers).collect();
+    // The watcher counts the workers here from 0.
     let watcher = Watcher::new(move |worker, cause| {
         if let Some((death, pid)) = deaths.get(worker) {
             // A worker that ends after the session told it to stop has not broken it.
-            session.record_death(death, cause.worker_error(worker, *pid));
+            session.record_death(death, cause.worker_error(here.first + worker, *pid));
             // Every wait on the session fails now: wake those parked on any worker's rings.
             for waiting in &wakers {
                 waiting.wake_all();

@@ -27,7 +27,7 @@ use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
-pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v2";
+pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v3";
 
 /// Where a worker process finds its place in the session: what the controller passes it.
 #[derive(Clone, Debug)]
@@ -42,6 +42,15 @@ pub(crate) struct WorkerArgs {
     /// The data bytes of each of its two rings (requests to it, then replies from it, one
     /// after the other at the start of the shared memory it inherited first).
     pub ring_capacity: usize,
+    /// The workers of its machine, whose arena it shares: the first one's id and how many.
+    pub here: Here,
+}
+
+/// The workers of one machine of a session: worker ids `first .. first + count`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Here {
+    pub first: usize,
+    pub count: usize,
 }
 
 impl WorkerArgs {
@@ -64,6 +73,8 @@ impl WorkerArgs {
             self.cpu.map_or(-1, |cpu| cpu as i64).to_string(),
             self.timeout.map_or(0, |t| t.as_millis()).to_string(),
             self.ring_capacity.to_string(),
+            self.here.first.to_string(),
+            self.here.count.to_string(),
         ]
     }
 
@@ -73,7 +84,8 @@ impl WorkerArgs {
             Error::value(format!(
                 "a worker program is started by its controller (a process session), which \
                  passes it the arguments (argv after the program's name) `{ARGS_VERSION} ID \
-                 WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES`, with \
+                 WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES FIRST_HERE \
+                 WORKERS_HERE`, with \
                  the shared memory of its rings as descriptor 3 and the session's arena as \
                  descriptor 4; got {args:?}"
             ))
@@ -89,6 +101,8 @@ impl WorkerArgs {
             cpu,
             timeout,
             ring,
+            first_here,
+            workers_here,
         ] = args
         else {
             return Err(usage());
@@ -107,9 +121,16 @@ impl WorkerArgs {
                 device_id: i32::try_from(number(device_id)?).map_err(|_| usage())?,
             },
         };
+        let here = Here {
+            first: count(first_here)?,
+            count: count(workers_here)?,
+        };
         if info.id >= info.num_workers
             || info.num_groups == 0
             || !info.num_workers.is_multiple_of(info.num_groups)
+            || info.id < here.first
+            || info.id - here.first >= here.count
+            || here.first + here.count > info.num_workers
         {
             return Err(usage());
         }
@@ -129,6 +150,7 @@ impl WorkerArgs {
                 ms => Some(Duration::from_millis(ms)),
             },
             ring_capacity: count(ring)?,
+            here,
         })
     }
 }
@@ -148,7 +170,8 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     // SAFETY: the controller placed the session's arena at the next descriptor; nothing else
     // in this process owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(FIRST_INHERITED_FD + 1) };
-    arena::attach(Arena::attach(fd, args.info.num_workers)?, args.info.id)?;
+    let here = args.here;
+    arena::attach(Arena::attach(fd, here.count)?, args.info.id - here.first)?;
     if let Some(cpu) = args.cpu {
         pin_current_thread(cpu)?;
     }

@@ -1,0 +1,5 @@
+//! Links between machines: how a node proves it may join a session ([`auth`]), and how routed
+//! frames cross a TCP connection once it did ([`routed`]).
+
+pub mod auth;
+pub mod routed;

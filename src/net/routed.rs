@@ -1,0 +1,174 @@
+//! Routed frames on a connection between the controller and a node, once the node joined: each
+//! message is an 8-byte route (which of the node's workers, and what follows), then, for most, one
+//! wire frame.
+//!
+//! The one idea: a reader checks the route and the frame's header before it reads (and
+//! allocates) the payload, so a peer can make it read no more than its frame limit, and any
+//! bytes that are not a route and a frame end the connection with a reason.
+//!
+//! Layout (`WIRE.md`, "Routed frames"): `u32` route (a worker's index on the node, from 0, or
+//! [`ALL`]), `u32` what follows ([`What`]), then the frame for [`What::Frame`] and
+//! [`What::Death`].
+
+use std::io::{self, Read, Write};
+
+use crate::object::Error;
+use crate::wire::{HEADER_SIZE, Header, Limits};
+
+/// The route of a message for every worker of the node.
+pub const ALL: u32 = u32::MAX;
+/// Bytes of a route.
+pub const ROUTE_SIZE: usize = 8;
+
+/// What follows a route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum What {
+    /// A frame for the routed worker (from the controller) or from it (from the node).
+    Frame = 0,
+    /// Nothing: the sender is alive.
+    Heartbeat = 1,
+    /// From a node: the routed worker is gone; an `Err` frame says why.
+    Death = 2,
+}
+
+impl What {
+    fn from_code(code: u32) -> Option<What> {
+        [What::Frame, What::Heartbeat, What::Death]
+            .into_iter()
+            .find(|w| *w as u32 == code)
+    }
+}
+
+/// One message read from a connection.
+#[derive(Debug)]
+pub struct Message {
+    pub route: u32,
+    pub what: What,
+    /// The frame's bytes, header included; empty for a heartbeat.
+    pub frame: Vec<u8>,
+}
+
+/// Why reading a message failed.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The peer closed the connection (at a message's start, or within one).
+    Closed,
+    /// Nothing came within the connection's read timeout.
+    Silent,
+    /// The bytes are not a route and a frame: the error says what was wrong.
+    Bad(Error),
+}
+
+/// Writes one message; `frame` is empty for a heartbeat. The caller flushes.
+pub fn write(out: &mut impl Write, route: u32, what: What, frame: &[u8]) -> io::Result<()> {
+    let mut head = [0u8; ROUTE_SIZE];
+    head[..4].copy_from_slice(&route.to_le_bytes());
+    head[4..].copy_from_slice(&(what as u32).to_le_bytes());
+    out.write_all(&head)?;
+    out.write_all(frame)
+}
+
+fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<(), ReadError> {
+    input.read_exact(bytes).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::ConnectionAborted
+        | io::ErrorKind::BrokenPipe => ReadError::Closed,
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ReadError::Silent,
+        _ => ReadError::Bad(Error::runtime(format!(
+            "reading the connection failed: {e}"
+        ))),
+    })
+}
+
+/// Reads one message. A frame's header is checked against `limits` before its payload is read.
+pub fn read(input: &mut impl Read, limits: &Limits) -> std::result::Result<Message, ReadError> {
+    let mut head = [0u8; ROUTE_SIZE];
+    read_exact(input, &mut head)?;
+    let route = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
+    let code = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    let what = What::from_code(code).ok_or_else(|| {
+        ReadError::Bad(Error::value(format!(
+            "a routed message of unknown kind {code} (route {route:#x})"
+        )))
+    })?;
+    if what == What::Heartbeat {
+        if route != 0 {
+            return Err(ReadError::Bad(Error::value(format!(
+                "a heartbeat with route {route:#x}, not 0"
+            ))));
+        }
+        return Ok(Message {
+            route,
+            what,
+            frame: Vec::new(),
+        });
+    }
+    let mut frame = vec![0u8; HEADER_SIZE];
+    read_exact(input, &mut frame)?;
+    let header = Header::parse(&frame, limits).map_err(ReadError::Bad)?;
+    frame.resize(header.frame_len(), 0);
+    read_exact(input, &mut frame[HEADER_SIZE..])?;
+    Ok(Message { route, what, frame })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::Any;
+    use crate::wire::Frame;
+
+    fn sync_frame(request: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        Frame::<Any>::Sync { request }.encode(&mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn messages_round_trip() {
+        let mut bytes = Vec::new();
+        write(&mut bytes, 3, What::Frame, &sync_frame(9)).unwrap();
+        write(&mut bytes, 0, What::Heartbeat, &[]).unwrap();
+        write(&mut bytes, ALL, What::Frame, &sync_frame(10)).unwrap();
+        let input = &mut bytes.as_slice();
+        let limits = Limits::default();
+        let first = read(input, &limits).unwrap();
+        assert_eq!((first.route, first.what), (3, What::Frame));
+        assert!(matches!(
+            Frame::decode(&first.frame, &limits).unwrap(),
+            Frame::Sync { request: 9 }
+        ));
+        let beat = read(input, &limits).unwrap();
+        assert_eq!((beat.what, beat.frame.len()), (What::Heartbeat, 0));
+        assert_eq!(read(input, &limits).unwrap().route, ALL);
+        assert!(matches!(read(input, &limits), Err(ReadError::Closed)));
+    }
+
+    #[test]
+    fn bad_routes_and_oversized_frames_are_refused_before_the_payload_is_read() {
+        let limits = Limits { max_payload: 64 };
+        let bad = |bytes: &[u8]| match read(&mut &bytes[..], &limits) {
+            Err(ReadError::Bad(error)) => error.message,
+            other => panic!("not refused: {other:?}"),
+        };
+        assert!(bad(&[0, 0, 0, 0, 7, 0, 0, 0]).contains("unknown kind 7"));
+        assert!(bad(&[1, 0, 0, 0, 1, 0, 0, 0]).contains("a heartbeat with route 0x1"));
+        // A header declaring a payload past the limit: refused from the header alone.
+        let mut big = vec![0u8; ROUTE_SIZE];
+        let mut frame = sync_frame(1);
+        frame[8..16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        big.extend_from_slice(&frame[..HEADER_SIZE]);
+        assert!(bad(&big).contains("limit"), "{}", bad(&big));
+        // Garbage where a frame's header belongs.
+        let mut garbage = vec![0u8; ROUTE_SIZE];
+        garbage.extend_from_slice(b"GET / HTTP/1.1\r\n");
+        assert!(bad(&garbage).contains("magic"), "{}", bad(&garbage));
+        // A frame cut short.
+        let mut short = vec![0u8; ROUTE_SIZE];
+        short.extend_from_slice(&sync_frame(1)[..20]);
+        assert!(matches!(
+            read(&mut short.as_slice(), &limits),
+            Err(ReadError::Closed)
+        ));
+    }
+}
