@@ -6,7 +6,8 @@
 #   make header     regenerate include/discovm.h from the Rust sources
 #   make build-dist build the libraries `make install` installs (release settings, target/dist/)
 #   make install    install the libraries, headers, pkg-config file, CMake package and the
-#                   worker program of process sessions (discovm-worker, in BINDIR)
+#                   worker program of process sessions and the node program of sessions
+#                   across machines (discovm-worker and discovm-node, in BINDIR)
 #   make uninstall  remove what `make install` installed
 #   make install-relocatable STAGEDIR=dir
 #                   the same files under dir, with the pkg-config file and the CMake package
@@ -47,11 +48,14 @@ HEADERS := include/discovm.h include/discovm_abi.h include/discovm.hpp
 
 .PHONY: demo test header lib build-dist install install-relocatable uninstall
 
-# The library, and next to it the worker program process sessions start by default.
+# The library, and next to it the worker program process sessions start by default and the
+# node program of sessions across machines.
 lib:
 	$(CARGO) build
-	$(CC) $(CFLAGS) programs/discovm-worker.c -o $(LIB_DIR)/discovm-worker \
-		-L$(LIB_DIR) -ldiscovm -Wl,-rpath,$(LIB_DIR)
+	for program in discovm-worker discovm-node; do \
+		$(CC) $(CFLAGS) programs/$$program.c -o $(LIB_DIR)/$$program \
+			-L$(LIB_DIR) -ldiscovm -Wl,-rpath,$(LIB_DIR) || exit 1; \
+	done
 
 demo: lib
 	@mkdir -p $(dir $(DEMO))
@@ -86,9 +90,12 @@ define install_files
 	ln -sfn $(SONAME) $(DEST_LIBDIR)/libdiscovm.so
 	install -m 644 $(DIST_DIR)/libdiscovm.a $(DEST_LIBDIR)/libdiscovm.a
 	install -m 644 $(HEADERS) $(DEST_INCLUDEDIR)/
-	$(CC) $(CFLAGS) programs/discovm-worker.c -o $(DEST_BINDIR)/discovm-worker \
-		-L$(DIST_DIR) -ldiscovm \
-		-Wl,-rpath,'$$ORIGIN/$(shell realpath -m --relative-to=$(DEST_BINDIR) $(DEST_LIBDIR))'
+	for program in discovm-worker discovm-node; do \
+		$(CC) $(CFLAGS) programs/$$program.c -o $(DEST_BINDIR)/$$program -L$(DIST_DIR) \
+			-ldiscovm \
+			-Wl,-rpath,'$$ORIGIN/$(shell realpath -m --relative-to=$(DEST_BINDIR) $(DEST_LIBDIR))' \
+			|| exit 1; \
+	done
 	@native=$$(cat $(NATIVE_LIBS)); \
 	configure() { \
 		echo "writing $$2/$$1"; \
@@ -143,7 +150,7 @@ uninstall:
 		libdiscovm.a pkgconfig/discovm.pc cmake/discovm/discovmConfig.cmake \
 		cmake/discovm/discovmConfigVersion.cmake)
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(HEADERS)))
-	rm -f $(DESTDIR)$(BINDIR)/discovm-worker
+	rm -f $(DESTDIR)$(BINDIR)/discovm-worker $(DESTDIR)$(BINDIR)/discovm-node
 	if [[ -d $(DESTDIR)$(LIBDIR)/cmake/discovm ]]; then \
 		rmdir --ignore-fail-on-non-empty $(DESTDIR)$(LIBDIR)/cmake/discovm; \
 	fi

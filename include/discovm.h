@@ -91,6 +91,17 @@ typedef struct {
    * correct with `dvm_session_new_threaded`.
    */
   const char *worker_program;
+  /**
+   * Sessions across machines: the secret every node must prove it holds (NULL:
+   * `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
+   * only). Read only by `dvm_session_new_socket`, as are the fields after it.
+   */
+  const char *session_token;
+  /**
+   * Sessions across machines: how long a silent node counts as alive, in milliseconds
+   * (0: 2000).
+   */
+  int64_t heartbeat_ms;
 } dvm_session_options;
 
 /**
@@ -323,6 +334,51 @@ dvm_status dvm_func_list_global_names(DVMAny *out);
  * Thread safety: any thread.
  */
 dvm_status dvm_func_remove_global(const char *name);
+
+/**
+ * Starts a session across `num_nodes` machines of `workers_per_node` workers each, in
+ * `num_groups` groups of equal size (worker ids node-major). This machine is node 0, with
+ * worker processes of its own (as `dvm_session_new_process` starts them). It listens on
+ * `host:port` until every other node joined (each runs `discovm-node HOST PORT WORKERS`, or a
+ * program returning `dvm_node_main`), within `opts->timeout_ms` (two minutes without one),
+ * then stops listening. A node joins only if it proves, by HMAC-SHA256 challenge-response, that
+ * it holds the session's secret (`opts->session_token`, else `$DISCOVM_SESSION_TOKEN`); without
+ * one, only nodes on the loopback interface may join. Every session, worker and DRef function
+ * works on the session as on a process session; a node that is lost (its connection closes, or
+ * nothing comes from it for `opts->heartbeat_ms`) fails the waits on the session with a
+ * `WorkerError` naming it, its workers and the cause. Collectives between nodes are not in this
+ * version (`init_ccl` fails with `DeviceUnavailable`).
+ *
+ * Ownership: `*out` is a new reference; release it with `dvm_session_free`.
+ * Errors: as `dvm_session_new_process`; `ValueError` for `num_nodes` or `workers_per_node` out
+ * of range, a port out of 0..=65535, a device other than the CPU for a worker on another node,
+ * or an address it cannot listen on; `TimeoutError` naming the nodes that did not join.
+ * Undefined: `opts` arrays with fewer entries than their counts.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_new_socket(int32_t num_nodes,
+                                  int32_t workers_per_node,
+                                  int32_t num_groups,
+                                  const char *host,
+                                  int32_t port,
+                                  const dvm_session_options *opts,
+                                  dvm_session **out);
+
+/**
+ * The main function of a node program (`discovm-node HOST PORT WORKERS [--rank R]`, Disco's
+ * arguments): connects to the controller at `HOST:PORT` (retrying for up to a minute while it
+ * does not listen yet), proves it holds `$DISCOVM_SESSION_TOKEN`, starts `WORKERS` worker
+ * processes and relays their frames until the controller shuts the session down (then returns
+ * 0) or is lost (1). The rank, when not given, comes from the launcher's environment
+ * (`SLURM_PROCID`, `OMPI_COMM_WORLD_RANK`, `PMI_RANK`, `RANK`); without one the controller
+ * chooses. Bad arguments: a usage message on stderr, and 2.
+ *
+ * Ownership: `argv` is borrowed.
+ * Errors (the last error, with a nonzero status): `ValueError` for bad arguments or a failed
+ * handshake; `PermissionError` when the controller turns the node away.
+ * Thread safety: call it once, from the program's main thread.
+ */
+int dvm_node_main(int argc, char *const *argv);
 
 /**
  * Starts `num_workers` worker processes in `num_groups` groups of equal size, and returns once

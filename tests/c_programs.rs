@@ -20,6 +20,8 @@
 mod built_library;
 #[path = "support/c_build.rs"]
 mod c_build;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -62,6 +64,9 @@ struct Program {
     libs: &'static [&'static str],
     /// A worker program it starts (its source, built the same way), given as its argument.
     worker: Option<&'static str>,
+    /// Whether it starts worker processes that run the default worker program
+    /// (`discovm-worker` next to the library), which is built first then.
+    default_worker: bool,
 }
 
 impl Program {
@@ -72,6 +77,14 @@ impl Program {
             needs_gpu: false,
             libs: &[],
             worker: None,
+            default_worker: false,
+        }
+    }
+
+    const fn default_worker(self) -> Self {
+        Program {
+            default_worker: true,
+            ..self
         }
     }
 
@@ -154,6 +167,9 @@ programs! {
     example_session_cpp: Program::new("examples-c/session_cpp.cpp");
     example_process_session: Program::new("examples-c/process_session.c")
         .worker("examples-c/process_worker.c");
+    example_node_session: Program::new("examples-c/node_session.c")
+        .worker("programs/discovm-node.c")
+        .default_worker();
 }
 
 /// Where compiled programs go (one directory per runner, as both build the same programs at
@@ -214,6 +230,9 @@ fn run(program: &Program, runner: Runner, command: &mut Command) {
 
 fn build_and_run(program: &Program, runner: Runner) {
     let binary = compile(program, runner);
+    if program.default_worker {
+        worker_programs::default_worker_program();
+    }
     if let Some(worker) = program.worker {
         let worker = compile(&Program::new(worker), runner);
         return run(program, runner, command(runner, &binary).arg(worker));

@@ -42,6 +42,7 @@ fn installed_paths() -> Vec<String> {
         "lib/pkgconfig/discovm.pc".to_string(),
         "lib/cmake/discovm/discovmConfig.cmake".to_string(),
         "lib/cmake/discovm/discovmConfigVersion.cmake".to_string(),
+        "bin/discovm-node".to_string(),
         "bin/discovm-worker".to_string(),
     ];
     paths.extend(HEADERS.iter().map(|h| format!("include/{h}")));

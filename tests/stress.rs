@@ -298,6 +298,8 @@ impl Session {
             num_devices: 0,
             devices: std::ptr::null(),
             worker_program: std::ptr::null(),
+            session_token: std::ptr::null(),
+            heartbeat_ms: 0,
         };
         let mut out = null_mut();
         // SAFETY: valid options and output.

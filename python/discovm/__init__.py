@@ -40,6 +40,7 @@ from .session import (
     DRef,
     ProcessSession,
     Session,
+    SocketSession,
     ThreadedSession,
 )
 from .vm import Stream, Tensor
@@ -54,6 +55,7 @@ __all__ = [
     "ProcessSession",
     "Session",
     "SessionClosed",
+    "SocketSession",
     "Stream",
     "Tensor",
     "ThreadedSession",

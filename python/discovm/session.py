@@ -554,3 +554,51 @@ class ProcessSession(Session):
         """Imports a Python module in every worker process (the functions it registers become
         callable there), in order with the calls sent before."""
         self._get_cached_method(IMPORT_MODULE)(module_name)
+
+
+class SocketSession(ProcessSession):
+    """A session across ``num_nodes`` machines of ``num_workers_per_node`` workers each, in
+    ``num_groups`` groups of equal size, with the signature of Disco's ``SocketSession``
+    (worker ids node-major). This machine is node 0, with worker processes of its own (as
+    :class:`ProcessSession` starts them); it listens on ``host:port`` until every other node
+    joined (``python -m discovm.node HOST PORT WORKERS`` there, or ``discovm-node``), within
+    ``timeout`` (two minutes without one), then stops listening.
+
+    A node joins only if it proves it holds the session's secret (``session_token``, else the
+    environment variable ``DISCOVM_SESSION_TOKEN``, on both sides); without one, only nodes on
+    the loopback interface may join. A node that is lost (its connection closes, or nothing comes
+    from it for ``heartbeat`` seconds, 2 by default) fails the waits on the session with
+    :class:`~discovm.WorkerError` naming it. Collectives between nodes are not in this version.
+    """
+
+    __slots__ = ()
+
+    def __init__(  # pylint: disable=super-init-not-called
+        self,
+        num_nodes: int,
+        num_workers_per_node: int,
+        num_groups: int,
+        host: str,
+        port: int,
+        entrypoint: str = "discovm.worker",
+        *,
+        timeout: float | None = None,
+        spin_us: int = 0,
+        session_token: str | None = None,
+        heartbeat: float | None = None,
+    ) -> None:
+        if heartbeat is not None and heartbeat <= 0:
+            raise ValueError(f"heartbeat must be positive or None, not {heartbeat}")
+        handle = module().session_new_socket(
+            num_nodes,
+            num_workers_per_node,
+            num_groups,
+            host,
+            port,
+            *_options(timeout, spin_us, None, None),
+            sys.executable,
+            ["-m", entrypoint],
+            session_token,
+            0 if heartbeat is None else max(1, round(heartbeat * 1000)),
+        )
+        Session.__init__(self, handle)

@@ -12,6 +12,8 @@ mod dref;
 mod error;
 mod func;
 #[cfg(not(loom))]
+mod node;
+#[cfg(not(loom))]
 mod process;
 mod session;
 mod stream;
@@ -24,6 +26,8 @@ pub use device::*;
 pub use dref::*;
 pub use error::*;
 pub use func::*;
+#[cfg(not(loom))]
+pub use node::*;
 #[cfg(not(loom))]
 pub use process::*;
 pub use session::*;

@@ -54,6 +54,22 @@ pub unsafe extern "C" fn dvm_session_new_process(
 /// Thread safety: call it once, from the program's main thread.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_main(argc: c_int, argv: *const *mut c_char) -> c_int {
+    // SAFETY: as `main` receives them, by contract.
+    unsafe { program_main("discovm worker", argc, argv, serve_worker) }
+}
+
+/// Runs `serve` on a program's arguments (without its name) and turns the outcome into its
+/// exit status: 0, 2 for a `ValueError` (bad arguments), 1 otherwise, saying why on stderr as
+/// `name`.
+///
+/// # Safety
+/// `argv` is NULL or holds `argc` NUL-terminated strings, as `main` receives them.
+pub(crate) unsafe fn program_main(
+    name: &str,
+    argc: c_int,
+    argv: *const *mut c_char,
+    serve: fn(&[String]) -> crate::Result<()>,
+) -> c_int {
     let status = boundary(|| {
         let count = usize::try_from(argc)
             .map_err(|_| Error::value(format!("`argc` is negative ({argc})")))?;
@@ -69,7 +85,7 @@ pub unsafe extern "C" fn dvm_worker_main(argc: c_int, argv: *const *mut c_char) 
                     .into_owned())
             })
             .collect::<crate::Result<Vec<String>>>()?;
-        serve_worker(&args)
+        serve(&args)
     });
     if status == super::DVM_OK {
         return 0;
@@ -78,7 +94,7 @@ pub unsafe extern "C" fn dvm_worker_main(argc: c_int, argv: *const *mut c_char) 
         let (kind, message) = error.map_or(("RuntimeError".into(), "".into()), |(k, m)| {
             (k.to_string_lossy(), m.to_string_lossy())
         });
-        eprintln!("discovm worker: {kind}: {message}");
+        eprintln!("{name}: {kind}: {message}");
         if kind == "ValueError" { 2 } else { 1 }
     })
 }

@@ -47,6 +47,13 @@ pub struct dvm_session_options {
     /// by `dvm_session_new_process`, so programs built against a header without it stay
     /// correct with `dvm_session_new_threaded`.
     pub worker_program: *const c_char,
+    /// Sessions across machines: the secret every node must prove it holds (NULL:
+    /// `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
+    /// only). Read only by `dvm_session_new_socket`, as are the fields after it.
+    pub session_token: *const c_char,
+    /// Sessions across machines: how long a silent node counts as alive, in milliseconds
+    /// (0: 2000).
+    pub heartbeat_ms: i64,
 }
 
 /// # Safety
@@ -93,6 +100,37 @@ pub(crate) unsafe fn process_options(
             // SAFETY: NUL-terminated, as the caller promises.
             options.worker_program = Some(unsafe { c_str(program, "worker_program") }?.to_owned());
         }
+    }
+    Ok(options)
+}
+
+/// The options of a session across machines: those of a process session, the secret and the
+/// heartbeat.
+///
+/// # Safety
+/// As for [`process_options`]; `session_token` is NULL or NUL-terminated.
+pub(crate) unsafe fn socket_options(
+    opts: *const dvm_session_options,
+) -> crate::Result<SessionOptions> {
+    // SAFETY: as the caller promises.
+    let mut options = unsafe { process_options(opts) }?;
+    if let Some(opts) = std::ptr::NonNull::new(opts.cast_mut()) {
+        // SAFETY: as the caller promises.
+        let opts = unsafe { opts.as_ref() };
+        if !opts.session_token.is_null() {
+            // SAFETY: NUL-terminated, as the caller promises.
+            options.session_token =
+                Some(unsafe { c_str(opts.session_token, "session_token") }?.to_owned());
+        }
+        options.heartbeat = match opts.heartbeat_ms {
+            0 => None,
+            ms if ms > 0 => Some(std::time::Duration::from_millis(ms as u64)),
+            ms => {
+                return Err(crate::Error::value(format!(
+                    "heartbeat_ms is negative ({ms})"
+                )));
+            }
+        };
     }
     Ok(options)
 }

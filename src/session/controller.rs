@@ -16,6 +16,8 @@ use super::dref::DRef;
 use super::link::{self, ThreadLink, WorkerLink};
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 #[cfg(not(loom))]
+use super::node::{self, NodeLink};
+#[cfg(not(loom))]
 use super::process;
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, Exited, Signals, SignalsAt, WorkerInfo, WorkerShared};
@@ -23,6 +25,8 @@ use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
+#[cfg(not(loom))]
+use crate::net::auth::Secret;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
@@ -56,6 +60,13 @@ pub struct SessionOptions {
     /// Arguments put before the session's own on each worker's command line (`-m
     /// discovm.worker` when the program is a Python interpreter).
     pub worker_args: Vec<String>,
+    /// Sessions across machines: the secret every node must prove it holds (`None`:
+    /// `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
+    /// only).
+    pub session_token: Option<String>,
+    /// Sessions across machines: how long a silent node (or controller) counts as alive
+    /// (`None`: 2 s).
+    pub heartbeat: Option<Duration>,
 }
 
 impl SessionOptions {
@@ -99,6 +110,8 @@ impl SessionOptions {
             devices,
             worker_program: None,
             worker_args: Vec::new(),
+            session_token: None,
+            heartbeat: None,
         })
     }
 }
@@ -417,6 +430,108 @@ impl Session {
         session
             .sync_all()
             .map_err(|e| e.context("starting the worker processes"))?;
+        Ok(session)
+    }
+
+    #[cfg(not(loom))]
+    /// Starts a session across `num_nodes` machines of `workers_per_node` workers each (worker
+    /// ids node-major): this machine is node 0, with worker processes of its own; it listens on
+    /// `host:port` until every other node joined (`discovm-node HOST PORT WORKERS` there), within
+    /// the session's timeout (two minutes without one), then stops listening. A node joins only
+    /// if it proves it holds the session's secret (`options.session_token`, else
+    /// `$DISCOVM_SESSION_TOKEN`); without one, only nodes on the loopback interface may. Workers
+    /// on other nodes are processes on the CPU.
+    pub fn new_socket(
+        num_nodes: i64,
+        workers_per_node: i64,
+        num_groups: i64,
+        host: &str,
+        port: i64,
+        options: SessionOptions,
+    ) -> Result<Arc<Session>> {
+        let nodes = usize::try_from(num_nodes)
+            .ok()
+            .filter(|&n| (1..=MAX_WORKERS).contains(&n))
+            .ok_or_else(|| {
+                Error::value(format!(
+                    "num_nodes {num_nodes} is out of range (1..={MAX_WORKERS})"
+                ))
+            })?;
+        let per_node = usize::try_from(workers_per_node)
+            .ok()
+            .filter(|&n| n >= 1 && n * nodes <= MAX_WORKERS)
+            .ok_or_else(|| {
+                Error::value(format!(
+                    "workers_per_node {workers_per_node} is out of range (1..={} for {nodes} \
+                     nodes)",
+                    MAX_WORKERS / nodes
+                ))
+            })?;
+        let port = u16::try_from(port)
+            .map_err(|_| Error::value(format!("port {port} is out of range (0..=65535)")))?;
+        let total = (nodes * per_node) as i64;
+        let (num_groups, devices) = Self::check_start(total, num_groups, &options)?;
+        if let Some(w) = (per_node..devices.len()).find(|&w| devices[w] != DLDevice::cpu()) {
+            return Err(Error::value(format!(
+                "devices[{w}]: the workers on other nodes run on the CPU"
+            )));
+        }
+        let listener = std::net::TcpListener::bind((host, port))
+            .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;
+        let ccl = CurrentCcl::default();
+        let here = process::Here {
+            first: 0,
+            count: per_node,
+        };
+        let (links, watcher) = process::start_workers(
+            devices.len(),
+            num_groups,
+            &options,
+            &devices[..per_node],
+            here,
+            ccl.clone(),
+        )?;
+        let shared = links[0].session().clone();
+        let mut links: Vec<WorkerLink> = links
+            .into_iter()
+            .map(|l| WorkerLink::Process(Box::new(l)))
+            .collect();
+        let shape = node::Shape {
+            num_nodes: nodes,
+            workers_per_node: per_node,
+            num_groups,
+        };
+        let secret = match &options.session_token {
+            Some(token) => Secret::new(token.as_bytes()),
+            None => Secret::from_env(),
+        };
+        let heartbeat = options.heartbeat.unwrap_or(node::HEARTBEAT);
+        let joined = node::join_nodes(
+            &listener,
+            shape,
+            options.timeout,
+            heartbeat,
+            &secret,
+            &shared,
+        );
+        drop(listener);
+        let nodes = match joined {
+            Ok(nodes) => nodes,
+            Err(error) => {
+                Self::stop_partial(&links);
+                return Err(error);
+            }
+        };
+        for node in &nodes {
+            links.extend(
+                (0..per_node)
+                    .map(|local| WorkerLink::Node(Box::new(NodeLink::new(node.clone(), local)))),
+            );
+        }
+        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher), ccl);
+        session
+            .sync_all()
+            .map_err(|e| e.context("starting the workers of the session's nodes"))?;
         Ok(session)
     }
 
@@ -893,6 +1008,20 @@ impl Session {
             return Err(Error::value(format!(
                 "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
             )));
+        }
+        #[cfg(not(loom))]
+        if self
+            .workers
+            .iter()
+            .any(|w| matches!(w, WorkerLink::Node(_)))
+        {
+            return Err(Error::new(
+                ErrorKind::DeviceUnavailable,
+                format!(
+                    "collectives between nodes (backend {backend:?}) are not in this version of \
+                     sessions across machines"
+                ),
+            ));
         }
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {

@@ -1,10 +1,11 @@
 //! How the controller reaches one worker: the seam between a session and its workers, whatever
-//! they are (a thread of this process, a worker process).
+//! they are (a thread of this process, a worker process, a worker on another node).
 //!
 //! The one idea: the controller speaks in [`Message`]s and [`Reply`]s whatever the worker is,
 //! and each link carries them its own way. A thread link hands the typed message itself to the
 //! worker's queue (nothing is encoded in-process); a process link encodes it once on the wire
-//! and completes the replies it reads back.
+//! and completes the replies it reads back; a node link writes the same encoding on its node's
+//! connection, whose reader completes the replies.
 
 // Model-checking builds have thread links alone.
 #![cfg_attr(loom, allow(irrefutable_let_patterns))]
@@ -13,6 +14,8 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::message::{CopyDirection, Message, Reply};
+#[cfg(not(loom))]
+use super::node::{NodeConnection, NodeLink};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
 use super::registers::Reg;
@@ -26,7 +29,8 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 
 /// Queues `message()` for each of `targets` without waking them. Threads get the typed
-/// message itself; worker processes get one encoding of it, made once for all of them.
+/// message itself; worker processes and nodes get one encoding of it, made once for all of
+/// them, and a node one message for all of its workers when every worker is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
@@ -37,6 +41,9 @@ pub(super) fn push_to(
 ) -> Result<()> {
     #[cfg(not(loom))]
     let mut encoded: Option<Vec<u8>> = None;
+    #[cfg(not(loom))]
+    let mut last_node: Option<&Arc<NodeConnection>> = None;
+    let whole = targets.len() == links.len();
     for worker in targets {
         match &links[worker] {
             WorkerLink::Thread(link) => link
@@ -44,10 +51,18 @@ pub(super) fn push_to(
                 .push(message(), spin, deadline, || alive(worker))?,
             #[cfg(not(loom))]
             WorkerLink::Process(link) => {
-                if encoded.is_none() {
-                    encoded = Some(super::requests::encode_broadcast(&message())?);
+                let frame = encoded_once(&mut encoded, &message)?;
+                link.send_encoded(frame, spin, deadline)?
+            }
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => {
+                // Every worker targeted: the node's first takes the message for all of them.
+                if whole && last_node.is_some_and(|node| Arc::ptr_eq(node, link.node())) {
+                    continue;
                 }
-                link.send_encoded(encoded.as_deref().unwrap_or_default(), spin, deadline)?
+                last_node = Some(link.node());
+                let frame = encoded_once(&mut encoded, &message)?;
+                link.send_encoded(frame, whole)?
             }
         }
     }
@@ -55,11 +70,24 @@ pub(super) fn push_to(
     if let Some(frame) = encoded {
         super::requests::recycle(frame);
     }
+    let _ = whole;
     Ok(())
 }
 
+/// The encoding of `message()`, made the first time it is asked for.
+#[cfg(not(loom))]
+fn encoded_once<'a>(
+    encoded: &'a mut Option<Vec<u8>>,
+    message: &impl Fn() -> Message,
+) -> Result<&'a [u8]> {
+    if encoded.is_none() {
+        *encoded = Some(super::requests::encode_broadcast(&message())?);
+    }
+    Ok(encoded.as_deref().unwrap_or_default())
+}
+
 /// How long worker processes have to stop after `Shutdown` when the session sets no timeout.
-pub(super) const PROCESS_GRACE: Duration = Duration::from_secs(10);
+pub(crate) const PROCESS_GRACE: Duration = Duration::from_secs(10);
 
 /// A worker thread of this process.
 pub(super) struct ThreadLink {
@@ -73,6 +101,8 @@ pub(super) enum WorkerLink {
     Thread(ThreadLink),
     #[cfg(not(loom))]
     Process(Box<ProcessLink>),
+    #[cfg(not(loom))]
+    Node(Box<NodeLink>),
 }
 
 impl WorkerLink {
@@ -91,6 +121,8 @@ impl WorkerLink {
             }
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.alive(),
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.alive(),
         }
     }
 
@@ -109,6 +141,11 @@ impl WorkerLink {
             WorkerLink::Process(link) => {
                 drop(check); // the link checks its worker itself
                 link.send(message, spin, deadline)
+            }
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => {
+                drop(check);
+                link.send(message)
             }
         }
     }
@@ -129,6 +166,8 @@ impl WorkerLink {
                 }),
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.send_shutdown(spin, deadline),
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.stop(),
         }
     }
 
@@ -138,6 +177,8 @@ impl WorkerLink {
             WorkerLink::Thread(link) => link.channel.try_push(message),
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.try_send(message),
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.try_send(message),
         }
     }
 
@@ -148,6 +189,9 @@ impl WorkerLink {
             #[cfg(not(loom))]
             // A frame wakes a sleeping worker when it is sent.
             WorkerLink::Process(_) => {}
+            #[cfg(not(loom))]
+            // What was written to the node goes now.
+            WorkerLink::Node(link) => link.node().flush(),
         }
     }
 
@@ -170,6 +214,9 @@ impl WorkerLink {
             WorkerLink::Process(link) => {
                 link.copy_in_place(reg, host, name, direction, spin, deadline)
             }
+            // A worker on another node shares no memory with the controller.
+            #[cfg(not(loom))]
+            WorkerLink::Node(_) => Ok(false),
         }
     }
 
@@ -186,6 +233,8 @@ impl WorkerLink {
             WorkerLink::Thread(_) => reply.wait(spin, deadline, what, check)?,
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.wait(reply, spin, deadline, what)?,
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.wait(reply, spin, deadline, what)?,
         }
     }
 
@@ -195,26 +244,34 @@ impl WorkerLink {
         match self {
             WorkerLink::Thread(_) => None,
             WorkerLink::Process(link) => Some(link.session()),
+            WorkerLink::Node(_) => None,
         }
     }
 
     /// Tells a worker that the session is stopping (a worker waiting on its GPU gives up).
     pub fn mark_stopping(&self) {
-        self.signals().stopping.store(true, Ordering::SeqCst);
+        if let Some(signals) = self.signals() {
+            signals.stopping.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Tells a worker that `init_ccl` sends new communicators (a worker stuck on its old ones
     /// gives them up).
     pub fn note_new_ccl(&self) {
-        self.signals().ccl_generation.fetch_add(1, Ordering::SeqCst);
+        if let Some(signals) = self.signals() {
+            signals.ccl_generation.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
-    /// What the controller tells the worker outside its queue.
-    fn signals(&self) -> &Signals {
+    /// What the controller tells the worker outside its queue; none for a worker on another
+    /// node (whose collectives do not wait on a GPU yet).
+    fn signals(&self) -> Option<&Signals> {
         match self {
-            WorkerLink::Thread(link) => &link.shared.signals,
+            WorkerLink::Thread(link) => Some(&link.shared.signals),
             #[cfg(not(loom))]
-            WorkerLink::Process(link) => link.signals(),
+            WorkerLink::Process(link) => Some(link.signals()),
+            #[cfg(not(loom))]
+            WorkerLink::Node(_) => None,
         }
     }
 
@@ -256,6 +313,8 @@ impl WorkerLink {
             }
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.join(deadline.unwrap_or(started + PROCESS_GRACE)),
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.join(deadline.unwrap_or(started + PROCESS_GRACE)),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Threaded sessions: a controller broadcasting packed calls to worker threads that keep their
-//! results in register files, addressed by remote references (DRefs).
+//! Sessions: a controller broadcasting packed calls to workers (threads of this process, worker
+//! processes, or workers on other nodes) that keep their results in register files, addressed
+//! by remote references (DRefs).
 
 mod builtins;
 pub mod ccl;
@@ -12,7 +13,9 @@ mod link;
 mod loom_model;
 mod message;
 mod module;
-// Worker processes are not model-checked: the models cover the protocols they share.
+// Nodes and worker processes are not model-checked: the models cover the protocols they share.
+#[cfg(not(loom))]
+mod node;
 #[cfg(not(loom))]
 mod process;
 mod registers;
@@ -28,6 +31,8 @@ pub use handles::{
     SessionCell, SessionLink, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
 };
 pub use message::CopyDirection;
+#[cfg(not(loom))]
+pub(crate) use node::serve_node;
 #[cfg(not(loom))]
 pub(crate) use process::serve as serve_worker;
 pub use registers::Reg;

@@ -41,6 +41,20 @@ pub(crate) fn recycle(frame: Vec<u8>) {
     }
 }
 
+/// Sends `message`, which needs no reply, with `send`, which says whether it could send it now
+/// without waiting; gives the message back when it could not (or it cannot be encoded).
+pub(crate) fn try_send(
+    message: Message,
+    send: impl FnOnce(&[u8]) -> bool,
+) -> std::result::Result<(), Message> {
+    let Ok(frame) = encode_broadcast(&message) else {
+        return Err(message);
+    };
+    let sent = send(&frame);
+    recycle(frame);
+    if sent { Ok(()) } else { Err(message) }
+}
+
 /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
 /// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
 pub(crate) fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
@@ -117,14 +131,48 @@ impl RequestBook {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Registers how the reply to request `id` completes it.
-    pub fn expect(&self, id: u64, pending: Pending) {
-        self.pending.insert(id, pending);
+    /// Sends `message` with `send`, given its frame: a request registers how its reply
+    /// completes it first.
+    pub fn send(&self, message: Message, send: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
+        let (sent, frame) = match self.request(message)? {
+            Request::Broadcast(frame) => (send(&frame), frame),
+            Request::Waits(frame, id, pending) => {
+                (self.send_request(&frame, id, pending, send), frame)
+            }
+        };
+        recycle(frame);
+        sent
     }
 
-    /// Forgets request `id`, which was never sent.
-    pub fn forget(&self, id: u64) {
-        self.pending.remove(id);
+    /// Sends `frame`, request `id`, with `send`, after registering that `pending` completes it
+    /// when its reply comes (forgotten again if the send fails).
+    pub fn send_request(
+        &self,
+        frame: &[u8],
+        id: u64,
+        pending: Pending,
+        send: impl FnOnce(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.pending.insert(id, pending);
+        let sent = send(frame);
+        if sent.is_err() {
+            self.pending.remove(id);
+        }
+        sent
+    }
+
+    /// Fails every request still waiting with `error` (their worker is gone).
+    pub fn fail_all(&self, error: &Error) {
+        let waiting = std::mem::take(
+            &mut *self
+                .pending
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (_, pending) in waiting {
+            let _ = pending(Err(error.clone()));
+        }
     }
 
     /// The frame of `message`, with a request id and the completion of its reply if it waits

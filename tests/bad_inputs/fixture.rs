@@ -301,6 +301,8 @@ impl SessionParts {
             num_devices: 0,
             devices: std::ptr::null(),
             worker_program: std::ptr::null(),
+            session_token: std::ptr::null(),
+            heartbeat_ms: 0,
         };
         let mut session = null_mut();
         // SAFETY (each call here): valid arguments, outputs to locals.

@@ -49,6 +49,8 @@ entry_points!(
     __tvm_ffi_session_new_threaded,
     __tvm_ffi_session_new_process,
     __tvm_ffi_worker_main,
+    __tvm_ffi_session_new_socket,
+    __tvm_ffi_node_main,
     __tvm_ffi_session_num_workers,
     __tvm_ffi_session_get_global_func,
     __tvm_ffi_session_load_module,
@@ -203,8 +205,11 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
         ],
         // Refused before a worker starts: the cases vary one argument, to a wrong one.
         "session_new_process" => vec![int(1), int(1)],
+        "session_new_socket" => vec![int(1), int(1), int(1), c_str(c"127.0.0.1"), int(0)],
         // Refused: no controller started this process.
         "worker_main" => vec![Value::Owned(Array::new([Any::from("x")]).into())],
+        // Refused: too few arguments.
+        "node_main" => vec![Value::Owned(Array::new([Any::from("x")]).into())],
         "session_num_workers" | "session_sync_all" | "session_shutdown" => {
             vec![object(open.session.cast())]
         }

@@ -1,6 +1,7 @@
 //! The worker programs of process sessions, built once per test binary against the built
 //! library: the installed `discovm-worker` (`programs/discovm-worker.c`), placed next to the
-//! library, where sessions find it by default; and the tests' own worker program
+//! library, where sessions find it by default; the node program of sessions across machines
+//! (`programs/discovm-node.c`), next to it; and the tests' own worker program
 //! (`support/process_worker.c`), which registers functions of its own (the test file that
 //! uses this declares the `built_library` and `c_build` modules too).
 
@@ -31,6 +32,18 @@ pub fn default_worker_program() -> &'static Path {
             "programs/discovm-worker.c",
             shared_library_dir(),
             "discovm-worker",
+        )
+    })
+}
+
+/// `discovm-node`, next to the library.
+pub fn node_program() -> &'static Path {
+    static PROGRAM: OnceLock<PathBuf> = OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        build(
+            "programs/discovm-node.c",
+            shared_library_dir(),
+            "discovm-node",
         )
     })
 }

@@ -7,12 +7,12 @@ use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
 use crate::object::{Any, AnyView, Error, ObjectRef, Result};
-#[cfg(not(loom))]
-use crate::session::serve_worker;
 use crate::session::{
     CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
     new_worker_handle, session_handle,
 };
+#[cfg(not(loom))]
+use crate::session::{serve_node, serve_worker};
 
 /// The session argument 0 holds, lent for the call.
 fn session(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<SessionCell>>> {
@@ -21,14 +21,14 @@ fn session(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<SessionCell>>> {
     unsafe { session_arg(session) }
 }
 
-/// The options of every kind of session, from arguments 2 to 5 (`timeout_ms`, `spin_us`,
-/// `cpu_affinity`, `devices`) of a session's constructor.
-fn session_options(args: &Args<'_>) -> Result<SessionOptions> {
+/// The options of every kind of session, from arguments `at` to `at + 3` (`timeout_ms`,
+/// `spin_us`, `cpu_affinity`, `devices`) of a session's constructor.
+fn session_options(args: &Args<'_>, at: usize) -> Result<SessionOptions> {
     SessionOptions::from_values(
-        args.int_or(2, 0)?,
-        args.int_or(3, 0)?,
-        args.ints(4)?,
-        args.devices(5)?,
+        args.int_or(at, 0)?,
+        args.int_or(at + 1, 0)?,
+        args.ints(at + 2)?,
+        args.devices(at + 3)?,
     )
 }
 
@@ -58,7 +58,7 @@ entry_point! {
         "num_workers", "num_groups", "timeout_ms", "spin_us", "cpu_affinity", "devices"
     ]) {
         args.count(1, 6)?;
-        let options = session_options(&args)?;
+        let options = session_options(&args, 2)?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_threaded(workers, groups, options)?).into())
     }
@@ -77,11 +77,61 @@ entry_point! {
         "worker_program", "worker_args"
     ]) {
         args.count(1, 8)?;
-        let mut options = session_options(&args)?;
+        let mut options = session_options(&args, 2)?;
         options.worker_program = args.str_or_none(6)?.map(str::to_owned);
         options.worker_args = args.strs(7)?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_process(workers, groups, options)?).into())
+    }
+}
+
+#[cfg(not(loom))]
+entry_point! {
+    /// `session_new_socket(num_nodes: int, workers_per_node: int, num_groups: int, host: str,
+    /// port: int, timeout_ms: int = 0, spin_us: int = 0, cpu_affinity: list[int] | None = None,
+    /// devices: list[Device] | None = None, worker_program: str | None = None, worker_args:
+    /// list[str] | None = None, session_token: str | None = None, heartbeat_ms: int = 0) ->
+    /// Session`: as `dvm_session_new_socket`, with the options' fields as arguments.
+    __tvm_ffi_session_new_socket(args: [
+        "num_nodes", "workers_per_node", "num_groups", "host", "port", "timeout_ms", "spin_us",
+        "cpu_affinity", "devices", "worker_program", "worker_args", "session_token",
+        "heartbeat_ms"
+    ]) {
+        args.count(5, 13)?;
+        let mut options = session_options(&args, 5)?;
+        options.worker_program = args.str_or_none(9)?.map(str::to_owned);
+        options.worker_args = args.strs(10)?;
+        options.session_token = args.str_or_none(11)?.map(str::to_owned);
+        options.heartbeat = match args.int_or(12, 0)? {
+            0 => None,
+            ms => Some(std::time::Duration::from_millis(u64::try_from(ms).map_err(|_| {
+                Error::value(format!("heartbeat_ms is negative ({ms})"))
+            })?)),
+        };
+        let session = Session::new_socket(
+            args.int(0)?,
+            args.int(1)?,
+            args.int(2)?,
+            args.str(3)?,
+            args.int(4)?,
+            options,
+        )?;
+        Ok(session_handle(session).into())
+    }
+}
+
+#[cfg(not(loom))]
+entry_point! {
+    /// `node_main(args: list[str], worker_program: str | None = None, worker_args: list[str] |
+    /// None = None) -> int`: as `dvm_node_main`, with the arguments after the program's name;
+    /// the node's workers run `worker_program` (else `$DISCOVM_WORKER`, else `discovm-worker`)
+    /// with `worker_args` first on their command lines (a Python node's own interpreter and
+    /// `["-m", "discovm.worker"]`).
+    __tvm_ffi_node_main(args: ["args", "worker_program", "worker_args"]) {
+        args.count(1, 3)?;
+        let program = args.str_or_none(1)?.map(str::to_owned);
+        serve_node(&args.strs(0)?, program, args.strs(2)?)?;
+        Ok(Any::Int(0))
     }
 }
 

@@ -314,6 +314,11 @@ impl RingRef {
     }
 }
 
+/// The longest frame a ring of `capacity` data bytes takes.
+pub fn max_frame(capacity: usize) -> usize {
+    capacity.saturating_sub(RECORD_HEADER as usize)
+}
+
 /// The sending end of a ring.
 pub struct Producer {
     ring: RingRef,
@@ -350,7 +355,7 @@ impl Producer {
 
     /// The largest frame the ring can take: its capacity less one record header.
     pub fn max_frame(&self) -> usize {
-        (self.ring.capacity - RECORD_HEADER) as usize
+        max_frame(self.ring.capacity as usize)
     }
 
     /// How often a parked wait for room runs its `check` (20 ms unless set).

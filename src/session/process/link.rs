@@ -19,9 +19,7 @@ use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::session::ccl::{CpuCcl, CurrentCcl};
 use crate::session::completion::Completion;
 use crate::session::message::{CopyDirection, Message, Reply};
-use crate::session::requests::{
-    Pending, Request, RequestBook, encode_broadcast, recycle, timed_out,
-};
+use crate::session::requests::{Pending, RequestBook, encode_broadcast, timed_out, try_send};
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -230,32 +228,8 @@ impl ProcessLink {
         spin: SpinPolicy,
         deadline: Option<Instant>,
     ) -> Result<()> {
-        let (sent, frame) = match self.book.request(message)? {
-            Request::Broadcast(frame) => (self.send_encoded(&frame, spin, deadline), frame),
-            Request::Waits(frame, id, pending) => (
-                self.send_request(&frame, id, pending, spin, deadline),
-                frame,
-            ),
-        };
-        recycle(frame);
-        sent
-    }
-
-    /// Sends the frame of request `id`, which `pending` completes when its reply comes.
-    fn send_request(
-        &self,
-        frame: &[u8],
-        id: u64,
-        pending: Pending,
-        spin: SpinPolicy,
-        deadline: Option<Instant>,
-    ) -> Result<()> {
-        self.book.expect(id, pending);
-        let sent = self.send_encoded(frame, spin, deadline);
-        if sent.is_err() {
-            self.book.forget(id);
-        }
-        sent
+        self.book
+            .send(message, |frame| self.send_encoded(frame, spin, deadline))
     }
 
     /// Sends `message` if the ring has room now and nobody else is sending; gives it back
@@ -264,20 +238,17 @@ impl ProcessLink {
         if self.alive().is_err() {
             return Ok(()); // nothing to free on a worker that is gone
         }
-        let Ok(frame) = encode_broadcast(&message) else {
-            return Err(message);
-        };
-        let Ok(mut requests) = self.requests.try_lock() else {
-            return Err(message);
-        };
-        let now = SpinPolicy {
-            budget: Duration::ZERO,
-        };
-        // A full ring ends the wait at its first check, before any park.
-        let full = || Err(Error::runtime("the ring is full"));
-        let sent = requests.send(&frame, now, None, full);
-        recycle(frame);
-        sent.map_err(|_| message)
+        try_send(message, |frame| {
+            let Ok(mut requests) = self.requests.try_lock() else {
+                return false;
+            };
+            let now = SpinPolicy {
+                budget: Duration::ZERO,
+            };
+            // A full ring ends the wait at its first check, before any park.
+            let full = || Err(Error::runtime("the ring is full"));
+            requests.send(frame, now, None, full).is_ok()
+        })
     }
 
     /// Copies between `host` and the tensor in register `reg` on worker 0 in place, when the
@@ -319,7 +290,9 @@ impl ProcessLink {
         };
         let mut frame = Vec::new();
         Frame::<Any>::Lend { request, reg }.encode(&mut frame)?;
-        self.send_request(&frame, request, pending, spin, deadline)?;
+        self.book.send_request(&frame, request, pending, |frame| {
+            self.send_encoded(frame, spin, deadline)
+        })?;
         let what = direction.describe(name);
         let Some(place) = self.wait(&reply, spin, deadline, || what.clone())?? else {
             return Ok(false);
@@ -440,6 +413,14 @@ impl ProcessLink {
             self.book.deliver(decoded?)?;
             self.wakers.aside.wake_all();
         }
+    }
+
+    /// Receives the worker's next reply and hands its bytes, undecoded, to `take` (a node
+    /// relaying them); fails once the worker is gone.
+    pub fn recv_raw<R>(&self, spin: SpinPolicy, take: impl FnOnce(&[u8]) -> R) -> Result<R> {
+        let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
+        let frame = replies.recv(spin, None, || self.alive())?;
+        Ok(take(&frame))
     }
 
     /// Waits for the worker to end after its `Shutdown`, killing it if it is still running at

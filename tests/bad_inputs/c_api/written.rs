@@ -65,6 +65,8 @@ fn options(
         num_devices,
         devices,
         worker_program: std::ptr::null(),
+        session_token: std::ptr::null(),
+        heartbeat_ms: 0,
     })
 }
 
@@ -272,6 +274,19 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
         Kind::Value,
         "argv",
         "a worker program is started by its controller",
+    ));
+    // A node program run without its arguments.
+    cases.push(
+        table
+            .call("dvm_node_main")
+            .set("argc", I32(-1), "is -1")
+            .fails(Kind::Value, "argc", "`argc` is negative (-1)"),
+    );
+    cases.push(table.call("dvm_node_main").fails(
+        Kind::Value,
+        "argv",
+        "usage: discovm-node HOST PORT WORKERS [--rank R], in argv after the program's name \
+         (three arguments are needed",
     ));
     // Allowed: no options, and the longest timeout.
     cases.push(

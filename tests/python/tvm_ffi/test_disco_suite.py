@@ -7,6 +7,12 @@ them for Disco.
 
 from __future__ import annotations
 
+import gc
+import os
+import socket
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import tvm_ffi
@@ -25,7 +31,45 @@ def _process_session(num_workers):
     return sess
 
 
+_TOKEN = "the tests' session secret"
+_nodes: list[subprocess.Popen] = []
+
+
+def _socket_session(num_workers):
+    """A session of 2 nodes of ``num_workers // 2`` workers on this machine: node 0 here, node
+    1 a ``python -m discovm.node`` process joining over loopback, with the same secret."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    per_node = num_workers // 2
+    env = dict(os.environ, DISCOVM_SESSION_TOKEN=_TOKEN)
+    _nodes.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "discovm.node", "127.0.0.1", str(port), str(per_node)],
+            env=env,
+        )
+    )
+    sess = di.SocketSession(2, per_node, 1, "127.0.0.1", port, session_token=_TOKEN, timeout=60)
+    sess.import_python_module(disco_functions.__name__)
+    return sess
+
+
+@pytest.fixture(autouse=True)
+def _nodes_end_with_their_session():
+    """Every node a test started ends once its session is gone (exit status 0)."""
+    yield
+    gc.collect()
+    while _nodes:
+        node = _nodes.pop()
+        try:
+            assert node.wait(timeout=20) == 0
+        finally:
+            node.kill()
+
+
 _all_session_kinds = [di.ThreadedSession, _process_session]
+# Sessions across machines have no collectives yet: the session tests alone run on them.
+_session_kinds_with_nodes = [*_all_session_kinds, _socket_session]
 
 
 def _numpy_to_worker_0(sess: di.Session, np_array: np.ndarray, device):
@@ -44,7 +88,7 @@ def _numpy_from_worker_0(sess: di.Session, remote_array, shape, dtype):
 # ---- test_session.py ------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_int(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)
@@ -54,7 +98,7 @@ def test_int(session_kind):
         assert result.debug_get_from_remote(i) == 2
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_float(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)
@@ -64,7 +108,7 @@ def test_float(session_kind):
         assert result.debug_get_from_remote(i) == 2.0
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_ndarray(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)
@@ -77,7 +121,7 @@ def test_ndarray(session_kind):
     np.testing.assert_equal(y_nd, y_np)
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_string(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)
@@ -87,7 +131,7 @@ def test_string(session_kind):
         assert result.debug_get_from_remote(i) == "hello_suffix"
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_string_obj(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)
@@ -99,7 +143,7 @@ def test_string_obj(session_kind):
         assert value == "hello_suffix"
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _session_kinds_with_nodes)
 def test_shape_tuple(session_kind):
     num_workers = 4
     sess = session_kind(num_workers=num_workers)

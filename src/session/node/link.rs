@@ -1,0 +1,349 @@
+//! The controller's side of one node: a TCP connection that carries the frames of the node's
+//! workers, a thread that reads it, and a link per worker for the session.
+//!
+//! The one idea: the reader thread is the only one that reads the connection. It delivers each
+//! reply to the request of the worker it routes to (the waiting thread wakes on the reply's
+//! completion, as with a worker thread), and when the node is lost (its connection closes, it
+//! sends garbage, or nothing comes within the heartbeat interval) it breaks the session and fails
+//! every request still waiting, so no wait outlives the node.
+
+use std::io::{BufWriter, Write};
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
+
+use crate::channel::ring::max_frame;
+use crate::channel::{SpinPolicy, Watchers};
+use crate::net::routed::{self, ALL, ReadError, What};
+use crate::object::{Error, ErrorKind, Result};
+use crate::session::message::{Message, Reply};
+use crate::session::process::{RING_CAPACITY, SessionLinks};
+use crate::session::requests::{RequestBook, try_send};
+use crate::sync::Mutex;
+use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::time::Instant;
+use crate::wire::{Frame, Limits};
+
+/// One node of the session, as the controller reaches it.
+pub(crate) struct NodeConnection {
+    rank: usize,
+    /// Its workers' ids: `first .. first + count`.
+    first: usize,
+    count: usize,
+    peer: SocketAddr,
+    writer: Mutex<BufWriter<TcpStream>>,
+    /// Each worker's requests, by its place on the node.
+    books: Vec<RequestBook>,
+    /// Why the node is gone, once it is.
+    death: OnceLock<Error>,
+    /// Set once the reader thread left: the connection is closed.
+    ended: AtomicBool,
+    ended_watchers: Watchers,
+    /// Set once `Shutdown` went to the node's workers.
+    stopped: AtomicBool,
+    /// What the session's links share: whether it is broken or stopping.
+    session: Arc<SessionLinks>,
+}
+
+impl NodeConnection {
+    /// The node of rank `rank` on `stream`, with workers `first .. first + count`; starts its
+    /// reader, which gives up on a node silent for `heartbeat`.
+    pub fn start(
+        rank: usize,
+        first: usize,
+        count: usize,
+        stream: TcpStream,
+        heartbeat: Duration,
+        session: Arc<SessionLinks>,
+    ) -> Result<Arc<NodeConnection>> {
+        let io = |e: std::io::Error| Error::runtime(format!("node {rank}'s connection: {e}"));
+        let peer = stream.peer_addr().map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        stream.set_read_timeout(Some(heartbeat)).map_err(io)?;
+        let reader = stream.try_clone().map_err(io)?;
+        let connection = Arc::new(NodeConnection {
+            rank,
+            first,
+            count,
+            peer,
+            writer: Mutex::new(BufWriter::new(stream)),
+            books: (first..first + count)
+                .map(|w| RequestBook::new(format!("worker {w} (node {rank})")))
+                .collect(),
+            death: OnceLock::new(),
+            ended: AtomicBool::new(false),
+            ended_watchers: Watchers::default(),
+            stopped: AtomicBool::new(false),
+            session,
+        });
+        let read = connection.clone();
+        std::thread::Builder::new()
+            .name(format!("discovm-node-{rank}"))
+            .spawn(move || read.read(reader, heartbeat))
+            .map_err(|e| Error::runtime(format!("cannot start node {rank}'s reader: {e}")))?;
+        Ok(connection)
+    }
+
+    /// Who the node is, for messages: "node 1 (workers 2 and 3, at 10.0.0.2:40112)".
+    fn describe(&self) -> String {
+        let workers = match self.count {
+            1 => format!("worker {}", self.first),
+            2 => format!("workers {} and {}", self.first, self.first + 1),
+            n => format!("workers {} to {}", self.first, self.first + n - 1),
+        };
+        format!("node {} ({workers}, at {})", self.rank, self.peer)
+    }
+
+    /// Reads the connection until it ends: replies go to their requests, heartbeats keep the
+    /// node alive, and anything else ends it.
+    fn read(&self, mut stream: TcpStream, heartbeat: Duration) {
+        let limits = Limits::default();
+        let lost = loop {
+            match routed::read(&mut stream, &limits) {
+                Ok(message) => match self.take(message) {
+                    Ok(()) => {}
+                    Err(error) => break error,
+                },
+                Err(ReadError::Closed) => {
+                    break Error::new(
+                        ErrorKind::Worker,
+                        format!("{} is lost: its connection closed", self.describe()),
+                    );
+                }
+                Err(ReadError::Silent) => {
+                    break Error::new(
+                        ErrorKind::Worker,
+                        format!(
+                            "{} is lost: nothing came from it for {} ms (its heartbeat \
+                             interval)",
+                            self.describe(),
+                            heartbeat.as_millis()
+                        ),
+                    );
+                }
+                Err(ReadError::Bad(error)) => {
+                    eprintln!(
+                        "discovm: dropped node {} at {}: {}",
+                        self.rank, self.peer, error.message
+                    );
+                    break Error::new(
+                        ErrorKind::Worker,
+                        format!("{} sent a bad message: {}", self.describe(), error.message),
+                    );
+                }
+            }
+        };
+        self.lose(lost);
+        let _ = stream.shutdown(Shutdown::Both);
+        self.ended.store(true, Ordering::SeqCst);
+        self.ended_watchers.wake_all();
+    }
+
+    /// Takes one message from the node.
+    fn take(&self, message: routed::Message) -> Result<()> {
+        if message.what == What::Heartbeat {
+            return Ok(());
+        }
+        let book = self.books.get(message.route as usize).ok_or_else(|| {
+            Error::value(format!(
+                "a message routed to worker {:#x} of a node of {} workers",
+                message.route, self.count
+            ))
+        })?;
+        let frame = Frame::decode(&message.frame, &Limits::default())?;
+        match (message.what, frame) {
+            (What::Death, Frame::Err { error, .. }) => Err(error),
+            (What::Death, other) => Err(Error::value(format!(
+                "a death notice with a {} frame, not an Err",
+                other.kind().name()
+            ))),
+            (_, frame) => book.deliver(frame),
+        }
+    }
+
+    /// Records that the node is gone with `error` and fails every request waiting on it; the
+    /// session is broken with it, unless it was stopping.
+    fn lose(&self, error: Error) {
+        let error = self.session.record_death(&self.death, error).clone();
+        for book in &self.books {
+            book.fail_all(&error);
+        }
+    }
+
+    /// Fails with why the node is gone (`SessionClosed` once the session stopped), or with why
+    /// the session is broken.
+    pub fn alive(&self, worker: usize) -> Result<()> {
+        match (self.death.get(), self.session.broken.get()) {
+            (Some(_), _) if self.session.stopping.load(Ordering::SeqCst) => Err(Error::new(
+                ErrorKind::SessionClosed,
+                format!("worker {worker} has exited"),
+            )),
+            (Some(death), _) => Err(death.clone()),
+            (None, Some(first)) => Err(first.clone()),
+            (None, None) => Ok(()),
+        }
+    }
+
+    /// Writes one routed frame (sent at the next flush).
+    fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        routed::write(&mut *writer, route, What::Frame, frame).map_err(|e| self.io_error(e))
+    }
+
+    /// Sends what was written.
+    pub fn flush(&self) {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        // A failure shows as the node's loss, which the reader reports.
+        if writer.flush().is_err() {
+            let _ = writer.get_ref().shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Tells the node it is alive, and sends what was written.
+    pub fn heartbeat(&self) {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let sent =
+            routed::write(&mut *writer, 0, What::Heartbeat, &[]).and_then(|()| writer.flush());
+        if sent.is_err() {
+            let _ = writer.get_ref().shutdown(Shutdown::Both);
+        }
+    }
+
+    fn io_error(&self, e: std::io::Error) -> Error {
+        match self.death.get() {
+            Some(death) => death.clone(),
+            None => Error::new(
+                ErrorKind::Worker,
+                format!("{} is lost: sending to it failed: {e}", self.describe()),
+            ),
+        }
+    }
+
+    /// Sends `Shutdown` to every worker of the node, once.
+    fn stop(&self) -> Result<()> {
+        if self.stopped.swap(true, Ordering::SeqCst) || self.death.get().is_some() {
+            return Ok(());
+        }
+        let mut frame = Vec::new();
+        Frame::<crate::object::Any>::Shutdown.encode(&mut frame)?;
+        self.write(ALL, &frame)
+    }
+
+    /// Whether the reader left (the connection is closed).
+    pub fn ended(&self) -> bool {
+        self.ended.load(Ordering::SeqCst)
+    }
+}
+
+/// One worker on a node, as the controller reaches it.
+pub(crate) struct NodeLink {
+    worker: usize,
+    /// Its place on the node.
+    local: usize,
+    node: Arc<NodeConnection>,
+}
+
+impl NodeLink {
+    pub fn new(node: Arc<NodeConnection>, local: usize) -> NodeLink {
+        NodeLink {
+            worker: node.first + local,
+            local,
+            node,
+        }
+    }
+
+    fn book(&self) -> &RequestBook {
+        &self.node.books[self.local]
+    }
+
+    pub fn alive(&self) -> Result<()> {
+        self.node.alive(self.worker)
+    }
+
+    /// The node this worker is on.
+    pub fn node(&self) -> &Arc<NodeConnection> {
+        &self.node
+    }
+
+    /// Writes `frame` to `route` of the node, if it fits the ring of a worker process there.
+    fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
+        self.alive()?;
+        let most = max_frame(RING_CAPACITY);
+        if frame.len() > most {
+            return Err(Error::value(format!(
+                "a frame of {} bytes can never fit in a ring of {RING_CAPACITY} bytes (at most \
+                 {most} bytes a frame) to a worker on another node",
+                frame.len()
+            )));
+        }
+        self.node.write(route, frame)
+    }
+
+    /// Writes a frame encoded once for every targeted worker; `whole_node` sends it to every
+    /// worker of the node at once (one message, fanned out there).
+    pub fn send_encoded(&self, frame: &[u8], whole_node: bool) -> Result<()> {
+        let route = if whole_node { ALL } else { self.local as u32 };
+        self.write(route, frame)
+    }
+
+    /// Writes `message` (sent at the next flush); a request registers how its reply completes
+    /// it first.
+    pub fn send(&self, message: Message) -> Result<()> {
+        self.book()
+            .send(message, |frame| self.write(self.local as u32, frame))
+    }
+
+    /// Writes `message` unless another thread is writing to the node; gives it back then.
+    pub fn try_send(&self, message: Message) -> std::result::Result<(), Message> {
+        if self.alive().is_err() {
+            return Ok(()); // nothing to free on a node that is gone
+        }
+        try_send(message, |frame| {
+            let Ok(mut writer) = self.node.writer.try_lock() else {
+                return false;
+            };
+            routed::write(&mut *writer, self.local as u32, What::Frame, frame).is_ok()
+        })
+    }
+
+    /// Tells every worker of the node to leave its loop (once for the node).
+    pub fn stop(&self) -> Result<()> {
+        self.node.stop()
+    }
+
+    /// Waits for the reply to a request sent on this link.
+    pub fn wait<T>(
+        &self,
+        reply: &Reply<T>,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        what: impl Fn() -> String,
+    ) -> Result<Result<T>> {
+        let value = reply.wait(spin, deadline, what, || self.alive())?;
+        Ok(self.book().report_carried(value))
+    }
+
+    /// Waits until the node closed its connection after its workers stopped, until `deadline`;
+    /// then closes it.
+    pub fn join(&self, deadline: Instant) -> Result<()> {
+        let node = &self.node;
+        let waited = node.ended_watchers.wait(
+            SpinPolicy::default(),
+            Some(deadline),
+            || format!("{} stopping", node.describe()),
+            || Ok(()),
+            || node.ended().then_some(()),
+        );
+        let writer = node.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = writer.get_ref().shutdown(Shutdown::Both);
+        waited.map_err(|_| {
+            Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "{} did not stop in time; its connection was closed",
+                    node.describe()
+                ),
+            )
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! Sessions across machines: the controller's machine is node 0, with worker processes of its
+//! own; every other node joins over TCP, proves it holds the session's secret, starts its
+//! workers as processes and relays their frames.
+//!
+//! The one idea: a node is a relay, not a second controller. The controller keeps the requests
+//! of every worker, as it does for its own worker processes, and writes each worker's frames,
+//! routed, on its node's connection (a broadcast once per node, fanned out there); the node
+//! copies them into its workers' rings and their replies back, unread. Liveness is a heartbeat
+//! both ways: a silent peer is a lost one.
+
+mod link;
+mod serve;
+
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub(crate) use link::{NodeConnection, NodeLink};
+pub(crate) use serve::serve as serve_node;
+
+use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
+use crate::object::{Error, ErrorKind, Result};
+use crate::session::process::SessionLinks;
+use crate::sync::time::Instant;
+
+/// How often each side must hear from the other unless the session says otherwise.
+pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long the controller waits for nodes to join a session without a timeout.
+const JOIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a peer has for each message of the handshake.
+const HANDSHAKE_STEP: Duration = Duration::from_secs(5);
+
+/// The shape of a session across machines.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Shape {
+    pub num_nodes: usize,
+    pub workers_per_node: usize,
+    pub num_groups: usize,
+}
+
+/// Accepts the session's other nodes on `listener` until every rank joined: each proves that
+/// it holds `secret` (without one, only peers on the loopback interface are let in), gets its
+/// rank (the one it asked for, or the lowest free one) and the session's shape. Strangers,
+/// peers that fail the handshake and nodes turned away are dropped with the reason on stderr,
+/// and the wait goes on. Returns the nodes' connections, by rank from 1, their readers running.
+///
+/// Errors: `TimeoutError` naming the ranks still missing when `timeout` (or, without one, two
+/// minutes) passed.
+pub(crate) fn join_nodes(
+    listener: &TcpListener,
+    shape: Shape,
+    timeout: Option<Duration>,
+    heartbeat: Duration,
+    secret: &Secret,
+    session: &Arc<SessionLinks>,
+) -> Result<Vec<Arc<NodeConnection>>> {
+    let io = |e: std::io::Error| Error::runtime(format!("listening for nodes: {e}"));
+    listener.set_nonblocking(true).map_err(io)?;
+    if !secret.is_set() {
+        eprintln!(
+            "discovm: no {} is set: the session accepts nodes from the loopback interface only",
+            auth::TOKEN_VAR
+        );
+    }
+    let deadline = Instant::now() + timeout.unwrap_or(JOIN_WITHOUT_TIMEOUT);
+    let welcome = |rank: usize| Welcome {
+        rank: rank as u32,
+        num_nodes: shape.num_nodes as u32,
+        workers_per_node: shape.workers_per_node as u32,
+        num_groups: shape.num_groups as u32,
+        timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        heartbeat_ms: heartbeat.as_millis() as u64,
+    };
+    let mut joined: Vec<Option<TcpStream>> = (0..shape.num_nodes).map(|_| None).collect();
+    let (done, handshakes) = mpsc::channel();
+    while joined[1..].iter().any(Option::is_none) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                if !secret.is_set() && !peer.ip().is_loopback() {
+                    eprintln!(
+                        "discovm: dropped a peer at {peer}: without {} only loopback peers may \
+                         join",
+                        auth::TOKEN_VAR
+                    );
+                    continue;
+                }
+                let (secret, done) = (secret.clone(), done.clone());
+                // Each handshake on a thread of its own: a silent stranger holds up nobody.
+                let _ = std::thread::Builder::new()
+                    .name("discovm-handshake".into())
+                    .spawn(move || {
+                        let _ = done.send(handshake(stream, &secret).map_err(|e| (peer, e)));
+                    });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(io(e)),
+        }
+        while let Ok(result) = handshakes.try_recv() {
+            match result {
+                Ok((mut stream, join, answer)) => {
+                    let free = |rank: usize| rank < shape.num_nodes && joined[rank].is_none();
+                    let rank = match join.rank.map(|r| r as usize) {
+                        Some(0) => Err(Refusal::BadRank),
+                        Some(rank) if rank >= shape.num_nodes => Err(Refusal::BadRank),
+                        Some(rank) if !free(rank) => Err(Refusal::RankTaken),
+                        Some(rank) => Ok(rank),
+                        None => (1..shape.num_nodes)
+                            .find(|&r| free(r))
+                            .ok_or(Refusal::RankTaken),
+                    }
+                    .and_then(|rank| {
+                        if join.workers as usize == shape.workers_per_node {
+                            Ok(rank)
+                        } else {
+                            Err(Refusal::WrongWorkers)
+                        }
+                    });
+                    let peer = stream.peer_addr().ok();
+                    match rank {
+                        Ok(rank) => {
+                            if answer.welcome(&mut stream, &welcome(rank)).is_ok() {
+                                joined[rank] = Some(stream);
+                            }
+                        }
+                        Err(why) => {
+                            eprintln!(
+                                "discovm: turned away a node at {peer:?} that asked for rank \
+                                 {:?} with {} workers: {}",
+                                join.rank,
+                                join.workers,
+                                why.describe()
+                            );
+                            let _ = answer.refuse(&mut stream, why);
+                        }
+                    }
+                }
+                Err((peer, error)) => {
+                    eprintln!("discovm: dropped a peer at {peer}: {}", error.message);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            let missing: Vec<String> = (1..shape.num_nodes)
+                .filter(|&r| joined[r].is_none())
+                .map(|r| r.to_string())
+                .collect();
+            return Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "waiting for the session's nodes timed out: node(s) {} of {} did not join",
+                    missing.join(", "),
+                    shape.num_nodes
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let wpn = shape.workers_per_node;
+    let nodes = joined
+        .into_iter()
+        .enumerate()
+        .skip(1)
+        .map(|(rank, stream)| {
+            let stream = stream.expect("every rank joined");
+            NodeConnection::start(rank, rank * wpn, wpn, stream, heartbeat, session.clone())
+        })
+        .collect::<Result<Vec<_>>>()?;
+    start_heartbeats(nodes.clone(), heartbeat);
+    Ok(nodes)
+}
+
+/// The controller's side of one handshake, on a blocking stream with a bound on each read.
+fn handshake(mut stream: TcpStream, secret: &Secret) -> Result<(TcpStream, auth::Join, Answer)> {
+    let io = |e: std::io::Error| Error::runtime(format!("the connection: {e}"));
+    stream.set_nonblocking(false).map_err(io)?;
+    stream.set_read_timeout(Some(HANDSHAKE_STEP)).map_err(io)?;
+    let (who, answer) = auth::authenticate(&mut stream, secret)?;
+    Ok((stream, who.join, answer))
+}
+
+/// Tells every node, four times per `interval`, that the controller is alive (and sends what
+/// was written to it meanwhile), until every connection closed.
+fn start_heartbeats(nodes: Vec<Arc<NodeConnection>>, interval: Duration) {
+    let _ = std::thread::Builder::new()
+        .name("discovm-heartbeat".into())
+        .spawn(move || {
+            while !nodes.iter().all(|node| node.ended()) {
+                for node in &nodes {
+                    node.heartbeat();
+                }
+                std::thread::sleep(interval / 4);
+            }
+        });
+}

@@ -1,0 +1,328 @@
+//! A node's side of a session across machines (`discovm-node HOST PORT WORKERS`): join the
+//! controller, start the node's workers as processes, and relay frames between them until the
+//! controller shuts the session down or is lost.
+//!
+//! The one idea: the node never reads what it relays. A frame from the controller goes, as it
+//! came, into the ring of the worker it is routed to (or of every worker); a thread per worker
+//! sends that worker's replies back, routed; a worker that dies is reported once, with why. The
+//! node's main thread reads the controller; silence for a heartbeat interval ends the node.
+
+use std::io::{BufWriter, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use super::HEARTBEAT;
+use crate::abi::DLDevice;
+use crate::channel::SpinPolicy;
+use crate::net::auth::{self, Join, Secret};
+use crate::net::routed::{self, ALL, ReadError, What};
+use crate::object::{Any, Error, ErrorKind, Result};
+use crate::session::ccl::CurrentCcl;
+use crate::session::controller::SessionOptions;
+use crate::session::process::{self, Here, ProcessLink};
+use crate::sync::Mutex;
+use crate::sync::time::Instant;
+use crate::wire::{Frame, Header, Kind, Limits};
+
+/// How long a node keeps trying to reach a controller that does not listen yet.
+const CONNECT_FOR: Duration = Duration::from_secs(60);
+/// The variables a launcher gives each process its rank in (Slurm, Open MPI, PMI, torchrun).
+pub(crate) const RANK_VARS: [&str; 4] =
+    ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"];
+
+/// What a node is started with.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct NodeArgs {
+    pub host: String,
+    pub port: u16,
+    pub workers: u32,
+    pub rank: Option<u32>,
+}
+
+impl NodeArgs {
+    /// Reads `HOST PORT WORKERS [--rank R]` (the program's arguments, without its name); the
+    /// rank, when not given, comes from the launcher's environment, if any.
+    pub fn parse(args: &[String], env: impl Fn(&str) -> Option<String>) -> Result<NodeArgs> {
+        let usage = |why: &str| {
+            Error::value(format!(
+                "usage: discovm-node HOST PORT WORKERS [--rank R], in argv after the program's \
+                 name ({why}; got {args:?}). The rank, when not given, is read from {}",
+                RANK_VARS.join(", ")
+            ))
+        };
+        let (host, port, workers, rest) = match args {
+            [host, port, workers, rest @ ..] => (host, port, workers, rest),
+            _ => return Err(usage("three arguments are needed")),
+        };
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| usage("PORT is not a port number"))?;
+        let workers = workers
+            .parse::<u32>()
+            .ok()
+            .filter(|&w| w > 0)
+            .ok_or_else(|| usage("WORKERS is not a positive number"))?;
+        let rank_text = match rest {
+            [] => RANK_VARS.iter().find_map(|var| env(var)),
+            [flag, rank] if flag == "--rank" => Some(rank.clone()),
+            _ => return Err(usage("after WORKERS only `--rank R` may come")),
+        };
+        let rank = rank_text
+            .map(|text| {
+                text.trim()
+                    .parse::<u32>()
+                    .map_err(|_| usage(&format!("the rank {text:?} is not a number")))
+            })
+            .transpose()?;
+        Ok(NodeArgs {
+            host: host.clone(),
+            port,
+            workers,
+            rank,
+        })
+    }
+}
+
+/// Connects to the controller, retrying while it does not listen yet.
+fn connect(args: &NodeArgs) -> Result<TcpStream> {
+    let until = Instant::now() + CONNECT_FOR;
+    loop {
+        match TcpStream::connect((args.host.as_str(), args.port)) {
+            Ok(stream) => return Ok(stream),
+            Err(e)
+                if Instant::now() < until && e.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => {
+                return Err(Error::runtime(format!(
+                    "cannot reach the controller at {}:{}: {e}",
+                    args.host, args.port
+                )));
+            }
+        }
+    }
+}
+
+/// The connection to the controller, shared by the threads that write to it.
+type Writer = Arc<Mutex<BufWriter<TcpStream>>>;
+
+fn send(writer: &Writer, route: u32, what: What, frame: &[u8]) -> std::io::Result<()> {
+    let mut writer = writer.lock().unwrap_or_else(PoisonError::into_inner);
+    routed::write(&mut *writer, route, what, frame)?;
+    writer.flush()
+}
+
+/// Runs a node until the controller shuts the session down (Ok) or is lost (the error says
+/// how). `args` are the program's arguments without its name; the node's workers run
+/// `worker_program` (`None`: `$DISCOVM_WORKER`, else `discovm-worker`) with `worker_args` first
+/// on their command lines.
+pub(crate) fn serve(
+    args: &[String],
+    worker_program: Option<String>,
+    worker_args: Vec<String>,
+) -> Result<()> {
+    let args = NodeArgs::parse(args, |var| std::env::var(var).ok())?;
+    let mut stream = connect(&args)?;
+    let io = |e: std::io::Error| Error::runtime(format!("the connection to the controller: {e}"));
+    stream.set_nodelay(true).map_err(io)?;
+    stream
+        .set_read_timeout(Some(super::HANDSHAKE_STEP))
+        .map_err(io)?;
+    let join = Join {
+        rank: args.rank,
+        workers: args.workers,
+    };
+    let welcome = auth::join(&mut stream, &Secret::from_env(), join)?;
+    let heartbeat = match welcome.heartbeat_ms {
+        0 => HEARTBEAT,
+        ms => Duration::from_millis(ms),
+    };
+    stream.set_read_timeout(Some(heartbeat)).map_err(io)?;
+    let (rank, count) = (welcome.rank as usize, welcome.workers_per_node as usize);
+    let options = SessionOptions {
+        timeout: (welcome.timeout_ms > 0).then(|| Duration::from_millis(welcome.timeout_ms)),
+        worker_program,
+        worker_args,
+        ..SessionOptions::default()
+    };
+    let here = Here {
+        first: rank * count,
+        count,
+    };
+    let (links, _watcher) = process::start_workers(
+        welcome.num_nodes as usize * count,
+        welcome.num_groups as usize,
+        &options,
+        &vec![DLDevice::cpu(); count],
+        here,
+        CurrentCcl::default(),
+    )?;
+    let links: Arc<Vec<ProcessLink>> = Arc::new(links);
+    let writer: Writer = Arc::new(Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)));
+    for local in 0..count {
+        let (links, writer) = (links.clone(), writer.clone());
+        std::thread::Builder::new()
+            .name(format!("discovm-relay-{local}"))
+            .spawn(move || relay_replies(&links[local], local as u32, &writer))
+            .map_err(|e| Error::runtime(format!("cannot start a relay thread: {e}")))?;
+    }
+    let beats = writer.clone();
+    std::thread::Builder::new()
+        .name("discovm-heartbeat".into())
+        .spawn(move || {
+            while send(&beats, 0, What::Heartbeat, &[]).is_ok() {
+                std::thread::sleep(heartbeat / 4);
+            }
+        })
+        .map_err(|e| Error::runtime(format!("cannot start the heartbeat: {e}")))?;
+
+    let relayed = relay_requests(&mut stream, &links, heartbeat);
+    // After a shutdown the workers stop on their own; a lost controller's are killed now.
+    let grace = match &relayed {
+        Ok(()) => options
+            .timeout
+            .unwrap_or(crate::session::link::PROCESS_GRACE),
+        Err(_) => Duration::ZERO,
+    };
+    let deadline = Instant::now() + grace;
+    for link in links.iter() {
+        let _ = link.join(deadline);
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    relayed
+}
+
+/// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
+/// went to every worker, or the controller is lost.
+fn relay_requests(
+    stream: &mut TcpStream,
+    links: &[ProcessLink],
+    heartbeat: Duration,
+) -> Result<()> {
+    let limits = Limits::default();
+    let spin = SpinPolicy::default();
+    loop {
+        let message = match routed::read(stream, &limits) {
+            Ok(message) => message,
+            Err(ReadError::Closed) => {
+                return Err(Error::runtime("the controller closed the connection"));
+            }
+            Err(ReadError::Silent) => {
+                return Err(Error::runtime(format!(
+                    "nothing came from the controller for {} ms (the heartbeat interval)",
+                    heartbeat.as_millis()
+                )));
+            }
+            Err(ReadError::Bad(error)) => {
+                return Err(Error::runtime(format!(
+                    "the controller sent a bad message: {}",
+                    error.message
+                )));
+            }
+        };
+        match message.what {
+            What::Heartbeat => continue,
+            What::Death => {
+                return Err(Error::runtime("the controller sent a death notice"));
+            }
+            What::Frame => {}
+        }
+        let targets = match message.route {
+            ALL => 0..links.len(),
+            w if (w as usize) < links.len() => w as usize..w as usize + 1,
+            w => {
+                return Err(Error::runtime(format!(
+                    "the controller routed a frame to worker {w:#x} of {}",
+                    links.len()
+                )));
+            }
+        };
+        let shutdown = Header::parse(&message.frame, &limits)?.kind == Kind::Shutdown;
+        for link in &links[targets.clone()] {
+            // A worker that is gone is reported by its relay thread.
+            let _ = if shutdown {
+                link.send_shutdown(spin, None)
+            } else {
+                link.send_encoded(&message.frame, spin, None)
+            };
+        }
+        if shutdown && targets.len() == links.len() {
+            return Ok(());
+        }
+    }
+}
+
+/// Sends the replies of the worker at `local` to the controller until it stops; a worker that
+/// dies first is reported once, with why.
+fn relay_replies(link: &ProcessLink, local: u32, writer: &Writer) {
+    let spin = SpinPolicy::default();
+    loop {
+        match link.recv_raw(spin, |frame| send(writer, local, What::Frame, frame)) {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return, // the controller is gone
+            Err(error) => {
+                if error.kind != ErrorKind::SessionClosed {
+                    let mut frame = Vec::new();
+                    let notice = Frame::<Any>::Err { request: 0, error };
+                    if notice.encode(&mut frame).is_ok() {
+                        let _ = send(writer, local, What::Death, &frame);
+                    }
+                }
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn node_arguments_and_the_launchers_rank() {
+        let none = |_: &str| None;
+        assert_eq!(
+            NodeArgs::parse(&args(&["10.0.0.1", "5000", "2"]), none).unwrap(),
+            NodeArgs {
+                host: "10.0.0.1".into(),
+                port: 5000,
+                workers: 2,
+                rank: None
+            }
+        );
+        let slurm = |var: &str| (var == "SLURM_PROCID").then(|| "3".to_string());
+        assert_eq!(
+            NodeArgs::parse(&args(&["h", "1", "1"]), slurm)
+                .unwrap()
+                .rank,
+            Some(3)
+        );
+        // The argument wins over the environment.
+        assert_eq!(
+            NodeArgs::parse(&args(&["h", "1", "1", "--rank", "2"]), slurm)
+                .unwrap()
+                .rank,
+            Some(2)
+        );
+        for (bad, why) in [
+            (&["h", "1"][..], "three arguments"),
+            (&["h", "port", "1"], "PORT is not a port number"),
+            (&["h", "1", "0"], "WORKERS is not a positive number"),
+            (&["h", "1", "1", "--rank"], "only `--rank R`"),
+            (
+                &["h", "1", "1", "--rank", "x"],
+                "the rank \"x\" is not a number",
+            ),
+        ] {
+            let error = NodeArgs::parse(&args(bad), none).unwrap_err();
+            assert_eq!(error.kind, ErrorKind::Value);
+            assert!(error.message.contains(why), "{why}: {error}");
+        }
+    }
+}

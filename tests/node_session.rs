@@ -1,0 +1,365 @@
+//! Sessions across machines, on one machine: nodes are `discovm-node` processes joining over
+//! loopback TCP, each with worker processes running the tests' worker program. Calls, order,
+//! errors as values and values on remote workers; the handshake (a wrong secret, garbage from a
+//! stranger, a rank taken); and the faults: a node killed or stopped during a call, a controller
+//! that goes away.
+
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
+#[path = "support/errors.rs"]
+mod errors;
+#[path = "support/session_calls.rs"]
+mod session_calls;
+#[path = "support/worker_processes.rs"]
+mod worker_processes;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use discovm::net::auth::{self, Secret, Welcome};
+use discovm::object::Shape;
+use discovm::session::{Session, SessionOptions, Target};
+use discovm::{Any, ErrorKind};
+use errors::assert_error;
+use session_calls::{call, int};
+use worker_processes::exists;
+use worker_programs::{node_program, test_worker_program};
+
+const TOKEN: &str = "the tests' secret";
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Starts `discovm-node 127.0.0.1 PORT WORKERS` with `token` and the extra arguments `more`.
+fn node(port: u16, workers: u32, token: &str, more: &[&str]) -> Child {
+    Command::new(node_program())
+        .args(["127.0.0.1", &port.to_string(), &workers.to_string()])
+        .args(more)
+        .env("DISCOVM_SESSION_TOKEN", token)
+        .env("DISCOVM_WORKER", test_worker_program())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the node program starts")
+}
+
+fn options(timeout_ms: u64) -> SessionOptions {
+    SessionOptions {
+        timeout: Some(Duration::from_millis(timeout_ms)),
+        worker_program: Some(test_worker_program().to_str().unwrap().to_string()),
+        session_token: Some(TOKEN.to_string()),
+        ..SessionOptions::default()
+    }
+}
+
+/// A session of `nodes` nodes of `per_node` workers: node 0 here, the others `discovm-node`
+/// processes, returned with it.
+fn session_of(nodes: usize, per_node: u32, options: SessionOptions) -> (Arc<Session>, Vec<Child>) {
+    let port = free_port();
+    let children: Vec<Child> = (1..nodes)
+        .map(|_| node(port, per_node, TOKEN, &[]))
+        .collect();
+    let s = Session::new_socket(
+        nodes as i64,
+        per_node.into(),
+        1,
+        "127.0.0.1",
+        port.into(),
+        options,
+    )
+    .expect("the session forms");
+    (s, children)
+}
+
+/// Waits for a node program to end; its exit status and what it said on stderr.
+fn ended(mut child: Child, within: Duration) -> (Option<i32>, String) {
+    let until = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut said = String::new();
+            use std::io::Read;
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut said)
+                .unwrap();
+            return (status.code(), said);
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            panic!("node {} did not end within {within:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn pids_of(s: &Arc<Session>) -> Vec<i64> {
+    let pid = s.get_global_func("proc.pid").unwrap();
+    let pids = call(s, &pid, &[]);
+    (0..s.num_workers())
+        .map(|w| int(s.get_register(pids.reg(), w).unwrap()))
+        .collect()
+}
+
+#[test]
+fn workers_on_another_node_run_calls_in_order_with_errors_as_values() {
+    let (s, mut nodes) = session_of(2, 2, options(30_000));
+    assert_eq!(s.num_workers(), 4);
+    let pids = pids_of(&s);
+    let mut distinct = pids.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(
+        distinct.len(),
+        4,
+        "each worker a process of its own: {pids:?}"
+    );
+
+    let id = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let ids = call(&s, &id, &[]);
+    let add = s.get_global_func("proc.add").unwrap();
+    let mut total = call(&s, &add, &[Any::Int(0), Any::Int(0)]);
+    for _ in 0..500 {
+        let args = [Any::from(total.clone()), Any::Int(1)];
+        let views: Vec<_> = args.iter().map(Any::view).collect();
+        total = s.call(Target::All, &add, &views).unwrap();
+    }
+    for w in 0..4 {
+        assert_eq!(int(s.get_register(ids.reg(), w).unwrap()), w as i64);
+        assert_eq!(int(s.get_register(total.reg(), w).unwrap()), 500);
+    }
+
+    // A failure on a remote worker is a value: its sync reports it, the others go on.
+    let fail_on = s.get_global_func("proc.fail_on").unwrap();
+    let failed = call(&s, &fail_on, &[Any::Int(3), Any::Int(1)]);
+    let err = s.sync_worker(3).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "worker 3");
+    s.sync_worker(2).unwrap();
+    assert_eq!(int(s.get_register(failed.reg(), 2).unwrap()), 1);
+
+    // Values set on a remote worker come back equal.
+    let shape = Any::from(Shape::new(&[2, 3]));
+    s.set_register(failed.reg(), 3, shape).unwrap();
+    let back = s.get_register(failed.reg(), 3).unwrap();
+    assert_eq!(back.view().as_shape().unwrap().as_slice(), &[2, 3]);
+    s.set_register(failed.reg(), 2, Any::from("on node 1"))
+        .unwrap();
+    assert_eq!(
+        s.get_register(failed.reg(), 2)
+            .unwrap()
+            .view()
+            .as_str()
+            .unwrap(),
+        "on node 1"
+    );
+
+    drop((ids, total, failed, id, add, fail_on));
+    s.sync_all().unwrap();
+    for w in 0..4 {
+        assert_eq!(
+            s.live_registers(w).unwrap(),
+            0,
+            "registers freed on worker {w}"
+        );
+    }
+    // Collectives between nodes are not there yet, and say so.
+    let err = s.init_ccl("cpu", &[]).unwrap_err();
+    assert_error(&err, ErrorKind::DeviceUnavailable, "between nodes");
+
+    s.shutdown().unwrap();
+    let (status, said) = ended(nodes.remove(0), Duration::from_secs(10));
+    assert_eq!(status, Some(0), "the node stops after the shutdown: {said}");
+    for pid in &pids[2..] {
+        assert!(!exists(*pid as i32), "the node's worker {pid} is gone");
+    }
+}
+
+#[test]
+fn a_node_with_a_rank_from_its_launcher_takes_that_place() {
+    let port = free_port();
+    // Ranks 2 and 1 join in that order; worker ids follow the ranks, not the order.
+    let two = Command::new(node_program())
+        .args(["127.0.0.1", &port.to_string(), "1"])
+        .env("DISCOVM_SESSION_TOKEN", TOKEN)
+        .env("DISCOVM_WORKER", test_worker_program())
+        .env("SLURM_PROCID", "2")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let one = node(port, 1, TOKEN, &["--rank", "1"]);
+    let s = Session::new_socket(3, 1, 1, "127.0.0.1", port.into(), options(30_000)).unwrap();
+    let pids = pids_of(&s);
+    let (two_pid, one_pid) = (two.id() as i64, one.id() as i64);
+    // Each node's worker is a child of that node.
+    let parent = |pid: i64| -> i64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    assert_eq!(parent(pids[1]), one_pid);
+    assert_eq!(parent(pids[2]), two_pid);
+    s.shutdown().unwrap();
+    for child in [one, two] {
+        assert_eq!(ended(child, Duration::from_secs(10)).0, Some(0));
+    }
+}
+
+#[test]
+fn a_killed_node_fails_the_wait_in_progress_naming_it() {
+    let (s, mut nodes) = session_of(2, 2, options(30_000));
+    let sleep = s.get_global_func("proc.sleep_ms").unwrap();
+    let _busy = s
+        .call(Target::One(3), &sleep, &[Any::Int(60_000).view()])
+        .unwrap();
+    let mut node = nodes.remove(0);
+    let killer = std::thread::spawn({
+        let pid = node.id();
+        move || {
+            std::thread::sleep(Duration::from_millis(200));
+            // SAFETY: signals the node process this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            Instant::now()
+        }
+    });
+    let err = s.sync_worker(3).unwrap_err();
+    let noticed = Instant::now().duration_since(killer.join().unwrap());
+    assert_error(&err, ErrorKind::Worker, "node 1 (workers 2 and 3");
+    assert_error(&err, ErrorKind::Worker, "its connection closed");
+    assert!(
+        noticed < Duration::from_millis(500),
+        "noticed after {noticed:?}"
+    );
+    // The session is broken: every call fails at once with the cause, local workers too.
+    let err = s.sync_worker(0).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "node 1");
+    s.shutdown().unwrap();
+    let _ = node.wait();
+}
+
+#[test]
+fn a_stopped_node_is_lost_after_the_heartbeat_interval() {
+    let options = SessionOptions {
+        heartbeat: Some(Duration::from_millis(400)),
+        ..options(30_000)
+    };
+    let (s, mut nodes) = session_of(2, 1, options);
+    let node = nodes.remove(0);
+    // SAFETY: signals the node process this test started.
+    unsafe { libc::kill(node.id() as i32, libc::SIGSTOP) };
+    let started = Instant::now();
+    let err = s.sync_worker(1).unwrap_err();
+    let took = started.elapsed();
+    assert_error(&err, ErrorKind::Worker, "nothing came from it for 400 ms");
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    s.shutdown().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(node.id() as i32, libc::SIGKILL) };
+    let _ = ended(node, Duration::from_secs(5));
+}
+
+#[test]
+fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
+    let port = free_port();
+    let wrong = node(port, 1, "a guess", &[]);
+    // A stranger that sends garbage, and one that connects and says nothing.
+    let stranger = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: discovm\r\n\r\n");
+        let _ = stream.write_all(&[0xff; 4096]);
+        std::thread::sleep(Duration::from_millis(300));
+        // The rightful node joins after them.
+        let good = node(port, 1, TOKEN, &[]);
+        (good, silent)
+    });
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000))
+        .expect("the rightful node joins");
+    let (good, _silent) = stranger.join().unwrap();
+    let (status, said) = ended(wrong, Duration::from_secs(10));
+    assert_ne!(status, Some(0));
+    assert!(said.contains("the controller's MAC is wrong"), "{said}");
+    assert_eq!(pids_of(&s).len(), 2);
+    s.shutdown().unwrap();
+    assert_eq!(ended(good, Duration::from_secs(10)).0, Some(0));
+
+    // Without the rightful node the controller gives up at its timeout, naming who is missing.
+    let port = free_port();
+    let wrong = node(port, 1, "a guess", &[]);
+    let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(1500))
+        .err()
+        .expect("nobody joins");
+    assert_error(&err, ErrorKind::Timeout, "node(s) 1 of 2 did not join");
+    let _ = ended(wrong, Duration::from_secs(10));
+}
+
+#[test]
+fn a_node_whose_controller_goes_away_stops_its_workers_and_exits() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let node = node(port, 2, TOKEN, &[]);
+    let (mut stream, _) = listener.accept().unwrap();
+    let (_, answer) = auth::authenticate(&mut stream, &Secret::new(TOKEN.as_bytes())).unwrap();
+    let welcome = Welcome {
+        rank: 1,
+        num_nodes: 2,
+        workers_per_node: 2,
+        num_groups: 1,
+        timeout_ms: 0,
+        heartbeat_ms: 300,
+    };
+    answer.welcome(&mut stream, &welcome).unwrap();
+    // The controller says nothing more: the node gives up after its heartbeat interval.
+    let started = Instant::now();
+    let (status, said) = ended(node, Duration::from_secs(10));
+    assert_eq!(status, Some(1), "{said}");
+    assert!(
+        said.contains("nothing came from the controller for 300 ms"),
+        "{said}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn bad_shapes_of_a_session_across_machines_are_refused() {
+    let cases: [(i64, i64, i64, &str); 4] = [
+        (0, 1, 1, "num_nodes 0 is out of range"),
+        (2, 0, 1, "workers_per_node 0 is out of range"),
+        (2, 1, 70000, "port 70000 is out of range"),
+        (2, 1, -1, "port -1 is out of range"),
+    ];
+    for (nodes, per_node, port, expected) in cases {
+        let err = Session::new_socket(nodes, per_node, 1, "127.0.0.1", port, options(1000))
+            .err()
+            .expect("refused");
+        assert_error(&err, ErrorKind::Value, expected);
+    }
+    let err = Session::new_socket(2, 1, 1, "256.0.0.1", 0, options(1000))
+        .err()
+        .expect("refused");
+    assert_error(
+        &err,
+        ErrorKind::Value,
+        "cannot listen for nodes on 256.0.0.1:0",
+    );
+}
