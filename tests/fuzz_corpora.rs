@@ -56,3 +56,8 @@ fn dtype() {
 fn wire_frame() {
     replay("wire_frame", targets::wire_frame);
 }
+
+#[test]
+fn node_stream() {
+    replay("node_stream", targets::node_stream);
+}

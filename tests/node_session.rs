@@ -363,3 +363,188 @@ fn bad_shapes_of_a_session_across_machines_are_refused() {
         "cannot listen for nodes on 256.0.0.1:0",
     );
 }
+
+/// A deterministic stream of bytes for fuzzed messages (xorshift).
+struct Noise(u64);
+
+impl Noise {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// `message` with a few bytes changed, cut short or run on, or, one time in four, noise.
+    fn mutate(&mut self, message: &[u8]) -> Vec<u8> {
+        let mut out = message.to_vec();
+        match self.next() % 4 {
+            0 => out = (0..self.next() % 96).map(|_| self.next() as u8).collect(),
+            1 => out.truncate((self.next() as usize) % (out.len() + 1)),
+            2 => out.extend((0..self.next() % 32).map(|_| self.next() as u8)),
+            _ => {}
+        }
+        for _ in 0..1 + self.next() % 4 {
+            if !out.is_empty() {
+                let at = (self.next() as usize) % out.len();
+                out[at] ^= 1 << (self.next() % 8);
+            }
+        }
+        out
+    }
+}
+
+/// A `Hello` as a node sends it (rank any, one worker).
+fn hello() -> Vec<u8> {
+    let mut hello = b"DVMH\x01\x00\x00\x00".to_vec();
+    hello.extend_from_slice(&u32::MAX.to_le_bytes());
+    hello.extend_from_slice(&1u32.to_le_bytes());
+    hello.extend_from_slice(&[7u8; 48]);
+    hello
+}
+
+/// Routed messages as a controller sends them: a heartbeat, a sync to worker 0 and to every
+/// worker.
+fn routed_messages() -> Vec<Vec<u8>> {
+    let sync = |request: u64| {
+        let mut frame = Vec::new();
+        discovm::wire::Frame::<Any>::Sync { request }
+            .encode(&mut frame)
+            .unwrap();
+        frame
+    };
+    let routed = |route: u32, what: u32, frame: &[u8]| {
+        let mut out = route.to_le_bytes().to_vec();
+        out.extend_from_slice(&what.to_le_bytes());
+        out.extend_from_slice(frame);
+        out
+    };
+    vec![
+        routed(0, 1, &[]),
+        routed(0, 0, &sync(1)),
+        routed(u32::MAX, 0, &sync(2)),
+    ]
+}
+
+#[test]
+fn a_thousand_fuzzed_handshake_messages_are_dropped_and_the_session_forms() {
+    let port = free_port();
+    let strangers = std::thread::spawn(move || {
+        let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut sent = 0;
+        // 50 connections of 20 messages each.
+        while sent < 1000 {
+            let mut stream = match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => stream,
+                Err(_) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            for _ in 0..20 {
+                let _ = stream.write_all(&noise.mutate(&hello()));
+                sent += 1;
+            }
+        }
+        node(port, 1, TOKEN, &[])
+    });
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000))
+        .expect("the rightful node joins after the strangers");
+    let good = strangers.join().unwrap();
+    assert_eq!(pids_of(&s).len(), 2);
+    s.shutdown().unwrap();
+    assert_eq!(ended(good, Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let node = node(port, 1, TOKEN, &[]);
+    let (mut stream, _) = listener.accept().unwrap();
+    let (_, answer) = auth::authenticate(&mut stream, &Secret::new(TOKEN.as_bytes())).unwrap();
+    let welcome = Welcome {
+        rank: 1,
+        num_nodes: 2,
+        workers_per_node: 1,
+        num_groups: 1,
+        timeout_ms: 0,
+        heartbeat_ms: 2000,
+    };
+    answer.welcome(&mut stream, &welcome).unwrap();
+    let mut noise = Noise(0x2545_f491_4f6c_dd1d);
+    let messages = routed_messages();
+    for i in 0..1000 {
+        let message = &messages[i % messages.len()];
+        // The node may have hung up already: what it read so far ended it.
+        if stream.write_all(&noise.mutate(message)).is_err() {
+            break;
+        }
+    }
+    let (status, said) = ended(node, Duration::from_secs(10));
+    assert_eq!(
+        status,
+        Some(1),
+        "the node exits with a status, not a signal: {said}"
+    );
+    assert!(said.contains("discovm node: RuntimeError"), "{said}");
+}
+
+#[test]
+fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
+    let port = free_port();
+    let fake = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(10);
+        let mut stream = loop {
+            match TcpStream::connect(("127.0.0.1", port)) {
+                Ok(stream) => break stream,
+                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("{e}"),
+            }
+        };
+        let join = auth::Join {
+            rank: None,
+            workers: 1,
+        };
+        auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
+        // Answers the session's first sync as a node would, then sends garbage.
+        let limits = discovm::wire::Limits::default();
+        let message = discovm::net::routed::read(&mut stream, &limits).unwrap();
+        let discovm::wire::Frame::Sync { request } =
+            discovm::wire::Frame::decode(&message.frame, &limits).unwrap()
+        else {
+            panic!("the session starts with a sync");
+        };
+        let mut reply = Vec::new();
+        discovm::wire::Frame::<Any>::Ok {
+            request,
+            value: discovm::wire::Value::Plain(Any::None),
+        }
+        .encode(&mut reply)
+        .unwrap();
+        discovm::net::routed::write(&mut stream, 0, discovm::net::routed::What::Frame, &reply)
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let mut noise = Noise(0x1234_5678_9abc_def1);
+        for _ in 0..1000 {
+            if stream.write_all(&noise.mutate(&reply)).is_err() {
+                break;
+            }
+        }
+        stream
+    });
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000))
+        .expect("the node joins");
+    let _stream = fake.join().unwrap();
+    let err = s.sync_worker(1).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "node 1 (worker 1, at 127.0.0.1:");
+    assert!(
+        err.message.contains("sent a bad message") || err.message.contains("replied to request"),
+        "{err}"
+    );
+    // Worker 0, on this machine, reports the broken session too; shutdown completes.
+    assert_error(&s.sync_worker(0).unwrap_err(), ErrorKind::Worker, "node 1");
+    s.shutdown().unwrap();
+}

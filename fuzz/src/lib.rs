@@ -24,8 +24,9 @@ use discovm::capi::{
     dvm_tensor_read, dvm_tensor_to_dlpack, dvm_tensor_write,
 };
 use discovm::device::cpu::HostTensor;
+use discovm::net::{auth, routed};
 use discovm::object::{AnyObject, Array, Bytes, Function, ObjectRef, Shape, Str, Tensor, tensor};
-use discovm::wire::{Frame, Header, Limits, VERSION_MINOR};
+use discovm::wire::{Frame, HEADER_SIZE, Header, Limits, VERSION_MINOR};
 use discovm::{Any, AnyView, ErrorKind};
 
 /// Reads typed values off the front of the fuzz input; past its end every read is zero.
@@ -685,4 +686,69 @@ pub fn wire_frame(data: &[u8]) {
         frame.encode_into(&mut slot[..len - 1]).unwrap_err().kind,
         ErrorKind::Value
     );
+}
+
+/// A stream whose reads come from the fuzz input and whose writes are kept.
+struct Peer<'a> {
+    input: &'a [u8],
+    written: Vec<u8>,
+}
+
+impl std::io::Read for Peer<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
+    }
+}
+
+impl std::io::Write for Peer<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.written.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The bytes a peer sends on a node's connection: first as a stranger's side of the
+/// handshake, which the controller must refuse with a `ValueError` (nobody passes it without
+/// the secret), having written at most its `Challenge`; then as routed messages after a
+/// handshake, each of which must be read whole or refused, a frame's payload never past the
+/// limit.
+pub fn node_stream(data: &[u8]) {
+    let mut stranger = Peer {
+        input: data,
+        written: Vec::new(),
+    };
+    let refused = auth::authenticate(&mut stranger, &auth::Secret::new(b"fuzz"))
+        .err()
+        .expect("a stranger never proves it holds the secret");
+    assert_eq!(refused.kind, ErrorKind::Value, "{refused}");
+    assert!(
+        stranger.written.len() <= 80,
+        "more than a Challenge was written"
+    );
+
+    let limits = Limits {
+        max_payload: 1 << 20,
+    };
+    let mut input = data;
+    loop {
+        match routed::read(&mut input, &limits) {
+            Ok(message) => {
+                assert!(message.frame.len() <= HEADER_SIZE + limits.max_payload);
+                if message.what != routed::What::Heartbeat {
+                    let header = Header::parse(&message.frame, &limits).expect("checked");
+                    assert_eq!(header.frame_len(), message.frame.len());
+                    let _ = Frame::decode(&message.frame, &limits);
+                }
+            }
+            Err(routed::ReadError::Bad(error)) => {
+                assert_eq!(error.kind, ErrorKind::Value, "{error}");
+                break;
+            }
+            Err(_) => break,
+        }
+    }
 }

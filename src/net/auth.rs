@@ -15,7 +15,6 @@
 //! session's shape).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -174,7 +173,7 @@ fn refused(what: impl std::fmt::Display) -> Error {
 /// Reads message `name` of `N` bytes and checks its magic, version and zero bytes (bytes 6
 /// and 7, and the range `zeros`).
 fn read_message<const N: usize>(
-    stream: &mut TcpStream,
+    stream: &mut impl Read,
     magic: &[u8; 4],
     name: &str,
     zeros: std::ops::Range<usize>,
@@ -217,7 +216,7 @@ fn read_message<const N: usize>(
     Ok(bytes)
 }
 
-fn send(stream: &mut TcpStream, bytes: &[u8], name: &str) -> Result<()> {
+fn send(stream: &mut impl Write, bytes: &[u8], name: &str) -> Result<()> {
     stream
         .write_all(bytes)
         .and_then(|()| stream.flush())
@@ -230,7 +229,7 @@ fn send(stream: &mut TcpStream, bytes: &[u8], name: &str) -> Result<()> {
 /// Errors: `ValueError` naming what went wrong (the controller's MAC is wrong: it does not hold
 /// this secret; a message that is not the handshake's; the connection closed or timed out);
 /// `PermissionError` when the controller turned the node away, saying why.
-pub fn join(stream: &mut TcpStream, secret: &Secret, join: Join) -> Result<Welcome> {
+pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Result<Welcome> {
     let mut hello = [0u8; HELLO];
     header(b"DVMH", &mut hello);
     hello[8..12].copy_from_slice(&join.rank.unwrap_or(ANY_RANK).to_le_bytes());
@@ -283,7 +282,10 @@ pub struct Authenticated {
 ///
 /// Errors: `ValueError` naming what went wrong (the node's MAC is wrong; a message that is not
 /// the handshake's; the connection closed or timed out). The caller drops the connection.
-pub fn authenticate(stream: &mut TcpStream, secret: &Secret) -> Result<(Authenticated, Answer)> {
+pub fn authenticate(
+    stream: &mut (impl Read + Write),
+    secret: &Secret,
+) -> Result<(Authenticated, Answer)> {
     let hello: [u8; HELLO] = read_message(stream, b"DVMH", "the node's Hello", 48..64)?;
     let mut challenge = [0u8; CHALLENGE];
     header(b"DVMC", &mut challenge);
@@ -312,7 +314,7 @@ pub struct Answer;
 
 impl Answer {
     /// Welcomes the node.
-    pub fn welcome(self, stream: &mut TcpStream, welcome: &Welcome) -> Result<()> {
+    pub fn welcome(self, stream: &mut impl Write, welcome: &Welcome) -> Result<()> {
         let mut accept = [0u8; ACCEPT];
         header(b"DVMA", &mut accept);
         accept[12..16].copy_from_slice(&welcome.rank.to_le_bytes());
@@ -325,7 +327,7 @@ impl Answer {
     }
 
     /// Turns the node away, telling it why.
-    pub fn refuse(self, stream: &mut TcpStream, why: Refusal) -> Result<()> {
+    pub fn refuse(self, stream: &mut impl Write, why: Refusal) -> Result<()> {
         let mut accept = [0u8; ACCEPT];
         header(b"DVMA", &mut accept);
         accept[8..12].copy_from_slice(&(why as u32).to_le_bytes());
@@ -335,7 +337,7 @@ impl Answer {
 
 #[cfg(test)]
 mod tests {
-    use std::net::TcpListener;
+    use std::net::{TcpListener, TcpStream};
     use std::thread;
     use std::time::Duration;
 
