@@ -11,136 +11,38 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/netns.rs"]
+mod netns;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 use discovm::ErrorKind;
 use discovm::session::{Session, SessionOptions};
 use errors::assert_error;
+use netns::{Namespace, run};
 use session_calls::{call, int};
 use worker_programs::{node_program, test_worker_program};
 
 const TOKEN: &str = "the namespaced tests' secret";
 
-/// A network namespace and the veth pair that joins it to this one; removed when dropped.
-struct Namespace {
-    name: String,
-    host_link: String,
-    host_ip: String,
-}
-
-/// Runs `ip` (or `tc`) with `args`; its error output when it fails.
-fn run(program: &str, args: &[&str]) -> Result<(), String> {
-    let output = Command::new(program)
-        .args(args)
-        .output()
-        .map_err(|e| format!("cannot run {program}: {e}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "{program} {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+/// `discovm-node HOST PORT WORKERS` inside `ns`, with `token`.
+fn node(ns: &Namespace, port: u16, workers: u32, token: Option<&str>) -> Child {
+    let mut command = ns.command(node_program());
+    command
+        .args([&ns.host_ip, &port.to_string(), &workers.to_string()])
+        .env("DISCOVM_WORKER", test_worker_program())
+        .env_remove("DISCOVM_SESSION_TOKEN")
+        .stderr(Stdio::piped());
+    if let Some(token) = token {
+        command.env("DISCOVM_SESSION_TOKEN", token);
     }
-}
-
-impl Namespace {
-    /// A namespace of its own for this test; `None` (the reason printed) where the kernel or
-    /// the user may not make one.
-    fn new() -> Option<Namespace> {
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let tag = format!("{}{n}", std::process::id() % 100_000);
-        let subnet = format!("10.{}.{}", 100 + (std::process::id() % 100), 1 + n);
-        let ns = Namespace {
-            name: format!("dvm{tag}"),
-            host_link: format!("dvm{tag}h"),
-            host_ip: format!("{subnet}.1"),
-        };
-        if let Err(why) = run("ip", &["netns", "add", &ns.name]) {
-            eprintln!("skipped: the kernel refuses a network namespace here ({why})");
-            return None;
-        }
-        let inner = format!("dvm{tag}n");
-        let node_ip = format!("{subnet}.2/24");
-        let host_ip = format!("{}/24", ns.host_ip);
-        let made = run(
-            "ip",
-            &[
-                "link",
-                "add",
-                &ns.host_link,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                &inner,
-            ],
-        )
-        .and_then(|()| run("ip", &["link", "set", &inner, "netns", &ns.name]))
-        .and_then(|()| run("ip", &["addr", "add", &host_ip, "dev", &ns.host_link]))
-        .and_then(|()| run("ip", &["link", "set", &ns.host_link, "up"]))
-        .and_then(|()| ns.exec_ip(&["addr", "add", &node_ip, "dev", &inner]))
-        .and_then(|()| ns.exec_ip(&["link", "set", &inner, "up"]))
-        .and_then(|()| ns.exec_ip(&["link", "set", "lo", "up"]));
-        if let Err(why) = made {
-            panic!("the namespace was made, but not its link: {why}");
-        }
-        let netem = [
-            "qdisc",
-            "add",
-            "dev",
-            &ns.host_link,
-            "root",
-            "netem",
-            "delay",
-            "1ms",
-            "loss",
-            "1%",
-        ];
-        if let Err(why) = run("tc", &netem) {
-            eprintln!("note: no delay or loss on the link, the kernel has no netem ({why})");
-        }
-        Some(ns)
-    }
-
-    fn exec_ip(&self, args: &[&str]) -> Result<(), String> {
-        let mut all = vec!["netns", "exec", &self.name, "ip"];
-        all.extend_from_slice(args);
-        run("ip", &all)
-    }
-
-    /// `discovm-node HOST PORT WORKERS` inside the namespace, with `token`.
-    fn node(&self, port: u16, workers: u32, token: Option<&str>) -> Child {
-        let mut command = Command::new("ip");
-        command
-            .args(["netns", "exec", &self.name])
-            .arg(node_program())
-            .args([&self.host_ip, &port.to_string(), &workers.to_string()])
-            .env("DISCOVM_WORKER", test_worker_program())
-            .env_remove("DISCOVM_SESSION_TOKEN")
-            .stderr(Stdio::piped());
-        if let Some(token) = token {
-            command.env("DISCOVM_SESSION_TOKEN", token);
-        }
-        command.spawn().expect("ip netns exec runs")
-    }
-}
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = run("ip", &["netns", "del", &self.name]);
-        let _ = run("ip", &["link", "del", &self.host_link]);
-    }
+    command.spawn().expect("ip netns exec runs")
 }
 
 fn free_port(ip: &str) -> u16 {
@@ -180,7 +82,7 @@ fn wait_for(mut child: Child, within: Duration) -> Option<i32> {
 fn a_node_across_a_veth_pair_joins_with_the_secret_and_is_lost_when_its_link_goes_down() {
     let Some(ns) = Namespace::new() else { return };
     let port = free_port(&ns.host_ip);
-    let node = ns.node(port, 2, Some(TOKEN));
+    let node = node(&ns, port, 2, Some(TOKEN));
     let s = Session::new_socket(
         2,
         2,
@@ -220,7 +122,7 @@ fn a_node_across_a_veth_pair_joins_with_the_secret_and_is_lost_when_its_link_goe
 fn without_a_secret_a_node_off_loopback_is_turned_away() {
     let Some(ns) = Namespace::new() else { return };
     let port = free_port(&ns.host_ip);
-    let node = ns.node(port, 1, None);
+    let node = node(&ns, port, 1, None);
     let mut opts = options(None, 2000, 1500);
     opts.session_token = None;
     // SAFETY: no other thread of this test binary reads the variable.

@@ -548,3 +548,25 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
     assert_error(&s.sync_worker(0).unwrap_err(), ErrorKind::Worker, "node 1");
     s.shutdown().unwrap();
 }
+
+#[test]
+fn a_call_nobody_waits_for_reaches_its_node_at_once() {
+    let (s, mut nodes) = session_of(2, 1, options(30_000));
+    let exit = s.get_global_func("proc.exit").unwrap();
+    // Nothing waits on worker 1 after this call: it must still run there.
+    let _gone = s
+        .call(Target::One(1), &exit, &[Any::Int(3).view()])
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(5);
+    let err = loop {
+        // A wait on this machine's worker, which writes nothing to the node.
+        match s.sync_worker(0) {
+            Err(err) => break err,
+            Ok(()) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            Ok(()) => panic!("the call never ran on node 1"),
+        }
+    };
+    assert_error(&err, ErrorKind::Worker, "exited with status 3");
+    s.shutdown().unwrap();
+    let _ = ended(nodes.remove(0), Duration::from_secs(10));
+}

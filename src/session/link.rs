@@ -190,8 +190,8 @@ impl WorkerLink {
             // A frame wakes a sleeping worker when it is sent.
             WorkerLink::Process(_) => {}
             #[cfg(not(loom))]
-            // What was written to the node goes now.
-            WorkerLink::Node(link) => link.node().flush(),
+            // What was written to the node goes as soon as its flusher runs.
+            WorkerLink::Node(link) => link.node().send_soon(),
         }
     }
 

@@ -131,14 +131,19 @@ impl RequestBook {
         self.next_request.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Sends `message` with `send`, given its frame: a request registers how its reply
-    /// completes it first.
-    pub fn send(&self, message: Message, send: impl FnOnce(&[u8]) -> Result<()>) -> Result<()> {
+    /// Sends `message` with `send`, given its frame and whether a reply is waited for: a
+    /// request registers how its reply completes it first.
+    pub fn send(
+        &self,
+        message: Message,
+        send: impl FnOnce(&[u8], bool) -> Result<()>,
+    ) -> Result<()> {
         let (sent, frame) = match self.request(message)? {
-            Request::Broadcast(frame) => (send(&frame), frame),
-            Request::Waits(frame, id, pending) => {
-                (self.send_request(&frame, id, pending, send), frame)
-            }
+            Request::Broadcast(frame) => (send(&frame, false), frame),
+            Request::Waits(frame, id, pending) => (
+                self.send_request(&frame, id, pending, |frame| send(frame, true)),
+                frame,
+            ),
         };
         recycle(frame);
         sent

@@ -5,9 +5,11 @@
 //! reply to the request of the worker it routes to (the waiting thread wakes on the reply's
 //! completion, as with a worker thread), and when the node is lost (its connection closes, it
 //! sends garbage, or nothing comes within the heartbeat interval) it breaks the session and fails
-//! every request still waiting, so no wait outlives the node.
+//! every request still waiting, so no wait outlives the node. Writes are buffered: a thread
+//! about to wait for a reply sends what was written at once, and a flusher thread sends calls
+//! that nobody waits for as soon as it runs, many at a time when they come faster than it.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
@@ -41,6 +43,10 @@ pub(crate) struct NodeConnection {
     ended_watchers: Watchers,
     /// Set once `Shutdown` went to the node's workers.
     stopped: AtomicBool,
+    /// Set when something was written that the flusher has not sent yet.
+    unsent: AtomicBool,
+    /// The flusher waits here.
+    flusher: Watchers,
     /// What the session's links share: whether it is broken or stopping.
     session: Arc<SessionLinks>,
 }
@@ -74,6 +80,8 @@ impl NodeConnection {
             ended: AtomicBool::new(false),
             ended_watchers: Watchers::default(),
             stopped: AtomicBool::new(false),
+            unsent: AtomicBool::new(false),
+            flusher: Watchers::default(),
             session,
         });
         let read = connection.clone();
@@ -81,7 +89,40 @@ impl NodeConnection {
             .name(format!("discovm-node-{rank}"))
             .spawn(move || read.read(reader, heartbeat))
             .map_err(|e| Error::runtime(format!("cannot start node {rank}'s reader: {e}")))?;
+        let flush = connection.clone();
+        std::thread::Builder::new()
+            .name(format!("discovm-flush-{rank}"))
+            .spawn(move || flush.flush_until_ended())
+            .map_err(|e| Error::runtime(format!("cannot start node {rank}'s flusher: {e}")))?;
         Ok(connection)
+    }
+
+    /// The flusher: sends what was written whenever there is something, until the connection
+    /// ends.
+    fn flush_until_ended(&self) {
+        let park_at_once = SpinPolicy {
+            budget: Duration::ZERO,
+        };
+        loop {
+            let woken = self.flusher.wait(
+                park_at_once,
+                None,
+                || format!("node {}'s flusher", self.rank),
+                || Ok(()),
+                || (self.unsent.swap(false, Ordering::SeqCst) || self.ended()).then_some(()),
+            );
+            if woken.is_err() || self.ended() {
+                return;
+            }
+            self.flush();
+        }
+    }
+
+    /// Has the flusher send what was written and not sent yet, if anything.
+    pub fn send_soon(&self) {
+        if self.unsent.load(Ordering::SeqCst) {
+            self.flusher.wake_all();
+        }
     }
 
     /// Who the node is, for messages: "node 1 (workers 2 and 3, at 10.0.0.2:40112)".
@@ -96,10 +137,11 @@ impl NodeConnection {
 
     /// Reads the connection until it ends: replies go to their requests, heartbeats keep the
     /// node alive, and anything else ends it.
-    fn read(&self, mut stream: TcpStream, heartbeat: Duration) {
+    fn read(&self, stream: TcpStream, heartbeat: Duration) {
         let limits = Limits::default();
+        let mut input = BufReader::new(&stream);
         let lost = loop {
-            match routed::read(&mut stream, &limits) {
+            match routed::read(&mut input, &limits) {
                 Ok(message) => match self.take(message) {
                     Ok(()) => {}
                     Err(error) => break error,
@@ -137,6 +179,7 @@ impl NodeConnection {
         let _ = stream.shutdown(Shutdown::Both);
         self.ended.store(true, Ordering::SeqCst);
         self.ended_watchers.wake_all();
+        self.flusher.wake_all();
     }
 
     /// Takes one message from the node.
@@ -187,12 +230,15 @@ impl NodeConnection {
     /// Writes one routed frame (sent at the next flush).
     fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        routed::write(&mut *writer, route, What::Frame, frame).map_err(|e| self.io_error(e))
+        routed::write(&mut *writer, route, What::Frame, frame).map_err(|e| self.io_error(e))?;
+        self.unsent.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
-    /// Sends what was written.
+    /// Sends what was written, now.
     pub fn flush(&self) {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        self.unsent.store(false, Ordering::SeqCst);
         // A failure shows as the node's loss, which the reader reports.
         if writer.flush().is_err() {
             let _ = writer.get_ref().shutdown(Shutdown::Both);
@@ -289,8 +335,14 @@ impl NodeLink {
     /// Writes `message` (sent at the next flush); a request registers how its reply completes
     /// it first.
     pub fn send(&self, message: Message) -> Result<()> {
-        self.book()
-            .send(message, |frame| self.write(self.local as u32, frame))
+        self.book().send(message, |frame, waits| {
+            self.write(self.local as u32, frame)?;
+            // Its waiter will want the reply as soon as possible.
+            if waits {
+                self.node.flush();
+            }
+            Ok(())
+        })
     }
 
     /// Writes `message` unless another thread is writing to the node; gives it back then.
@@ -302,7 +354,10 @@ impl NodeLink {
             let Ok(mut writer) = self.node.writer.try_lock() else {
                 return false;
             };
-            routed::write(&mut *writer, self.local as u32, What::Frame, frame).is_ok()
+            let written = routed::write(&mut *writer, self.local as u32, What::Frame, frame);
+            // Sent with what comes next (or the next heartbeat).
+            self.node.unsent.store(true, Ordering::SeqCst);
+            written.is_ok()
         })
     }
 

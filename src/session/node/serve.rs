@@ -7,7 +7,7 @@
 //! sends that worker's replies back, routed; a worker that dies is reported once, with why. The
 //! node's main thread reads the controller; silence for a heartbeat interval ends the node.
 
-use std::io::{BufWriter, Write};
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
@@ -178,7 +178,7 @@ pub(crate) fn serve(
         })
         .map_err(|e| Error::runtime(format!("cannot start the heartbeat: {e}")))?;
 
-    let relayed = relay_requests(&mut stream, &links, heartbeat);
+    let relayed = relay_requests(&mut BufReader::new(&stream), &links, heartbeat);
     // After a shutdown the workers stop on their own; a lost controller's are killed now.
     let grace = match &relayed {
         Ok(()) => options
@@ -197,7 +197,7 @@ pub(crate) fn serve(
 /// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
 /// went to every worker, or the controller is lost.
 fn relay_requests(
-    stream: &mut TcpStream,
+    stream: &mut impl Read,
     links: &[ProcessLink],
     heartbeat: Duration,
 ) -> Result<()> {

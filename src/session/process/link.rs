@@ -229,7 +229,7 @@ impl ProcessLink {
         deadline: Option<Instant>,
     ) -> Result<()> {
         self.book
-            .send(message, |frame| self.send_encoded(frame, spin, deadline))
+            .send(message, |frame, _| self.send_encoded(frame, spin, deadline))
     }
 
     /// Sends `message` if the ring has room now and nobody else is sending; gives it back

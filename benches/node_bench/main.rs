@@ -1,0 +1,295 @@
+//! Sessions across machines against the network's floors, in one run: a session of 2 nodes of
+//! 1 worker each (node 1 another process, on loopback, and, where the kernel allows network
+//! namespaces, across a veth pair into a namespace of its own), and between the same endpoints
+//! a raw TCP ping-pong of 8-byte messages and a raw TCP stream.
+//!
+//! Figures, each the median of its rounds (the two paths and the floors taken in turns):
+//! - sync with the worker on node 1, against the ping-pong's round trip (target: at most 1.5x);
+//! - pipelined calls to both workers (10 000 calls, then a sync of all), per call;
+//! - a 4 MiB float32 tensor stored on the worker on node 1 (`set_register`, then a sync),
+//!   against the raw stream's bandwidth (target: at least 0.8x).
+//!
+//! The benchmark is its own node program and worker program: started as `node HOST PORT
+//! WORKERS` it joins the session, started with a worker's arguments it serves one, and started
+//! as `echo HOST PORT` or `sink HOST PORT BYTES` it is the far end of a floor.
+//!
+//! Run: `cargo bench --bench node_bench` (add `-- --quick` for a smoke test).
+
+#[path = "../../tests/support/netns.rs"]
+mod netns;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use discovm::Any;
+use discovm::abi::DLDevice;
+use discovm::abi::{DLDataType, KDL_FLOAT};
+use discovm::object::Tensor;
+use discovm::session::{Session, SessionOptions, Target};
+
+const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+const TOKEN: &str = "the node benchmark's secret";
+const COPY_BYTES: usize = 4 << 20;
+const PIPELINED: usize = 10_000;
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+fn this_program() -> PathBuf {
+    std::env::current_exe().expect("the benchmark's own path")
+}
+
+/// Runs the C entry point `main` on this process's arguments from `skip` on (the program's
+/// name first).
+fn c_main(
+    main: unsafe extern "C" fn(i32, *const *mut std::ffi::c_char) -> i32,
+    skip: usize,
+) -> i32 {
+    let args: Vec<std::ffi::CString> = std::env::args()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || *i > skip)
+        .map(|(_, a)| std::ffi::CString::new(a).expect("no NUL in arguments"))
+        .collect();
+    let argv: Vec<*mut std::ffi::c_char> = args.iter().map(|a| a.as_ptr().cast_mut()).collect();
+    // SAFETY: `argv` holds `args.len()` NUL-terminated strings, alive for the call.
+    unsafe { main(argv.len() as i32, argv.as_ptr()) }
+}
+
+fn connect(host: &str, port: &str) -> TcpStream {
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        match TcpStream::connect((host, port.parse::<u16>().expect("a port"))) {
+            Ok(stream) => {
+                stream.set_nodelay(true).unwrap();
+                return stream;
+            }
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+            Err(e) => panic!("cannot reach {host}:{port}: {e}"),
+        }
+    }
+}
+
+/// The far end of the ping-pong: echoes 8-byte messages until the connection closes.
+fn echo(host: &str, port: &str) {
+    let mut stream = connect(host, port);
+    let mut message = [0u8; 8];
+    while stream.read_exact(&mut message).is_ok() {
+        if stream.write_all(&message).is_err() {
+            break;
+        }
+    }
+}
+
+/// The far end of the stream: reads `bytes`, answers one byte, again until it closes.
+fn sink(host: &str, port: &str, bytes: usize) {
+    let mut stream = connect(host, port);
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let mut left = bytes;
+        while left > 0 {
+            match stream.read(&mut buffer[..left.min(1 << 20)]) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => left -= n,
+            }
+        }
+        if stream.write_all(&[1]).is_err() {
+            return;
+        }
+    }
+}
+
+/// Where the far ends run: this machine's loopback, or a namespace behind a veth pair.
+struct Path {
+    name: &'static str,
+    host: String,
+    namespace: Option<netns::Namespace>,
+}
+
+impl Path {
+    /// This program, started as the far end with `args`.
+    fn start(&self, args: &[&str]) -> Child {
+        let mut command = match &self.namespace {
+            Some(ns) => ns.command(&this_program()),
+            None => Command::new(this_program()),
+        };
+        command
+            .args(args)
+            .env("DISCOVM_SESSION_TOKEN", TOKEN)
+            .env("DISCOVM_WORKER", this_program())
+            .spawn()
+            .expect("the benchmark starts itself")
+    }
+
+    fn listen(&self) -> (TcpListener, String) {
+        let listener = TcpListener::bind((self.host.as_str(), 0)).unwrap();
+        let port = listener.local_addr().unwrap().port().to_string();
+        (listener, port)
+    }
+
+    /// Round trips of 8 bytes over raw TCP: seconds each, median of `rounds` rounds of
+    /// `count`.
+    fn ping_pong(&self, rounds: usize, count: usize) -> Vec<f64> {
+        let (listener, port) = self.listen();
+        let mut far = self.start(&["echo", &self.host, &port]);
+        let (mut stream, _) = listener.accept().unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut message = [7u8; 8];
+        let mut out = Vec::new();
+        for round in 0..=rounds {
+            let started = Instant::now();
+            for _ in 0..count {
+                stream.write_all(&message).unwrap();
+                stream.read_exact(&mut message).unwrap();
+            }
+            if round > 0 {
+                out.push(started.elapsed().as_secs_f64() / count as f64);
+            }
+        }
+        drop(stream);
+        let _ = far.wait();
+        out
+    }
+
+    /// Bytes per second of a raw TCP stream of `bytes`, acknowledged: one figure per round.
+    fn stream(&self, rounds: usize, bytes: usize) -> Vec<f64> {
+        let (listener, port) = self.listen();
+        let mut far = self.start(&["sink", &self.host, &port, &bytes.to_string()]);
+        let (mut stream, _) = listener.accept().unwrap();
+        let data = vec![3u8; bytes];
+        let mut ack = [0u8; 1];
+        let mut out = Vec::new();
+        for round in 0..=rounds {
+            let started = Instant::now();
+            stream.write_all(&data).unwrap();
+            stream.read_exact(&mut ack).unwrap();
+            if round > 0 {
+                out.push(bytes as f64 / started.elapsed().as_secs_f64());
+            }
+        }
+        drop(stream);
+        let _ = far.wait();
+        out
+    }
+
+    /// A session of 2 nodes of 1 worker, node 1 at the far end.
+    fn session(&self) -> (Arc<Session>, Child) {
+        let port = self.listen().1;
+        let far = self.start(&["node", &self.host, &port, "1"]);
+        let options = SessionOptions {
+            timeout: Some(Duration::from_secs(60)),
+            worker_program: Some(this_program().to_str().unwrap().to_string()),
+            session_token: Some(TOKEN.into()),
+            ..SessionOptions::default()
+        };
+        let port: i64 = port.parse().unwrap();
+        let session = Session::new_socket(2, 1, 1, &self.host, port, options).expect("a session");
+        (session, far)
+    }
+}
+
+/// The session's figures for one round: sync with worker 1 (s), pipelined calls (s per call),
+/// the store of a 4 MiB tensor on worker 1 (bytes per second).
+fn session_round(s: &Arc<Session>, syncs: usize) -> (f64, f64, f64) {
+    let started = Instant::now();
+    for _ in 0..syncs {
+        s.sync_worker(1).unwrap();
+    }
+    let sync = started.elapsed().as_secs_f64() / syncs as f64;
+
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let started = Instant::now();
+    for _ in 0..PIPELINED {
+        drop(s.call(Target::All, &rank, &[]).unwrap());
+    }
+    s.sync_all().unwrap();
+    let pipelined = started.elapsed().as_secs_f64() / PIPELINED as f64;
+
+    let tensor = Tensor::empty(&[(COPY_BYTES / 4) as i64], F32, DLDevice::cpu()).unwrap();
+    let held = s.call(Target::All, &rank, &[]).unwrap();
+    let started = Instant::now();
+    s.set_register(held.reg(), 1, Any::from(tensor)).unwrap();
+    s.sync_worker(1).unwrap();
+    let copy = COPY_BYTES as f64 / started.elapsed().as_secs_f64();
+    (sync, pipelined, copy)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.iter().any(|a| a.starts_with("--discovm-worker")) {
+        std::process::exit(c_main(discovm::capi::dvm_worker_main, 0));
+    }
+    match args.get(1).map(String::as_str) {
+        Some("node") => std::process::exit(c_main(discovm::capi::dvm_node_main, 1)),
+        Some("echo") => return echo(&args[2], &args[3]),
+        Some("sink") => return sink(&args[2], &args[3], args[4].parse().unwrap()),
+        _ => {}
+    }
+    let quick = args.iter().any(|a| a == "--quick");
+    let (rounds, pings, syncs) = if quick {
+        (3, 200, 200)
+    } else {
+        (7, 3000, 3000)
+    };
+    let mut paths = vec![Path {
+        name: "loopback",
+        host: "127.0.0.1".into(),
+        namespace: None,
+    }];
+    match netns::Namespace::new() {
+        Some(ns) => paths.push(Path {
+            name: "veth",
+            host: ns.host_ip.clone(),
+            namespace: Some(ns),
+        }),
+        None => println!("(no veth pair: the kernel refuses a network namespace here)"),
+    }
+    println!(
+        "Sessions across machines: 2 nodes of 1 worker, node 1 another process; {rounds} \
+         rounds each, medians"
+    );
+    println!();
+    println!(
+        "| path | TCP ping-pong (us) | sync worker on node 1 (us) | sync / ping-pong | \
+         pipelined (ns/call) | TCP stream (GB/s) | 4 MiB store on node 1 (GB/s) | store / \
+         stream |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for path in &paths {
+        let ping = median(path.ping_pong(rounds, pings));
+        let stream = median(path.stream(rounds, 64 << 20));
+        let (s, mut far) = path.session();
+        let mut figures = (Vec::new(), Vec::new(), Vec::new());
+        let _ = session_round(&s, syncs / 10); // warm-up
+        for _ in 0..rounds {
+            let (sync, pipelined, copy) = session_round(&s, syncs);
+            figures.0.push(sync);
+            figures.1.push(pipelined);
+            figures.2.push(copy);
+        }
+        s.shutdown().unwrap();
+        let _ = far.wait();
+        let (sync, pipelined, copy) = (median(figures.0), median(figures.1), median(figures.2));
+        println!(
+            "| {} | {:.1} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} | {:.2}x |",
+            path.name,
+            ping * 1e6,
+            sync * 1e6,
+            sync / ping,
+            pipelined * 1e9,
+            stream / 1e9,
+            copy / 1e9,
+            copy / stream
+        );
+    }
+    println!();
+    println!(
+        "Targets: sync at most 1.5x the ping-pong; a store at least 0.8x the stream (a 4 MiB \
+         tensor: a value crosses to a worker on another node as one frame of at most 8 MiB)."
+    );
+}
