@@ -102,6 +102,12 @@ typedef struct {
    * (0: 2000).
    */
   int64_t heartbeat_ms;
+  /**
+   * Sessions across machines: nonzero makes `dvm_session_load_module` send the module's
+   * bytes to the other nodes, which load their own copy, kept under its SHA-256 in a private
+   * directory removed when the node ends (0: each node loads the path it is given).
+   */
+  int32_t upload_modules;
 } dvm_session_options;
 
 /**

@@ -10,6 +10,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/nccl_stub.rs"]
+mod nccl_stub;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[path = "support/worker_processes.rs"]
@@ -569,4 +571,97 @@ fn a_call_nobody_waits_for_reaches_its_node_at_once() {
     assert_error(&err, ErrorKind::Worker, "exited with status 3");
     s.shutdown().unwrap();
     let _ = ended(nodes.remove(0), Duration::from_secs(10));
+}
+
+/// The tests' module (`support/upload_module.c`), built once.
+fn upload_module() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let library = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("upload_module_{}.so", std::process::id()));
+            let include = concat!(env!("CARGO_MANIFEST_DIR"), "/include");
+            nccl_stub::build_shared(
+                "tests/support/upload_module.c",
+                &library,
+                &["-I", include, "-ldl"],
+            );
+            library
+        })
+        .clone()
+}
+
+#[test]
+fn uploaded_modules_load_from_each_nodes_own_copy_which_goes_with_the_node() {
+    let module_file = upload_module();
+    let path = module_file.to_str().unwrap();
+    let with_upload = SessionOptions {
+        upload_modules: true,
+        ..options(30_000)
+    };
+    let (s, mut nodes) = session_of(2, 2, with_upload);
+    let node_pid = nodes[0].id();
+    let module = s.load_module(path).unwrap();
+    let from_upload = s.module_func(&module, "upload_from_upload_dir").unwrap();
+    let answers = call(&s, &from_upload, &[]);
+    let answers: Vec<i64> = (0..4)
+        .map(|w| int(s.get_register(answers.reg(), w).unwrap()))
+        .collect();
+    assert_eq!(
+        answers,
+        [0, 0, 1, 1],
+        "node 1's workers load the node's own copy"
+    );
+    // The copy lies under its hash in the node's private directory.
+    let dir = std::env::temp_dir().join(format!("discovm-uploads-{node_pid}-0"));
+    let kept: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].len() == 67 && kept[0].ends_with(".so"), "{kept:?}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    drop((module, from_upload));
+    s.shutdown().unwrap();
+    assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
+    assert!(!dir.exists(), "the node removed its uploads");
+
+    // Without uploads, every node loads the path it is given.
+    let (s, mut nodes) = session_of(2, 1, options(30_000));
+    let module = s.load_module(path).unwrap();
+    let from_upload = s.module_func(&module, "upload_from_upload_dir").unwrap();
+    let answers = call(&s, &from_upload, &[]);
+    assert_eq!(int(s.get_register(answers.reg(), 1).unwrap()), 0);
+    // A hash that was never uploaded, or that is no hash, fails on the worker.
+    let load = s.get_global_func("discovm.load_uploaded_module").unwrap();
+    let _missing = s
+        .call(
+            Target::One(1),
+            &load,
+            &[Any::from("ab".repeat(32).as_str()).view()],
+        )
+        .unwrap();
+    assert_error(
+        &s.sync_worker(1).unwrap_err(),
+        ErrorKind::Worker,
+        "was uploaded to this node",
+    );
+    let _path = s
+        .call(
+            Target::One(1),
+            &load,
+            &[Any::from("../../etc/passwd").view()],
+        )
+        .unwrap();
+    assert_error(
+        &s.sync_worker(1).unwrap_err(),
+        ErrorKind::Worker,
+        "64 digits",
+    );
+    s.shutdown().unwrap();
+    assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
 }

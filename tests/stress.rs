@@ -300,6 +300,7 @@ impl Session {
             worker_program: std::ptr::null(),
             session_token: std::ptr::null(),
             heartbeat_ms: 0,
+            upload_modules: 0,
         };
         let mut out = null_mut();
         // SAFETY: valid options and output.

@@ -568,7 +568,9 @@ class SocketSession(ProcessSession):
     environment variable ``DISCOVM_SESSION_TOKEN``, on both sides); without one, only nodes on
     the loopback interface may join. A node that is lost (its connection closes, or nothing comes
     from it for ``heartbeat`` seconds, 2 by default) fails the waits on the session with
-    :class:`~discovm.WorkerError` naming it. Collectives between nodes are not in this version.
+    :class:`~discovm.WorkerError` naming it. With ``upload_modules``, :meth:`load_module` sends
+    the module's bytes to the other nodes (Disco's ``upload_vm_module``), which load their own
+    copy. Collectives between nodes are not in this version.
     """
 
     __slots__ = ()
@@ -586,6 +588,7 @@ class SocketSession(ProcessSession):
         spin_us: int = 0,
         session_token: str | None = None,
         heartbeat: float | None = None,
+        upload_modules: bool = False,
     ) -> None:
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError(f"heartbeat must be positive or None, not {heartbeat}")
@@ -600,5 +603,6 @@ class SocketSession(ProcessSession):
             ["-m", entrypoint],
             session_token,
             0 if heartbeat is None else max(1, round(heartbeat * 1000)),
+            upload_modules,
         )
         Session.__init__(self, handle)

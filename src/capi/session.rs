@@ -54,6 +54,10 @@ pub struct dvm_session_options {
     /// Sessions across machines: how long a silent node counts as alive, in milliseconds
     /// (0: 2000).
     pub heartbeat_ms: i64,
+    /// Sessions across machines: nonzero makes `dvm_session_load_module` send the module's
+    /// bytes to the other nodes, which load their own copy, kept under its SHA-256 in a private
+    /// directory removed when the node ends (0: each node loads the path it is given).
+    pub upload_modules: i32,
 }
 
 /// # Safety
@@ -122,6 +126,7 @@ pub(crate) unsafe fn socket_options(
             options.session_token =
                 Some(unsafe { c_str(opts.session_token, "session_token") }?.to_owned());
         }
+        options.upload_modules = opts.upload_modules != 0;
         options.heartbeat = match opts.heartbeat_ms {
             0 => None,
             ms if ms > 0 => Some(std::time::Duration::from_millis(ms as u64)),

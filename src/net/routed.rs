@@ -8,7 +8,8 @@
 //!
 //! Layout (`WIRE.md`, "Routed frames"): `u32` route (a worker's index on the node, from 0, or
 //! [`ALL`]), `u32` what follows ([`What`]), then the frame for [`What::Frame`] and
-//! [`What::Death`].
+//! [`What::Death`], or for [`What::Upload`] a `u64` length and that many bytes: a module's
+//! SHA-256, then the module.
 
 use std::io::{self, Read, Write};
 
@@ -29,11 +30,17 @@ pub enum What {
     Heartbeat = 1,
     /// From a node: the routed worker is gone; an `Err` frame says why.
     Death = 2,
+    /// From the controller, to the whole node: a module for its workers to load, after its
+    /// SHA-256.
+    Upload = 3,
 }
+
+/// Bytes of the hash before an uploaded module.
+pub const HASH_SIZE: usize = 32;
 
 impl What {
     fn from_code(code: u32) -> Option<What> {
-        [What::Frame, What::Heartbeat, What::Death]
+        [What::Frame, What::Heartbeat, What::Death, What::Upload]
             .into_iter()
             .find(|w| *w as u32 == code)
     }
@@ -44,7 +51,7 @@ impl What {
 pub struct Message {
     pub route: u32,
     pub what: What,
-    /// The frame's bytes, header included; empty for a heartbeat.
+    /// The frame's bytes, header included; empty for a heartbeat; an upload's hash and module.
     pub frame: Vec<u8>,
 }
 
@@ -66,6 +73,18 @@ pub fn write(out: &mut impl Write, route: u32, what: What, frame: &[u8]) -> io::
     head[4..].copy_from_slice(&(what as u32).to_le_bytes());
     out.write_all(&head)?;
     out.write_all(frame)
+}
+
+/// Writes an upload of `module`, whose SHA-256 is `hash`, for every worker of a node.
+pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8]) -> io::Result<()> {
+    write(
+        out,
+        ALL,
+        What::Upload,
+        &((HASH_SIZE + module.len()) as u64).to_le_bytes(),
+    )?;
+    out.write_all(hash)?;
+    out.write_all(module)
 }
 
 fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<(), ReadError> {
@@ -104,6 +123,21 @@ pub fn read(input: &mut impl Read, limits: &Limits) -> std::result::Result<Messa
             frame: Vec::new(),
         });
     }
+    if what == What::Upload {
+        let mut len = [0u8; 8];
+        read_exact(input, &mut len)?;
+        let len = u64::from_le_bytes(len);
+        if route != ALL || len < HASH_SIZE as u64 || len > limits.max_payload as u64 {
+            return Err(ReadError::Bad(Error::value(format!(
+                "an upload of {len} bytes routed to {route:#x} (it goes to every worker, holds \
+                 a {HASH_SIZE}-byte hash, and at most {} bytes)",
+                limits.max_payload
+            ))));
+        }
+        let mut frame = vec![0u8; len as usize];
+        read_exact(input, &mut frame)?;
+        return Ok(Message { route, what, frame });
+    }
     let mut frame = vec![0u8; HEADER_SIZE];
     read_exact(input, &mut frame)?;
     let header = Header::parse(&frame, limits).map_err(ReadError::Bad)?;
@@ -130,6 +164,7 @@ mod tests {
         write(&mut bytes, 3, What::Frame, &sync_frame(9)).unwrap();
         write(&mut bytes, 0, What::Heartbeat, &[]).unwrap();
         write(&mut bytes, ALL, What::Frame, &sync_frame(10)).unwrap();
+        write_upload(&mut bytes, &[9; HASH_SIZE], b"module").unwrap();
         let input = &mut bytes.as_slice();
         let limits = Limits::default();
         let first = read(input, &limits).unwrap();
@@ -141,6 +176,10 @@ mod tests {
         let beat = read(input, &limits).unwrap();
         assert_eq!((beat.what, beat.frame.len()), (What::Heartbeat, 0));
         assert_eq!(read(input, &limits).unwrap().route, ALL);
+        let upload = read(input, &limits).unwrap();
+        assert_eq!((upload.route, upload.what), (ALL, What::Upload));
+        assert_eq!(&upload.frame[..HASH_SIZE], &[9; HASH_SIZE]);
+        assert_eq!(&upload.frame[HASH_SIZE..], b"module");
         assert!(matches!(read(input, &limits), Err(ReadError::Closed)));
     }
 
@@ -152,6 +191,16 @@ mod tests {
             other => panic!("not refused: {other:?}"),
         };
         assert!(bad(&[0, 0, 0, 0, 7, 0, 0, 0]).contains("unknown kind 7"));
+        // Uploads: to every worker, a hash at least, within the limit.
+        let upload = |route: u32, len: u64| {
+            let mut bytes = route.to_le_bytes().to_vec();
+            bytes.extend_from_slice(&3u32.to_le_bytes());
+            bytes.extend_from_slice(&len.to_le_bytes());
+            bytes
+        };
+        assert!(bad(&upload(0, 40)).contains("routed to 0x0"));
+        assert!(bad(&upload(ALL, 31)).contains("an upload of 31 bytes"));
+        assert!(bad(&upload(ALL, 65)).contains("at most 64 bytes"));
         assert!(bad(&[1, 0, 0, 0, 1, 0, 0, 0]).contains("a heartbeat with route 0x1"));
         // A header declaring a payload past the limit: refused from the header alone.
         let mut big = vec![0u8; ROUTE_SIZE];

@@ -67,6 +67,9 @@ pub struct SessionOptions {
     /// Sessions across machines: how long a silent node (or controller) counts as alive
     /// (`None`: 2 s).
     pub heartbeat: Option<Duration>,
+    /// Sessions across machines: `load_module` sends the module's bytes to the other nodes,
+    /// which load their own copy (otherwise each node loads the path it is given).
+    pub upload_modules: bool,
 }
 
 impl SessionOptions {
@@ -112,6 +115,7 @@ impl SessionOptions {
             worker_args: Vec::new(),
             session_token: None,
             heartbeat: None,
+            upload_modules: false,
         })
     }
 }
@@ -147,6 +151,8 @@ pub struct Session {
     /// so that every worker installs the same one last, and that is the one kept. (Not `ccl`'s
     /// lock: shutdown takes that one to break waits that this call's sync may be stuck behind.)
     ccl_setup: Mutex<()>,
+    /// Whether `load_module` ships modules to the other nodes (sessions across machines).
+    upload_modules: bool,
 }
 
 /// Where the workers find a new CPU communicator.
@@ -557,6 +563,7 @@ impl Session {
             has_deferred_frees: AtomicBool::new(false),
             watcher,
             ccl_setup: Mutex::new(()),
+            upload_modules: options.upload_modules,
         })
     }
 
@@ -773,6 +780,78 @@ impl Session {
     ) -> Result<DRef> {
         self.check_owner(func, "func")?;
         self.call_register(target, func.reg(), args)
+    }
+
+    /// Calls `here.0` with the arguments `here.1` on the workers of this machine and `there.0`
+    /// with `there.1` on the workers of other nodes, into one register: a call whose arguments
+    /// differ by machine (a module loaded from its path here and from its upload there).
+    #[cfg(not(loom))]
+    pub(super) fn call_by_machine(
+        self: &Arc<Self>,
+        here: (&DRef, &[AnyView<'_>]),
+        there: (&DRef, &[AnyView<'_>]),
+    ) -> Result<DRef> {
+        self.check_owner(here.0, "func")?;
+        self.check_owner(there.0, "func")?;
+        let (here_args, there_args) = (self.encode_args(here.1)?, self.encode_args(there.1)?);
+        self.check_open()?;
+        self.queue_deferred_frees()?;
+        let all = 0..self.workers.len();
+        let local = all
+            .clone()
+            .find(|&w| matches!(self.workers[w], WorkerLink::Node(_)))
+            .unwrap_or(all.end);
+        let out = DRef::new(self.clone(), self.registers.allocate(), None);
+        let call = |func: &DRef, args: &Option<Arc<[Arg]>>| Message::Call {
+            func: func.reg(),
+            out: out.reg(),
+            args: args.clone(),
+        };
+        let (spin, deadline) = (self.spin, self.deadline());
+        let pushed = link::push_to(
+            &self.workers,
+            0..local,
+            || call(here.0, &here_args),
+            spin,
+            deadline,
+            |w| self.alive(w),
+        )
+        .and_then(|()| {
+            link::push_to(
+                &self.workers,
+                local..all.end,
+                || call(there.0, &there_args),
+                spin,
+                deadline,
+                |w| self.alive(w),
+            )
+        });
+        self.wake(all);
+        pushed.map(|()| out)
+    }
+
+    /// Whether `load_module` ships modules to the session's other nodes.
+    pub(super) fn uploads_modules(&self) -> bool {
+        self.upload_modules
+    }
+
+    /// Sends `module` (the bytes of a module file) to every other node of the session, which
+    /// keeps it under its SHA-256; returns that hash in hex.
+    #[cfg(not(loom))]
+    pub(super) fn upload(&self, module: &[u8]) -> Result<String> {
+        let hash = node::hash(module);
+        let mut last: Option<&Arc<node::NodeConnection>> = None;
+        for link in &self.workers {
+            if let WorkerLink::Node(link) = link {
+                if last.is_some_and(|node| Arc::ptr_eq(node, link.node())) {
+                    continue;
+                }
+                last = Some(link.node());
+                link.alive()?;
+                link.node().upload(&hash, module)?;
+            }
+        }
+        Ok(node::hex(&hash))
     }
 
     /// `func` of this session bound to `target`, for calls that repeat: [`BoundCall::call`] is

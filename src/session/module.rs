@@ -18,6 +18,10 @@ use crate::object::{Any, AnyView, Error, Function, Result, registry};
 const LOAD: &str = "discovm.load_module";
 /// `discovm.module_get_function(module, name) -> Function`: one of a module's functions.
 const GET_FUNCTION: &str = "discovm.module_get_function";
+/// `discovm.load_uploaded_module(sha256_hex) -> Module`: loads, on a worker of a node, the module
+/// the controller uploaded to that node with that hash.
+#[cfg(not(loom))]
+const LOAD_UPLOADED: &str = "discovm.load_uploaded_module";
 /// `runtime.disco.load_vm_module(path, device=None) -> Module`: Disco's loader of a model TVM
 /// compiled for its Relax VM, on the worker's device by default.
 const LOAD_VM: &str = "runtime.disco.load_vm_module";
@@ -32,6 +36,15 @@ fn load(args: &[AnyView<'_>]) -> Result<Any> {
         .as_str()
         .map_err(|e| e.context("argument 0 (path)"))?;
     Ok(Module::load(path)?.into())
+}
+
+#[cfg(not(loom))]
+fn load_uploaded(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(LOAD_UPLOADED, args, 1, 1)?;
+    let name = args[0]
+        .as_str()
+        .map_err(|e| e.context("argument 0 (sha256_hex)"))?;
+    Ok(Module::load(&super::node::uploaded_path(name)?)?.into())
 }
 
 fn get_function(args: &[AnyView<'_>]) -> Result<Any> {
@@ -84,6 +97,8 @@ pub(super) fn register() {
             (LOAD, load as fn(&[AnyView<'_>]) -> Result<Any>),
             (GET_FUNCTION, get_function),
             (LOAD_VM, load_vm),
+            #[cfg(not(loom))]
+            (LOAD_UPLOADED, load_uploaded),
         ] {
             registry::register_global(name, Function::from_closure(body), true)
                 .expect("built-in names are valid");
@@ -95,12 +110,24 @@ impl Session {
     /// Loads the shared library at `path` on every worker, after the calls sent before; returns
     /// at once with a DRef to the module on each. A path that is not a file here is a
     /// `ValueError` now; a library a worker cannot load fails that worker's next wait. Workers
-    /// get the absolute path, so a relative one means the file relative to the caller.
+    /// get the absolute path, so a relative one means the file relative to the caller. A
+    /// session across machines that uploads modules sends the file's bytes to its other nodes
+    /// first, and their workers load the copy their node keeps.
     pub fn load_module(self: &Arc<Self>, path: &str) -> Result<DRef> {
         self.check_open()?;
         let path = check_file(path)?;
         let load = self.get_global_func(LOAD)?;
-        self.call(Target::All, &load, &[Any::from(path.as_str()).view()])
+        let here = [Any::from(path.as_str())];
+        let here = (&load, &[here[0].view()][..]);
+        #[cfg(not(loom))]
+        if self.uploads_modules() {
+            let module = std::fs::read(&path)
+                .map_err(|e| Error::value(format!("cannot read the module `{path}`: {e}")))?;
+            let name = Any::from(self.upload(&module)?.as_str());
+            let load_uploaded = self.get_global_func(LOAD_UPLOADED)?;
+            return self.call_by_machine(here, (&load_uploaded, &[name.view()]));
+        }
+        self.call(Target::All, here.0, here.1)
     }
 
     /// The function `name` of the module `module` holds on every worker (loaded by

@@ -303,6 +303,7 @@ impl SessionParts {
             worker_program: std::ptr::null(),
             session_token: std::ptr::null(),
             heartbeat_ms: 0,
+            upload_modules: 0,
         };
         let mut session = null_mut();
         // SAFETY (each call here): valid arguments, outputs to locals.

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use crate::channel::ring::max_frame;
 use crate::channel::{SpinPolicy, Watchers};
-use crate::net::routed::{self, ALL, ReadError, What};
+use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::message::{Message, Reply};
 use crate::session::process::{RING_CAPACITY, SessionLinks};
@@ -263,6 +263,14 @@ impl NodeConnection {
                 format!("{} is lost: sending to it failed: {e}", self.describe()),
             ),
         }
+    }
+
+    /// Sends `module`, whose SHA-256 is `hash`, to the node, now.
+    pub fn upload(&self, hash: &[u8; HASH_SIZE], module: &[u8]) -> Result<()> {
+        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
+        routed::write_upload(&mut *writer, hash, module)
+            .and_then(|()| writer.flush())
+            .map_err(|e| self.io_error(e))
     }
 
     /// Sends `Shutdown` to every worker of the node, once.

@@ -10,6 +10,7 @@
 
 mod link;
 mod serve;
+mod uploads;
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use std::time::Duration;
 
 pub(crate) use link::{NodeConnection, NodeLink};
 pub(crate) use serve::serve as serve_node;
+pub(crate) use uploads::{hash, hex, uploaded_path};
 
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
 use crate::object::{Error, ErrorKind, Result};

@@ -13,6 +13,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::HEARTBEAT;
+use super::uploads::{UPLOAD_DIR_VAR, Uploads};
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
@@ -151,6 +152,9 @@ pub(crate) fn serve(
         first: rank * count,
         count,
     };
+    let uploads = Uploads::create()?;
+    // SAFETY: this process runs no other thread yet; its workers inherit the variable.
+    unsafe { std::env::set_var(UPLOAD_DIR_VAR, uploads.dir()) };
     let (links, _watcher) = process::start_workers(
         welcome.num_nodes as usize * count,
         welcome.num_groups as usize,
@@ -178,7 +182,7 @@ pub(crate) fn serve(
         })
         .map_err(|e| Error::runtime(format!("cannot start the heartbeat: {e}")))?;
 
-    let relayed = relay_requests(&mut BufReader::new(&stream), &links, heartbeat);
+    let relayed = relay_requests(&mut BufReader::new(&stream), &links, &uploads, heartbeat);
     // After a shutdown the workers stop on their own; a lost controller's are killed now.
     let grace = match &relayed {
         Ok(()) => options
@@ -199,6 +203,7 @@ pub(crate) fn serve(
 fn relay_requests(
     stream: &mut impl Read,
     links: &[ProcessLink],
+    uploads: &Uploads,
     heartbeat: Duration,
 ) -> Result<()> {
     let limits = Limits::default();
@@ -226,6 +231,13 @@ fn relay_requests(
             What::Heartbeat => continue,
             What::Death => {
                 return Err(Error::runtime("the controller sent a death notice"));
+            }
+            What::Upload => {
+                // A module that fails its check is not kept: loading it fails on the workers.
+                if let Err(error) = uploads.store(&message.frame) {
+                    eprintln!("discovm node: {}", error.message);
+                }
+                continue;
             }
             What::Frame => {}
         }

@@ -67,6 +67,7 @@ fn options(
         worker_program: std::ptr::null(),
         session_token: std::ptr::null(),
         heartbeat_ms: 0,
+        upload_modules: 0,
     })
 }
 
