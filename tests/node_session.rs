@@ -665,3 +665,30 @@ fn uploaded_modules_load_from_each_nodes_own_copy_which_goes_with_the_node() {
     s.shutdown().unwrap();
     assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
 }
+
+#[test]
+fn a_tensor_larger_than_a_ring_crosses_to_and_from_a_worker_on_another_node() {
+    let (s, mut nodes) = session_of(2, 1, options(60_000));
+    let elements: usize = 5 << 20; // 20 MiB of float32: more than the 8 MiB ring to the worker
+    let values: Vec<f32> = (0..elements).map(|i| i as f32).collect();
+    let tensor = discovm::object::Tensor::empty(
+        &[elements as i64],
+        session_calls::F32,
+        discovm::abi::DLDevice::cpu(),
+    )
+    .unwrap();
+    // SAFETY: a compact float32 host tensor of `elements` elements, ours alone.
+    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), tensor.data_ptr().cast(), elements) };
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let held = call(&s, &rank, &[]);
+    s.set_register(held.reg(), 1, Any::from(tensor)).unwrap();
+    let back = s.get_register(held.reg(), 1).unwrap();
+    let back = back.view().as_tensor().unwrap();
+    assert_eq!(back.nbytes(), elements * 4);
+    // SAFETY: as above, for the copy read back.
+    let got = unsafe { std::slice::from_raw_parts(back.data_ptr().cast::<f32>(), elements) };
+    assert!(got == &values[..], "the tensor came back as it went");
+    drop((held, rank));
+    s.shutdown().unwrap();
+    assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
+}

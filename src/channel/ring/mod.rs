@@ -14,7 +14,10 @@
 //! Records are 8-byte aligned: an 8-byte header (payload length, kind) and the payload, padded.
 //! A record never wraps: when one does not fit before the end of the ring, the producer fills
 //! the rest with a pad record and goes on from offset 0. So a frame longer than half the ring
-//! may wait for the consumer to skip a pad even when the ring is empty.
+//! may wait for the consumer to skip a pad even when the ring is empty. A frame longer than a
+//! record can be goes as parts of half the ring each, the last one a frame record; the consumer
+//! gathers them into memory of its own (up to [`MAX_GATHERED`] bytes), releasing each part as
+//! it goes, so the producer writes the next while the consumer copies the last.
 //!
 //! Each end is single-threaded (its methods take `&mut self`), and one process holds each end.
 //! Threads that send to one ring share its producer behind a lock (`Mutex<Producer>`), which
@@ -56,8 +59,13 @@ pub const MIN_CAPACITY: usize = RING_ALIGN;
 pub const MAX_CAPACITY: usize = 1 << 31;
 /// Bytes of a record's header.
 const RECORD_HEADER: u64 = 8;
-/// A record that holds a frame.
+/// A record that holds a frame, or the last part of one.
 const FRAME: u32 = u32::from_le_bytes(*b"fram");
+/// A record that holds a part of a frame, not its last.
+const PART: u32 = u32::from_le_bytes(*b"part");
+/// The longest frame a consumer gathers from parts (a wire frame's default bound and its
+/// header).
+pub const MAX_GATHERED: usize = (1 << 30) + 16;
 /// A record that fills the end of the ring.
 const PAD: u32 = u32::from_le_bytes(*b"pad ");
 /// Positions above this when an end attaches are corrupt: a real ring does not pass 2^62
@@ -407,19 +415,45 @@ impl Producer {
             producer: self,
             len,
             record,
+            kind: FRAME,
         })
     }
 
-    /// Sends `frame`: [`Producer::reserve`], copy, [`Reservation::commit`].
+    /// Sends `frame`: [`Producer::reserve`], copy, [`Reservation::commit`]; a frame longer
+    /// than [`Producer::max_frame`] goes as parts of half the ring each (up to
+    /// [`MAX_GATHERED`] bytes in all).
+    ///
+    /// Errors: as for [`Producer::reserve`]; `ValueError` for a frame longer than
+    /// [`MAX_GATHERED`]. A wait that fails between parts leaves the consumer with a part of a
+    /// frame: the ring is no use after it.
     pub fn send(
         &mut self,
         frame: &[u8],
         policy: SpinPolicy,
         deadline: Option<Instant>,
-        check: impl FnMut() -> Result<()>,
+        mut check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
-        let mut reservation = self.reserve(frame.len(), policy, deadline, check)?;
-        reservation.copy_from_slice(frame);
+        if frame.len() > MAX_GATHERED {
+            return Err(Error::value(format!(
+                "a frame of {} bytes is longer than a ring carries ({MAX_GATHERED} bytes)",
+                frame.len()
+            )));
+        }
+        let mut rest = frame;
+        if rest.len() > self.max_frame() {
+            let part =
+                ((self.ring.capacity / 2) as usize).saturating_sub(RECORD_HEADER as usize) & !7;
+            while rest.len() > self.max_frame() {
+                let (this, next) = rest.split_at(part);
+                let mut reservation = self.reserve(this.len(), policy, deadline, &mut check)?;
+                reservation.copy_from_slice(this);
+                reservation.kind = PART;
+                reservation.commit();
+                rest = next;
+            }
+        }
+        let mut reservation = self.reserve(rest.len(), policy, deadline, check)?;
+        reservation.copy_from_slice(rest);
         reservation.commit();
         Ok(())
     }
@@ -509,6 +543,8 @@ pub struct Reservation<'a> {
     len: usize,
     /// The record's bytes, header and padding included.
     record: u64,
+    /// `FRAME`, or `PART` for a part of a frame sent in parts.
+    kind: u32,
 }
 
 impl<'a> Reservation<'a> {
@@ -531,12 +567,13 @@ impl<'a> Reservation<'a> {
             producer,
             len,
             record,
+            kind,
         } = self;
         let at = producer.ring.offset(producer.head);
         producer
             .ring
             .record_word(at)
-            .store(record_word(FRAME, len as u64), Ordering::Relaxed);
+            .store(record_word(kind, len as u64), Ordering::Relaxed);
         producer.head += record;
         producer.publish();
         producer
@@ -575,6 +612,8 @@ struct Record {
     len: usize,
     /// Its bytes, header and padding included.
     bytes: u64,
+    /// Whether it is a part of a frame, not its last.
+    part: bool,
 }
 
 /// The receiving end of a ring.
@@ -619,14 +658,16 @@ impl Consumer {
         self.check_interval = interval;
     }
 
-    /// The next frame, if one is there.
+    /// The next frame, if one is there (a frame sent whole).
     ///
     /// Errors: `RuntimeError` if the producer's position or the record in shared memory is
     /// corrupt.
+    #[cfg(test)]
     pub fn try_recv(&mut self) -> Result<Option<Frame<'_>>> {
         Ok(self.state.poll(&self.ring)?.map(|record| Frame {
             consumer: self,
-            record,
+            record: Some(record),
+            gathered: Vec::new(),
         }))
     }
 
@@ -640,21 +681,44 @@ impl Consumer {
         &mut self,
         policy: SpinPolicy,
         deadline: Option<Instant>,
-        check: impl FnMut() -> Result<()>,
+        mut check: impl FnMut() -> Result<()>,
     ) -> Result<Frame<'_>> {
-        let ring = &self.ring;
-        let state = &mut self.state;
-        let record = ring.header().readable.0.wait(
-            policy,
-            self.check_interval,
-            deadline,
-            || "receiving from a ring".to_string(),
-            check,
-            || state.poll(ring).transpose(),
-        )??;
+        let mut gathered = Vec::new();
+        let record = loop {
+            let ring = &self.ring;
+            let state = &mut self.state;
+            let record = ring.header().readable.0.wait(
+                policy,
+                self.check_interval,
+                deadline,
+                || "receiving from a ring".to_string(),
+                &mut check,
+                || state.poll(ring).transpose(),
+            )??;
+            if !record.part && gathered.is_empty() {
+                break Some(record);
+            }
+            // A part, or the last of them: copied out and released at once.
+            if gathered.len() + record.len > MAX_GATHERED {
+                return Err(corrupt(format_args!(
+                    "a frame in parts runs past {MAX_GATHERED} bytes"
+                )));
+            }
+            // SAFETY: as in `Frame::deref`: a checked record, the producer's no more until it
+            // is released below.
+            gathered.extend_from_slice(unsafe {
+                std::slice::from_raw_parts(ring.payload(record.at, record.len), record.len)
+            });
+            state.tail += record.bytes;
+            release(ring, state.tail);
+            if !record.part {
+                break None;
+            }
+        };
         Ok(Frame {
             consumer: self,
             record,
+            gathered,
         })
     }
 }
@@ -680,11 +744,12 @@ impl ConsumerState {
                 continue;
             }
             let bytes = RECORD_HEADER + padded(len);
-            if kind == FRAME && bytes <= to_end && bytes <= available {
+            if (kind == FRAME || kind == PART) && bytes <= to_end && bytes <= available {
                 return Ok(Some(Record {
                     at,
                     len: len as usize,
                     bytes,
+                    part: kind == PART,
                 }));
             }
             return Err(corrupt(format_args!(
@@ -718,33 +783,36 @@ fn release(ring: &RingRef, tail: u64) {
     ring.header().writable.0.wake_fenced();
 }
 
-/// A received frame: its bytes, borrowed from the ring until it is dropped.
+/// A received frame: its bytes, borrowed from the ring until it is dropped, or, for a frame
+/// that came in parts, gathered in memory of its own.
 pub struct Frame<'a> {
     consumer: &'a mut Consumer,
-    record: Record,
+    /// The record it lies in; `None` for a frame gathered from parts.
+    record: Option<Record>,
+    gathered: Vec<u8>,
 }
 
 impl Deref for Frame<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
+        let Some(record) = self.record else {
+            return &self.gathered;
+        };
         let ring = &self.consumer.ring;
         // SAFETY: the record was checked to lie inside the data area, and the producer
         // published it and does not write it again until it is released, when this frame is
         // dropped (a misbehaving peer could, which makes the bytes wrong, never out of bounds).
-        unsafe {
-            std::slice::from_raw_parts(
-                ring.payload(self.record.at, self.record.len),
-                self.record.len,
-            )
-        }
+        unsafe { std::slice::from_raw_parts(ring.payload(record.at, record.len), record.len) }
     }
 }
 
 impl Drop for Frame<'_> {
     fn drop(&mut self) {
-        let consumer = &mut *self.consumer;
-        consumer.state.tail += self.record.bytes;
-        release(&consumer.ring, consumer.state.tail);
+        if let Some(record) = self.record {
+            let consumer = &mut *self.consumer;
+            consumer.state.tail += record.bytes;
+            release(&consumer.ring, consumer.state.tail);
+        }
     }
 }

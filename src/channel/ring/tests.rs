@@ -216,10 +216,10 @@ fn a_frame_behind_a_pad_waits_for_the_consumer_to_skip_the_pad() {
 }
 
 #[test]
-fn a_frame_larger_than_the_ring_is_an_error() {
+fn a_reservation_larger_than_the_ring_is_an_error() {
     let (_memory, mut producer, mut consumer) = ring(128);
     let error = producer
-        .send(&[0; 121], PARK_AT_ONCE, deadline(), alive)
+        .send_with(121, PARK_AT_ONCE, deadline(), alive, |_| ())
         .unwrap_err();
     assert_eq!(error.kind, ErrorKind::Value);
     assert_eq!(
@@ -230,6 +230,33 @@ fn a_frame_larger_than_the_ring_is_an_error() {
         .send(&[5; 120], PARK_AT_ONCE, deadline(), alive)
         .unwrap();
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), &[5; 120]);
+}
+
+#[test]
+fn frames_larger_than_the_ring_cross_in_parts_among_whole_ones() {
+    const FRAMES: u64 = 400;
+    let (_memory, mut producer, mut consumer) = ring(1024);
+    let len = |i: u64| (i as usize * 389) % 9000;
+    let sender = thread::spawn(move || {
+        let mut buf = vec![0u8; 9000];
+        for i in 0..FRAMES {
+            let frame = &mut buf[..len(i)];
+            fill(frame, i);
+            producer
+                .send(frame, SpinPolicy::default(), deadline(), alive)
+                .unwrap();
+        }
+    });
+    for i in 0..FRAMES {
+        let frame = consumer
+            .recv(SpinPolicy::default(), deadline(), alive)
+            .unwrap();
+        assert_eq!(frame.len(), len(i), "frame {i}");
+        assert!(holds(&frame, i), "frame {i}");
+    }
+    sender.join().unwrap();
+    // Every part was released: the ring is empty again.
+    assert!(consumer.try_recv().unwrap().is_none());
 }
 
 #[test]

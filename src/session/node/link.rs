@@ -14,12 +14,12 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
-use crate::channel::ring::max_frame;
+use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{SpinPolicy, Watchers};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::message::{Message, Reply};
-use crate::session::process::{RING_CAPACITY, SessionLinks};
+use crate::session::process::SessionLinks;
 use crate::session::requests::{RequestBook, try_send};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -319,14 +319,13 @@ impl NodeLink {
         &self.node
     }
 
-    /// Writes `frame` to `route` of the node, if it fits the ring of a worker process there.
+    /// Writes `frame` to `route` of the node, if the ring of a worker process there carries it.
     fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
         self.alive()?;
-        let most = max_frame(RING_CAPACITY);
-        if frame.len() > most {
+        if frame.len() > MAX_GATHERED {
             return Err(Error::value(format!(
-                "a frame of {} bytes can never fit in a ring of {RING_CAPACITY} bytes (at most \
-                 {most} bytes a frame) to a worker on another node",
+                "a frame of {} bytes is longer than a ring to a worker carries ({MAX_GATHERED} \
+                 bytes)",
                 frame.len()
             )));
         }

@@ -16,7 +16,7 @@ use super::launch::FIRST_INHERITED_FD;
 use super::watch::exit_with_parent;
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
-use crate::channel::ring::{Consumer, Producer, ring_bytes};
+use crate::channel::ring::{Consumer, MAX_GATHERED, Producer, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::device::cpu::{HostTensor, pin_current_thread};
 use crate::object::{Any, Error, Result, Tensor};
@@ -245,19 +245,18 @@ fn reply(
     let request = answer.request();
     out.clear();
     answer.encode(out)?;
-    if out.len() > replies.max_frame() {
-        // What cannot cross in one frame fails its request, not the worker.
+    if out.len() > MAX_GATHERED {
+        // What cannot cross fails its request, not the worker.
         let error = Error::value(format!(
-            "the reply of {} bytes does not fit the {}-byte ring to the controller (a value \
-             read or copied from a worker process is one frame)",
-            out.len(),
-            replies.max_frame()
+            "the reply of {} bytes is longer than a ring to the controller carries \
+             ({MAX_GATHERED} bytes)",
+            out.len()
         ));
         out.clear();
         Frame::<Any>::Err { request, error }.encode(out)?;
     }
     replies.send(out, spin, None, || Ok(()))?;
-    out.shrink_to(replies.max_frame().min(1 << 16));
+    out.shrink_to(1 << 16);
     Ok(())
 }
 
