@@ -108,6 +108,38 @@ fn ended(mut child: Child, within: Duration) -> (Option<i32>, String) {
     }
 }
 
+/// A controller of our own on a fresh port: starts a node of `workers` workers, lets it join
+/// (rank 1 of 2, heartbeat `heartbeat_ms`) and returns it with the connection.
+fn fake_controller(workers: u32, heartbeat_ms: u64) -> (Child, TcpStream) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let node = node(port, workers, TOKEN, &[]);
+    let (mut stream, _) = listener.accept().unwrap();
+    let (_, answer) = auth::authenticate(&mut stream, &Secret::new(TOKEN.as_bytes())).unwrap();
+    let welcome = Welcome {
+        rank: 1,
+        num_nodes: 2,
+        workers_per_node: workers,
+        num_groups: 1,
+        timeout_ms: 0,
+        heartbeat_ms,
+    };
+    answer.welcome(&mut stream, &welcome).unwrap();
+    (node, stream)
+}
+
+/// Connects to the controller at `port`, retrying for 10 s while it does not listen yet.
+fn connect_retrying(port: u16) -> TcpStream {
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            Ok(stream) => return stream,
+            Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Err(e) => panic!("{e}"),
+        }
+    }
+}
+
 fn pids_of(s: &Arc<Session>) -> Vec<i64> {
     let pid = s.get_global_func("proc.pid").unwrap();
     let pids = call(s, &pid, &[]);
@@ -279,14 +311,7 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
     let wrong = node(port, 1, "a guess", &[]);
     // A stranger that sends garbage, and one that connects and says nothing.
     let stranger = std::thread::spawn(move || {
-        let until = Instant::now() + Duration::from_secs(10);
-        let mut stream = loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(stream) => break stream,
-                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let mut stream = connect_retrying(port);
         let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: discovm\r\n\r\n");
         let _ = stream.write_all(&[0xff; 4096]);
@@ -317,20 +342,7 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
 
 #[test]
 fn a_node_whose_controller_goes_away_stops_its_workers_and_exits() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let node = node(port, 2, TOKEN, &[]);
-    let (mut stream, _) = listener.accept().unwrap();
-    let (_, answer) = auth::authenticate(&mut stream, &Secret::new(TOKEN.as_bytes())).unwrap();
-    let welcome = Welcome {
-        rank: 1,
-        num_nodes: 2,
-        workers_per_node: 2,
-        num_groups: 1,
-        timeout_ms: 0,
-        heartbeat_ms: 300,
-    };
-    answer.welcome(&mut stream, &welcome).unwrap();
+    let (node, _stream) = fake_controller(2, 300);
     // The controller says nothing more: the node gives up after its heartbeat interval.
     let started = Instant::now();
     let (status, said) = ended(node, Duration::from_secs(10));
@@ -433,18 +445,10 @@ fn a_thousand_fuzzed_handshake_messages_are_dropped_and_the_session_forms() {
     let port = free_port();
     let strangers = std::thread::spawn(move || {
         let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-        let until = Instant::now() + Duration::from_secs(10);
         let mut sent = 0;
         // 50 connections of 20 messages each.
         while sent < 1000 {
-            let mut stream = match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(stream) => stream,
-                Err(_) if Instant::now() < until => {
-                    std::thread::sleep(Duration::from_millis(20));
-                    continue;
-                }
-                Err(e) => panic!("{e}"),
-            };
+            let mut stream = connect_retrying(port);
             for _ in 0..20 {
                 let _ = stream.write_all(&noise.mutate(&hello()));
                 sent += 1;
@@ -462,20 +466,7 @@ fn a_thousand_fuzzed_handshake_messages_are_dropped_and_the_session_forms() {
 
 #[test]
 fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let node = node(port, 1, TOKEN, &[]);
-    let (mut stream, _) = listener.accept().unwrap();
-    let (_, answer) = auth::authenticate(&mut stream, &Secret::new(TOKEN.as_bytes())).unwrap();
-    let welcome = Welcome {
-        rank: 1,
-        num_nodes: 2,
-        workers_per_node: 1,
-        num_groups: 1,
-        timeout_ms: 0,
-        heartbeat_ms: 2000,
-    };
-    answer.welcome(&mut stream, &welcome).unwrap();
+    let (node, mut stream) = fake_controller(1, 2000);
     let mut noise = Noise(0x2545_f491_4f6c_dd1d);
     let messages = routed_messages();
     for i in 0..1000 {
@@ -498,14 +489,7 @@ fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing
 fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
     let port = free_port();
     let fake = std::thread::spawn(move || {
-        let until = Instant::now() + Duration::from_secs(10);
-        let mut stream = loop {
-            match TcpStream::connect(("127.0.0.1", port)) {
-                Ok(stream) => break stream,
-                Err(_) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
-                Err(e) => panic!("{e}"),
-            }
-        };
+        let mut stream = connect_retrying(port);
         let join = auth::Join {
             rank: None,
             workers: 1,
