@@ -424,7 +424,7 @@ impl Session {
             num_groups,
             &options,
             &devices,
-            here,
+            (here, None),
             ccl.clone(),
         )?;
         let links = links
@@ -494,7 +494,7 @@ impl Session {
             num_groups,
             &options,
             &devices[..per_node],
-            here,
+            (here, None),
             ccl.clone(),
         )?;
         let shared = links[0].session().clone();

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 pub(crate) use link::{NodeConnection, NodeLink};
 pub(crate) use serve::serve as serve_node;
-pub(crate) use uploads::{hash, hex, uploaded_path};
+pub(crate) use uploads::{hash, hex, keep_uploads_at, uploaded_path};
 
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
 use crate::object::{Error, ErrorKind, Result};

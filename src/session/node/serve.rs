@@ -13,7 +13,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::HEARTBEAT;
-use super::uploads::{UPLOAD_DIR_VAR, Uploads};
+use super::uploads::Uploads;
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
@@ -153,14 +153,12 @@ pub(crate) fn serve(
         count,
     };
     let uploads = Uploads::create()?;
-    // SAFETY: this process runs no other thread yet; its workers inherit the variable.
-    unsafe { std::env::set_var(UPLOAD_DIR_VAR, uploads.dir()) };
     let (links, _watcher) = process::start_workers(
         welcome.num_nodes as usize * count,
         welcome.num_groups as usize,
         &options,
         &vec![DLDevice::cpu(); count],
-        here,
+        (here, Some(uploads.dir())),
         CurrentCcl::default(),
     )?;
     let links: Arc<Vec<ProcessLink>> = Arc::new(links);

@@ -3,21 +3,28 @@
 //! workers load it from there by that hash.
 //!
 //! The one idea: no peer chooses a path. The node makes the directory (mode 0700, removed when
-//! the node ends), writes each module under the hex of the hash it checked against the bytes,
-//! and a worker turns a hash into a path only after checking that it is 64 hex digits.
+//! the node ends) and passes it to its workers as an argument, writes each module under the
+//! hex of the hash it checked against the bytes, and a worker turns a hash into a path only
+//! after checking that it is 64 hex digits.
 
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
 use crate::net::routed::HASH_SIZE;
 use crate::object::{Error, Result};
 
-/// The variable through which a node tells its worker processes where its uploads are.
-pub(crate) const UPLOAD_DIR_VAR: &str = "DISCOVM_UPLOAD_DIR";
+/// Where the node of this worker process keeps its uploads, once the worker knows.
+static HERE: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes this worker process load uploaded modules from `dir` (its node's).
+pub(crate) fn keep_uploads_at(dir: PathBuf) {
+    let _ = HERE.set(dir);
+}
 
 /// The SHA-256 of `bytes`.
 pub(crate) fn hash(bytes: &[u8]) -> [u8; HASH_SIZE] {
@@ -109,20 +116,21 @@ impl Drop for Uploads {
 /// Where this worker process finds the module uploaded with hash `name` (64 hex digits).
 ///
 /// Errors: `ValueError` for a name that is not 64 hex digits; `RuntimeError` when this process
-/// is not a worker of a node (no upload directory), or nothing was uploaded with that hash.
+/// is not a worker of a node (it knows no upload directory), or nothing was uploaded with that
+/// hash.
 pub(crate) fn uploaded_path(name: &str) -> Result<String> {
     if name.len() != 2 * HASH_SIZE || !name.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(Error::value(format!(
             "an uploaded module is named by its SHA-256 in hex (64 digits), not {name:?}"
         )));
     }
-    let dir = std::env::var_os(UPLOAD_DIR_VAR).ok_or_else(|| {
-        Error::runtime(format!(
+    let dir = HERE.get().ok_or_else(|| {
+        Error::runtime(
             "no module was uploaded to this worker: it is not on a node of a session across \
-             machines (no {UPLOAD_DIR_VAR})"
-        ))
+             machines",
+        )
     })?;
-    let path = PathBuf::from(dir).join(format!("{}.so", name.to_ascii_lowercase()));
+    let path = dir.join(format!("{}.so", name.to_ascii_lowercase()));
     if !path.is_file() {
         return Err(Error::runtime(format!(
             "no module with SHA-256 {name} was uploaded to this node"

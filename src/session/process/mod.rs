@@ -33,14 +33,15 @@ use serve::WorkerArgs;
 pub(crate) const RING_CAPACITY: usize = 8 << 20;
 
 /// Starts one worker process per device of `devices` (the workers `here` of a session of
-/// `num_workers`), each with its rings, and a watcher that records the death of any of them in
-/// its link and breaks the session's communicator `ccl` with it.
+/// `num_workers`; on a node, `uploads` is where it keeps the modules uploaded to it), each with
+/// its rings, and a watcher that records the death of any of them in its link and breaks the
+/// session's communicator `ccl` with it.
 pub(crate) fn start_workers(
     num_workers: usize,
     num_groups: usize,
     options: &SessionOptions,
     devices: &[DLDevice],
-    here: Here,
+    (here, uploads): (Here, Option<&std::path::Path>),
     ccl: CurrentCcl,
 ) -> Result<(Vec<ProcessLink>, Watcher)> {
     let program = worker_program(options.worker_program.as_deref())?;
@@ -69,6 +70,7 @@ pub(crate) fn start_workers(
             timeout: options.timeout,
             ring_capacity: RING_CAPACITY,
             here,
+            uploads: uploads.map(|dir| dir.to_string_lossy().into_owned()),
         };
         let command_line = options.worker_args.iter().cloned().chain(args.to_args());
         let child = launch::spawn(&program, command_line, &[memory.fd(), session.arena.fd()])

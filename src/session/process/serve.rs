@@ -27,7 +27,7 @@ use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
-pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v3";
+pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v4";
 
 /// Where a worker process finds its place in the session: what the controller passes it.
 #[derive(Clone, Debug)]
@@ -44,6 +44,8 @@ pub(crate) struct WorkerArgs {
     pub ring_capacity: usize,
     /// The workers of its machine, whose arena it shares: the first one's id and how many.
     pub here: Here,
+    /// Where its node keeps the modules uploaded to it (sessions across machines).
+    pub uploads: Option<String>,
 }
 
 /// The workers of one machine of a session: worker ids `first .. first + count`.
@@ -75,6 +77,7 @@ impl WorkerArgs {
             self.ring_capacity.to_string(),
             self.here.first.to_string(),
             self.here.count.to_string(),
+            self.uploads.clone().unwrap_or_default(),
         ]
     }
 
@@ -85,7 +88,7 @@ impl WorkerArgs {
                 "a worker program is started by its controller (a process session), which \
                  passes it the arguments (argv after the program's name) `{ARGS_VERSION} ID \
                  WORKERS GROUPS DEVICE_TYPE DEVICE_ID SPIN_US CPU TIMEOUT_MS RING_BYTES FIRST_HERE \
-                 WORKERS_HERE`, with \
+                 WORKERS_HERE UPLOADS` (UPLOADS empty but on a node), with \
                  the shared memory of its rings as descriptor 3 and the session's arena as \
                  descriptor 4; got {args:?}"
             ))
@@ -103,6 +106,7 @@ impl WorkerArgs {
             ring,
             first_here,
             workers_here,
+            uploads,
         ] = args
         else {
             return Err(usage());
@@ -151,6 +155,7 @@ impl WorkerArgs {
             },
             ring_capacity: count(ring)?,
             here,
+            uploads: (!uploads.is_empty()).then(|| uploads.clone()),
         })
     }
 }
@@ -172,6 +177,9 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     let fd = unsafe { OwnedFd::from_raw_fd(FIRST_INHERITED_FD + 1) };
     let here = args.here;
     arena::attach(Arena::attach(fd, here.count)?, args.info.id - here.first)?;
+    if let Some(uploads) = args.uploads {
+        crate::session::node::keep_uploads_at(uploads.into());
+    }
     if let Some(cpu) = args.cpu {
         pin_current_thread(cpu)?;
     }
