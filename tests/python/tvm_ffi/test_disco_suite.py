@@ -155,6 +155,19 @@ def test_shape_tuple(session_kind):
         assert list(value) == [1, 2, 3, 4, 5]
 
 
+def test_two_nodes_of_one_worker_each():
+    """The session tests' calls on the smallest session across machines: 2 nodes of 1 worker."""
+    sess = _socket_session(num_workers=2)
+    assert sess.num_workers == 2
+    result = sess.get_global_func("tests.disco.add_one")(1)
+    assert [result.debug_get_from_remote(i) for i in range(2)] == [2, 2]
+    shapes = sess.get_global_func("tests.disco.shape_tuple")(ShapeTuple([1, 2, 3]))
+    assert list(shapes.debug_get_from_remote(1)) == [1, 2, 3, 4, 5]
+    ids = sess.get_global_func("runtime.disco.worker_id")()
+    assert [list(ids.debug_get_from_remote(i)) for i in range(2)] == [[0], [1]]
+    sess.shutdown()
+
+
 # ---- test_ccl.py, the collective cases, on the CPU backend ------------------------------------
 
 _ccl = ["cpu"]
