@@ -108,6 +108,11 @@ typedef struct {
    * directory removed when the node ends (0: each node loads the path it is given).
    */
   int32_t upload_modules;
+  /**
+   * Sessions across machines: nonzero makes this machine's workers threads of this process
+   * (0: worker processes).
+   */
+  int32_t local_threads;
 } dvm_session_options;
 
 /**
@@ -344,7 +349,8 @@ dvm_status dvm_func_remove_global(const char *name);
 /**
  * Starts a session across `num_nodes` machines of `workers_per_node` workers each, in
  * `num_groups` groups of equal size (worker ids node-major). This machine is node 0, with
- * worker processes of its own (as `dvm_session_new_process` starts them). It listens on
+ * worker processes of its own (as `dvm_session_new_process` starts them; worker threads with
+ * `opts->local_threads`). It listens on
  * `host:port` until every other node joined (each runs `discovm-node HOST PORT WORKERS`, or a
  * program returning `dvm_node_main`), within `opts->timeout_ms` (two minutes without one),
  * then stops listening. A node joins only if it proves, by HMAC-SHA256 challenge-response, that

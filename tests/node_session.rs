@@ -497,7 +497,13 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
         auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
         // Answers the session's first sync as a node would, then sends garbage.
         let limits = discovm::wire::Limits::default();
-        let message = discovm::net::routed::read(&mut stream, &limits).unwrap();
+        // The controller's heartbeats may come first.
+        let message = loop {
+            let message = discovm::net::routed::read(&mut stream, &limits).unwrap();
+            if message.what == discovm::net::routed::What::Frame {
+                break message;
+            }
+        };
         let discovm::wire::Frame::Sync { request } =
             discovm::wire::Frame::decode(&message.frame, &limits).unwrap()
         else {
@@ -675,4 +681,36 @@ fn a_tensor_larger_than_a_ring_crosses_to_and_from_a_worker_on_another_node() {
     drop((held, rank));
     s.shutdown().unwrap();
     assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
+}
+
+#[test]
+fn node_zero_runs_worker_threads_on_request_and_a_lost_node_breaks_them_too() {
+    let port = free_port();
+    let mut remote = node(port, 1, TOKEN, &[]);
+    let threads = SessionOptions {
+        local_threads: true,
+        ..options(30_000)
+    };
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), threads).unwrap();
+    // This machine's workers are threads here (`proc.pid` as the tests' worker program has
+    // it); the other node's, processes there.
+    let here = discovm::object::Function::from_closure(|_| Ok(Any::Int(std::process::id().into())));
+    discovm::object::registry::register_global("proc.pid", here, true).unwrap();
+    let pids = pids_of(&s);
+    assert_eq!(pids[0], i64::from(std::process::id()));
+    assert_ne!(pids[1], i64::from(std::process::id()));
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let ranks = call(&s, &rank, &[]);
+    let ranks: Vec<i64> = (0..2)
+        .map(|w| int(s.get_register(ranks.reg(), w).unwrap()))
+        .collect();
+    assert_eq!(ranks, [0, 1]);
+    // The node dies: the threads here fail at once too, with its cause.
+    remote.kill().unwrap();
+    let err = s.sync_worker(1).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "node 1 (worker 1");
+    let err = s.sync_worker(0).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "node 1 (worker 1");
+    s.shutdown().unwrap();
+    let _ = remote.wait();
 }

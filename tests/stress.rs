@@ -301,6 +301,7 @@ impl Session {
             session_token: std::ptr::null(),
             heartbeat_ms: 0,
             upload_modules: 0,
+            local_threads: 0,
         };
         let mut out = null_mut();
         // SAFETY: valid options and output.

@@ -570,7 +570,8 @@ class SocketSession(ProcessSession):
     from it for ``heartbeat`` seconds, 2 by default) fails the waits on the session with
     :class:`~discovm.WorkerError` naming it. With ``upload_modules``, :meth:`load_module` sends
     the module's bytes to the other nodes (Disco's ``upload_vm_module``), which load their own
-    copy. Collectives between nodes are not in this version.
+    copy. With ``local_threads``, this machine's workers are threads of this process (those of
+    the other nodes are always processes). Collectives between nodes are not in this version.
     """
 
     __slots__ = ()
@@ -589,6 +590,7 @@ class SocketSession(ProcessSession):
         session_token: str | None = None,
         heartbeat: float | None = None,
         upload_modules: bool = False,
+        local_threads: bool = False,
     ) -> None:
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError(f"heartbeat must be positive or None, not {heartbeat}")
@@ -604,5 +606,6 @@ class SocketSession(ProcessSession):
             session_token,
             0 if heartbeat is None else max(1, round(heartbeat * 1000)),
             upload_modules,
+            local_threads,
         )
         Session.__init__(self, handle)

@@ -9,7 +9,8 @@ use crate::session::{Session, serve_node};
 
 /// Starts a session across `num_nodes` machines of `workers_per_node` workers each, in
 /// `num_groups` groups of equal size (worker ids node-major). This machine is node 0, with
-/// worker processes of its own (as `dvm_session_new_process` starts them). It listens on
+/// worker processes of its own (as `dvm_session_new_process` starts them; worker threads with
+/// `opts->local_threads`). It listens on
 /// `host:port` until every other node joined (each runs `discovm-node HOST PORT WORKERS`, or a
 /// program returning `dvm_node_main`), within `opts->timeout_ms` (two minutes without one),
 /// then stops listening. A node joins only if it proves, by HMAC-SHA256 challenge-response, that

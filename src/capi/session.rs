@@ -58,6 +58,9 @@ pub struct dvm_session_options {
     /// bytes to the other nodes, which load their own copy, kept under its SHA-256 in a private
     /// directory removed when the node ends (0: each node loads the path it is given).
     pub upload_modules: i32,
+    /// Sessions across machines: nonzero makes this machine's workers threads of this process
+    /// (0: worker processes).
+    pub local_threads: i32,
 }
 
 /// # Safety
@@ -127,6 +130,7 @@ pub(crate) unsafe fn socket_options(
                 Some(unsafe { c_str(opts.session_token, "session_token") }?.to_owned());
         }
         options.upload_modules = opts.upload_modules != 0;
+        options.local_threads = opts.local_threads != 0;
         options.heartbeat = match opts.heartbeat_ms {
             0 => None,
             ms if ms > 0 => Some(std::time::Duration::from_millis(ms as u64)),

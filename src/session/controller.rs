@@ -13,6 +13,7 @@ use super::builtins;
 use super::ccl::{self, CpuCcl, CurrentCcl};
 use super::completion::Completion;
 use super::dref::DRef;
+use super::health::Health;
 use super::link::{self, ThreadLink, WorkerLink};
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 #[cfg(not(loom))]
@@ -70,6 +71,9 @@ pub struct SessionOptions {
     /// Sessions across machines: `load_module` sends the module's bytes to the other nodes,
     /// which load their own copy (otherwise each node loads the path it is given).
     pub upload_modules: bool,
+    /// Sessions across machines: this machine's workers are threads of this process, not
+    /// worker processes.
+    pub local_threads: bool,
 }
 
 impl SessionOptions {
@@ -116,6 +120,7 @@ impl SessionOptions {
             session_token: None,
             heartbeat: None,
             upload_modules: false,
+            local_threads: false,
         })
     }
 }
@@ -153,6 +158,9 @@ pub struct Session {
     ccl_setup: Mutex<()>,
     /// Whether `load_module` ships modules to the other nodes (sessions across machines).
     upload_modules: bool,
+    /// Whether the session is broken, for sessions whose workers can die (worker processes,
+    /// nodes).
+    health: Option<Arc<Health>>,
 }
 
 /// Where the workers find a new CPU communicator.
@@ -342,10 +350,26 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
-        let num_workers = devices.len();
+        let (workers, started) =
+            Self::start_threads(&devices, devices.len(), num_groups, &options)?;
+        let ccl = CurrentCcl::default();
+        let session = Self::assemble(workers, devices, num_groups, &options, None, ccl, None);
+        session.threads_started(started)?;
+        Ok(session)
+    }
+
+    /// Starts a worker thread on each of `devices`, workers `0 ..` of a session of
+    /// `num_workers`; returns their links and the replies that say they run (see
+    /// [`Session::threads_started`]).
+    fn start_threads(
+        devices: &[DLDevice],
+        num_workers: usize,
+        num_groups: usize,
+        options: &SessionOptions,
+    ) -> Result<(Vec<WorkerLink>, Vec<Reply<()>>)> {
         super::tvm_dispatch::install()?;
-        let mut workers = Vec::with_capacity(num_workers);
-        let mut started = Vec::with_capacity(num_workers);
+        let mut workers = Vec::with_capacity(devices.len());
+        let mut started = Vec::with_capacity(devices.len());
         for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
                 exited: Exited::default(),
@@ -391,17 +415,21 @@ impl Session {
             }));
             started.push(ready);
         }
-        let ccl = CurrentCcl::default();
-        let session = Self::assemble(workers, devices, num_groups, &options, None, ccl);
-        for link in &session.workers {
+        Ok((workers, started))
+    }
+
+    /// Gives the session's worker threads their session and waits until each runs (`started`,
+    /// from [`Session::start_threads`]).
+    fn threads_started(self: &Arc<Self>, started: Vec<Reply<()>>) -> Result<()> {
+        for link in &self.workers {
             if let WorkerLink::Thread(link) = link {
-                let _ = link.shared.session.set(Arc::downgrade(&session));
+                let _ = link.shared.session.set(Arc::downgrade(self));
             }
         }
         for ready in started {
-            ready.wait(session.spin, None, || "starting a worker".into(), || Ok(()))??;
+            ready.wait(self.spin, None, || "starting a worker".into(), || Ok(()))??;
         }
-        Ok(session)
+        Ok(())
     }
 
     #[cfg(not(loom))]
@@ -427,11 +455,20 @@ impl Session {
             (here, None),
             ccl.clone(),
         )?;
+        let health = links[0].session().health.clone();
         let links = links
             .into_iter()
             .map(|l| WorkerLink::Process(Box::new(l)))
             .collect();
-        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher), ccl);
+        let session = Self::assemble(
+            links,
+            devices,
+            num_groups,
+            &options,
+            Some(watcher),
+            ccl,
+            Some(health),
+        );
         // Every worker answers once it runs: one that cannot start is reported here.
         session
             .sync_all()
@@ -441,7 +478,8 @@ impl Session {
 
     #[cfg(not(loom))]
     /// Starts a session across `num_nodes` machines of `workers_per_node` workers each (worker
-    /// ids node-major): this machine is node 0, with worker processes of its own; it listens on
+    /// ids node-major): this machine is node 0, with worker processes of its own (worker
+    /// threads with `options.local_threads`); it listens on
     /// `host:port` until every other node joined (`discovm-node HOST PORT WORKERS` there), within
     /// the session's timeout (two minutes without one), then stops listening. A node joins only
     /// if it proves it holds the session's secret (`options.session_token`, else
@@ -485,23 +523,30 @@ impl Session {
         let listener = std::net::TcpListener::bind((host, port))
             .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;
         let ccl = CurrentCcl::default();
-        let here = process::Here {
-            first: 0,
-            count: per_node,
+        let here = &devices[..per_node];
+        let (mut links, watcher, health, started) = if options.local_threads {
+            let (links, started) = Self::start_threads(here, devices.len(), num_groups, &options)?;
+            (links, None, Arc::new(Health::new(ccl.clone())), started)
+        } else {
+            let place = process::Here {
+                first: 0,
+                count: per_node,
+            };
+            let (links, watcher) = process::start_workers(
+                devices.len(),
+                num_groups,
+                &options,
+                here,
+                (place, None),
+                ccl.clone(),
+            )?;
+            let health = links[0].session().health.clone();
+            let links = links
+                .into_iter()
+                .map(|l| WorkerLink::Process(Box::new(l)))
+                .collect();
+            (links, Some(watcher), health, Vec::new())
         };
-        let (links, watcher) = process::start_workers(
-            devices.len(),
-            num_groups,
-            &options,
-            &devices[..per_node],
-            (here, None),
-            ccl.clone(),
-        )?;
-        let shared = links[0].session().clone();
-        let mut links: Vec<WorkerLink> = links
-            .into_iter()
-            .map(|l| WorkerLink::Process(Box::new(l)))
-            .collect();
         let shape = node::Shape {
             num_nodes: nodes,
             workers_per_node: per_node,
@@ -518,7 +563,7 @@ impl Session {
             options.timeout,
             heartbeat,
             &secret,
-            &shared,
+            &health,
         );
         drop(listener);
         let nodes = match joined {
@@ -534,7 +579,16 @@ impl Session {
                     .map(|local| WorkerLink::Node(Box::new(NodeLink::new(node.clone(), local)))),
             );
         }
-        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher), ccl);
+        let session = Self::assemble(
+            links,
+            devices,
+            num_groups,
+            &options,
+            watcher,
+            ccl,
+            Some(health),
+        );
+        session.threads_started(started)?;
         session
             .sync_all()
             .map_err(|e| e.context("starting the workers of the session's nodes"))?;
@@ -549,6 +603,7 @@ impl Session {
         options: &SessionOptions,
         watcher: Option<Watcher>,
         ccl: CurrentCcl,
+        health: Option<Arc<Health>>,
     ) -> Arc<Session> {
         Arc::new(Session {
             workers,
@@ -564,6 +619,7 @@ impl Session {
             watcher,
             ccl_setup: Mutex::new(()),
             upload_modules: options.upload_modules,
+            health,
         })
     }
 
@@ -620,7 +676,11 @@ impl Session {
         if self.closed.load(Ordering::SeqCst) {
             return Err(closed_error());
         }
-        // A session whose worker process died is broken: everything fails with that cause.
+        // A session whose worker process or node died is broken: everything fails with that
+        // cause (worker 0's link may see its own death before anyone recorded it).
+        if let Some(health) = &self.health {
+            health.check()?;
+        }
         if self.has_processes() {
             self.alive(0)?;
         }
@@ -738,7 +798,12 @@ impl Session {
         }
         super::tvm_dispatch::install()?;
         let name: Arc<str> = name.into();
-        if self.has_processes() {
+        // A function object cannot cross to a worker in another process: each looks it up.
+        if self
+            .workers
+            .iter()
+            .any(|w| !matches!(w, WorkerLink::Thread(_)))
+        {
             return self.get_global_func_of_workers(name);
         }
         let function = registry::get_global(&name)?;
@@ -747,8 +812,9 @@ impl Session {
         Ok(dref)
     }
 
-    /// [`Session::get_global_func`] for worker processes, which each look the name up in their
-    /// own registry: every worker is asked at once, and the first that lacks it fails the call.
+    /// [`Session::get_global_func`] for sessions with workers in other processes: every worker
+    /// looks the name up in its own registry, all asked at once, and the first that lacks it
+    /// fails the call.
     fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
         self.check_open()?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
@@ -1209,7 +1275,8 @@ impl Session {
         }
         // Worker processes get one grace period, together; those of a broken session none,
         // since nothing they still do can be seen.
-        let broken = self.has_processes() && self.alive(0).is_err();
+        let broken = self.health.as_ref().is_some_and(|h| h.check().is_err())
+            || (self.has_processes() && self.alive(0).is_err());
         let deadline = match self.deadline() {
             _ if broken => Some(Instant::now()),
             Some(deadline) => Some(deadline),

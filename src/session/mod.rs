@@ -8,6 +8,7 @@ mod completion;
 mod controller;
 mod dref;
 mod handles;
+mod health;
 mod link;
 #[cfg(all(test, loom))]
 mod loom_model;

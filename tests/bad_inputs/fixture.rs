@@ -304,6 +304,7 @@ impl SessionParts {
             session_token: std::ptr::null(),
             heartbeat_ms: 0,
             upload_modules: 0,
+            local_threads: 0,
         };
         let mut session = null_mut();
         // SAFETY (each call here): valid arguments, outputs to locals.

@@ -91,19 +91,20 @@ entry_point! {
     /// port: int, timeout_ms: int = 0, spin_us: int = 0, cpu_affinity: list[int] | None = None,
     /// devices: list[Device] | None = None, worker_program: str | None = None, worker_args:
     /// list[str] | None = None, session_token: str | None = None, heartbeat_ms: int = 0,
-    /// upload_modules: bool = False) -> Session`: as `dvm_session_new_socket`, with the
-    /// options' fields as arguments.
+    /// upload_modules: bool = False, local_threads: bool = False) -> Session`: as
+    /// `dvm_session_new_socket`, with the options' fields as arguments.
     __tvm_ffi_session_new_socket(args: [
         "num_nodes", "workers_per_node", "num_groups", "host", "port", "timeout_ms", "spin_us",
         "cpu_affinity", "devices", "worker_program", "worker_args", "session_token",
-        "heartbeat_ms", "upload_modules"
+        "heartbeat_ms", "upload_modules", "local_threads"
     ]) {
-        args.count(5, 14)?;
+        args.count(5, 15)?;
         let mut options = session_options(&args, 5)?;
         options.worker_program = args.str_or_none(9)?.map(str::to_owned);
         options.worker_args = args.strs(10)?;
         options.session_token = args.str_or_none(11)?.map(str::to_owned);
         options.upload_modules = args.bool_or(13, false)?;
+        options.local_threads = args.bool_or(14, false)?;
         options.heartbeat = match args.int_or(12, 0)? {
             0 => None,
             ms => Some(std::time::Duration::from_millis(u64::try_from(ms).map_err(|_| {

@@ -18,8 +18,8 @@ use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{SpinPolicy, Watchers};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
+use crate::session::health::Health;
 use crate::session::message::{Message, Reply};
-use crate::session::process::SessionLinks;
 use crate::session::requests::{RequestBook, try_send};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
@@ -47,8 +47,8 @@ pub(crate) struct NodeConnection {
     unsent: AtomicBool,
     /// The flusher waits here.
     flusher: Watchers,
-    /// What the session's links share: whether it is broken or stopping.
-    session: Arc<SessionLinks>,
+    /// Whether the session is broken or stopping.
+    health: Arc<Health>,
 }
 
 impl NodeConnection {
@@ -60,7 +60,7 @@ impl NodeConnection {
         count: usize,
         stream: TcpStream,
         heartbeat: Duration,
-        session: Arc<SessionLinks>,
+        health: Arc<Health>,
     ) -> Result<Arc<NodeConnection>> {
         let io = |e: std::io::Error| Error::runtime(format!("node {rank}'s connection: {e}"));
         let peer = stream.peer_addr().map_err(io)?;
@@ -82,7 +82,7 @@ impl NodeConnection {
             stopped: AtomicBool::new(false),
             unsent: AtomicBool::new(false),
             flusher: Watchers::default(),
-            session,
+            health,
         });
         let read = connection.clone();
         std::thread::Builder::new()
@@ -207,7 +207,7 @@ impl NodeConnection {
     /// Records that the node is gone with `error` and fails every request waiting on it; the
     /// session is broken with it, unless it was stopping.
     fn lose(&self, error: Error) {
-        let error = self.session.record_death(&self.death, error).clone();
+        let error = self.health.record_death(&self.death, error).clone();
         for book in &self.books {
             book.fail_all(&error);
         }
@@ -216,8 +216,8 @@ impl NodeConnection {
     /// Fails with why the node is gone (`SessionClosed` once the session stopped), or with why
     /// the session is broken.
     pub fn alive(&self, worker: usize) -> Result<()> {
-        match (self.death.get(), self.session.broken.get()) {
-            (Some(_), _) if self.session.stopping.load(Ordering::SeqCst) => Err(Error::new(
+        match (self.death.get(), self.health.broken.get()) {
+            (Some(_), _) if self.health.stopping.load(Ordering::SeqCst) => Err(Error::new(
                 ErrorKind::SessionClosed,
                 format!("worker {worker} has exited"),
             )),
@@ -275,6 +275,7 @@ impl NodeConnection {
 
     /// Sends `Shutdown` to every worker of the node, once.
     fn stop(&self) -> Result<()> {
+        self.health.stopping.store(true, Ordering::SeqCst);
         if self.stopped.swap(true, Ordering::SeqCst) || self.death.get().is_some() {
             return Ok(());
         }

@@ -23,7 +23,7 @@ pub(crate) use uploads::{hash, hex, keep_uploads_at, uploaded_path};
 
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
 use crate::object::{Error, ErrorKind, Result};
-use crate::session::process::SessionLinks;
+use crate::session::health::Health;
 use crate::sync::time::Instant;
 
 /// How often each side must hear from the other unless the session says otherwise.
@@ -55,7 +55,7 @@ pub(crate) fn join_nodes(
     timeout: Option<Duration>,
     heartbeat: Duration,
     secret: &Secret,
-    session: &Arc<SessionLinks>,
+    health: &Arc<Health>,
 ) -> Result<Vec<Arc<NodeConnection>>> {
     let io = |e: std::io::Error| Error::runtime(format!("listening for nodes: {e}"));
     listener.set_nonblocking(true).map_err(io)?;
@@ -165,7 +165,7 @@ pub(crate) fn join_nodes(
         .skip(1)
         .map(|(rank, stream)| {
             let stream = stream.expect("every rank joined");
-            NodeConnection::start(rank, rank * wpn, wpn, stream, heartbeat, session.clone())
+            NodeConnection::start(rank, rank * wpn, wpn, stream, heartbeat, health.clone())
         })
         .collect::<Result<Vec<_>>>()?;
     start_heartbeats(nodes.clone(), heartbeat);

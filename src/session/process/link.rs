@@ -16,13 +16,14 @@ use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{SpinPolicy, Watchers};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
-use crate::session::ccl::{CpuCcl, CurrentCcl};
+use crate::session::ccl::CpuCcl;
 use crate::session::completion::Completion;
+use crate::session::health::Health;
 use crate::session::message::{CopyDirection, Message, Reply};
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, timed_out, try_send};
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::Ordering;
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
@@ -64,34 +65,14 @@ impl LinkWakers {
 
 /// What the links to a session's worker processes share.
 pub(crate) struct SessionLinks {
-    /// Why the session is broken: the death of the first of its workers that died. Every
-    /// call and wait on the session fails with it from then on.
-    pub broken: OnceLock<Error>,
-    /// Set once the session sent `Shutdown`: a worker that ends then has stopped, not died.
-    pub stopping: AtomicBool,
+    /// Whether the session is broken (the first death of a worker), and its communicator.
+    pub health: Arc<Health>,
     /// The session's arena, where worker 0 lends tensors for copies and CPU communicators
     /// keep their records.
     pub arena: Arc<Arena>,
-    /// The CPU communicator the workers hold (the session's own).
-    pub ccl: CurrentCcl,
 }
 
 impl SessionLinks {
-    /// Records the death of a worker in `death` (the first record stays), after breaking the
-    /// session with it unless the session was stopping: whoever sees the death then sees the
-    /// session broken too.
-    pub fn record_death<'a>(&self, death: &'a OnceLock<Error>, error: Error) -> &'a Error {
-        if !self.stopping.load(Ordering::SeqCst) {
-            let _ = self.broken.set(error.clone());
-            // The others may wait for the dead worker in a collective: they fail with its
-            // death.
-            if let Some(ccl) = &*self.ccl.lock().unwrap_or_else(PoisonError::into_inner) {
-                ccl.abort(&error);
-            }
-        }
-        death.get_or_init(|| error)
-    }
-
     /// A new CPU communicator in the arena's area that the workers' current one does not use
     /// (`runtime.disco.cpu.init_ccl_in_arena` installs it by its area's number).
     pub fn new_ccl(
@@ -100,7 +81,11 @@ impl SessionLinks {
         timeout: Option<Duration>,
         spin: SpinPolicy,
     ) -> Result<Arc<CpuCcl>> {
-        let current = self.ccl.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = self
+            .health
+            .ccl
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let in_use = current.as_ref().and_then(|ccl| ccl.area());
         let area = in_use.map_or(0, |area| (area + 1) % CCL_AREAS);
         Ok(Arc::new(
@@ -174,10 +159,11 @@ impl ProcessLink {
             // Before the watcher saw it: the first to notice records it as the watcher would.
             let cause = self.child.try_exit()?;
             let error = cause.worker_error(self.worker, self.pid());
-            Some(self.session.record_death(&self.death, error))
+            Some(self.session.health.record_death(&self.death, error))
         });
-        match (death, self.session.broken.get()) {
-            (Some(_), _) if self.session.stopping.load(Ordering::SeqCst) => Err(Error::new(
+        let health = &self.session.health;
+        match (death, health.broken.get()) {
+            (Some(_), _) if health.stopping.load(Ordering::SeqCst) => Err(Error::new(
                 ErrorKind::SessionClosed,
                 format!("worker {} has exited", self.worker),
             )),
@@ -205,7 +191,7 @@ impl ProcessLink {
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
     pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
-        self.session.stopping.store(true, Ordering::SeqCst);
+        self.session.health.stopping.store(true, Ordering::SeqCst);
         let own_death = || match self.death.get() {
             Some(death) => Err(death.clone()),
             None => Ok(()),

@@ -7,7 +7,6 @@ mod link;
 mod serve;
 mod watch;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use arena::{ccl as worker_ccl, empty as arena_empty};
@@ -19,6 +18,7 @@ pub(crate) use watch::Watcher;
 
 use super::ccl::CurrentCcl;
 use super::controller::SessionOptions;
+use super::health::Health;
 use super::worker::WorkerInfo;
 use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
@@ -48,10 +48,8 @@ pub(crate) fn start_workers(
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());
     let session = Arc::new(SessionLinks {
-        broken: OnceLock::new(),
-        stopping: AtomicBool::new(false),
+        health: Arc::new(Health::new(ccl)),
         arena: Arc::new(Arena::create(devices.len())?),
-        ccl,
     });
     for (local, &device) in devices.iter().enumerate() {
         let id = here.first + local;
@@ -96,7 +94,9 @@ pub(crate) fn start_workers(
     let watcher = Watcher::new(move |worker, cause| {
         if let Some((death, pid)) = deaths.get(worker) {
             // A worker that ends after the session told it to stop has not broken it.
-            session.record_death(death, cause.worker_error(here.first + worker, *pid));
+            session
+                .health
+                .record_death(death, cause.worker_error(here.first + worker, *pid));
             // Every wait on the session fails now: wake those parked on any worker's rings.
             for waiting in &wakers {
                 waiting.wake_all();

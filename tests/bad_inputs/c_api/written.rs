@@ -68,6 +68,7 @@ fn options(
         session_token: std::ptr::null(),
         heartbeat_ms: 0,
         upload_modules: 0,
+        local_threads: 0,
     })
 }
 
