@@ -499,7 +499,7 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
         let limits = discovm::wire::Limits::default();
         // The controller's heartbeats may come first.
         let message = loop {
-            let message = discovm::net::routed::read(&mut stream, &limits).unwrap();
+            let message = discovm::net::routed::read(&mut stream, &limits, Vec::new()).unwrap();
             if message.what == discovm::net::routed::What::Frame {
                 break message;
             }

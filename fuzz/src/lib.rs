@@ -735,7 +735,7 @@ pub fn node_stream(data: &[u8]) {
     };
     let mut input = data;
     loop {
-        match routed::read(&mut input, &limits) {
+        match routed::read(&mut input, &limits, Vec::new()) {
             Ok(message) => {
                 assert!(message.frame.len() <= HEADER_SIZE + limits.max_payload);
                 if message.what != routed::What::Heartbeat {

@@ -100,8 +100,14 @@ fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<()
     })
 }
 
-/// Reads one message. A frame's header is checked against `limits` before its payload is read.
-pub fn read(input: &mut impl Read, limits: &Limits) -> std::result::Result<Message, ReadError> {
+/// Reads one message into `buffer` (a caller's, reused: the last message's `frame`). A frame's
+/// header is checked against `limits` before its payload is read.
+pub fn read(
+    input: &mut impl Read,
+    limits: &Limits,
+    mut buffer: Vec<u8>,
+) -> std::result::Result<Message, ReadError> {
+    buffer.clear();
     let mut head = [0u8; ROUTE_SIZE];
     read_exact(input, &mut head)?;
     let route = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
@@ -120,7 +126,7 @@ pub fn read(input: &mut impl Read, limits: &Limits) -> std::result::Result<Messa
         return Ok(Message {
             route,
             what,
-            frame: Vec::new(),
+            frame: buffer,
         });
     }
     if what == What::Upload {
@@ -134,11 +140,13 @@ pub fn read(input: &mut impl Read, limits: &Limits) -> std::result::Result<Messa
                 limits.max_payload
             ))));
         }
-        let mut frame = vec![0u8; len as usize];
+        let mut frame = buffer;
+        frame.resize(len as usize, 0);
         read_exact(input, &mut frame)?;
         return Ok(Message { route, what, frame });
     }
-    let mut frame = vec![0u8; HEADER_SIZE];
+    let mut frame = buffer;
+    frame.resize(HEADER_SIZE, 0);
     read_exact(input, &mut frame)?;
     let header = Header::parse(&frame, limits).map_err(ReadError::Bad)?;
     frame.resize(header.frame_len(), 0);
@@ -167,26 +175,29 @@ mod tests {
         write_upload(&mut bytes, &[9; HASH_SIZE], b"module").unwrap();
         let input = &mut bytes.as_slice();
         let limits = Limits::default();
-        let first = read(input, &limits).unwrap();
+        let first = read(input, &limits, Vec::new()).unwrap();
         assert_eq!((first.route, first.what), (3, What::Frame));
         assert!(matches!(
             Frame::decode(&first.frame, &limits).unwrap(),
             Frame::Sync { request: 9 }
         ));
-        let beat = read(input, &limits).unwrap();
+        let beat = read(input, &limits, Vec::new()).unwrap();
         assert_eq!((beat.what, beat.frame.len()), (What::Heartbeat, 0));
-        assert_eq!(read(input, &limits).unwrap().route, ALL);
-        let upload = read(input, &limits).unwrap();
+        assert_eq!(read(input, &limits, Vec::new()).unwrap().route, ALL);
+        let upload = read(input, &limits, Vec::new()).unwrap();
         assert_eq!((upload.route, upload.what), (ALL, What::Upload));
         assert_eq!(&upload.frame[..HASH_SIZE], &[9; HASH_SIZE]);
         assert_eq!(&upload.frame[HASH_SIZE..], b"module");
-        assert!(matches!(read(input, &limits), Err(ReadError::Closed)));
+        assert!(matches!(
+            read(input, &limits, Vec::new()),
+            Err(ReadError::Closed)
+        ));
     }
 
     #[test]
     fn bad_routes_and_oversized_frames_are_refused_before_the_payload_is_read() {
         let limits = Limits { max_payload: 64 };
-        let bad = |bytes: &[u8]| match read(&mut &bytes[..], &limits) {
+        let bad = |bytes: &[u8]| match read(&mut &bytes[..], &limits, Vec::new()) {
             Err(ReadError::Bad(error)) => error.message,
             other => panic!("not refused: {other:?}"),
         };
@@ -216,7 +227,7 @@ mod tests {
         let mut short = vec![0u8; ROUTE_SIZE];
         short.extend_from_slice(&sync_frame(1)[..20]);
         assert!(matches!(
-            read(&mut short.as_slice(), &limits),
+            read(&mut short.as_slice(), &limits, Vec::new()),
             Err(ReadError::Closed)
         ));
     }

@@ -140,10 +140,12 @@ impl NodeConnection {
     fn read(&self, stream: TcpStream, heartbeat: Duration) {
         let limits = Limits::default();
         let mut input = BufReader::new(&stream);
+        // One buffer for every message: a large reply's pages are touched once.
+        let mut buffer = Vec::new();
         let lost = loop {
-            match routed::read(&mut input, &limits) {
-                Ok(message) => match self.take(message) {
-                    Ok(()) => {}
+            match routed::read(&mut input, &limits, std::mem::take(&mut buffer)) {
+                Ok(message) => match self.take(&message) {
+                    Ok(()) => buffer = message.frame,
                     Err(error) => break error,
                 },
                 Err(ReadError::Closed) => {
@@ -183,7 +185,7 @@ impl NodeConnection {
     }
 
     /// Takes one message from the node.
-    fn take(&self, message: routed::Message) -> Result<()> {
+    fn take(&self, message: &routed::Message) -> Result<()> {
         if message.what == What::Heartbeat {
             return Ok(());
         }

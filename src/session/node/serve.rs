@@ -206,8 +206,10 @@ fn relay_requests(
 ) -> Result<()> {
     let limits = Limits::default();
     let spin = SpinPolicy::default();
+    // One buffer for every message: a large frame's pages are touched once.
+    let mut buffer = Vec::new();
     loop {
-        let message = match routed::read(stream, &limits) {
+        let message = match routed::read(stream, &limits, std::mem::take(&mut buffer)) {
             Ok(message) => message,
             Err(ReadError::Closed) => {
                 return Err(Error::runtime("the controller closed the connection"));
@@ -226,7 +228,10 @@ fn relay_requests(
             }
         };
         match message.what {
-            What::Heartbeat => continue,
+            What::Heartbeat => {
+                buffer = message.frame;
+                continue;
+            }
             What::Death => {
                 return Err(Error::runtime("the controller sent a death notice"));
             }
@@ -261,6 +266,7 @@ fn relay_requests(
         if shutdown && targets.len() == links.len() {
             return Ok(());
         }
+        buffer = message.frame;
     }
 }
 
