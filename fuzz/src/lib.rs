@@ -714,8 +714,8 @@ impl std::io::Write for Peer<'_> {
 /// The bytes a peer sends on a node's connection: first as a stranger's side of the
 /// handshake, which the controller must refuse with a `ValueError` (nobody passes it without
 /// the secret), having written at most its `Challenge`; then as routed messages after a
-/// handshake, each of which must be read whole or refused, a frame's payload never past the
-/// limit.
+/// handshake, each of which must be read whole or refused, a frame's payload (or an upload)
+/// never past the limit.
 pub fn node_stream(data: &[u8]) {
     let mut stranger = Peer {
         input: data,
@@ -738,10 +738,18 @@ pub fn node_stream(data: &[u8]) {
         match routed::read(&mut input, &limits, Vec::new()) {
             Ok(message) => {
                 assert!(message.frame.len() <= HEADER_SIZE + limits.max_payload);
-                if message.what != routed::What::Heartbeat {
-                    let header = Header::parse(&message.frame, &limits).expect("checked");
-                    assert_eq!(header.frame_len(), message.frame.len());
-                    let _ = Frame::decode(&message.frame, &limits);
+                match message.what {
+                    routed::What::Heartbeat => assert!(message.frame.is_empty()),
+                    // An upload: a hash and a module, within the bound.
+                    routed::What::Upload => {
+                        assert!(message.frame.len() >= routed::HASH_SIZE);
+                        assert!(message.frame.len() <= limits.max_payload);
+                    }
+                    routed::What::Frame | routed::What::Death => {
+                        let header = Header::parse(&message.frame, &limits).expect("checked");
+                        assert_eq!(header.frame_len(), message.frame.len());
+                        let _ = Frame::decode(&message.frame, &limits);
+                    }
                 }
             }
             Err(routed::ReadError::Bad(error)) => {
