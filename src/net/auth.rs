@@ -272,20 +272,12 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
     })
 }
 
-/// A node that proved it holds the secret, before the controller answers it.
-pub struct Authenticated {
-    pub join: Join,
-}
-
 /// The controller's side, up to the verdict: reads the node's `Hello`, proves that it holds
-/// the secret, and checks the node's proof.
+/// the secret, and checks the node's proof; returns what the node asks for, and how to answer.
 ///
 /// Errors: `ValueError` naming what went wrong (the node's MAC is wrong; a message that is not
 /// the handshake's; the connection closed or timed out). The caller drops the connection.
-pub fn authenticate(
-    stream: &mut (impl Read + Write),
-    secret: &Secret,
-) -> Result<(Authenticated, Answer)> {
+pub fn authenticate(stream: &mut (impl Read + Write), secret: &Secret) -> Result<(Join, Answer)> {
     let hello: [u8; HELLO] = read_message(stream, b"DVMH", "the node's Hello", 48..64)?;
     let mut challenge = [0u8; CHALLENGE];
     header(b"DVMC", &mut challenge);
@@ -306,7 +298,7 @@ pub fn authenticate(
         rank: (rank != ANY_RANK).then_some(rank),
         workers: u32_at(&hello, 12),
     };
-    Ok((Authenticated { join }, Answer))
+    Ok((join, Answer))
 }
 
 /// The controller's last message of the handshake (the node proved itself).
@@ -368,9 +360,9 @@ mod tests {
         let (mut node, mut controller) = pair();
         let secret = Secret::new(controller_secret);
         let server = thread::spawn(move || {
-            let (who, answer) = authenticate(&mut controller, &secret)?;
+            let (join, answer) = authenticate(&mut controller, &secret)?;
             answer.welcome(&mut controller, &WELCOME)?;
-            Ok(who.join)
+            Ok(join)
         });
         let joined = join(
             &mut node,

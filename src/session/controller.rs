@@ -432,6 +432,37 @@ impl Session {
         Ok(())
     }
 
+    /// Starts a worker process on each of `devices`, workers `0 ..` of a session of
+    /// `num_workers` on this machine; returns their links, their watcher and the record of
+    /// whether the session is broken.
+    #[cfg(not(loom))]
+    fn start_processes(
+        devices: &[DLDevice],
+        num_workers: usize,
+        num_groups: usize,
+        options: &SessionOptions,
+        ccl: &CurrentCcl,
+    ) -> Result<(Vec<WorkerLink>, Watcher, Arc<Health>)> {
+        let here = process::Here {
+            first: 0,
+            count: devices.len(),
+        };
+        let (links, watcher) = process::start_workers(
+            num_workers,
+            num_groups,
+            options,
+            devices,
+            (here, None),
+            ccl.clone(),
+        )?;
+        let health = links[0].session().health.clone();
+        let links = links
+            .into_iter()
+            .map(|l| WorkerLink::Process(Box::new(l)))
+            .collect();
+        Ok((links, watcher, health))
+    }
+
     #[cfg(not(loom))]
     /// Starts `num_workers` worker processes in `num_groups` groups of equal size, each
     /// running the worker program (`options.worker_program`, else `$DISCOVM_WORKER`, else
@@ -443,23 +474,8 @@ impl Session {
     ) -> Result<Arc<Session>> {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
         let ccl = CurrentCcl::default();
-        let here = process::Here {
-            first: 0,
-            count: devices.len(),
-        };
-        let (links, watcher) = process::start_workers(
-            devices.len(),
-            num_groups,
-            &options,
-            &devices,
-            (here, None),
-            ccl.clone(),
-        )?;
-        let health = links[0].session().health.clone();
-        let links = links
-            .into_iter()
-            .map(|l| WorkerLink::Process(Box::new(l)))
-            .collect();
+        let (links, watcher, health) =
+            Self::start_processes(&devices, devices.len(), num_groups, &options, &ccl)?;
         let session = Self::assemble(
             links,
             devices,
@@ -528,23 +544,8 @@ impl Session {
             let (links, started) = Self::start_threads(here, devices.len(), num_groups, &options)?;
             (links, None, Arc::new(Health::new(ccl.clone())), started)
         } else {
-            let place = process::Here {
-                first: 0,
-                count: per_node,
-            };
-            let (links, watcher) = process::start_workers(
-                devices.len(),
-                num_groups,
-                &options,
-                here,
-                (place, None),
-                ccl.clone(),
-            )?;
-            let health = links[0].session().health.clone();
-            let links = links
-                .into_iter()
-                .map(|l| WorkerLink::Process(Box::new(l)))
-                .collect();
+            let (links, watcher, health) =
+                Self::start_processes(here, devices.len(), num_groups, &options, &ccl)?;
             (links, Some(watcher), health, Vec::new())
         };
         let shape = node::Shape {
@@ -718,16 +719,25 @@ impl Session {
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
         self.queue_deferred_frees()?;
-        let pushed = link::push_to(
+        let pushed = self.push_range(self.targets(target), message);
+        self.wake(self.targets(target));
+        pushed
+    }
+
+    /// Queues `message()` for the workers of `range` without waking them.
+    fn push_range(
+        &self,
+        range: std::ops::Range<usize>,
+        message: impl Fn() -> Message,
+    ) -> Result<()> {
+        link::push_to(
             &self.workers,
-            self.targets(target),
+            range,
             message,
             self.spin,
             self.deadline(),
             |w| self.alive(w),
-        );
-        self.wake(self.targets(target));
-        pushed
+        )
     }
 
     fn store(&self, target: Target, reg: Reg, value: Any, name: Option<Arc<str>>) -> Result<()> {
@@ -873,25 +883,9 @@ impl Session {
             out: out.reg(),
             args: args.clone(),
         };
-        let (spin, deadline) = (self.spin, self.deadline());
-        let pushed = link::push_to(
-            &self.workers,
-            0..local,
-            || call(here.0, &here_args),
-            spin,
-            deadline,
-            |w| self.alive(w),
-        )
-        .and_then(|()| {
-            link::push_to(
-                &self.workers,
-                local..all.end,
-                || call(there.0, &there_args),
-                spin,
-                deadline,
-                |w| self.alive(w),
-            )
-        });
+        let pushed = self
+            .push_range(0..local, || call(here.0, &here_args))
+            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args)));
         self.wake(all);
         pushed.map(|()| out)
     }

@@ -43,6 +43,7 @@ pub(super) fn push_to(
     let mut encoded: Option<Vec<u8>> = None;
     #[cfg(not(loom))]
     let mut last_node: Option<&Arc<NodeConnection>> = None;
+    #[cfg(not(loom))]
     let whole = targets.len() == links.len();
     for worker in targets {
         match &links[worker] {
@@ -70,7 +71,6 @@ pub(super) fn push_to(
     if let Some(frame) = encoded {
         super::requests::recycle(frame);
     }
-    let _ = whole;
     Ok(())
 }
 

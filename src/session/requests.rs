@@ -8,7 +8,7 @@
 //! leaves its failure for the next wait, as a worker thread keeps it for its next sync.
 
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
-use crate::object::{Any, AnyView, Error, ErrorKind, Result};
+use crate::object::{Any, AnyView, Error, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::wire::{Frame, Value};
@@ -182,7 +182,7 @@ impl RequestBook {
 
     /// The frame of `message`, with a request id and the completion of its reply if it waits
     /// for one.
-    pub fn request(&self, message: Message) -> Result<Request> {
+    fn request(&self, message: Message) -> Result<Request> {
         let id = || self.next_id();
         let mut out = frame_buffer();
         let (id, pending): (u64, Pending) = match message {
@@ -315,7 +315,7 @@ impl RequestBook {
 /// The requests sent on a link that wait for their reply, with how each reply completes its
 /// request. A handful at most (one per waiting thread), so a list: no hashing per request.
 #[derive(Default)]
-pub(crate) struct PendingRequests(Mutex<Vec<(u64, Pending)>>);
+struct PendingRequests(Mutex<Vec<(u64, Pending)>>);
 
 impl PendingRequests {
     pub fn insert(&self, request: u64, pending: Pending) {
@@ -333,19 +333,15 @@ impl PendingRequests {
 }
 
 /// What sending a message needs.
-pub(crate) enum Request {
+enum Request {
     /// A frame without a reply.
     Broadcast(Vec<u8>),
     /// A request frame, its id and how its reply completes it.
     Waits(Vec<u8>, u64, Pending),
 }
 
-pub(crate) fn timed_out(what: &impl Fn() -> String) -> Error {
-    Error::new(ErrorKind::Timeout, format!("{} timed out", what()))
-}
-
 /// A decoded reply's value.
-pub(crate) fn value_of(value: Value) -> Result<Any> {
+fn value_of(value: Value) -> Result<Any> {
     match value {
         Value::Plain(value) => Ok(value),
         other => Err(Error::runtime(format!(
@@ -356,7 +352,7 @@ pub(crate) fn value_of(value: Value) -> Result<Any> {
 
 /// What a reply whose waiter gave up leaves for the next wait.
 #[derive(Clone, Copy)]
-pub(crate) enum Carry {
+enum Carry {
     /// The failures since the last sync it reports (a sync's).
     Failure,
     /// Nothing: its failure was its own request's.
@@ -364,7 +360,7 @@ pub(crate) enum Carry {
 }
 
 /// Completes `reply` with the reply's value turned by `convert`, unless its waiter gave up.
-pub(crate) fn complete_with<T: Send + 'static>(
+fn complete_with<T: Send + 'static>(
     reply: Reply<T>,
     convert: impl FnOnce(Any) -> Result<T> + Send + 'static,
     carry: Carry,
@@ -384,7 +380,7 @@ pub(crate) fn complete_with<T: Send + 'static>(
 
 /// Completes a copy from worker 0: the tensor the worker sent back goes into the caller's host
 /// memory, which is written only while the waiter still waits for it.
-pub(crate) fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
+fn copy_back(reply: Reply<()>, host: Box<HostCopy>) -> Pending {
     Box::new(move |result: Result<Value>| {
         if !reply.claim() {
             return None;

@@ -323,7 +323,7 @@ impl RingRef {
 }
 
 /// The longest frame a ring of `capacity` data bytes takes.
-pub fn max_frame(capacity: usize) -> usize {
+fn max_frame(capacity: usize) -> usize {
     capacity.saturating_sub(RECORD_HEADER as usize)
 }
 

@@ -101,25 +101,8 @@ pub(crate) fn join_nodes(
         while let Ok(result) = handshakes.try_recv() {
             match result {
                 Ok((mut stream, join, answer)) => {
-                    let free = |rank: usize| rank < shape.num_nodes && joined[rank].is_none();
-                    let rank = match join.rank.map(|r| r as usize) {
-                        Some(0) => Err(Refusal::BadRank),
-                        Some(rank) if rank >= shape.num_nodes => Err(Refusal::BadRank),
-                        Some(rank) if !free(rank) => Err(Refusal::RankTaken),
-                        Some(rank) => Ok(rank),
-                        None => (1..shape.num_nodes)
-                            .find(|&r| free(r))
-                            .ok_or(Refusal::RankTaken),
-                    }
-                    .and_then(|rank| {
-                        if join.workers as usize == shape.workers_per_node {
-                            Ok(rank)
-                        } else {
-                            Err(Refusal::WrongWorkers)
-                        }
-                    });
                     let peer = stream.peer_addr().ok();
-                    match rank {
+                    match place(join, shape, |rank| joined[rank].is_none()) {
                         Ok(rank) => {
                             if answer.welcome(&mut stream, &welcome(rank)).is_ok() {
                                 joined[rank] = Some(stream);
@@ -172,13 +155,36 @@ pub(crate) fn join_nodes(
     Ok(nodes)
 }
 
+/// The rank a node that asked to `join` gets in a session of `shape`, where `free` says which
+/// ranks no node holds yet; or why it is turned away.
+fn place(
+    join: auth::Join,
+    shape: Shape,
+    free: impl Fn(usize) -> bool,
+) -> std::result::Result<usize, Refusal> {
+    let others = 1..shape.num_nodes;
+    let rank = match join.rank.map(|r| r as usize) {
+        Some(rank) if !others.contains(&rank) => Err(Refusal::BadRank),
+        Some(rank) if free(rank) => Ok(rank),
+        Some(_) => Err(Refusal::RankTaken),
+        None => others
+            .into_iter()
+            .find(|&r| free(r))
+            .ok_or(Refusal::RankTaken),
+    }?;
+    if join.workers as usize != shape.workers_per_node {
+        return Err(Refusal::WrongWorkers);
+    }
+    Ok(rank)
+}
+
 /// The controller's side of one handshake, on a blocking stream with a bound on each read.
 fn handshake(mut stream: TcpStream, secret: &Secret) -> Result<(TcpStream, auth::Join, Answer)> {
     let io = |e: std::io::Error| Error::runtime(format!("the connection: {e}"));
     stream.set_nonblocking(false).map_err(io)?;
     stream.set_read_timeout(Some(HANDSHAKE_STEP)).map_err(io)?;
-    let (who, answer) = auth::authenticate(&mut stream, secret)?;
-    Ok((stream, who.join, answer))
+    let (join, answer) = auth::authenticate(&mut stream, secret)?;
+    Ok((stream, join, answer))
 }
 
 /// Tells every node, four times per `interval`, that the controller is alive (and sends what

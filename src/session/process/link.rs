@@ -20,7 +20,7 @@ use crate::session::ccl::CpuCcl;
 use crate::session::completion::Completion;
 use crate::session::health::Health;
 use crate::session::message::{CopyDirection, Message, Reply};
-use crate::session::requests::{Pending, RequestBook, encode_broadcast, timed_out, try_send};
+use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
@@ -320,6 +320,7 @@ impl ProcessLink {
         Ok(())
     }
 
+    /// Waits for the reply to a request sent on this link, reading the reply ring while no
     /// other thread does. A deadline that passes abandons the request unless its reply is
     /// being delivered.
     pub fn wait<T>(
@@ -426,4 +427,8 @@ impl ProcessLink {
             ),
         ))
     }
+}
+
+fn timed_out(what: &impl Fn() -> String) -> Error {
+    Error::new(ErrorKind::Timeout, format!("{} timed out", what()))
 }
