@@ -26,6 +26,9 @@ SHELL := bash
 CARGO ?= cargo
 CC := gcc
 CFLAGS := -std=c11 -Wall -Wextra -Werror -Iinclude
+CXX := g++
+GLOO_CXXFLAGS := -std=c++17 -O2 -Wall -Wextra -Werror -shared -fPIC
+GLOO_INCLUDE := /usr/include
 TARGET_DIR := $(abspath $(or $(CARGO_TARGET_DIR),target))
 LIB_DIR := $(TARGET_DIR)/debug
 DEMO := $(TARGET_DIR)/c/session_broadcast
@@ -46,16 +49,28 @@ DIST_DIR := $(TARGET_DIR)/dist
 NATIVE_LIBS := $(DIST_DIR)/native-static-libs
 HEADERS := include/discovm.h include/discovm_abi.h include/discovm.hpp
 
-.PHONY: demo test header lib build-dist install install-relocatable uninstall
+.PHONY: demo test header lib gloo-plugin build-dist install install-relocatable uninstall
 
-# The library, and next to it the worker program process sessions start by default and the
-# node program of sessions across machines.
+# The library, and next to it the worker program process sessions start by default, the node
+# program of sessions across machines and, where Gloo is installed, the plugin that runs the
+# collectives between nodes.
 lib:
 	$(CARGO) build
 	for program in discovm-worker discovm-node; do \
 		$(CC) $(CFLAGS) programs/$$program.c -o $(LIB_DIR)/$$program \
 			-L$(LIB_DIR) -ldiscovm -Wl,-rpath,$(LIB_DIR) || exit 1; \
 	done
+	$(MAKE) --no-print-directory gloo-plugin PLUGIN_DIR=$(LIB_DIR)
+
+# The Gloo plugin (plugins/gloo), built only where Gloo's headers are (Debian: libgloo-dev).
+gloo-plugin:
+	@if [ -f $(GLOO_INCLUDE)/gloo/allreduce.h ]; then \
+		echo "$(CXX) $(GLOO_CXXFLAGS) plugins/gloo/discovm_gloo.cc -o $(PLUGIN_DIR)/libdiscovm_gloo.so -lgloo"; \
+		$(CXX) $(GLOO_CXXFLAGS) -I$(GLOO_INCLUDE) plugins/gloo/discovm_gloo.cc \
+			-o $(PLUGIN_DIR)/libdiscovm_gloo.so -lgloo; \
+	else \
+		echo "Gloo is not installed (Debian: apt-get install libgloo-dev): no collectives between nodes"; \
+	fi
 
 demo: lib
 	@mkdir -p $(dir $(DEMO))

@@ -11,6 +11,8 @@
 mod built_library;
 #[path = "support/c_build.rs"]
 mod c_build;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[macro_use]
@@ -1072,7 +1074,7 @@ fn collectives_meet_in_shared_memory_and_outside_it(kind: Kind) {
         }
     }
 }
-each_kind!(collectives_meet_in_shared_memory_and_outside_it);
+each_kind_and_nodes!(collectives_meet_in_shared_memory_and_outside_it);
 
 fn a_broken_communicator_is_replaced_by_init_ccl_again_and_again(kind: Kind) {
     let options = SessionOptions {

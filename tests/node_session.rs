@@ -10,6 +10,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/nccl_stub.rs"]
 mod nccl_stub;
 #[path = "support/session_calls.rs"]
@@ -209,9 +211,9 @@ fn workers_on_another_node_run_calls_in_order_with_errors_as_values() {
             "registers freed on worker {w}"
         );
     }
-    // Collectives between nodes are not there yet, and say so.
-    let err = s.init_ccl("cpu", &[]).unwrap_err();
-    assert_error(&err, ErrorKind::DeviceUnavailable, "between nodes");
+    // NCCL between nodes is not there yet, and says so.
+    let err = s.init_ccl("nccl", &[]).unwrap_err();
+    assert_error(&err, ErrorKind::DeviceUnavailable, "NCCL between nodes");
 
     s.shutdown().unwrap();
     let (status, said) = ended(nodes.remove(0), Duration::from_secs(10));
@@ -219,6 +221,39 @@ fn workers_on_another_node_run_calls_in_order_with_errors_as_values() {
     for pid in &pids[2..] {
         assert!(!exists(*pid as i32), "the node's worker {pid} is gone");
     }
+}
+
+#[test]
+fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
+    // Node 0's worker has the plugin; node 1's is sent looking where there is none.
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let port = free_port();
+    let node = Command::new(node_program())
+        .args(["127.0.0.1", &port.to_string(), "1"])
+        .env("DISCOVM_SESSION_TOKEN", TOKEN)
+        .env("DISCOVM_WORKER", test_worker_program())
+        .env("DISCOVM_GLOO_PLUGIN", "/nonexistent/libdiscovm_gloo.so")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000)).unwrap();
+    let err = s.init_ccl("cpu", &[]).unwrap_err();
+    assert_error(&err, ErrorKind::DeviceUnavailable, "worker 1");
+    assert_error(
+        &err,
+        ErrorKind::DeviceUnavailable,
+        "apt-get install libgloo-dev",
+    );
+    assert_error(
+        &err,
+        ErrorKind::DeviceUnavailable,
+        "/nonexistent/libdiscovm_gloo.so",
+    );
+    s.shutdown().unwrap();
+    let (status, said) = ended(node, Duration::from_secs(10));
+    assert_eq!(status, Some(0), "{said}");
 }
 
 #[test]

@@ -7,6 +7,9 @@
  * bytes), allgather gathers S bytes (S/N from each rank), broadcast sends S bytes from rank 0.
  * Each figure: the median of `samples` samples; a sample is a barrier, then `batch`
  * back-to-back calls, timed on every rank, the slowest rank's time / batch (as in main.rs).
+ *
+ * With the argument `allreduce` it measures the allreduce of 4 KiB and 16 MiB alone and prints
+ * "BYTES SECONDS" lines (the node benchmark runs it that way, over TCP).
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -69,6 +72,17 @@ int main(int argc, char** argv) {
   int rank, n;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &n);
+  if (argc > 1 && strcmp(argv[1], "allreduce") == 0) {
+    const size_t sizes[2] = {4u << 10, 16u << 20};
+    for (int s = 0; s < 2; s++) {
+      double ar = measure(0, sizes[s], n);
+      if (rank == 0) {
+        printf("%zu %.9f\n", sizes[s], ar);
+      }
+    }
+    MPI_Finalize();
+    return 0;
+  }
   const size_t sizes[4] = {4u << 10, 1u << 20, 16u << 20, 64u << 20};
   for (int s = 0; s < 4; s++) {
     double ar = measure(0, sizes[s], n), ag = measure(1, sizes[s], n),

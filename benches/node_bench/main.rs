@@ -7,7 +7,13 @@
 //! - sync with the worker on node 1, against the ping-pong's round trip (target: at most 1.5x);
 //! - pipelined calls to both workers (10 000 calls, then a sync of all), per call;
 //! - a 64 MiB float32 tensor stored on the worker on node 1 (`set_register`, then a sync),
-//!   against the raw stream's bandwidth (target: at least 0.8x).
+//!   against the raw stream's bandwidth (target: at least 0.8x);
+//! - CPU allreduce of 4 KiB and 16 MiB float32 between the two workers (Gloo between nodes),
+//!   batches of calls then a sync, against the raw stream's bandwidth (target: at least 0.5x)
+//!   and, on loopback, against Open MPI over TCP (`--mca btl tcp,self`, the same sizes and
+//!   method, `benches/ccl_bench/mpi_collectives.c allreduce`; target: no slower). The Gloo
+//!   plugin is built for the run where Gloo is installed (Debian: libgloo-dev), and Open MPI
+//!   is used where `mpicc` and `mpirun` are (Debian: openmpi-bin, libopenmpi-dev).
 //!
 //! The benchmark is its own node program and worker program: started as `node HOST PORT
 //! WORKERS` it joins the session, started with a worker's arguments it serves one, and started
@@ -236,6 +242,129 @@ fn session_round(s: &Arc<Session>, syncs: usize) -> (f64, f64, f64) {
     (sync, pipelined, copy)
 }
 
+fn repo() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Builds `source` with `compiler` and `flags` into `target/bench/name`, linked with `libs`;
+/// None, having said why, when it fails.
+fn build(
+    compiler: &str,
+    source: &str,
+    name: &str,
+    flags: &[&str],
+    libs: &[&str],
+) -> Option<PathBuf> {
+    let out = repo().join("target/bench").join(name);
+    std::fs::create_dir_all(out.parent()?).ok()?;
+    let built = Command::new(compiler)
+        .args(flags)
+        .arg(repo().join(source))
+        .arg("-o")
+        .arg(&out)
+        .args(libs)
+        .output();
+    match built {
+        Ok(output) if output.status.success() => Some(out),
+        Ok(output) => {
+            println!(
+                "({compiler} failed on {source}: {})",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            None
+        }
+        Err(e) => {
+            println!("({compiler} cannot run: {e})");
+            None
+        }
+    }
+}
+
+/// The Gloo plugin, built for this run; None where Gloo is not installed.
+fn gloo_plugin() -> Option<PathBuf> {
+    if !std::path::Path::new("/usr/include/gloo/allreduce.h").exists() {
+        println!("(no Gloo here: the allreduce is skipped; Debian: apt-get install libgloo-dev)");
+        return None;
+    }
+    let flags = ["-std=c++17", "-O2", "-shared", "-fPIC"];
+    build(
+        "g++",
+        "plugins/gloo/discovm_gloo.cc",
+        "libdiscovm_gloo.so",
+        &flags,
+        &["-lgloo"],
+    )
+}
+
+/// Seconds per allreduce of 4 KiB and of 16 MiB with Open MPI over TCP on loopback, 2 ranks;
+/// None where Open MPI is not installed.
+fn open_mpi_allreduce() -> Option<(f64, f64)> {
+    let flags = ["-O3", "-march=native"];
+    let program = build(
+        "mpicc",
+        "benches/ccl_bench/mpi_collectives.c",
+        "mpi_collectives",
+        &flags,
+        &[],
+    )?;
+    let output = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--mca",
+            "pml",
+            "ob1",
+        ])
+        .args([
+            "--mca",
+            "btl",
+            "tcp,self",
+            "--mca",
+            "btl_tcp_if_include",
+            "lo",
+            "-np",
+            "2",
+        ])
+        .arg(program)
+        .arg("allreduce")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let figure = |bytes: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(bytes)?.trim().parse::<f64>().ok())
+    };
+    Some((figure("4096 ")?, figure("16777216 ")?))
+}
+
+/// Seconds per CPU allreduce of `bytes` of float32 between every worker of `s`: batches of
+/// calls, then a sync, one figure per round.
+fn allreduce_rounds(s: &Arc<Session>, bytes: usize, rounds: usize) -> Vec<f64> {
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let shape = discovm::object::Shape::new(&[(bytes / 4) as i64]);
+    let args = [Any::from(shape), Any::DataType(F32)];
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    let send = s.call(Target::All, &empty, &views).unwrap();
+    let recv = s.call(Target::All, &empty, &views).unwrap();
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let sum = Any::from(discovm::object::Shape::new(&[0]));
+    let args = [Any::from(send), sum, Any::Bool(false), Any::from(recv)];
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    let batch = ((1 << 20) / bytes).clamp(1, 200);
+    let mut out = Vec::new();
+    for round in 0..=rounds {
+        let started = Instant::now();
+        for _ in 0..batch {
+            drop(s.call(Target::All, &allreduce, &views).unwrap());
+        }
+        s.sync_all().unwrap();
+        if round > 0 {
+            out.push(started.elapsed().as_secs_f64() / batch as f64);
+        }
+    }
+    out
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.iter().any(|a| a.starts_with("--discovm-worker")) {
@@ -248,6 +377,11 @@ fn main() {
         _ => {}
     }
     let quick = args.iter().any(|a| a == "--quick");
+    let plugin = gloo_plugin();
+    if let Some(plugin) = &plugin {
+        // SAFETY: no other thread runs yet; the far ends and worker processes inherit it.
+        unsafe { std::env::set_var("DISCOVM_GLOO_PLUGIN", plugin) };
+    }
     let (rounds, pings, syncs) = if quick {
         (3, 200, 200)
     } else {
@@ -277,6 +411,7 @@ fn main() {
          stream |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let mut allreduces = Vec::new();
     for path in &paths {
         let ping = median(path.ping_pong(rounds, pings));
         let stream = median(path.stream(rounds, 64 << 20));
@@ -288,6 +423,12 @@ fn main() {
             figures.0.push(sync);
             figures.1.push(pipelined);
             figures.2.push(copy);
+        }
+        if plugin.is_some() {
+            s.init_ccl("cpu", &[]).unwrap();
+            let small = median(allreduce_rounds(&s, 4 << 10, rounds));
+            let large = median(allreduce_rounds(&s, 16 << 20, rounds));
+            allreduces.push((path.name, small, large, stream));
         }
         s.shutdown().unwrap();
         let _ = far.wait();
@@ -306,4 +447,42 @@ fn main() {
     }
     println!();
     println!("Targets: sync at most 1.5x the ping-pong; a 64 MiB store at least 0.8x the stream.");
+    if allreduces.is_empty() {
+        return;
+    }
+    let mpi = open_mpi_allreduce();
+    if mpi.is_none() {
+        println!("(no Open MPI here: Debian: apt-get install openmpi-bin libopenmpi-dev)");
+    }
+    println!();
+    println!(
+        "CPU allreduce of float32 between the 2 workers (Gloo between nodes), seconds per call as \
+         batches then a sync; bandwidth = bytes / time"
+    );
+    println!();
+    println!(
+        "| path | 4 KiB (us) | Open MPI 4 KiB (us) | 16 MiB (ms) | Open MPI 16 MiB (ms) | 16 MiB \
+         / Open MPI (speed) | 16 MiB (GB/s) | / stream |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, small, large, stream) in allreduces {
+        let mpi_here = mpi.filter(|_| name == "loopback");
+        let shown =
+            |f: Option<f64>, scale: f64| f.map_or("-".into(), |v| format!("{:.1}", v * scale));
+        let bandwidth = (16 << 20) as f64 / large;
+        println!(
+            "| {name} | {:.1} | {} | {:.1} | {} | {} | {:.2} | {:.2}x |",
+            small * 1e6,
+            shown(mpi_here.map(|m| m.0), 1e6),
+            large * 1e3,
+            shown(mpi_here.map(|m| m.1), 1e3),
+            mpi_here.map_or("-".into(), |m| format!("{:.2}x", m.1 / large)),
+            bandwidth / 1e9,
+            bandwidth / stream
+        );
+    }
+    println!();
+    println!(
+        "Targets: the 16 MiB allreduce no slower than Open MPI over TCP and at least 0.5x the stream."
+    );
 }

@@ -21,6 +21,8 @@ use crate::object::{Error, ErrorKind, Result, Tensor};
 
 pub mod cpu;
 pub mod cuda;
+pub(crate) mod dynlib;
+pub mod gloo;
 pub mod nccl;
 pub(crate) mod poll;
 

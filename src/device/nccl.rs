@@ -28,12 +28,13 @@
 //! `ncclCommInitRankConfig` (NCCL before 2.14) the communicators are blocking: joining waits
 //! in NCCL for every rank, with no way out.
 
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::DeviceStream;
 use super::cuda::{self, CudaDevice};
+use super::dynlib::{self, symbol};
 use super::poll::poll_until;
 use crate::abi::{DLDataType, KDL_BFLOAT, KDL_CUDA, KDL_FLOAT, KDL_INT, KDL_UINT};
 use crate::object::tensor::dtype_name;
@@ -183,44 +184,12 @@ pub struct Nccl {
     version: c_int,
 }
 
-/// The address of `name` in the library `handle`, as a function pointer of type `F`.
-///
-/// # Safety
-/// `handle` is a live `dlopen` handle and `F` is the function pointer type of `name`'s C
-/// declaration.
-unsafe fn symbol<F: Copy>(handle: *mut c_void, name: &CStr) -> Option<F> {
-    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<*mut c_void>()) };
-    // SAFETY: a live handle and a terminated name.
-    let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
-    // SAFETY: a non-NULL address of that function, reinterpreted as its own pointer type (the
-    // sizes match, asserted above).
-    (!address.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
-}
-
-/// The loader's last error message.
-fn dlerror() -> String {
-    // SAFETY: dlerror returns NULL or a terminated message owned by the loader.
-    let message = unsafe { libc::dlerror() };
-    if message.is_null() {
-        return "unknown error".into();
-    }
-    // SAFETY: as above; copied at once.
-    unsafe { CStr::from_ptr(message) }
-        .to_string_lossy()
-        .into_owned()
-}
-
 impl Nccl {
     /// Loads the library `name` (a file name the loader searches for, or a path) and resolves
     /// its entry points. The library stays loaded for the life of the process.
     pub fn open(name: &str) -> std::result::Result<Nccl, String> {
-        let c_name = CString::new(name).map_err(|_| format!("{name:?} contains a NUL byte"))?;
-        // SAFETY: a terminated name; loading runs the library's initialisers, which NCCL keeps
-        // free of side effects beyond its own state.
-        let handle = unsafe { libc::dlopen(c_name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(dlerror());
-        }
+        // NCCL keeps its initialisers free of side effects beyond its own state.
+        let handle = dynlib::open(name)?;
         let lacks = |symbol: &CStr| format!("{name} lacks {}", symbol.to_string_lossy());
         macro_rules! required {
             ($symbol:literal) => {
@@ -1131,11 +1100,8 @@ mod tests {
         nccl_stub::build(&library);
         let path = library.to_str().expect("a UTF-8 path");
         let nccl: &'static Nccl = Box::leak(Box::new(Nccl::open(path).expect("the stub loads")));
-        let c_path = CString::new(path).unwrap();
-        // SAFETY: a terminated path of the library just loaded (this only takes another
-        // reference to it); it stays loaded for the process.
-        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(!handle.is_null(), "{}", dlerror());
+        // Another reference to the library just loaded; it stays loaded for the process.
+        let handle = dynlib::open(path).expect("the stub loads again");
         let _ = std::fs::remove_file(&library);
         (nccl, handle)
     }

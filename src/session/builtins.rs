@@ -92,5 +92,6 @@ pub fn register() {
         super::module::register();
         super::ccl::register();
         super::ccl::nccl::register();
+        super::ccl::gloo::register();
     });
 }

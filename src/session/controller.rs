@@ -900,18 +900,81 @@ impl Session {
     #[cfg(not(loom))]
     pub(super) fn upload(&self, module: &[u8]) -> Result<String> {
         let hash = node::hash(module);
-        let mut last: Option<&Arc<node::NodeConnection>> = None;
-        for link in &self.workers {
-            if let WorkerLink::Node(link) = link {
-                if last.is_some_and(|node| Arc::ptr_eq(node, link.node())) {
-                    continue;
-                }
-                last = Some(link.node());
-                link.alive()?;
-                link.node().upload(&hash, module)?;
-            }
+        for (node, first) in self.nodes() {
+            node.alive(first)?;
+            node.upload(&hash, module)?;
         }
         Ok(node::hex(&hash))
+    }
+
+    /// The session's other nodes, by rank, each with its first worker.
+    #[cfg(not(loom))]
+    fn nodes(&self) -> Vec<(&Arc<node::NodeConnection>, usize)> {
+        let mut nodes: Vec<(&Arc<node::NodeConnection>, usize)> = Vec::new();
+        for (w, link) in self.workers.iter().enumerate() {
+            if let WorkerLink::Node(link) = link
+                && !nodes
+                    .last()
+                    .is_some_and(|(node, _)| Arc::ptr_eq(node, link.node()))
+            {
+                nodes.push((link.node(), w));
+            }
+        }
+        nodes
+    }
+
+    /// Sets up Gloo between the workers of a session with nodes: every worker binds its pairs
+    /// on its node's address, the controller collects their addresses and gives every worker
+    /// the table, and the workers connect (see `ccl::gloo`).
+    #[cfg(not(loom))]
+    fn init_gloo(self: &Arc<Self>) -> Result<()> {
+        let nodes = self.nodes();
+        let here = nodes[0].0.addresses().1;
+        let hosts: Vec<String> = std::iter::once(here)
+            .chain(nodes.iter().map(|(node, _)| node.addresses().0))
+            .map(|ip| ip.to_string())
+            .collect();
+        let timeout_ms = self.timeout.map_or(-1, |t| t.as_millis() as i64);
+        // A worker that cannot load Gloo says so: the backend is unavailable.
+        let kinded = |e: Error| {
+            let unavailable = ErrorKind::DeviceUnavailable;
+            if e.message
+                .contains(&format!("failed: {}: ", unavailable.name()))
+            {
+                Error::new(unavailable, e.message)
+            } else {
+                e
+            }
+        };
+        let open = self.get_global_func(ccl::gloo::OPEN)?;
+        let opened = self.call(
+            Target::All,
+            &open,
+            &[
+                Any::from(hosts.join(",").as_str()).view(),
+                Any::Int(timeout_ms).view(),
+            ],
+        )?;
+        let mut table = Vec::new();
+        for w in 0..self.workers.len() {
+            let row = opened.get(w as i64).map_err(&kinded)?;
+            let view = row.view();
+            let row = view.as_bytes().map_err(|e| {
+                Error::runtime(format!(
+                    "worker {w} returned no Gloo addresses: {}",
+                    e.message
+                ))
+            })?;
+            table.extend_from_slice(&(row.len() as u32).to_le_bytes());
+            table.extend_from_slice(row);
+        }
+        let connect = self.get_global_func(ccl::gloo::CONNECT)?;
+        let _ = self.call(
+            Target::All,
+            &connect,
+            &[Any::Bytes(crate::object::Bytes::new(&table)).view()],
+        )?;
+        self.sync_all()
     }
 
     /// `func` of this session bound to `target`, for calls that repeat: [`BoundCall::call`] is
@@ -1149,17 +1212,14 @@ impl Session {
             )));
         }
         #[cfg(not(loom))]
-        if self
-            .workers
-            .iter()
-            .any(|w| matches!(w, WorkerLink::Node(_)))
-        {
+        let across_nodes = !self.nodes().is_empty();
+        #[cfg(loom)]
+        let across_nodes = false;
+        if across_nodes && backend == "nccl" {
             return Err(Error::new(
                 ErrorKind::DeviceUnavailable,
-                format!(
-                    "collectives between nodes (backend {backend:?}) are not in this version of \
-                     sessions across machines"
-                ),
+                "NCCL between nodes is not in this version of sessions across machines (the cpu \
+                 backend runs Gloo between them)",
             ));
         }
         let workers = self.workers.len();
@@ -1173,6 +1233,23 @@ impl Session {
             .ccl_setup
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        if backend == "cpu"
+            && let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu())
+        {
+            return Err(Error::value(format!(
+                "the cpu backend needs every worker on the CPU; worker {w} is not"
+            )));
+        }
+        // A worker waiting for work of its NCCL communicators (a collective a peer never
+        // joined) sees the count change, aborts them and gets to the new ones: the way back
+        // after a sync that timed out.
+        for link in &self.workers {
+            link.note_new_ccl();
+        }
+        #[cfg(not(loom))]
+        if across_nodes {
+            return self.init_gloo();
+        }
         let (init, args, cpu) = if backend == "nccl" {
             let args = ccl::nccl::init_args(&self.devices, self.num_groups, device_ids)?;
             (
@@ -1181,21 +1258,10 @@ impl Session {
                 None,
             )
         } else {
-            if let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu()) {
-                return Err(Error::value(format!(
-                    "the cpu backend needs every worker on the CPU; worker {w} is not"
-                )));
-            }
             let (fresh, place) = self.new_cpu_ccl()?;
             let (init, args) = place.init_call(self.timeout, self.spin);
             (init, args, Some((fresh, place)))
         };
-        // A worker waiting for work of its NCCL communicators (a collective a peer never
-        // joined) sees the count change, aborts them and gets to the new ones: the way back
-        // after a sync that timed out.
-        for link in &self.workers {
-            link.note_new_ccl();
-        }
         let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
         let installed = self.get_global_func(init).and_then(|func| {
             let _out = self.call(Target::All, &func, &views)?;

@@ -28,6 +28,9 @@ pub enum Kind {
     Threads,
     /// Processes running the tests' worker program.
     Processes,
+    /// Two nodes over loopback TCP: half the workers are processes of this machine's node,
+    /// half of a `discovm-node` the test starts.
+    Nodes,
 }
 
 /// Makes a test of each kind of the function `name(kind: Kind)`: `name::threads` and
@@ -51,6 +54,35 @@ macro_rules! each_kind {
     };
 }
 
+/// Makes the tests of [`each_kind!`] and `name::nodes` as well (the test file declares the
+/// `gloo` module too; the nodes test skips, saying why, where Gloo cannot be had).
+#[allow(unused_macros)] // not every test binary that uses this module uses it
+macro_rules! each_kind_and_nodes {
+    ($name:ident) => {
+        mod $name {
+            #[test]
+            fn threads() {
+                super::$name($crate::session_kinds::Kind::Threads)
+            }
+
+            #[test]
+            fn processes() {
+                super::$name($crate::session_kinds::Kind::Processes)
+            }
+
+            #[test]
+            fn nodes() {
+                if $crate::gloo::plugin().is_some() {
+                    super::$name($crate::session_kinds::Kind::Nodes)
+                }
+            }
+        }
+    };
+}
+
+/// The secret of the sessions of kind [`Kind::Nodes`].
+const NODES_TOKEN: &str = "the tests' secret for nodes";
+
 /// The options of a process session of the tests' worker program.
 pub fn process_options() -> SessionOptions {
     SessionOptions {
@@ -67,26 +99,39 @@ pub fn start(
     groups: i64,
     options: SessionOptions,
 ) -> Result<Arc<Session>> {
-    match kind {
-        Kind::Threads => {
-            register_thread_functions();
-            Session::new_threaded(workers, groups, options)
-        }
-        Kind::Processes => {
-            let worker_program = options
-                .worker_program
-                .clone()
-                .or(process_options().worker_program);
-            Session::new_process(
-                workers,
-                groups,
-                SessionOptions {
-                    worker_program,
-                    ..options
-                },
-            )
-        }
+    if kind == Kind::Threads {
+        register_thread_functions();
+        return Session::new_threaded(workers, groups, options);
     }
+    let options = SessionOptions {
+        worker_program: options
+            .worker_program
+            .clone()
+            .or(process_options().worker_program),
+        ..options
+    };
+    if kind == Kind::Processes {
+        return Session::new_process(workers, groups, options);
+    }
+    assert!(workers % 2 == 0, "two nodes share {workers} workers");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    // The node ends when the session does; nobody waits for it.
+    drop(
+        std::process::Command::new(crate::worker_programs::node_program())
+            .args(["127.0.0.1", &port.to_string(), &(workers / 2).to_string()])
+            .env("DISCOVM_SESSION_TOKEN", NODES_TOKEN)
+            .env("DISCOVM_WORKER", test_worker_program())
+            .spawn()
+            .expect("the node program starts"),
+    );
+    let options = SessionOptions {
+        session_token: Some(NODES_TOKEN.to_string()),
+        ..options
+    };
+    Session::new_socket(2, workers / 2, groups, "127.0.0.1", port.into(), options)
 }
 
 /// A session of `kind` with `workers` workers in one group and the default options.

@@ -48,7 +48,12 @@ pub fn unstage(id: i64) {
 
 /// A tensor argument as a buffer, once the work queued on it on any stream has finished; None
 /// when it is absent or None and `required` is false.
-fn buffer(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Buf>> {
+pub(super) fn buffer(
+    args: &[AnyView<'_>],
+    i: usize,
+    what: &str,
+    required: bool,
+) -> Result<Option<Buf>> {
     if is_none(args, i) {
         if required {
             return Err(Error::type_error(format!(
@@ -101,6 +106,21 @@ pub(super) fn reduce_kind(args: &[AnyView<'_>], i: usize) -> Result<ReduceOp> {
             ))),
         }
     })
+}
+
+/// Disco's argument counts.
+pub(super) fn arity_of(name: &str, args: &[AnyView<'_>]) -> Result<()> {
+    let (min, max) = match name {
+        "runtime.disco.allreduce" => (4, 4),
+        "runtime.disco.allgather"
+        | "runtime.disco.broadcast_from_worker0"
+        | "runtime.disco.scatter_from_worker0" => (3, 3),
+        "runtime.disco.gather_to_worker0" => (2, 3),
+        "runtime.disco.send_to_worker" | "runtime.disco.recv_from_worker" => (2, 2),
+        "runtime.disco.barrier" => (0, 1),
+        _ => (1, 1),
+    };
+    arity(name, args, min, max)
 }
 
 /// Every participant called the same collective with the same parameter.
@@ -215,7 +235,13 @@ fn same_buffers(
 }
 
 /// `bytes` of one buffer must be `times` those of another, with the same dtype.
-fn sized(what: &str, big: &Buf, big_role: &str, small: &Buf, times: usize) -> Result<()> {
+pub(super) fn sized(
+    what: &str,
+    big: &Buf,
+    big_role: &str,
+    small: &Buf,
+    times: usize,
+) -> Result<()> {
     if big.dtype != small.dtype || big.nbytes != small.nbytes * times {
         let times = if times == 1 {
             String::new()
@@ -661,9 +687,11 @@ pub fn register() {
             ("runtime.disco.cpu.init_ccl_in_arena", init_in_arena),
         ];
         for &(name, body) in all {
-            // A worker with an NCCL communicator runs the NCCL version of the built-in.
+            // A worker with NCCL or Gloo communicators runs that version of the built-in.
             let dispatched = move |args: &[AnyView<'_>]| {
-                super::nccl::dispatch(name, args).unwrap_or_else(|| body(args))
+                super::nccl::dispatch(name, args)
+                    .or_else(|| super::gloo::dispatch(name, args))
+                    .unwrap_or_else(|| body(args))
             };
             registry::register_global(name, Function::from_closure(dispatched), true)
                 .expect("built-in names are valid");

@@ -41,6 +41,7 @@
 
 mod board;
 mod builtins;
+pub(crate) mod gloo;
 #[cfg(all(test, loom))]
 mod loom_model;
 pub(crate) mod nccl;

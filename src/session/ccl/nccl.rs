@@ -54,7 +54,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Once, OnceLock};
 
 use super::ReduceOp;
-use super::builtins::{in_group, peer, reduce_kind};
+use super::builtins::{arity_of, in_group, peer, reduce_kind};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::device::{DeviceStream, poll};
@@ -326,7 +326,8 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         Some(watch) => with_stream(|stream| watch.sync(stream)),
         None => Ok(()),
     };
-    COMMS.with(|c| c.borrow_mut().take());
+    forget();
+    super::gloo::forget();
     let (device_id, timeout) = (info.device.device_id, shared.timeout);
     let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
     let world = Comm::init_rank(
@@ -376,11 +377,16 @@ pub(crate) fn register() {
     });
 }
 
+/// Drops this worker's NCCL communicators (another backend's `init_ccl` replaces them).
+pub(super) fn forget() {
+    COMMS.with(|c| c.borrow_mut().take());
+}
+
 /// Runs collective built-in `name` with NCCL when this worker has an NCCL communicator;
 /// `None` leaves it to the CPU backend. Installing a CPU communicator drops the NCCL one.
 pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
     if name == "runtime.disco.cpu.init_ccl_per_worker" {
-        COMMS.with(|c| c.borrow_mut().take());
+        forget();
         return None;
     }
     let comms = COMMS.with(|c| c.borrow().clone())?;
@@ -406,21 +412,6 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         _ => return None,
     };
     Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
-}
-
-/// Disco's argument counts.
-fn arity_of(name: &str, args: &[AnyView<'_>]) -> Result<()> {
-    let (min, max) = match name {
-        "runtime.disco.allreduce" => (4, 4),
-        "runtime.disco.allgather"
-        | "runtime.disco.broadcast_from_worker0"
-        | "runtime.disco.scatter_from_worker0" => (3, 3),
-        "runtime.disco.gather_to_worker0" => (2, 3),
-        "runtime.disco.send_to_worker" | "runtime.disco.recv_from_worker" => (2, 2),
-        "runtime.disco.barrier" => (0, 1),
-        _ => (1, 1),
-    };
-    arity(name, args, min, max)
 }
 
 /// A tensor argument as a region; `None` when it is None or absent and not `required`.

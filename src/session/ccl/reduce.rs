@@ -370,26 +370,76 @@ fn finish_streaming() {
     };
 }
 
+/// Runs `$body` with `$E` the element type `$elem` names.
+macro_rules! of_element {
+    ($elem:expr, $E:ident => $body:expr) => {
+        match $elem {
+            Elem::I8 => {
+                type $E = i8;
+                $body
+            }
+            Elem::U8 => {
+                type $E = u8;
+                $body
+            }
+            Elem::I32 => {
+                type $E = i32;
+                $body
+            }
+            Elem::U32 => {
+                type $E = u32;
+                $body
+            }
+            Elem::I64 => {
+                type $E = i64;
+                $body
+            }
+            Elem::U64 => {
+                type $E = u64;
+                $body
+            }
+            Elem::F16 => {
+                type $E = Half;
+                $body
+            }
+            Elem::Bf16 => {
+                type $E = BHalf;
+                $body
+            }
+            Elem::F32 => {
+                type $E = f32;
+                $body
+            }
+            Elem::F64 => {
+                type $E = f64;
+                $body
+            }
+        }
+    };
+}
+
 /// Reduces elements `lo..hi` of every input of type `elem` into every output.
 ///
 /// # Safety
 /// As for [`reduce_range`], with `E` the type `elem` names.
 pub unsafe fn reduce(elem: Elem, op: ReduceOp, buffers: &Buffers<'_>, lo: usize, hi: usize) {
     // SAFETY: forwarded from the caller.
-    unsafe {
-        match elem {
-            Elem::I8 => reduce_range::<i8>(op, buffers, lo, hi),
-            Elem::U8 => reduce_range::<u8>(op, buffers, lo, hi),
-            Elem::I32 => reduce_range::<i32>(op, buffers, lo, hi),
-            Elem::U32 => reduce_range::<u32>(op, buffers, lo, hi),
-            Elem::I64 => reduce_range::<i64>(op, buffers, lo, hi),
-            Elem::U64 => reduce_range::<u64>(op, buffers, lo, hi),
-            Elem::F16 => reduce_range::<Half>(op, buffers, lo, hi),
-            Elem::Bf16 => reduce_range::<BHalf>(op, buffers, lo, hi),
-            Elem::F32 => reduce_range::<f32>(op, buffers, lo, hi),
-            Elem::F64 => reduce_range::<f64>(op, buffers, lo, hi),
+    of_element!(elem, E => unsafe { reduce_range::<E>(op, buffers, lo, hi) })
+}
+
+/// Turns the `count` sums of `n` values at `addr` into their means, as `ReduceOp::Avg` does.
+///
+/// # Safety
+/// `addr` holds `count` aligned elements of the type `elem` names, which nobody else touches
+/// meanwhile.
+pub unsafe fn average(elem: Elem, addr: usize, count: usize, n: usize) {
+    of_element!(elem, E => {
+        // SAFETY: by the contract.
+        let sums = unsafe { std::slice::from_raw_parts_mut(addr as *mut E, count) };
+        for sum in sums {
+            *sum = E::narrow(sum.widen().avg(n));
         }
-    }
+    })
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@
 //! that nobody waits for as soon as it runs, many at a time when they come faster than it.
 
 use std::io::{BufReader, BufWriter, Write};
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +33,8 @@ pub(crate) struct NodeConnection {
     first: usize,
     count: usize,
     peer: SocketAddr,
+    /// The controller's end of the connection.
+    local: SocketAddr,
     writer: Mutex<BufWriter<TcpStream>>,
     /// Each worker's requests, by its place on the node.
     books: Vec<RequestBook>,
@@ -64,6 +66,7 @@ impl NodeConnection {
     ) -> Result<Arc<NodeConnection>> {
         let io = |e: std::io::Error| Error::runtime(format!("node {rank}'s connection: {e}"));
         let peer = stream.peer_addr().map_err(io)?;
+        let local = stream.local_addr().map_err(io)?;
         stream.set_nodelay(true).map_err(io)?;
         stream.set_read_timeout(Some(heartbeat)).map_err(io)?;
         let reader = stream.try_clone().map_err(io)?;
@@ -72,6 +75,7 @@ impl NodeConnection {
             first,
             count,
             peer,
+            local,
             writer: Mutex::new(BufWriter::new(stream)),
             books: (first..first + count)
                 .map(|w| RequestBook::new(format!("worker {w} (node {rank})")))
@@ -123,6 +127,13 @@ impl NodeConnection {
         if self.unsent.load(Ordering::SeqCst) {
             self.flusher.wake_all();
         }
+    }
+
+    /// The node's address as the controller reaches it, and the controller's address as the
+    /// node reaches it: where the node's workers and the controller's own listen for each
+    /// other (Gloo's pairs).
+    pub fn addresses(&self) -> (IpAddr, IpAddr) {
+        (self.peer.ip(), self.local.ip())
     }
 
     /// Who the node is, for messages: "node 1 (workers 2 and 3, at 10.0.0.2:40112)".

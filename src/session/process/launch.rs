@@ -7,11 +7,7 @@
 //! never signalled. Without pidfds (kernels before 5.3, or sandboxes that refuse the call),
 //! waiting falls back to polling `waitpid(WNOHANG)`.
 
-// The process session starts its workers through this module; until it is wired in, only the
-// tests call it.
-#![cfg_attr(not(test), allow(dead_code))]
-
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CString, OsStr};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -47,7 +43,11 @@ const LONGEST_NAP: Duration = Duration::from_millis(10);
 /// next to the library.
 pub(crate) fn worker_program(option: Option<&str>) -> Result<PathBuf> {
     let env = std::env::var_os(WORKER_PROGRAM_VAR);
-    find_worker_program(option, env.as_deref(), library_file().as_deref())
+    find_worker_program(
+        option,
+        env.as_deref(),
+        crate::device::dynlib::library_file().as_deref(),
+    )
 }
 
 fn find_worker_program(
@@ -114,51 +114,6 @@ fn is_executable_file(path: &Path) -> bool {
     // SAFETY: `c_path` is a NUL-terminated string that outlives the call; access only reads it.
     let executable = unsafe { libc::access(c_path.as_ptr(), libc::X_OK) } == 0;
     executable && std::fs::metadata(path).is_ok_and(|meta| meta.is_file())
-}
-
-/// The file this code was loaded from: the shared library, or the program it is linked into.
-fn library_file() -> Option<PathBuf> {
-    let anchor = library_file as fn() -> Option<PathBuf> as usize;
-    let mut info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr only looks up the address (this function's code) and writes `info`.
-    let found = unsafe { libc::dladdr(anchor as *const libc::c_void, &mut info) } != 0;
-    if found && !info.dli_fname.is_null() {
-        // SAFETY: dladdr set `dli_fname` to the loader's NUL-terminated name of the object,
-        // which stays valid while the object (this code) is loaded.
-        let name = unsafe { CStr::from_ptr(info.dli_fname) };
-        let path = Path::new(OsStr::from_bytes(name.to_bytes()));
-        if path.is_absolute() {
-            return Some(path.to_path_buf());
-        }
-    }
-    // The loader names the main program and objects opened by a relative path as they were
-    // named (argv[0], "./lib.so"), which need not hold from here; the mapping's file does.
-    mapped_file(anchor)
-}
-
-/// The file mapped at `address`, from /proc/self/maps.
-fn mapped_file(address: usize) -> Option<PathBuf> {
-    let maps = std::fs::read("/proc/self/maps").ok()?;
-    maps.split(|&b| b == b'\n').find_map(|line| {
-        // "start-end perms offset dev inode   path"
-        let mut fields = line.splitn(6, |&b| b == b' ');
-        let range = fields.next()?;
-        let dash = range.iter().position(|&b| b == b'-')?;
-        let hex = |digits: &[u8]| usize::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok();
-        let (start, end) = (hex(&range[..dash])?, hex(&range[dash + 1..])?);
-        if !(start..end).contains(&address) {
-            return None;
-        }
-        let path = fields.nth(4)?.trim_ascii_start();
-        let path = path.strip_suffix(b" (deleted)").unwrap_or(path);
-        path.starts_with(b"/")
-            .then(|| PathBuf::from(OsStr::from_bytes(path)))
-    })
 }
 
 /// How a child process ended.
@@ -257,7 +212,6 @@ pub(super) struct Process {
     pid: libc::pid_t,
     /// The child's pidfd; `None` where the kernel has none to give.
     pidfd: Option<OwnedFd>,
-    program: PathBuf,
     /// How it ended, once it was reaped; set once, under `reaping`.
     cause: OnceLock<ExitCause>,
     /// Held around each `waitpid` and each signal, so the pid is reaped once and never
@@ -392,10 +346,6 @@ pub(super) fn wait_readable(fd: RawFd, timeout: Option<Duration>) -> bool {
 impl Child {
     pub(crate) fn pid(&self) -> i32 {
         self.process.pid
-    }
-
-    pub(crate) fn program(&self) -> &Path {
-        &self.process.program
     }
 
     pub(super) fn process(&self) -> &Arc<Process> {
@@ -579,7 +529,6 @@ where
         process: Arc::new(Process {
             pid,
             pidfd,
-            program: program.to_path_buf(),
             cause: OnceLock::new(),
             reaping: Mutex::new(()),
             watched: AtomicBool::new(false),
@@ -835,7 +784,6 @@ pub(super) mod tests {
                 use_pidfd,
             );
             drop((first_w, second_w));
-            assert_eq!(child.program(), Path::new("/bin/sh"));
             assert_eq!(read_to_eof(&mut second, PATIENCE), "to-3\n");
             assert_eq!(read_to_eof(&mut first, PATIENCE), "to-4\n");
             assert_eq!(child.wait_timeout(PATIENCE), Some(ExitCause::Exited(0)));
@@ -1126,21 +1074,5 @@ pub(super) mod tests {
         assert_eq!(found(None, None, Some(&library)), Ok(build_tree));
         scratch.file(&format!("bin/{WORKER_PROGRAM}"), 0o755);
         assert_eq!(found(None, None, Some(&library)), Ok(installed));
-    }
-
-    #[test]
-    fn this_code_knows_the_file_it_was_loaded_from() {
-        let file = library_file().expect("dladdr or /proc/self/maps names this code's file");
-        let executable = std::env::current_exe().unwrap();
-        // Tests link the crate into the test program.
-        assert_eq!(
-            std::fs::canonicalize(&file).unwrap(),
-            std::fs::canonicalize(&executable).unwrap()
-        );
-        let mapped = mapped_file(library_file as fn() -> Option<PathBuf> as usize).unwrap();
-        assert_eq!(
-            std::fs::canonicalize(mapped).unwrap(),
-            std::fs::canonicalize(executable).unwrap()
-        );
     }
 }

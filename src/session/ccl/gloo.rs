@@ -1,0 +1,565 @@
+//! The Gloo backend of the collective built-ins, for the CPU workers of sessions across
+//! machines: every worker is a rank of a Gloo context of the whole session and, with several
+//! groups, of one of its group, and the built-ins keep Disco's names and arguments.
+//!
+//! The one idea: the rendezvous rides on the session's own connections. `init_ccl("cpu")` on
+//! a session with nodes calls `runtime.disco.gloo.open_per_worker` on every worker, which binds
+//! a Gloo pair for each peer on its node's address and returns the pairs' addresses; the
+//! controller reads them back and hands every worker the whole table in
+//! `runtime.disco.gloo.connect_per_worker`, which connects the pairs. Nothing of Gloo's own
+//! rendezvous (a TCP store, files, Redis) is used, and only nodes that proved the session's
+//! secret learn the addresses.
+//!
+//! Checks: before each collective the team's members exchange what they called and their
+//! buffers' shapes (a small allgather), so workers that disagree all fail with an error that
+//! names them, as on the shared-memory backend, instead of leaving Gloo to wait. Every wait
+//! inside Gloo ends at the session's timeout (without one, after [`WITHOUT_TIMEOUT`]); a peer
+//! that is gone fails it at once. A failed collective leaves the meshes broken: later ones fail
+//! at once until `init_ccl` is called again.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Once, OnceLock};
+use std::time::Duration;
+
+use super::Buf;
+use super::builtins::{arity_of, buffer, in_group, peer, reduce_kind, sized};
+use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
+use crate::device::gloo::Mesh;
+use crate::object::args::{argument, arity, is_none};
+use crate::object::{Any, AnyView, Bytes, Error, Function, Result, registry};
+use crate::session::builtins::on_worker;
+use crate::session::worker::WorkerInfo;
+
+pub(crate) const OPEN: &str = "runtime.disco.gloo.open_per_worker";
+pub(crate) const CONNECT: &str = "runtime.disco.gloo.connect_per_worker";
+
+/// How long a wait inside Gloo lasts at most in a session without a timeout.
+pub(crate) const WITHOUT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// One worker's Gloo contexts.
+struct Meshes {
+    info: WorkerInfo,
+    world: Mesh,
+    /// The worker's group, when the session has more than one.
+    group: Option<Mesh>,
+    /// Why a collective failed, once one did: later ones fail at once.
+    broken: OnceLock<String>,
+}
+
+impl Meshes {
+    /// The team's mesh and the worker id of its rank 0.
+    fn team(&self, in_group: bool) -> (&Mesh, usize) {
+        match &self.group {
+            Some(group) if in_group => (group, self.info.id - self.info.local_id()),
+            _ => (&self.world, 0),
+        }
+    }
+
+    /// Passes `result` through; a failure breaks the meshes (peers may be mid-way).
+    fn kept<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(error) = &result {
+            let _ = self.broken.set(error.message.clone());
+        }
+        result
+    }
+}
+
+thread_local! {
+    /// The Gloo contexts of the worker running on this thread.
+    static MESHES: RefCell<Option<Arc<Meshes>>> = const { RefCell::new(None) };
+    /// The contexts `open_per_worker` bound, until `connect_per_worker` connects them.
+    static OPENED: RefCell<Option<Meshes>> = const { RefCell::new(None) };
+}
+
+/// Drops this worker's Gloo contexts (another backend's `init_ccl` replaces them).
+pub(super) fn forget() {
+    MESHES.with(|m| m.borrow_mut().take());
+    OPENED.with(|m| m.borrow_mut().take());
+}
+
+/// The pairs' addresses of every mesh, in the order `connect_per_worker` reads them: for each
+/// mesh, for each peer but this rank, a u32 length and the address.
+fn addresses(meshes: &[&Mesh]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    for mesh in meshes {
+        for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
+            let address = mesh.address(peer)?;
+            out.extend_from_slice(&(address.len() as u32).to_le_bytes());
+            out.extend_from_slice(&address);
+        }
+    }
+    Ok(out)
+}
+
+/// Reads length-prefixed entries.
+struct Entries<'a>(&'a [u8]);
+
+impl<'a> Entries<'a> {
+    fn next(&mut self, what: &str) -> Result<&'a [u8]> {
+        let bad = || Error::value(format!("the address table is cut short in {what}"));
+        let len = self.0.get(..4).ok_or_else(bad)?;
+        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
+        let entry = self.0.get(4..4 + len).ok_or_else(bad)?;
+        self.0 = &self.0[4 + len..];
+        Ok(entry)
+    }
+}
+
+/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms)`: binds this worker's Gloo pairs
+/// on its node's address (`hosts`: every node's, comma-separated, by rank), waiting at most
+/// `timeout_ms` in every later operation (none if negative), and returns their addresses.
+fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(OPEN, args, 2, 2)?;
+    let info = on_worker(OPEN)?;
+    let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
+    let timeout = argument(1, "timeout_ms", || args[1].as_i64())?;
+    let timeout = u64::try_from(timeout).map_or(WITHOUT_TIMEOUT, Duration::from_millis);
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    if info.num_workers % hosts.len() != 0 {
+        return Err(Error::value(format!(
+            "argument 0 (hosts): {} nodes cannot share {} workers",
+            hosts.len(),
+            info.num_workers
+        )));
+    }
+    let host = hosts[info.id / (info.num_workers / hosts.len())];
+    forget();
+    super::nccl::forget();
+    let world = Mesh::open(host, info.id, info.num_workers, timeout)?;
+    let group = if info.num_groups > 1 {
+        Some(Mesh::open(
+            host,
+            info.local_id(),
+            info.workers_per_group(),
+            timeout,
+        )?)
+    } else {
+        None
+    };
+    let meshes = Meshes {
+        info,
+        world,
+        group,
+        broken: OnceLock::new(),
+    };
+    let mut all = vec![&meshes.world];
+    all.extend(&meshes.group);
+    let out = addresses(&all)?;
+    OPENED.with(|m| *m.borrow_mut() = Some(meshes));
+    Ok(Any::Bytes(Bytes::new(&out)))
+}
+
+/// `runtime.disco.gloo.connect_per_worker(table)`: connects the pairs `open_per_worker` bound
+/// to the peers' (`table`: every worker's addresses, by worker, each with a u32 length), and
+/// makes them this worker's communicator.
+fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
+    arity(CONNECT, args, 1, 1)?;
+    let info = on_worker(CONNECT)?;
+    let table = argument(0, "table", || args[0].as_bytes().map(<[u8]>::to_vec))?;
+    let meshes = OPENED
+        .with(|m| m.borrow_mut().take())
+        .ok_or_else(|| Error::runtime(format!("{CONNECT} runs after {OPEN} on the same worker")))?;
+    let mut rows = Entries(&table);
+    let rows: Vec<&[u8]> = (0..info.num_workers)
+        .map(|w| rows.next(&format!("worker {w}'s row")))
+        .collect::<Result<_>>()?;
+    // Each peer's row lists its addresses mesh by mesh, peer by peer: this worker's entry in
+    // the mesh at `index` is the one at its rank there, counting without the peer itself.
+    let first = info.id - info.local_id();
+    let mut meshes_of = vec![(&meshes.world, 0)];
+    meshes_of.extend(meshes.group.as_ref().map(|g| (g, first)));
+    for (index, &(mesh, base)) in meshes_of.iter().enumerate() {
+        for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
+            let worker = base + peer;
+            let mut entries = Entries(rows[worker]);
+            let skipped: usize = meshes_of[..index]
+                .iter()
+                .map(|&(m, _)| m.size - 1)
+                .sum::<usize>()
+                + if mesh.rank < peer {
+                    mesh.rank
+                } else {
+                    mesh.rank - 1
+                };
+            let what = format!("worker {worker}'s addresses");
+            for _ in 0..skipped {
+                entries.next(&what)?;
+            }
+            mesh.connect(peer, entries.next(&what)?)?;
+        }
+    }
+    MESHES.with(|m| *m.borrow_mut() = Some(Arc::new(meshes)));
+    Ok(Any::None)
+}
+
+/// What a member posts before a collective, for the others to check: the built-in, its
+/// parameter and its buffers.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Digest {
+    what: u64,
+    param: i64,
+    send: Buf,
+    recv: Buf,
+}
+
+const NAMES: [&str; 6] = [
+    "allreduce",
+    "allgather",
+    "broadcast_from_worker0",
+    "scatter_from_worker0",
+    "gather_to_worker0",
+    "barrier",
+];
+
+impl Digest {
+    fn new(what: &str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
+        Digest {
+            what: NAMES.iter().position(|n| *n == what).expect("a collective") as u64,
+            param,
+            send: send.unwrap_or(Buf::NONE),
+            recv: recv.unwrap_or(Buf::NONE),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        NAMES
+            .get(self.what as usize)
+            .copied()
+            .unwrap_or("an unknown collective")
+    }
+}
+
+/// Every member's digest, by rank in the team.
+fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
+    let size = size_of::<Digest>();
+    let mut bytes = vec![0u8; size * mesh.size];
+    // SAFETY: `mine` is `size` plain bytes; `bytes` holds one digest per member.
+    unsafe { mesh.allgather((mine as *const Digest).cast(), bytes.as_mut_ptr(), size)? };
+    Ok(bytes
+        .chunks_exact(size)
+        // SAFETY: each chunk is a member's digest, plain old data; read unaligned.
+        .map(|chunk| unsafe { std::ptr::read_unaligned(chunk.as_ptr().cast::<Digest>()) })
+        .collect())
+}
+
+/// Every member called the same collective with the same parameter and buffers of the same
+/// shapes; `roles` says which buffers every member passes.
+fn agree(
+    posts: &[Digest],
+    base: usize,
+    send_everywhere: bool,
+    recv_everywhere: bool,
+) -> Result<()> {
+    let first = &posts[0];
+    for (rank, post) in posts.iter().enumerate().skip(1) {
+        let (worker, leader) = (base + rank, base);
+        if post.what != first.what {
+            return Err(Error::value(format!(
+                "worker {worker} called `{}` while worker {leader} called `{}`",
+                post.name(),
+                first.name()
+            )));
+        }
+        if post.param != first.param {
+            return Err(Error::value(format!(
+                "{}: worker {worker} passed {} while worker {leader} passed {}",
+                first.name(),
+                post.param,
+                first.param
+            )));
+        }
+        let roles = [
+            ("send", send_everywhere, &post.send, &first.send),
+            ("recv", recv_everywhere, &post.recv, &first.recv),
+        ];
+        for (role, _, buf, lead) in roles.into_iter().filter(|r| r.1) {
+            if buf.shape() != lead.shape() || buf.dtype != lead.dtype {
+                return Err(Error::value(format!(
+                    "{}: worker {worker} passed a {role} buffer of {} but worker {leader} passed {}",
+                    first.name(),
+                    buf.describe(),
+                    lead.describe()
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// This worker's meshes, for built-in `name`.
+fn meshes(name: &str) -> Option<Result<Arc<Meshes>>> {
+    let meshes = MESHES.with(|m| m.borrow().clone())?;
+    if let Some(why) = meshes.broken.get() {
+        return Some(Err(Error::runtime(format!(
+            "`{name}`: worker {}'s Gloo communicator is broken (an earlier collective failed: \
+             {why}); call init_ccl again",
+            meshes.info.id
+        ))));
+    }
+    Some(Ok(meshes))
+}
+
+/// Runs collective built-in `name` with Gloo when this worker has Gloo meshes; `None` leaves
+/// it to another backend. Another backend's init drops the meshes.
+pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
+    if name == "runtime.disco.cpu.init_ccl_per_worker"
+        || name == "runtime.disco.cpu.init_ccl_in_arena"
+    {
+        forget();
+        return None;
+    }
+    let run: fn(&Meshes, &[AnyView<'_>]) -> Result<()> = match name {
+        "runtime.disco.allreduce" => allreduce,
+        "runtime.disco.allgather" => allgather,
+        "runtime.disco.broadcast_from_worker0" => {
+            |m, a| from_worker0(m, a, "broadcast_from_worker0")
+        }
+        "runtime.disco.scatter_from_worker0" => |m, a| from_worker0(m, a, "scatter_from_worker0"),
+        "runtime.disco.gather_to_worker0" => gather,
+        "runtime.disco.barrier" => barrier,
+        "runtime.disco.recv_from_worker0" => |m, a| {
+            if m.info.id == 0 {
+                return Err(Error::value(
+                    "worker 0 cannot receive from itself (recv_from_worker0 runs on the other \
+                     workers)",
+                ));
+            }
+            transfer(m, a, 0, false)
+        },
+        "runtime.disco.send_to_worker" => |m, a| transfer(m, a, peer(a, 1, &m.info)?, true),
+        "runtime.disco.recv_from_worker" => |m, a| transfer(m, a, peer(a, 1, &m.info)?, false),
+        "runtime.disco.send_to_next_group" => |m, a| {
+            let to = m.info.id + m.info.workers_per_group();
+            if to >= m.info.num_workers {
+                return Err(Error::value(format!(
+                    "worker {} is in the last group: there is no next group to send to",
+                    m.info.id
+                )));
+            }
+            transfer(m, a, to, true)
+        },
+        "runtime.disco.recv_from_prev_group" => {
+            |m, a| {
+                let from = m.info.id.checked_sub(m.info.workers_per_group()).ok_or_else(|| {
+                Error::value(format!(
+                    "worker {} is in the first group: there is no previous group to receive \
+                     from",
+                    m.info.id
+                ))
+            })?;
+                transfer(m, a, from, false)
+            }
+        }
+        _ => return None,
+    };
+    let meshes = match meshes(name)? {
+        Ok(meshes) => meshes,
+        Err(error) => return Some(Err(error)),
+    };
+    Some(arity_of(name, args).and_then(|()| run(&meshes, args).map(|()| Any::None)))
+}
+
+/// Exchanges digests in the team, checks them with `check`, and runs `body` when everyone
+/// agreed; a failure inside Gloo breaks the meshes.
+fn collective(
+    meshes: &Meshes,
+    grouped: bool,
+    digest: Digest,
+    check: impl Fn(&[Digest], usize) -> Result<()>,
+    body: impl FnOnce(&Mesh) -> Result<()>,
+) -> Result<()> {
+    let (mesh, base) = meshes.team(grouped);
+    let posts = meshes.kept(exchange(mesh, &digest))?;
+    check(&posts, base)?;
+    meshes.kept(body(mesh))
+}
+
+/// Copies `len` bytes between two of this worker's buffers.
+fn copy(from: usize, to: usize, len: usize) {
+    if from != to && len > 0 {
+        // SAFETY: both are this worker's tensors of at least `len` bytes; the collective
+        // alone touches them during the call.
+        unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
+    }
+}
+
+fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "allreduce";
+    let grouped = in_group(args, 2)?;
+    let send = buffer(args, 0, "send", true)?.expect("required");
+    let kind = reduce_kind(args, 1)?;
+    let recv = buffer(args, 3, "recv", true)?.expect("required");
+    sized(WHAT, &recv, "recv", &send, 1)?;
+    let elem = Elem::of(send.dtype).expect("checked by `buffer`");
+    let digest = Digest::new(WHAT, kind as i64, Some(send), Some(recv));
+    collective(
+        meshes,
+        grouped,
+        digest,
+        |posts, base| agree(posts, base, true, true),
+        |mesh| {
+            copy(send.addr, recv.addr, send.nbytes);
+            let op = if kind == ReduceOp::Avg {
+                ReduceOp::Sum
+            } else {
+                kind
+            };
+            let combine = |out: *mut u8, a: *const u8, b: *const u8, n: usize| {
+                let buffers = Buffers {
+                    inputs: &[a as usize, b as usize],
+                    outputs: &[out as usize],
+                };
+                // SAFETY: Gloo passes `n` aligned elements of the buffer's type in each of its
+                // arrays, which only this call touches now (the output may be an input).
+                unsafe { reduce(elem, op, &buffers, 0, n) };
+            };
+            let count = recv.nbytes / elem.size();
+            // SAFETY: `recv` holds `count` elements that only this collective touches.
+            unsafe { mesh.allreduce(recv.addr as *mut u8, count, elem.size(), &combine)? };
+            if kind == ReduceOp::Avg {
+                // SAFETY: as above.
+                unsafe { average(elem, recv.addr, count, mesh.size) };
+            }
+            Ok(())
+        },
+    )
+}
+
+fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "allgather";
+    let grouped = in_group(args, 1)?;
+    let send = buffer(args, 0, "send", true)?.expect("required");
+    let recv = buffer(args, 2, "recv", true)?.expect("required");
+    let (mesh, _) = meshes.team(grouped);
+    sized(WHAT, &recv, "recv", &send, mesh.size)?;
+    let digest = Digest::new(WHAT, 0, Some(send), Some(recv));
+    collective(
+        meshes,
+        grouped,
+        digest,
+        |posts, base| agree(posts, base, true, true),
+        |mesh| {
+            // SAFETY: `send` holds `len` bytes, `recv` `len * size` (checked above).
+            unsafe { mesh.allgather(send.addr as *const u8, recv.addr as *mut u8, send.nbytes) }
+        },
+    )
+}
+
+/// Rank 0 of the team sends: the whole `send` buffer to everyone (broadcast) or one
+/// `recv`-sized part of it to each member in rank order (scatter).
+fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Result<()> {
+    let split = what == "scatter_from_worker0";
+    let grouped = in_group(args, 1)?;
+    let (mesh, _) = meshes.team(grouped);
+    let root = mesh.rank == 0;
+    let send = buffer(args, 0, "send", root)?.filter(|_| root);
+    let recv = buffer(args, 2, "recv", true)?.expect("required");
+    if let Some(send) = &send {
+        if split {
+            sized(what, send, "send", &recv, mesh.size)?;
+        } else {
+            sized(what, &recv, "recv", send, 1)?;
+        }
+    }
+    let digest = Digest::new(what, 0, send, Some(recv));
+    collective(
+        meshes,
+        grouped,
+        digest,
+        |posts, base| agree(posts, base, false, true),
+        |mesh| {
+            // SAFETY: the buffers hold the sizes checked above (every member's `recv` has the
+            // root's shape, checked by `agree`).
+            unsafe {
+                match (&send, split) {
+                    (Some(send), true) => {
+                        mesh.scatter(send.addr as *const u8, recv.addr as *mut u8, recv.nbytes, 0)
+                    }
+                    (None, true) => {
+                        mesh.scatter(std::ptr::null(), recv.addr as *mut u8, recv.nbytes, 0)
+                    }
+                    (send, false) => {
+                        if let Some(send) = send {
+                            copy(send.addr, recv.addr, recv.nbytes);
+                        }
+                        mesh.broadcast(recv.addr as *mut u8, recv.nbytes, 0)
+                    }
+                }
+            }
+        },
+    )
+}
+
+fn gather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "gather_to_worker0";
+    let grouped = in_group(args, 1)?;
+    let (mesh, _) = meshes.team(grouped);
+    let root = mesh.rank == 0;
+    let send = buffer(args, 0, "send", true)?.expect("required");
+    let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
+    if let Some(recv) = &recv {
+        sized(WHAT, recv, "recv", &send, mesh.size)?;
+    }
+    let digest = Digest::new(WHAT, 0, Some(send), recv);
+    collective(
+        meshes,
+        grouped,
+        digest,
+        |posts, base| agree(posts, base, true, false),
+        |mesh| {
+            let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
+            // SAFETY: `send` holds `len` bytes; the root's `recv` holds `len * size` (checked
+            // above), and elsewhere it is not written.
+            unsafe { mesh.gather(send.addr as *const u8, out, send.nbytes, 0) }
+        },
+    )
+}
+
+fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
+    let grouped = if is_none(args, 0) {
+        false
+    } else {
+        in_group(args, 0)?
+    };
+    let digest = Digest::new("barrier", 0, None, None);
+    collective(
+        meshes,
+        grouped,
+        digest,
+        |posts, base| agree(posts, base, false, false),
+        |mesh| mesh.barrier(),
+    )
+}
+
+/// One side of a transfer of buffer argument 0 between this worker and worker `other`.
+fn transfer(meshes: &Meshes, args: &[AnyView<'_>], other: usize, sending: bool) -> Result<()> {
+    let buf = buffer(args, 0, if sending { "send" } else { "recv" }, true)?.expect("required");
+    let mesh = &meshes.world;
+    // SAFETY: the tensor holds `nbytes`, which only this transfer touches meanwhile.
+    let moved = unsafe {
+        if sending {
+            mesh.send(buf.addr as *const u8, buf.nbytes, other)
+        } else {
+            mesh.recv(buf.addr as *mut u8, buf.nbytes, other)
+        }
+    };
+    meshes.kept(moved)
+}
+
+/// The body of a built-in.
+type Builtin = fn(&[AnyView<'_>]) -> Result<Any>;
+
+/// Registers the Gloo init built-ins once per process.
+pub(crate) fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        for (name, body) in [
+            (OPEN, open_per_worker as Builtin),
+            (CONNECT, connect_per_worker),
+        ] {
+            registry::register_global(name, Function::from_closure(body), true)
+                .expect("built-in names are valid");
+        }
+    });
+}
