@@ -111,6 +111,7 @@ define install_files
 			-Wl,-rpath,'$$ORIGIN/$(shell realpath -m --relative-to=$(DEST_BINDIR) $(DEST_LIBDIR))' \
 			|| exit 1; \
 	done
+	$(MAKE) --no-print-directory gloo-plugin PLUGIN_DIR=$(DEST_LIBDIR)
 	@native=$$(cat $(NATIVE_LIBS)); \
 	configure() { \
 		echo "writing $$2/$$1"; \
@@ -162,7 +163,7 @@ install-relocatable: build-dist
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(LIBDIR)/,libdiscovm.so libdiscovm.so.$(VERSION) $(SONAME) \
-		libdiscovm.a pkgconfig/discovm.pc cmake/discovm/discovmConfig.cmake \
+		libdiscovm.a libdiscovm_gloo.so pkgconfig/discovm.pc cmake/discovm/discovmConfig.cmake \
 		cmake/discovm/discovmConfigVersion.cmake)
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/,$(notdir $(HEADERS)))
 	rm -f $(DESTDIR)$(BINDIR)/discovm-worker $(DESTDIR)$(BINDIR)/discovm-node

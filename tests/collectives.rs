@@ -1175,3 +1175,164 @@ fn a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument(kind: K
     );
 }
 each_kind!(a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument);
+
+/// Runs each built-in of `plan` with its arguments on each of its workers alone, in order; the
+/// functions are looked up first (a lookup waits for every worker, some of which the calls
+/// hold until their peers join).
+fn builtin_each(s: &Arc<Session>, plan: &[(&[usize], &str, &[Any])]) {
+    let funcs: Vec<DRef> = plan
+        .iter()
+        .map(|(_, name, _)| s.get_global_func(name).unwrap())
+        .collect();
+    for ((workers, _, args), f) in plan.iter().zip(&funcs) {
+        let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
+        for &w in *workers {
+            drop(s.call(Target::One(w), f, &views).unwrap());
+        }
+    }
+}
+
+fn groups_and_transfers_meet_on_every_kind(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..SessionOptions::default()
+    };
+    // Two groups of two: on nodes, group 0 is node 0 and group 1 node 1.
+    let s = start(kind, 4, 2, options).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let (n, len) = (4, 8);
+    // Worker w's part: 100 w + i.
+    let data: Vec<f32> = (0..n * len)
+        .map(|k| (k / len * 100 + k % len) as f32)
+        .collect();
+    let part_of = |w: usize| data[w * len..(w + 1) * len].to_vec();
+    let whole = remote_f32(&s, n * len, true);
+    copy_f32(&s, &mut data.clone(), &whole, CopyDirection::ToWorker);
+    let part = remote_f32(&s, len, true);
+    let args = [whole.clone().into(), Any::Bool(false), part.clone().into()];
+    builtin_on(&s, Target::All, "runtime.disco.scatter_from_worker0", &args).unwrap();
+
+    let reduce = |kind: i64, in_group: bool| {
+        let out = remote_f32(&s, len, true);
+        let args = [
+            part.clone().into(),
+            Shape::new(&[kind]).into(),
+            Any::Bool(in_group),
+            out.clone().into(),
+        ];
+        builtin_on(&s, Target::All, "runtime.disco.allreduce", &args).unwrap();
+        gathered(&s, &out, len)
+    };
+    let sum_of = |a: usize, b: usize| -> Vec<f32> {
+        part_of(a)
+            .iter()
+            .zip(part_of(b))
+            .map(|(x, y)| x + y)
+            .collect()
+    };
+    let (group0, group1) = (sum_of(0, 1), sum_of(2, 3));
+    assert_eq!(
+        reduce(0, true),
+        [group0.clone(), group0, group1.clone(), group1].concat(),
+        "sum in each group"
+    );
+    assert_eq!(reduce(3, false), part_of(3).repeat(n), "max of the session");
+    let mean: Vec<f32> = (0..len).map(|i| (150 + i) as f32).collect();
+    assert_eq!(reduce(4, false), mean.repeat(n), "average of the session");
+
+    // Each group's leader broadcasts to its group.
+    let led = remote_f32(&s, len, true);
+    let args = [part.clone().into(), Any::Bool(true), led.clone().into()];
+    builtin_on(
+        &s,
+        Target::All,
+        "runtime.disco.broadcast_from_worker0",
+        &args,
+    )
+    .unwrap();
+    let expected = [part_of(0), part_of(0), part_of(2), part_of(2)].concat();
+    assert_eq!(gathered(&s, &led, len), expected, "broadcast in each group");
+
+    // Group 0 sends to group 1; worker 3 sends to worker 0.
+    let got = remote_f32(&s, len, true);
+    builtin_each(
+        &s,
+        &[
+            (
+                &[0, 1],
+                "runtime.disco.send_to_next_group",
+                &[part.clone().into()],
+            ),
+            (
+                &[2, 3],
+                "runtime.disco.recv_from_prev_group",
+                &[got.clone().into()],
+            ),
+        ],
+    );
+    s.sync_all().unwrap();
+    let moved = gathered(&s, &got, len);
+    assert_eq!(
+        moved[2 * len..],
+        [part_of(0), part_of(1)].concat(),
+        "to the next group"
+    );
+    builtin_each(
+        &s,
+        &[
+            (
+                &[3],
+                "runtime.disco.send_to_worker",
+                &[part.clone().into(), Any::Int(0)],
+            ),
+            (
+                &[0],
+                "runtime.disco.recv_from_worker",
+                &[got.clone().into(), Any::Int(3)],
+            ),
+        ],
+    );
+    s.sync_all().unwrap();
+    assert_eq!(
+        gathered(&s, &got, len)[..len],
+        part_of(3),
+        "from worker 3 to worker 0"
+    );
+    builtin_on(&s, Target::All, "runtime.disco.barrier", &[Any::Bool(true)]).unwrap();
+}
+each_kind_and_nodes!(groups_and_transfers_meet_on_every_kind);
+
+fn workers_that_call_different_collectives_fail_together_and_go_on(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..SessionOptions::default()
+    };
+    let s = start(kind, 2, 1, options).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let part = remote_f32(&s, 4, true);
+    let all = remote_f32(&s, 8, true);
+    let sum = Shape::new(&[0]);
+    let args = [
+        part.clone().into(),
+        sum.into(),
+        Any::Bool(false),
+        part.clone().into(),
+    ];
+    let gather = [part.clone().into(), Any::Bool(false), all.clone().into()];
+    builtin_each(
+        &s,
+        &[
+            (&[0], "runtime.disco.allreduce", &args),
+            (&[1], "runtime.disco.allgather", &gather),
+        ],
+    );
+    let err = s.sync_all().unwrap_err();
+    assert_error(
+        Err(err),
+        ErrorKind::Worker,
+        &["worker 1 called `allgather` while worker 0 called `allreduce`"],
+    );
+    // Both failed alike: the communicator still works.
+    builtin_on(&s, Target::All, "runtime.disco.allgather", &gather).unwrap();
+}
+each_kind_and_nodes!(workers_that_call_different_collectives_fail_together_and_go_on);

@@ -46,6 +46,10 @@ fn installed_paths() -> Vec<String> {
         "bin/discovm-worker".to_string(),
     ];
     paths.extend(HEADERS.iter().map(|h| format!("include/{h}")));
+    // The Gloo plugin, where Gloo is installed.
+    if Path::new("/usr/include/gloo/allreduce.h").exists() {
+        paths.push("lib/libdiscovm_gloo.so".to_string());
+    }
     paths.sort();
     paths
 }

@@ -749,3 +749,33 @@ fn node_zero_runs_worker_threads_on_request_and_a_lost_node_breaks_them_too() {
     s.shutdown().unwrap();
     let _ = remote.wait();
 }
+
+#[test]
+fn a_node_killed_during_a_collective_fails_the_wait_at_once_and_shutdown_completes() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let (s, mut nodes) = session_of(2, 1, options(60_000));
+    s.init_ccl("cpu", &[]).unwrap();
+    // Worker 0 waits in a barrier that worker 1, on node 1, never joins.
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    drop(s.call(Target::One(0), &barrier, &[]).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    let mut node = nodes.remove(0);
+    node.kill().unwrap();
+    let killed = Instant::now();
+    let err = s.sync_worker(0).unwrap_err();
+    assert!(
+        killed.elapsed() < Duration::from_secs(5),
+        "noticed after {:?}",
+        killed.elapsed()
+    );
+    assert_error(&err, ErrorKind::Worker, "node 1");
+    s.shutdown().unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_secs(15),
+        "shutdown ended {:?} after the kill",
+        killed.elapsed()
+    );
+    let _ = node.wait();
+}

@@ -3,12 +3,14 @@
 //! virtual environment `tests/support/numpy_venv.sh` makes; the tests of the library as a
 //! tvm-ffi module and of the `discovm` package (`tests/python/tvm_ffi/`, pytest) run in that
 //! environment with pytest and the package added by `tests/support/pytest_venv.sh`. The first
-//! run needs PyPI. A missing python3, or an environment that cannot be made, fails these tests.
+//! run needs PyPI. The Gloo plugin is built first for the collectives between nodes. A missing python3, or an environment that cannot be made, fails these tests.
 //! The CUDA DLPack test needs a GPU and torch or cupy in python3's own environment; without
 //! them it skips (exit 77), as it does here, and the GPU check runs it where they are.
 
 #[path = "support/built_library.rs"]
 mod built_library;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/venvs.rs"]
 mod venvs;
 
@@ -68,6 +70,9 @@ fn dlpack_with_cuda_consumers() {
 
 #[test]
 fn tvm_ffi_module_and_python_package() {
+    // The collectives between nodes need the Gloo plugin next to the library; without it the
+    // tests that use them skip, saying why.
+    let _ = gloo::plugin();
     let python = venvs::pytest_python();
     let mut pytest = Command::new(python);
     pytest

@@ -571,7 +571,9 @@ class SocketSession(ProcessSession):
     :class:`~discovm.WorkerError` naming it. With ``upload_modules``, :meth:`load_module` sends
     the module's bytes to the other nodes (Disco's ``upload_vm_module``), which load their own
     copy. With ``local_threads``, this machine's workers are threads of this process (those of
-    the other nodes are always processes). Collectives between nodes are not in this version.
+    the other nodes are always processes). :meth:`init_ccl` with ``"cpu"`` runs the collectives
+    with Gloo between the workers (the plugin ``libdiscovm_gloo.so`` next to the library, built
+    where Debian's ``libgloo-dev`` is installed).
     """
 
     __slots__ = ()

@@ -67,9 +67,19 @@ def _nodes_end_with_their_session():
             node.kill()
 
 
+def _has_gloo():
+    """Whether the Gloo plugin the collectives between nodes load is next to the library."""
+    library = os.environ.get("DISCOVM_LIBRARY", "")
+    return os.path.exists(os.path.join(os.path.dirname(library), "libdiscovm_gloo.so"))
+
+
+_needs_gloo = pytest.mark.skipif(
+    not _has_gloo(), reason="no Gloo plugin next to the library (Debian: libgloo-dev, make lib)"
+)
 _all_session_kinds = [di.ThreadedSession, _process_session]
-# Sessions across machines have no collectives yet: the session tests alone run on them.
 _session_kinds_with_nodes = [*_all_session_kinds, _socket_session]
+# The collective cases run on 2 nodes of 1 worker (Gloo between them) where Gloo is.
+_ccl_session_kinds = [*_all_session_kinds, pytest.param(_socket_session, marks=_needs_gloo)]
 
 
 def _numpy_to_worker_0(sess: di.Session, np_array: np.ndarray, device):
@@ -173,7 +183,7 @@ def test_two_nodes_of_one_worker_each():
 _ccl = ["cpu"]
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_init(session_kind, ccl):
     devices = [0, 1]
@@ -181,7 +191,7 @@ def test_init(session_kind, ccl):
     sess.init_ccl(ccl, *devices)
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_allreduce(session_kind, ccl):
     devices = [0, 1]
@@ -207,7 +217,7 @@ def test_allreduce(session_kind, ccl):
         np.testing.assert_equal(result, expected)
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_allgather(session_kind, ccl):
     devices = [0, 1]
@@ -224,7 +234,7 @@ def test_allgather(session_kind, ccl):
     np.testing.assert_equal(d_dst.debug_get_from_remote(1).numpy(), array.reshape(3, 4, 3))
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_broadcast_from_worker0(session_kind, ccl):
     devices = [0, 1]
@@ -240,7 +250,7 @@ def test_broadcast_from_worker0(session_kind, ccl):
     np.testing.assert_equal(result, array)
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_scatter(session_kind, ccl, capfd):
     devices = [0, 1]
@@ -262,7 +272,7 @@ def test_scatter(session_kind, ccl, capfd):
     assert not captured.err, "No warning messages should be generated from scatter_from_worker0"
 
 
-@pytest.mark.parametrize("session_kind", _all_session_kinds)
+@pytest.mark.parametrize("session_kind", _ccl_session_kinds)
 @pytest.mark.parametrize("ccl", _ccl)
 def test_gather(session_kind, ccl, capfd):
     devices = [0, 1]
@@ -278,3 +288,26 @@ def test_gather(session_kind, ccl, capfd):
     np.testing.assert_equal(d_dst.debug_get_from_remote(0).numpy(), array.reshape(3, 4, 3))
     captured = capfd.readouterr()
     assert not captured.err, "No warning messages should be generated from gather_to_worker0"
+
+
+@_needs_gloo
+def test_collectives_on_two_nodes_of_two_workers():
+    """The collective cases' calls on 2 nodes of 2 workers: shared memory would meet within a
+    node; Gloo meets across them."""
+    sess = _socket_session(num_workers=4)
+    sess.init_ccl("cpu", 0, 1, 2, 3)
+    parts = [np.arange(6, dtype="float32") + 10 * w for w in range(4)]
+    d_src = sess.empty((6,), "float32")
+    for w in range(4):
+        d_src.debug_copy_from(w, parts[w])
+    d_sum = sess.empty((6,), "float32")
+    sess.allreduce(d_src, d_sum, op="sum")
+    for w in range(4):
+        np.testing.assert_equal(d_sum.debug_get_from_remote(w).numpy(), sum(parts))
+    d_all = sess.empty((4, 6), "float32")
+    sess.allgather(d_src, d_all)
+    np.testing.assert_equal(d_all.debug_get_from_remote(3).numpy(), np.stack(parts))
+    d_gathered = sess.empty((4, 6), "float32", worker0_only=True)
+    sess.gather_to_worker0(d_src, d_gathered)
+    np.testing.assert_equal(d_gathered.debug_get_from_remote(0).numpy(), np.stack(parts))
+    sess.shutdown()
