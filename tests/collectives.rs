@@ -1116,7 +1116,7 @@ fn shutdown_releases_a_worker_waiting_in_a_collective(kind: Kind) {
         started.elapsed()
     );
 }
-each_kind!(shutdown_releases_a_worker_waiting_in_a_collective);
+each_kind_and_nodes!(shutdown_releases_a_worker_waiting_in_a_collective);
 
 #[test]
 fn the_built_in_that_installs_a_communicator_in_shared_memory_refuses_bad_input() {
@@ -1174,7 +1174,7 @@ fn a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument(kind: K
         &["argument 0 (send)", "at most 8 dimensions, not 9"],
     );
 }
-each_kind!(a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument);
+each_kind_and_nodes!(a_tensor_of_more_than_eight_dimensions_is_refused_naming_its_argument);
 
 /// Runs each built-in of `plan` with its arguments on each of its workers alone, in order; the
 /// functions are looked up first (a lookup waits for every worker, some of which the calls

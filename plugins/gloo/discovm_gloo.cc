@@ -33,7 +33,7 @@
 namespace {
 
 // The version of this C ABI; the library refuses a plugin of another.
-constexpr int kAbiVersion = 1;
+constexpr int kAbiVersion = 2;
 
 // Where point-to-point transfers meet, apart from the slots of Gloo's collectives.
 constexpr uint64_t kTransferSlot = 0x6476'6d00'0000'0000ULL;
@@ -98,11 +98,11 @@ struct Element {
 };
 
 template <size_t N>
-void allreduce_of(void* ctx, void* buf, size_t count, gloo::AllreduceOptions::Func fn) {
+void allreduce_of(void* ctx, const void* in, void* out, size_t count,
+                  gloo::AllreduceOptions::Func fn) {
   gloo::AllreduceOptions opts(shared(ctx));
-  auto* data = static_cast<Element<N>*>(buf);
-  opts.setInput(data, count);
-  opts.setOutput(data, count);
+  opts.setInput(const_cast<Element<N>*>(static_cast<const Element<N>*>(in)), count);
+  opts.setOutput(static_cast<Element<N>*>(out), count);
   opts.setReduceFunction(fn);
   opts.setTimeout(mesh(ctx).getTimeout());
   gloo::allreduce(opts);
@@ -151,18 +151,18 @@ int dvm_gloo_connect(void* ctx, int peer, const char* address, size_t len, char*
   return guarded(err, cap, [&] { mesh(ctx).connect(peer, std::vector<char>(address, address + len)); });
 }
 
-// Reduces `count` elements of `elem_size` bytes at `buf` across the ranks, in place, with
-// `fn`.
-int dvm_gloo_allreduce(void* ctx, void* buf, size_t count, size_t elem_size,
+// Reduces `count` elements of `elem_size` bytes at `in` across the ranks into `out` (which
+// may be `in`), with `fn`.
+int dvm_gloo_allreduce(void* ctx, const void* in, void* out, size_t count, size_t elem_size,
                        dvm_gloo_reduce_fn fn, void* user, char* err, size_t cap) {
   return guarded(err, cap, [&] {
     gloo::AllreduceOptions::Func reduce = [fn, user](void* out, const void* a, const void* b,
                                                      size_t n) { fn(user, out, a, b, n); };
     switch (elem_size) {
-      case 1: allreduce_of<1>(ctx, buf, count, reduce); break;
-      case 2: allreduce_of<2>(ctx, buf, count, reduce); break;
-      case 4: allreduce_of<4>(ctx, buf, count, reduce); break;
-      case 8: allreduce_of<8>(ctx, buf, count, reduce); break;
+      case 1: allreduce_of<1>(ctx, in, out, count, reduce); break;
+      case 2: allreduce_of<2>(ctx, in, out, count, reduce); break;
+      case 4: allreduce_of<4>(ctx, in, out, count, reduce); break;
+      case 8: allreduce_of<8>(ctx, in, out, count, reduce); break;
       default: throw std::invalid_argument("elements of 1, 2, 4 or 8 bytes only");
     }
   });

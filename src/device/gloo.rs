@@ -19,7 +19,7 @@ pub const PLUGIN_VAR: &str = "DISCOVM_GLOO_PLUGIN";
 /// The plugin's file name, next to the library.
 pub const PLUGIN_FILE: &str = "libdiscovm_gloo.so";
 /// The version of the plugin's C ABI this library speaks.
-const ABI_VERSION: c_int = 1;
+const ABI_VERSION: c_int = 2;
 /// Room for Gloo's error messages.
 const ERR_CAP: usize = 1024;
 /// Room for one pair's address (a socket address and a sequence number).
@@ -35,6 +35,7 @@ struct Api {
         unsafe extern "C" fn(*mut c_void, c_int, *const c_char, usize, *mut c_char, usize) -> c_int,
     allreduce: unsafe extern "C" fn(
         *mut c_void,
+        *const c_void,
         *mut c_void,
         usize,
         usize,
@@ -267,13 +268,16 @@ impl Mesh {
         })
     }
 
-    /// Reduces `count` elements of `elem_size` bytes at `buf` across the ranks in place.
+    /// Reduces `count` elements of `elem_size` bytes at `input` across the ranks into `output`
+    /// (which may be `input`).
     ///
     /// # Safety
-    /// `buf` holds `count * elem_size` bytes nobody else touches during the call.
+    /// `input` and `output` hold `count * elem_size` bytes nobody else touches during the
+    /// call.
     pub unsafe fn allreduce(
         &self,
-        buf: *mut u8,
+        input: *const u8,
+        output: *mut u8,
         count: usize,
         elem_size: usize,
         how: Combine<'_>,
@@ -284,7 +288,8 @@ impl Mesh {
             unsafe {
                 (self.api.allreduce)(
                     self.raw,
-                    buf.cast(),
+                    input.cast(),
+                    output.cast(),
                     count,
                     elem_size,
                     combine,

@@ -399,7 +399,6 @@ fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
         digest,
         |posts, base| agree(posts, base, true, true),
         |mesh| {
-            copy(send.addr, recv.addr, send.nbytes);
             let op = if kind == ReduceOp::Avg {
                 ReduceOp::Sum
             } else {
@@ -415,8 +414,12 @@ fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
                 unsafe { reduce(elem, op, &buffers, 0, n) };
             };
             let count = recv.nbytes / elem.size();
-            // SAFETY: `recv` holds `count` elements that only this collective touches.
-            unsafe { mesh.allreduce(recv.addr as *mut u8, count, elem.size(), &combine)? };
+            // SAFETY: `send` and `recv` hold `count` elements that only this collective
+            // touches.
+            unsafe {
+                let (input, output) = (send.addr as *const u8, recv.addr as *mut u8);
+                mesh.allreduce(input, output, count, elem.size(), &combine)?
+            };
             if kind == ReduceOp::Avg {
                 // SAFETY: as above.
                 unsafe { average(elem, recv.addr, count, mesh.size) };
