@@ -30,7 +30,7 @@ use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
 use crate::net::auth::Secret;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
 
@@ -161,6 +161,9 @@ pub struct Session {
     /// Whether the session is broken, for sessions whose workers can die (worker processes,
     /// nodes).
     health: Option<Arc<Health>>,
+    /// How many times `init_ccl` laid out communicators in the nodes' arenas (sessions across
+    /// machines): each goes to the area after the last one's.
+    node_ccl_inits: AtomicUsize,
 }
 
 /// Where the workers find a new CPU communicator.
@@ -621,6 +624,7 @@ impl Session {
             ccl_setup: Mutex::new(()),
             upload_modules: options.upload_modules,
             health,
+            node_ccl_inits: AtomicUsize::new(0),
         })
     }
 
@@ -946,6 +950,15 @@ impl Session {
                 e
             }
         };
+        // Several worker processes per node meet in their node's arena first (hierarchical),
+        // in the communicator area after the last one's.
+        let per_node = self.workers.len() / hosts.len();
+        let area = if per_node > 1 && matches!(self.workers[0], WorkerLink::Process(_)) {
+            let last = self.node_ccl_inits.fetch_add(1, Ordering::SeqCst);
+            (last % process::CCL_AREAS) as i64
+        } else {
+            -1
+        };
         let open = self.get_global_func(ccl::gloo::OPEN)?;
         let opened = self.call(
             Target::All,
@@ -953,6 +966,8 @@ impl Session {
             &[
                 Any::from(hosts.join(",").as_str()).view(),
                 Any::Int(timeout_ms).view(),
+                Any::Int(area).view(),
+                Any::Int(self.spin.budget.as_micros() as i64).view(),
             ],
         )?;
         let mut table = Vec::new();

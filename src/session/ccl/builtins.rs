@@ -123,6 +123,13 @@ pub(super) fn arity_of(name: &str, args: &[AnyView<'_>]) -> Result<()> {
     arity(name, args, min, max)
 }
 
+/// Joins this worker's next session-wide collective `what` with a post that says it failed
+/// with `error`, so the others fail with it (the leader of a node tells its workers so).
+pub(super) fn fail_next(info: WorkerInfo, ccl: &CpuCcl, what: &'static str, error: &Error) {
+    let (team, rank) = ccl.team(info.id, false);
+    let _ = joined::<()>(ccl, team, rank, what, Err(error.clone()));
+}
+
 /// Every participant called the same collective with the same parameter.
 fn same_call(team: &Team, posts: &Posts) -> Result<()> {
     let first = &posts[0];
@@ -269,10 +276,10 @@ fn copy(from: usize, to: usize, len: usize) {
     unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
 }
 
-fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn allreduce(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allreduce";
     const WHAT: &str = "allreduce";
-    with_ccl(NAME, |info, ccl| {
+    {
         let grouped = arity(NAME, args, 4, 4).and_then(|()| in_group(args, 2));
         let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
@@ -309,13 +316,13 @@ fn allreduce(args: &[AnyView<'_>]) -> Result<Any> {
             unsafe { reduce(elem, kind, &buffers, lo, hi) };
         })?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn allgather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allgather";
     const WHAT: &str = "allgather";
-    with_ccl(NAME, |info, ccl| {
+    {
         let grouped = arity(NAME, args, 3, 3).and_then(|()| in_group(args, 1));
         let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
@@ -338,7 +345,7 @@ fn allgather(args: &[AnyView<'_>]) -> Result<Any> {
             }
         })?;
         Ok(Any::None)
-    })
+    }
 }
 
 /// Who a root-based collective's root is in this team (rank 0: worker 0 or the group leader).
@@ -361,8 +368,15 @@ fn root_checks(
 
 /// Worker 0 of the team sends: the whole `send` buffer to everyone (`split` false: broadcast)
 /// or one `recv`-sized part of it to each worker in rank order (`split` true: scatter).
-fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: bool) -> Result<Any> {
-    with_ccl(name, |info, ccl| {
+fn from_worker0(
+    info: WorkerInfo,
+    ccl: &CpuCcl,
+    args: &[AnyView<'_>],
+    name: &str,
+    what: &'static str,
+    split: bool,
+) -> Result<Any> {
+    {
         let grouped = arity(name, args, 3, 3).and_then(|()| in_group(args, 1));
         let (team, rank) = team_of(ccl, info, what, grouped)?;
         let join = |r| joined(ccl, team, rank, what, r);
@@ -391,11 +405,13 @@ fn from_worker0(args: &[AnyView<'_>], name: &str, what: &'static str, split: boo
             );
         })?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn broadcast(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     from_worker0(
+        info,
+        ccl,
         args,
         "runtime.disco.broadcast_from_worker0",
         "broadcast_from_worker0",
@@ -403,8 +419,10 @@ fn broadcast(args: &[AnyView<'_>]) -> Result<Any> {
     )
 }
 
-fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn scatter(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     from_worker0(
+        info,
+        ccl,
         args,
         "runtime.disco.scatter_from_worker0",
         "scatter_from_worker0",
@@ -412,10 +430,10 @@ fn scatter(args: &[AnyView<'_>]) -> Result<Any> {
     )
 }
 
-fn gather(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn gather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.gather_to_worker0";
     const WHAT: &str = "gather_to_worker0";
-    with_ccl(NAME, |info, ccl| {
+    {
         let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
         let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
         let join = |r| joined(ccl, team, rank, WHAT, r);
@@ -442,13 +460,13 @@ fn gather(args: &[AnyView<'_>]) -> Result<Any> {
             }
         })?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
+pub(super) fn barrier(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.barrier";
     const WHAT: &str = "barrier";
-    with_ccl(NAME, |info, ccl| {
+    {
         let grouped = arity(NAME, args, 0, 1).and_then(|()| {
             if is_none(args, 0) {
                 Ok(false)
@@ -467,7 +485,7 @@ fn barrier(args: &[AnyView<'_>]) -> Result<Any> {
             |_| {},
         )?;
         Ok(Any::None)
-    })
+    }
 }
 
 /// One side of a transfer between `from` and `to` (global ids) of the buffer argument 0.
@@ -530,10 +548,10 @@ pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<
     Ok(peer)
 }
 
-fn send_to_worker(args: &[AnyView<'_>]) -> Result<Any> {
+fn send_to_worker(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.send_to_worker";
     const WHAT: &str = "send_to_worker";
-    with_ccl(NAME, |info, ccl| {
+    {
         let to = whom(
             ccl,
             info,
@@ -542,13 +560,13 @@ fn send_to_worker(args: &[AnyView<'_>]) -> Result<Any> {
         )?;
         transfer(args, WHAT, info, ccl, info.id, to)?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn recv_from_worker(args: &[AnyView<'_>]) -> Result<Any> {
+fn recv_from_worker(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_worker";
     const WHAT: &str = "recv_from_worker";
-    with_ccl(NAME, |info, ccl| {
+    {
         let from = whom(
             ccl,
             info,
@@ -557,13 +575,13 @@ fn recv_from_worker(args: &[AnyView<'_>]) -> Result<Any> {
         )?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn recv_from_worker0(args: &[AnyView<'_>]) -> Result<Any> {
+fn recv_from_worker0(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_worker0";
     const WHAT: &str = "recv_from_worker0";
-    with_ccl(NAME, |info, ccl| {
+    {
         let found = arity(NAME, args, 1, 1).and_then(|()| {
             if info.id == 0 {
                 return Err(Error::value(
@@ -576,13 +594,13 @@ fn recv_from_worker0(args: &[AnyView<'_>]) -> Result<Any> {
         let from = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn send_to_next_group(args: &[AnyView<'_>]) -> Result<Any> {
+fn send_to_next_group(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.send_to_next_group";
     const WHAT: &str = "send_to_next_group";
-    with_ccl(NAME, |info, ccl| {
+    {
         let found = arity(NAME, args, 1, 1).and_then(|()| {
             let to = info.id + info.workers_per_group();
             if to >= info.num_workers {
@@ -596,13 +614,13 @@ fn send_to_next_group(args: &[AnyView<'_>]) -> Result<Any> {
         let to = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, info.id, to)?;
         Ok(Any::None)
-    })
+    }
 }
 
-fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
+fn recv_from_prev_group(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.recv_from_prev_group";
     const WHAT: &str = "recv_from_prev_group";
-    with_ccl(NAME, |info, ccl| {
+    {
         let found =
             arity(NAME, args, 1, 1).and_then(|()| {
                 info.id.checked_sub(info.workers_per_group()).ok_or_else(|| {
@@ -616,7 +634,7 @@ fn recv_from_prev_group(args: &[AnyView<'_>]) -> Result<Any> {
         let from = whom(ccl, info, WHAT, found)?;
         transfer(args, WHAT, info, ccl, from, info.id)?;
         Ok(Any::None)
-    })
+    }
 }
 
 /// `runtime.disco.cpu.init_ccl_per_worker(stage)`: installs the staged communicator on this
@@ -663,30 +681,57 @@ fn init_in_arena(args: &[AnyView<'_>]) -> Result<Any> {
     Ok(Any::None)
 }
 
-/// The body of a built-in.
-type Builtin = fn(&[AnyView<'_>]) -> Result<Any>;
+/// The body of a collective built-in, on this worker's communicator.
+pub(super) type Collective = fn(WorkerInfo, &CpuCcl, &[AnyView<'_>]) -> Result<Any>;
+
+/// The collective built-ins, by name.
+const COLLECTIVES: [(&str, Collective); 11] = [
+    ("runtime.disco.allreduce", allreduce),
+    ("runtime.disco.allgather", allgather),
+    ("runtime.disco.broadcast_from_worker0", broadcast),
+    ("runtime.disco.scatter_from_worker0", scatter),
+    ("runtime.disco.gather_to_worker0", gather),
+    ("runtime.disco.recv_from_worker0", recv_from_worker0),
+    ("runtime.disco.send_to_worker", send_to_worker),
+    ("runtime.disco.recv_from_worker", recv_from_worker),
+    ("runtime.disco.send_to_next_group", send_to_next_group),
+    ("runtime.disco.recv_from_prev_group", recv_from_prev_group),
+    ("runtime.disco.barrier", barrier),
+];
+
+/// The collective built-in `name`.
+pub(super) fn by_name(name: &str) -> Option<Collective> {
+    COLLECTIVES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|&(_, body)| body)
+}
+
+/// A built-in as registered.
+type Builtin = Box<dyn Fn(&[AnyView<'_>]) -> Result<Any> + Send + Sync>;
 
 /// Registers the collective built-ins once per process.
 pub fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let all: &[(&str, Builtin)] = &[
-            ("runtime.disco.allreduce", allreduce),
-            ("runtime.disco.allgather", allgather),
-            ("runtime.disco.broadcast_from_worker0", broadcast),
-            ("runtime.disco.scatter_from_worker0", scatter),
-            ("runtime.disco.gather_to_worker0", gather),
-            ("runtime.disco.recv_from_worker0", recv_from_worker0),
-            ("runtime.disco.send_to_worker", send_to_worker),
-            ("runtime.disco.recv_from_worker", recv_from_worker),
-            ("runtime.disco.send_to_next_group", send_to_next_group),
-            ("runtime.disco.recv_from_prev_group", recv_from_prev_group),
-            ("runtime.disco.barrier", barrier),
-            ("runtime.disco.cpu.init_ccl_per_worker", init_per_worker),
-            #[cfg(not(loom))]
-            ("runtime.disco.cpu.init_ccl_in_arena", init_in_arena),
-        ];
-        for &(name, body) in all {
+        let mut all: Vec<(&str, Builtin)> = COLLECTIVES
+            .into_iter()
+            .map(|(name, body)| {
+                let on_ccl: Builtin =
+                    Box::new(move |args| with_ccl(name, |info, ccl| body(info, ccl, args)));
+                (name, on_ccl)
+            })
+            .collect();
+        all.push((
+            "runtime.disco.cpu.init_ccl_per_worker",
+            Box::new(init_per_worker),
+        ));
+        #[cfg(not(loom))]
+        all.push((
+            "runtime.disco.cpu.init_ccl_in_arena",
+            Box::new(init_in_arena),
+        ));
+        for (name, body) in all {
             // A worker with NCCL or Gloo communicators runs that version of the built-in.
             let dispatched = move |args: &[AnyView<'_>]| {
                 super::nccl::dispatch(name, args)

@@ -21,9 +21,10 @@ use std::cell::RefCell;
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
-use super::Buf;
 use super::builtins::{arity_of, buffer, in_group, peer, reduce_kind, sized};
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
+use super::{Buf, CpuCcl};
+use crate::channel::SpinPolicy;
 use crate::device::gloo::Mesh;
 use crate::object::args::{argument, arity, is_none};
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, registry};
@@ -36,14 +37,30 @@ pub(crate) const CONNECT: &str = "runtime.disco.gloo.connect_per_worker";
 /// How long a wait inside Gloo lasts at most in a session without a timeout.
 pub(crate) const WITHOUT_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// One worker's Gloo contexts.
-struct Meshes {
-    info: WorkerInfo,
+/// One worker's Gloo contexts, and its node's shared memory when the session runs
+/// hierarchically.
+pub(super) struct Meshes {
+    pub info: WorkerInfo,
     world: Mesh,
     /// The worker's group, when the session has more than one.
     group: Option<Mesh>,
+    /// The node's workers in shared memory, with the leaders' mesh on each node's first
+    /// worker, when the session runs hierarchically (see `hierarchy`).
+    pub local: Option<Local>,
     /// Why a collective failed, once one did: later ones fail at once.
     broken: OnceLock<String>,
+}
+
+/// A worker's part in its node's shared-memory communicator.
+pub(super) struct Local {
+    pub ccl: CpuCcl,
+    /// The worker as the communicator knows it: its index on the node, the node's workers,
+    /// and the groups among them.
+    pub info: WorkerInfo,
+    /// Whether every group lies within one node (its collectives stay in shared memory).
+    pub groups_inside: bool,
+    /// The mesh of the nodes' first workers, on those workers.
+    pub leaders: Option<Mesh>,
 }
 
 impl Meshes {
@@ -56,7 +73,7 @@ impl Meshes {
     }
 
     /// Passes `result` through; a failure breaks the meshes (peers may be mid-way).
-    fn kept<T>(&self, result: Result<T>) -> Result<T> {
+    pub fn kept<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
             let _ = self.broken.set(error.message.clone());
         }
@@ -67,8 +84,9 @@ impl Meshes {
 thread_local! {
     /// The Gloo contexts of the worker running on this thread.
     static MESHES: RefCell<Option<Arc<Meshes>>> = const { RefCell::new(None) };
-    /// The contexts `open_per_worker` bound, until `connect_per_worker` connects them.
-    static OPENED: RefCell<Option<Meshes>> = const { RefCell::new(None) };
+    /// The contexts `open_per_worker` bound, until `connect_per_worker` connects them, with
+    /// the shared-memory communicator the other workers of the node take then.
+    static OPENED: RefCell<Option<(Meshes, Option<Attach>)>> = const { RefCell::new(None) };
 }
 
 /// Drops this worker's Gloo contexts (another backend's `init_ccl` replaces them).
@@ -105,26 +123,47 @@ impl<'a> Entries<'a> {
     }
 }
 
-/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms)`: binds this worker's Gloo pairs
-/// on its node's address (`hosts`: every node's, comma-separated, by rank), waiting at most
-/// `timeout_ms` in every later operation (none if negative), and returns their addresses.
+/// Where a worker takes its node's shared-memory communicator in `connect_per_worker`.
+struct Attach {
+    area: usize,
+    timeout: Option<Duration>,
+    spin: SpinPolicy,
+    /// The worker as the communicator knows it (see [`Local`]).
+    info: WorkerInfo,
+    groups_inside: bool,
+}
+
+/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms, area, spin_us)`: binds this
+/// worker's Gloo pairs on its node's address (`hosts`: every node's, comma-separated, by
+/// rank), waiting at most `timeout_ms` in every later operation (none if negative), and returns
+/// their addresses. With `area` not negative the session runs hierarchically: the node's first
+/// worker lays out the node's shared-memory communicator in that area of its arena (spinning
+/// `spin_us` before parking) and binds its pairs in the leaders' mesh too.
 fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
-    arity(OPEN, args, 2, 2)?;
+    arity(OPEN, args, 4, 4)?;
     let info = on_worker(OPEN)?;
     let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
-    let timeout = argument(1, "timeout_ms", || args[1].as_i64())?;
-    let timeout = u64::try_from(timeout).map_or(WITHOUT_TIMEOUT, Duration::from_millis);
+    let number = |i: usize, what: &str| argument(i, what, || args[i].as_i64());
+    let timeout_ms = number(1, "timeout_ms")?;
+    let area = number(2, "area")?;
+    let spin = SpinPolicy {
+        budget: Duration::from_micros(number(3, "spin_us")?.max(0) as u64),
+    };
     let hosts: Vec<&str> = hosts.split(',').collect();
-    if info.num_workers % hosts.len() != 0 {
+    let nodes = hosts.len();
+    if info.num_workers % nodes != 0 {
         return Err(Error::value(format!(
-            "argument 0 (hosts): {} nodes cannot share {} workers",
-            hosts.len(),
+            "argument 0 (hosts): {nodes} nodes cannot share {} workers",
             info.num_workers
         )));
     }
-    let host = hosts[info.id / (info.num_workers / hosts.len())];
+    let per_node = info.num_workers / nodes;
+    let (node, here) = (info.id / per_node, info.id % per_node);
+    let host = hosts[node];
     forget();
     super::nccl::forget();
+    let ccl_timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
+    let timeout = ccl_timeout.unwrap_or(WITHOUT_TIMEOUT);
     let world = Mesh::open(host, info.id, info.num_workers, timeout)?;
     let group = if info.num_groups > 1 {
         Some(Mesh::open(
@@ -136,27 +175,88 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     } else {
         None
     };
+    let hierarchical = area >= 0 && per_node > 1;
+    let per_group = info.workers_per_group();
+    let groups_inside = per_group <= per_node && per_node.is_multiple_of(per_group);
+    let local_groups = if groups_inside {
+        per_node / per_group
+    } else {
+        1
+    };
+    let local_info = WorkerInfo {
+        id: here,
+        num_workers: per_node,
+        num_groups: local_groups,
+        device: info.device,
+    };
+    let attach = Attach {
+        area: area.max(0) as usize,
+        timeout: ccl_timeout,
+        spin,
+        info: local_info,
+        groups_inside,
+    };
+    let (local, attach) = match (hierarchical, here) {
+        (false, _) => (None, None),
+        (true, 0) => {
+            check_arena(per_node)?;
+            let ccl = crate::session::process::fresh_ccl(
+                attach.area,
+                local_groups,
+                attach.timeout,
+                attach.spin,
+            )?;
+            let leaders = Mesh::open(host, node, nodes, timeout)?;
+            let local = Local {
+                ccl,
+                info: local_info,
+                groups_inside,
+                leaders: Some(leaders),
+            };
+            (Some(local), None)
+        }
+        (true, _) => {
+            check_arena(per_node)?;
+            (None, Some(attach))
+        }
+    };
     let meshes = Meshes {
         info,
         world,
         group,
+        local,
         broken: OnceLock::new(),
     };
     let mut all = vec![&meshes.world];
     all.extend(&meshes.group);
+    all.extend(meshes.local.as_ref().and_then(|l| l.leaders.as_ref()));
     let out = addresses(&all)?;
-    OPENED.with(|m| *m.borrow_mut() = Some(meshes));
+    OPENED.with(|m| *m.borrow_mut() = Some((meshes, attach)));
     Ok(Any::Bytes(Bytes::new(&out)))
 }
 
+/// The worker is a process with `per_node` workers in its machine's arena (a hierarchical
+/// session has no worker threads).
+fn check_arena(per_node: usize) -> Result<()> {
+    match crate::session::process::place_in_arena() {
+        Some((_, workers)) if workers == per_node => Ok(()),
+        found => Err(Error::runtime(format!(
+            "a hierarchical communicator needs the {per_node} workers of each node to be \
+             processes sharing an arena; this worker has {}",
+            found.map_or("none".into(), |(_, w)| format!("one of {w} workers"))
+        ))),
+    }
+}
+
 /// `runtime.disco.gloo.connect_per_worker(table)`: connects the pairs `open_per_worker` bound
-/// to the peers' (`table`: every worker's addresses, by worker, each with a u32 length), and
-/// makes them this worker's communicator.
+/// to the peers' (`table`: every worker's addresses, by worker, each with a u32 length), takes
+/// the node's shared-memory communicator where the session runs hierarchically, and makes them
+/// this worker's communicator.
 fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     arity(CONNECT, args, 1, 1)?;
     let info = on_worker(CONNECT)?;
     let table = argument(0, "table", || args[0].as_bytes().map(<[u8]>::to_vec))?;
-    let meshes = OPENED
+    let (mut meshes, attach) = OPENED
         .with(|m| m.borrow_mut().take())
         .ok_or_else(|| Error::runtime(format!("{CONNECT} runs after {OPEN} on the same worker")))?;
     let mut rows = Entries(&table);
@@ -164,17 +264,25 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         .map(|w| rows.next(&format!("worker {w}'s row")))
         .collect::<Result<_>>()?;
     // Each peer's row lists its addresses mesh by mesh, peer by peer: this worker's entry in
-    // the mesh at `index` is the one at its rank there, counting without the peer itself.
+    // a mesh is the one at its rank there, counting without the peer itself. Rank r of a mesh
+    // is worker `base + r * stride`.
     let first = info.id - info.local_id();
-    let mut meshes_of = vec![(&meshes.world, 0)];
-    meshes_of.extend(meshes.group.as_ref().map(|g| (g, first)));
-    for (index, &(mesh, base)) in meshes_of.iter().enumerate() {
+    let mut meshes_of = vec![(&meshes.world, 0, 1)];
+    meshes_of.extend(meshes.group.as_ref().map(|g| (g, first, 1)));
+    meshes_of.extend(
+        meshes
+            .local
+            .as_ref()
+            .and_then(|l| l.leaders.as_ref())
+            .map(|l| (l, 0, info.num_workers / l.size)),
+    );
+    for (index, &(mesh, base, stride)) in meshes_of.iter().enumerate() {
         for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
-            let worker = base + peer;
+            let worker = base + peer * stride;
             let mut entries = Entries(rows[worker]);
             let skipped: usize = meshes_of[..index]
                 .iter()
-                .map(|&(m, _)| m.size - 1)
+                .map(|&(m, _, _)| m.size - 1)
                 .sum::<usize>()
                 + if mesh.rank < peer {
                     mesh.rank
@@ -188,6 +296,20 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             mesh.connect(peer, entries.next(&what)?)?;
         }
     }
+    if let Some(attach) = attach {
+        let ccl = crate::session::process::worker_ccl(
+            attach.area,
+            attach.info.num_groups,
+            attach.timeout,
+            attach.spin,
+        )?;
+        meshes.local = Some(Local {
+            ccl,
+            info: attach.info,
+            groups_inside: attach.groups_inside,
+            leaders: None,
+        });
+    }
     MESHES.with(|m| *m.borrow_mut() = Some(Arc::new(meshes)));
     Ok(Any::None)
 }
@@ -196,9 +318,11 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
 /// parameter and its buffers.
 #[repr(C)]
 #[derive(Clone, Copy)]
-struct Digest {
+pub(super) struct Digest {
     what: u64,
     param: i64,
+    /// Nonzero when the member's node failed the collective already (hierarchical sessions).
+    failed: u64,
     send: Buf,
     recv: Buf,
 }
@@ -213,13 +337,20 @@ const NAMES: [&str; 6] = [
 ];
 
 impl Digest {
-    fn new(what: &str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
+    pub fn new(what: &str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
         Digest {
             what: NAMES.iter().position(|n| *n == what).expect("a collective") as u64,
             param,
+            failed: 0,
             send: send.unwrap_or(Buf::NONE),
             recv: recv.unwrap_or(Buf::NONE),
         }
+    }
+
+    /// The digest of a member whose node failed the collective already.
+    pub fn failed(mut self) -> Digest {
+        self.failed = 1;
+        self
     }
 
     fn name(&self) -> &'static str {
@@ -231,7 +362,7 @@ impl Digest {
 }
 
 /// Every member's digest, by rank in the team.
-fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
+pub(super) fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
     let size = size_of::<Digest>();
     let mut bytes = vec![0u8; size * mesh.size];
     // SAFETY: `mine` is `size` plain bytes; `bytes` holds one digest per member.
@@ -245,12 +376,19 @@ fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
 
 /// Every member called the same collective with the same parameter and buffers of the same
 /// shapes; `roles` says which buffers every member passes.
-fn agree(
+pub(super) fn agree(
     posts: &[Digest],
     base: usize,
     send_everywhere: bool,
     recv_everywhere: bool,
 ) -> Result<()> {
+    if let Some(rank) = posts.iter().position(|p| p.failed != 0) {
+        return Err(Error::value(format!(
+            "{}: the workers of the node of worker {} failed it",
+            posts[rank].name(),
+            base + rank
+        )));
+    }
     let first = &posts[0];
     for (rank, post) in posts.iter().enumerate().skip(1) {
         let (worker, leader) = (base + rank, base);
@@ -357,7 +495,15 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         Ok(meshes) => meshes,
         Err(error) => return Some(Err(error)),
     };
-    Some(arity_of(name, args).and_then(|()| run(&meshes, args).map(|()| Any::None)))
+    if let Err(error) = arity_of(name, args) {
+        return Some(Err(error));
+    }
+    if let Some(local) = &meshes.local
+        && let Some(done) = super::hierarchy::dispatch(&meshes, local, name, args)
+    {
+        return Some(done.map(|()| Any::None));
+    }
+    Some(run(&meshes, args).map(|()| Any::None))
 }
 
 /// Exchanges digests in the team, checks them with `check`, and runs `body` when everyone

@@ -42,6 +42,7 @@
 mod board;
 mod builtins;
 pub(crate) mod gloo;
+mod hierarchy;
 #[cfg(all(test, loom))]
 mod loom_model;
 pub(crate) mod nccl;

@@ -308,6 +308,29 @@ pub(crate) fn ccl(
     Ok(unsafe { CpuCcl::shared(workers, num_groups, at, mapping, timeout, spin) })
 }
 
+/// A new CPU communicator between the worker processes of this machine's arena, laid out (and
+/// zeroed) by this worker in communicator area `area`, for a session whose controller is on
+/// another machine (the other workers here take it with [`ccl`] once this returned).
+pub(crate) fn fresh_ccl(
+    area: usize,
+    num_groups: usize,
+    timeout: Option<std::time::Duration>,
+    spin: SpinPolicy,
+) -> Result<CpuCcl> {
+    let region = REGION.get().ok_or_else(|| {
+        Error::runtime("a communicator in the session's arena reached a worker without one")
+    })?;
+    region.arena.new_ccl(area, num_groups, timeout, spin)
+}
+
+/// This worker process's index among the workers of its machine's arena, and their number;
+/// `None` for a worker without an arena (a thread).
+pub(crate) fn place_in_arena() -> Option<(usize, usize)> {
+    REGION
+        .get()
+        .map(|region| (region.worker, region.arena.workers))
+}
+
 /// A zeroed host tensor in this worker process's region of the arena; `None` when this process
 /// has no arena, the device is not the host, or the region has no room (the caller allocates
 /// elsewhere then).

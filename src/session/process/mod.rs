@@ -9,7 +9,9 @@ mod watch;
 
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use arena::{ccl as worker_ccl, empty as arena_empty};
+pub(crate) use arena::{
+    CCL_AREAS, ccl as worker_ccl, empty as arena_empty, fresh_ccl, place_in_arena,
+};
 pub(crate) use launch::worker_program;
 pub(crate) use link::ProcessLink;
 pub(crate) use link::SessionLinks;
