@@ -779,3 +779,121 @@ fn a_node_killed_during_a_collective_fails_the_wait_at_once_and_shutdown_complet
     );
     let _ = node.wait();
 }
+
+/// A float32 tensor of `len` elements on every worker.
+fn remote_floats(s: &Arc<Session>, len: i64) -> discovm::session::DRef {
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let f32 = discovm::abi::DLDataType::new(discovm::abi::KDL_FLOAT, 32, 1);
+    call(s, &empty, &[Shape::new(&[len]).into(), Any::DataType(f32)])
+}
+
+/// Calls built-in `name` with `args` on `worker` alone.
+fn on(s: &Arc<Session>, worker: usize, func: &discovm::session::DRef, args: &[Any]) {
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    drop(s.call(Target::One(worker), func, &views).unwrap());
+}
+
+#[test]
+fn workers_of_two_nodes_that_disagree_all_fail_and_the_communicator_goes_on() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    // 2 nodes of 2 worker processes: within a node they meet in shared memory.
+    let (s, _nodes) = session_of(2, 2, options(60_000));
+    s.init_ccl("cpu", &[]).unwrap();
+    let part = remote_floats(&s, 4);
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    let sum = Any::from(Shape::new(&[0]));
+    let args = [
+        part.clone().into(),
+        sum,
+        Any::Bool(false),
+        part.clone().into(),
+    ];
+    // Worker 1 calls a barrier where its node's other worker and node 1 call an allreduce.
+    for w in [0, 2, 3] {
+        on(&s, w, &allreduce, &args);
+    }
+    on(&s, 1, &barrier, &[]);
+    let started = Instant::now();
+    for w in 0..4 {
+        let err = s.sync_worker(w).unwrap_err();
+        assert_error(&err, ErrorKind::Worker, &format!("worker {w}"));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // Every worker failed alike: the next collective meets.
+    s.call(
+        Target::All,
+        &allreduce,
+        &args.iter().map(Any::view).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    s.sync_all().unwrap();
+}
+
+#[test]
+fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_over() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let (s, _nodes) = session_of(2, 2, options(1500));
+    s.init_ccl("cpu", &[]).unwrap();
+    let part = remote_floats(&s, 4);
+    let all = remote_floats(&s, 16);
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let allgather = s.get_global_func("runtime.disco.allgather").unwrap();
+    let sum = Any::from(Shape::new(&[0]));
+    // An allreduce meets within each node first; an allgather meets across nodes at once.
+    for w in 0..3 {
+        on(
+            &s,
+            w,
+            &allreduce,
+            &[
+                part.clone().into(),
+                sum.clone(),
+                Any::Bool(false),
+                part.clone().into(),
+            ],
+        );
+    }
+    on(
+        &s,
+        3,
+        &allgather,
+        &[part.clone().into(), Any::Bool(false), all.clone().into()],
+    );
+    let started = Instant::now();
+    assert!(s.sync_all().is_err());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // Once the workers gave up too (their failures come with the syncs after), a new
+    // communicator works.
+    let until = Instant::now() + Duration::from_secs(30);
+    while s.sync_all().is_err() {
+        assert!(Instant::now() < until, "the workers never gave up");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    s.init_ccl("cpu", &[]).unwrap();
+    let args = [
+        part.clone().into(),
+        sum,
+        Any::Bool(false),
+        part.clone().into(),
+    ];
+    s.call(
+        Target::All,
+        &allreduce,
+        &args.iter().map(Any::view).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    s.sync_all().unwrap();
+}
