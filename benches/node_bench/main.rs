@@ -200,10 +200,10 @@ impl Path {
         out
     }
 
-    /// A session of 2 nodes of 1 worker, node 1 at the far end.
-    fn session(&self) -> (Arc<Session>, Child) {
+    /// A session of 2 nodes of `per_node` workers, node 1 at the far end.
+    fn session(&self, per_node: usize) -> (Arc<Session>, Child) {
         let port = self.listen().1;
-        let far = self.start(&["node", &self.host, &port, "1"]);
+        let far = self.start(&["node", &self.host, &port, &per_node.to_string()]);
         let options = SessionOptions {
             timeout: Some(Duration::from_secs(60)),
             worker_program: Some(this_program().to_str().unwrap().to_string()),
@@ -211,7 +211,9 @@ impl Path {
             ..SessionOptions::default()
         };
         let port: i64 = port.parse().unwrap();
-        let session = Session::new_socket(2, 1, 1, &self.host, port, options).expect("a session");
+        let per_node = per_node as i64;
+        let session =
+            Session::new_socket(2, per_node, 1, &self.host, port, options).expect("a session");
         (session, far)
     }
 }
@@ -296,9 +298,9 @@ fn gloo_plugin() -> Option<PathBuf> {
     )
 }
 
-/// Seconds per allreduce of 4 KiB and of 16 MiB with Open MPI over TCP on loopback, 2 ranks;
-/// None where Open MPI is not installed.
-fn open_mpi_allreduce() -> Option<(f64, f64)> {
+/// Seconds per allreduce of 4 KiB and of 16 MiB with Open MPI over TCP on loopback, `ranks`
+/// ranks; None where Open MPI is not installed.
+fn open_mpi_allreduce(ranks: usize) -> Option<(f64, f64)> {
     let flags = ["-O3", "-march=native"];
     let program = build(
         "mpicc",
@@ -415,7 +417,7 @@ fn main() {
     for path in &paths {
         let ping = median(path.ping_pong(rounds, pings));
         let stream = median(path.stream(rounds, 64 << 20));
-        let (s, mut far) = path.session();
+        let (s, mut far) = path.session(1);
         let mut figures = (Vec::new(), Vec::new(), Vec::new());
         let _ = session_round(&s, syncs / 10); // warm-up
         for _ in 0..rounds {
@@ -428,10 +430,20 @@ fn main() {
             s.init_ccl("cpu", &[]).unwrap();
             let small = median(allreduce_rounds(&s, 4 << 10, rounds));
             let large = median(allreduce_rounds(&s, 16 << 20, rounds));
-            allreduces.push((path.name, small, large, stream));
+            allreduces.push((path.name, 1, small, large, stream));
         }
         s.shutdown().unwrap();
         let _ = far.wait();
+        if plugin.is_some() && path.namespace.is_none() {
+            // Two workers per node: they meet in shared memory, their leaders through Gloo.
+            let (s, mut far) = path.session(2);
+            s.init_ccl("cpu", &[]).unwrap();
+            let small = median(allreduce_rounds(&s, 4 << 10, rounds));
+            let large = median(allreduce_rounds(&s, 16 << 20, rounds));
+            allreduces.push((path.name, 2, small, large, stream));
+            s.shutdown().unwrap();
+            let _ = far.wait();
+        }
         let (sync, pipelined, copy) = (median(figures.0), median(figures.1), median(figures.2));
         println!(
             "| {} | {:.1} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} | {:.2}x |",
@@ -450,28 +462,29 @@ fn main() {
     if allreduces.is_empty() {
         return;
     }
-    let mpi = open_mpi_allreduce();
-    if mpi.is_none() {
+    let mpi = [open_mpi_allreduce(2), open_mpi_allreduce(4)];
+    if mpi[0].is_none() {
         println!("(no Open MPI here: Debian: apt-get install openmpi-bin libopenmpi-dev)");
     }
     println!();
     println!(
-        "CPU allreduce of float32 between the 2 workers (Gloo between nodes), seconds per call as \
-         batches then a sync; bandwidth = bytes / time"
+        "CPU allreduce of float32 between every worker of 2 nodes (Gloo between nodes, shared \
+         memory within one), seconds per call as batches then a sync, against Open MPI with as \
+         many ranks over TCP; bandwidth = bytes / time"
     );
     println!();
     println!(
-        "| path | 4 KiB (us) | Open MPI 4 KiB (us) | 16 MiB (ms) | Open MPI 16 MiB (ms) | 16 MiB \
-         / Open MPI (speed) | 16 MiB (GB/s) | / stream |"
+        "| path | workers per node | 4 KiB (us) | Open MPI 4 KiB (us) | 16 MiB (ms) | Open MPI \
+         16 MiB (ms) | 16 MiB / Open MPI (speed) | 16 MiB (GB/s) | / stream |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for (name, small, large, stream) in allreduces {
-        let mpi_here = mpi.filter(|_| name == "loopback");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, per_node, small, large, stream) in allreduces {
+        let mpi_here = mpi[per_node - 1].filter(|_| name == "loopback");
         let shown =
             |f: Option<f64>, scale: f64| f.map_or("-".into(), |v| format!("{:.1}", v * scale));
         let bandwidth = (16 << 20) as f64 / large;
         println!(
-            "| {name} | {:.1} | {} | {:.1} | {} | {} | {:.2} | {:.2}x |",
+            "| {name} | {per_node} | {:.1} | {} | {:.1} | {} | {} | {:.2} | {:.2}x |",
             small * 1e6,
             shown(mpi_here.map(|m| m.0), 1e6),
             large * 1e3,

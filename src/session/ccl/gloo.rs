@@ -1,6 +1,9 @@
 //! The Gloo backend of the collective built-ins, for the CPU workers of sessions across
 //! machines: every worker is a rank of a Gloo context of the whole session and, with several
-//! groups, of one of its group, and the built-ins keep Disco's names and arguments.
+//! groups, of one of its group, and the built-ins keep Disco's names and arguments. Where every
+//! node runs several worker processes, the session is also hierarchical (see `hierarchy`): the
+//! node's workers share a communicator in shared memory, and the nodes' first workers a Gloo
+//! context of their own.
 //!
 //! The one idea: the rendezvous rides on the session's own connections. `init_ccl("cpu")` on
 //! a session with nodes calls `runtime.disco.gloo.open_per_worker` on every worker, which binds
@@ -57,6 +60,8 @@ pub(super) struct Local {
     /// The worker as the communicator knows it: its index on the node, the node's workers,
     /// and the groups among them.
     pub info: WorkerInfo,
+    /// The session's id of the node's first worker.
+    pub first: usize,
     /// Whether every group lies within one node (its collectives stay in shared memory).
     pub groups_inside: bool,
     /// The mesh of the nodes' first workers, on those workers.
@@ -210,6 +215,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             let local = Local {
                 ccl,
                 info: local_info,
+                first: info.id,
                 groups_inside,
                 leaders: Some(leaders),
             };
@@ -306,6 +312,7 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         meshes.local = Some(Local {
             ccl,
             info: attach.info,
+            first: info.id - attach.info.id,
             groups_inside: attach.groups_inside,
             leaders: None,
         });

@@ -17,11 +17,11 @@
 //! Everything else (allgather, scatter, gather, groups across nodes, transfers) runs on the
 //! flat Gloo meshes.
 
-use super::builtins::{self, buffer, in_group, reduce_kind};
+use super::builtins::{self, Collective, buffer, in_group, reduce_kind};
 use super::gloo::{Digest, Local, Meshes, agree, exchange};
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
 use crate::object::args::is_none;
-use crate::object::{Any, AnyView, Result, Shape};
+use crate::object::{Any, AnyView, Error, Result, Shape};
 
 /// Runs collective built-in `name` on a hierarchical session when its team calls for it;
 /// `None` leaves it to the flat meshes.
@@ -50,7 +50,7 @@ pub(super) fn dispatch(
             return None;
         }
         let body = builtins::by_name(name)?;
-        return Some(body(local.info, &local.ccl, args).map(|_| ()));
+        return Some(meet(local, body, args));
     }
     match name {
         "runtime.disco.allreduce" => Some(allreduce(meshes, local, args)),
@@ -58,6 +58,20 @@ pub(super) fn dispatch(
         "runtime.disco.barrier" => Some(barrier(meshes, local)),
         _ => None,
     }
+}
+
+/// Runs `body` among the node's workers; its errors say that they number the node's workers
+/// from 0.
+fn meet(local: &Local, body: Collective, args: &[AnyView<'_>]) -> Result<()> {
+    body(local.info, &local.ccl, args).map(|_| ()).map_err(|e| {
+        Error::new(
+            e.kind,
+            format!(
+                "{} (among the workers of this node, numbered from 0 = worker {})",
+                e.message, local.first
+            ),
+        )
+    })
 }
 
 fn views(values: &[Any]) -> Vec<AnyView<'_>> {
@@ -80,7 +94,7 @@ fn to_the_node(local: &Local, args: &[AnyView<'_>], at: usize, leading: Result<(
         (None, _) => Any::None,
     };
     let values = [mine, Any::Bool(false), recv];
-    builtins::broadcast(local.info, &local.ccl, &views(&values)).map(|_| ())
+    meet(local, builtins::broadcast, &views(&values))
 }
 
 fn allreduce(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
@@ -97,7 +111,7 @@ fn allreduce(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
         Any::Bool(false),
         args[3].to_owned()?,
     ];
-    let node = builtins::allreduce(local.info, &local.ccl, &views(&values)).map(|_| ());
+    let node = meet(local, builtins::allreduce, &views(&values));
     let Some(leaders) = &local.leaders else {
         node?;
         return to_the_node(local, args, 3, Ok(()));
@@ -172,10 +186,10 @@ fn broadcast(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
 }
 
 fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
-    let node = builtins::barrier(local.info, &local.ccl, &[]).map(|_| ());
+    let node = meet(local, builtins::barrier, &[]);
     let Some(leaders) = &local.leaders else {
         node?;
-        return builtins::barrier(local.info, &local.ccl, &[]).map(|_| ());
+        return meet(local, builtins::barrier, &[]);
     };
     let digest = Digest::new("barrier", 0, None, None);
     let digest = if node.is_err() {
@@ -186,7 +200,7 @@ fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
     let posts = meshes.kept(exchange(leaders, &digest));
     node?;
     match posts.and_then(|posts| agree(&posts, 0, false, false)) {
-        Ok(()) => builtins::barrier(local.info, &local.ccl, &[]).map(|_| ()),
+        Ok(()) => meet(local, builtins::barrier, &[]),
         Err(error) => {
             builtins::fail_next(local.info, &local.ccl, "barrier", &error);
             Err(error)
