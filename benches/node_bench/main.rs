@@ -325,8 +325,8 @@ fn open_mpi_allreduce(ranks: usize) -> Option<(f64, f64)> {
             "btl_tcp_if_include",
             "lo",
             "-np",
-            "2",
         ])
+        .arg(ranks.to_string())
         .arg(program)
         .arg("allreduce")
         .output()

@@ -14,14 +14,18 @@
 //! fails its node's last meeting, so its workers fail with it. In a broadcast the nodes meet
 //! only after the leaders: a worker whose own arguments are wrong fails its node's workers.
 //!
-//! Everything else (allgather, scatter, gather, groups across nodes, transfers) runs on the
-//! flat Gloo meshes.
+//! Gathers meet in the node first, on its first worker, which then meets the others (an
+//! allgather then broadcasts the whole to its node); a scatter goes from leader to leader, then
+//! within each node. Groups across nodes and transfers run on the flat Gloo meshes.
 
+use super::Buf;
 use super::builtins::{self, Collective, buffer, in_group, reduce_kind};
 use super::gloo::{Digest, Local, Meshes, agree, exchange};
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
+use crate::abi::{DLDataType, DLDevice};
+use crate::device::gloo::Mesh;
 use crate::object::args::is_none;
-use crate::object::{Any, AnyView, Error, Result, Shape};
+use crate::object::{Any, AnyView, Error, Result, Shape, Tensor};
 
 /// Runs collective built-in `name` on a hierarchical session when its team calls for it;
 /// `None` leaves it to the flat meshes.
@@ -52,12 +56,14 @@ pub(super) fn dispatch(
         let body = builtins::by_name(name)?;
         return Some(meet(local, body, args));
     }
-    match name {
-        "runtime.disco.allreduce" => Some(allreduce(meshes, local, args)),
-        "runtime.disco.broadcast_from_worker0" => Some(broadcast(meshes, local, args)),
-        "runtime.disco.barrier" => Some(barrier(meshes, local)),
-        _ => None,
-    }
+    Some(match name {
+        "runtime.disco.allreduce" => allreduce(meshes, local, args),
+        "runtime.disco.allgather" => allgather(meshes, local, args),
+        "runtime.disco.broadcast_from_worker0" => broadcast(meshes, local, args),
+        "runtime.disco.scatter_from_worker0" => scatter(meshes, local, args),
+        "runtime.disco.gather_to_worker0" => gather(meshes, local, args),
+        _ => barrier(meshes, local),
+    })
 }
 
 /// Runs `body` among the node's workers; its errors say that they number the node's workers
@@ -203,6 +209,169 @@ fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
         Ok(()) => meet(local, builtins::barrier, &[]),
         Err(error) => {
             builtins::fail_next(local.info, &local.ccl, "barrier", &error);
+            Err(error)
+        }
+    }
+}
+
+/// A host tensor of `count` elements of `dtype` for a node's part of a gather, on its first
+/// worker: in the node's arena while it has room (the others write into it directly there).
+fn node_part(count: usize, dtype: DLDataType) -> Result<Tensor> {
+    let dims = [count as i64];
+    match crate::session::process::arena_empty(&dims, dtype, DLDevice::cpu())? {
+        Some(tensor) => Ok(tensor),
+        None => crate::device::empty(&dims, dtype, DLDevice::cpu()),
+    }
+}
+
+/// The node's `send` buffers (argument 0) gathered, in the order of the node's workers, on its
+/// first worker, which gets the node's part back; the first meeting of the gathers.
+fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor, Buf)>> {
+    let part = match &local.leaders {
+        Some(_) => {
+            let send = buffer(args, 0, "send", true)?.expect("required");
+            let count = send.shape().iter().product::<i64>() as usize;
+            Some(node_part(count * local.info.num_workers, send.dtype)?)
+        }
+        None => None,
+    };
+    let values = [
+        args[0].to_owned()?,
+        Any::Bool(false),
+        part.clone().map_or(Any::None, Any::from),
+    ];
+    meet(local, builtins::gather, &views(&values))?;
+    Ok(part.map(|tensor| {
+        let buf = Buf::new(
+            tensor.data_ptr() as usize,
+            tensor.dl().dtype,
+            tensor.shape(),
+            tensor.nbytes(),
+        )
+        .expect("one dimension");
+        (tensor, buf)
+    }))
+}
+
+fn allgather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "allgather";
+    let node = gather_in_node(local, args);
+    let Some(leaders) = &local.leaders else {
+        node?;
+        return to_the_node(local, args, 2, Ok(()));
+    };
+    let part = match node {
+        Ok(part) => part.expect("on the node's first worker"),
+        Err(error) => return failed_in_node(meshes, leaders, WHAT, error),
+    };
+    let prepared = (|| {
+        let recv = buffer(args, 2, "recv", true)?.expect("required");
+        builtins::sized(WHAT, &recv, "recv", &part.1, leaders.size)?;
+        Ok((part, recv))
+    })();
+    let digest = match &prepared {
+        Ok(((_, part), recv)) => Digest::new(WHAT, 0, Some(*part), Some(*recv)),
+        Err(_) => Digest::new(WHAT, 0, None, None).failed(),
+    };
+    let posts = meshes.kept(exchange(leaders, &digest));
+    let across = prepared.and_then(|((_part, buf), recv)| {
+        agree(&posts?, 0, true, true)?;
+        // SAFETY: the node's part holds `nbytes`, `recv` that many for every node (checked
+        // above); only this collective touches them.
+        meshes.kept(unsafe {
+            leaders.allgather(buf.addr as *const u8, recv.addr as *mut u8, buf.nbytes)
+        })
+    });
+    to_the_node(local, args, 2, across)
+}
+
+fn gather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "gather_to_worker0";
+    let node = gather_in_node(local, args);
+    let Some(leaders) = &local.leaders else {
+        node?;
+        return confirmed_by_the_node(local, WHAT, Ok(()));
+    };
+    let root = leaders.rank == 0;
+    let part = match node {
+        Ok(part) => part.expect("on the node's first worker"),
+        Err(error) => return failed_in_node(meshes, leaders, WHAT, error),
+    };
+    let prepared = (|| {
+        let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
+        if let Some(recv) = &recv {
+            builtins::sized(WHAT, recv, "recv", &part.1, leaders.size)?;
+        }
+        Ok((part, recv))
+    })();
+    let digest = match &prepared {
+        Ok(((_, part), recv)) => Digest::new(WHAT, 0, Some(*part), *recv),
+        Err(_) => Digest::new(WHAT, 0, None, None).failed(),
+    };
+    let posts = meshes.kept(exchange(leaders, &digest));
+    let across = prepared.and_then(|((_part, buf), recv)| {
+        agree(&posts?, 0, true, false)?;
+        let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
+        // SAFETY: the node's part holds `nbytes`; the root's `recv` that many for every node
+        // (checked above), and elsewhere it is not written.
+        meshes.kept(unsafe { leaders.gather(buf.addr as *const u8, out, buf.nbytes, 0) })
+    });
+    confirmed_by_the_node(local, WHAT, across)
+}
+
+/// On a node's first worker, after its node failed `what` (its workers know): tells the other
+/// leaders, which fail it too.
+fn failed_in_node(meshes: &Meshes, leaders: &Mesh, what: &str, error: Error) -> Result<()> {
+    let _ = meshes.kept(exchange(
+        leaders,
+        &Digest::new(what, 0, None, None).failed(),
+    ));
+    Err(error)
+}
+
+/// The node's last meeting when nothing comes back to it: a barrier, which its first worker
+/// fails when the collective failed after the node met.
+fn confirmed_by_the_node(local: &Local, what: &'static str, leading: Result<()>) -> Result<()> {
+    match (&local.leaders, leading) {
+        (Some(_), Err(error)) => {
+            builtins::fail_next(local.info, &local.ccl, what, &error);
+            Err(error)
+        }
+        _ => meet(local, builtins::barrier, &[]),
+    }
+}
+
+fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
+    const WHAT: &str = "scatter_from_worker0";
+    let Some(leaders) = &local.leaders else {
+        return meet(local, builtins::scatter, args);
+    };
+    let root = leaders.rank == 0;
+    let across = (|| {
+        let send = buffer(args, 0, "send", root)?.filter(|_| root);
+        let recv = buffer(args, 2, "recv", true)?.expect("required");
+        let count = recv.shape().iter().product::<i64>() as usize;
+        let part = node_part(count * local.info.num_workers, recv.dtype)?;
+        let nbytes = recv.nbytes * local.info.num_workers;
+        if let Some(send) = &send {
+            builtins::sized(WHAT, send, "send", &recv, meshes.info.num_workers)?;
+        }
+        let digest = Digest::new(WHAT, 0, send, Some(recv));
+        let posts = meshes.kept(exchange(leaders, &digest))?;
+        agree(&posts, 0, false, true)?;
+        let input = send.map_or(std::ptr::null(), |s| s.addr as *const u8);
+        // SAFETY: the root's `send` holds `nbytes` for every node, the node's part `nbytes`
+        // (checked above); only this collective touches them.
+        meshes.kept(unsafe { leaders.scatter(input, part.data_ptr(), nbytes, 0) })?;
+        Ok(part)
+    })();
+    match across {
+        Ok(part) => {
+            let values = [Any::from(part), Any::Bool(false), args[2].to_owned()?];
+            meet(local, builtins::scatter, &views(&values))
+        }
+        Err(error) => {
+            builtins::fail_next(local.info, &local.ccl, WHAT, &error);
             Err(error)
         }
     }
