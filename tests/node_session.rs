@@ -49,11 +49,17 @@ fn free_port() -> u16 {
 
 /// Starts `discovm-node 127.0.0.1 PORT WORKERS` with `token` and the extra arguments `more`.
 fn node(port: u16, workers: u32, token: &str, more: &[&str]) -> Child {
+    node_with(port, workers, token, more, &[])
+}
+
+/// [`node`] with the extra environment variables `env`.
+fn node_with(port: u16, workers: u32, token: &str, more: &[&str], env: &[(&str, &str)]) -> Child {
     Command::new(node_program())
         .args(["127.0.0.1", &port.to_string(), &workers.to_string()])
         .args(more)
         .env("DISCOVM_SESSION_TOKEN", token)
         .env("DISCOVM_WORKER", test_worker_program())
+        .envs(env.iter().copied())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the node program starts")
@@ -230,14 +236,8 @@ fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
         return;
     }
     let port = free_port();
-    let node = Command::new(node_program())
-        .args(["127.0.0.1", &port.to_string(), "1"])
-        .env("DISCOVM_SESSION_TOKEN", TOKEN)
-        .env("DISCOVM_WORKER", test_worker_program())
-        .env("DISCOVM_GLOO_PLUGIN", "/nonexistent/libdiscovm_gloo.so")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let missing = [("DISCOVM_GLOO_PLUGIN", "/nonexistent/libdiscovm_gloo.so")];
+    let node = node_with(port, 1, TOKEN, &[], &missing);
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000)).unwrap();
     let err = s.init_ccl("cpu", &[]).unwrap_err();
     assert_error(&err, ErrorKind::DeviceUnavailable, "worker 1");
@@ -260,14 +260,7 @@ fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
 fn a_node_with_a_rank_from_its_launcher_takes_that_place() {
     let port = free_port();
     // Ranks 2 and 1 join in that order; worker ids follow the ranks, not the order.
-    let two = Command::new(node_program())
-        .args(["127.0.0.1", &port.to_string(), "1"])
-        .env("DISCOVM_SESSION_TOKEN", TOKEN)
-        .env("DISCOVM_WORKER", test_worker_program())
-        .env("SLURM_PROCID", "2")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let two = node_with(port, 1, TOKEN, &[], &[("SLURM_PROCID", "2")]);
     std::thread::sleep(Duration::from_millis(100));
     let one = node(port, 1, TOKEN, &["--rank", "1"]);
     let s = Session::new_socket(3, 1, 1, "127.0.0.1", port.into(), options(30_000)).unwrap();

@@ -25,6 +25,17 @@ const ERR_CAP: usize = 1024;
 /// Room for one pair's address (a socket address and a sequence number).
 const ADDRESS_CAP: usize = 512;
 
+/// A collective with a root: context, input, output, bytes per rank, root, error buffer.
+type Rooted = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_void,
+    *mut c_void,
+    usize,
+    c_int,
+    *mut c_char,
+    usize,
+) -> c_int;
+
 type Reduce = unsafe extern "C" fn(*mut c_void, *mut c_void, *const c_void, *const c_void, usize);
 
 struct Api {
@@ -54,24 +65,8 @@ struct Api {
     ) -> c_int,
     broadcast:
         unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut c_char, usize) -> c_int,
-    scatter: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        *mut c_char,
-        usize,
-    ) -> c_int,
-    gather: unsafe extern "C" fn(
-        *mut c_void,
-        *const c_void,
-        *mut c_void,
-        usize,
-        c_int,
-        *mut c_char,
-        usize,
-    ) -> c_int,
+    scatter: Rooted,
+    gather: Rooted,
     barrier: unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> c_int,
     send:
         unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_char, usize) -> c_int,
@@ -337,20 +332,8 @@ impl Mesh {
         len: usize,
         root: usize,
     ) -> Result<()> {
-        checked("scatter", |err, cap| {
-            // SAFETY: by the contract.
-            unsafe {
-                (self.api.scatter)(
-                    self.raw,
-                    input.cast(),
-                    output.cast(),
-                    len,
-                    root as c_int,
-                    err,
-                    cap,
-                ) == 0
-            }
-        })
+        // SAFETY: forwarded.
+        unsafe { self.rooted("scatter", self.api.scatter, input, output, len, root) }
     }
 
     /// Every rank's `len` bytes at `input`, by rank, into `root`'s `output`.
@@ -365,19 +348,27 @@ impl Mesh {
         len: usize,
         root: usize,
     ) -> Result<()> {
-        checked("gather", |err, cap| {
-            // SAFETY: by the contract.
-            unsafe {
-                (self.api.gather)(
-                    self.raw,
-                    input.cast(),
-                    output.cast(),
-                    len,
-                    root as c_int,
-                    err,
-                    cap,
-                ) == 0
-            }
+        // SAFETY: forwarded.
+        unsafe { self.rooted("gather", self.api.gather, input, output, len, root) }
+    }
+
+    /// Runs `call`, a collective with a root.
+    ///
+    /// # Safety
+    /// As for the collective `call` is.
+    unsafe fn rooted(
+        &self,
+        what: &str,
+        call: Rooted,
+        input: *const u8,
+        output: *mut u8,
+        len: usize,
+        root: usize,
+    ) -> Result<()> {
+        checked(what, |err, cap| {
+            // SAFETY: by the caller's contract.
+            let args = (input.cast(), output.cast(), len, root as c_int);
+            unsafe { call(self.raw, args.0, args.1, args.2, args.3, err, cap) == 0 }
         })
     }
 

@@ -26,21 +26,19 @@ fn install() -> Result<(), String> {
                 .into(),
         );
     }
-    let installed = Command::new("apt-get")
-        .args(["install", "-y", "-q", "libgloo-dev"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .map_err(|e| format!("apt-get cannot run: {e}"))?;
-    if installed.status.success() && Path::new(HEADER).exists() {
+    let apt_install = || {
+        Command::new("apt-get")
+            .args(["install", "-y", "-q", "libgloo-dev"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output()
+            .map_err(|e| format!("apt-get cannot run: {e}"))
+    };
+    if apt_install()?.status.success() && Path::new(HEADER).exists() {
         return Ok(());
     }
     // The package lists may be missing on a fresh machine.
     let _ = Command::new("apt-get").args(["update", "-q"]).output();
-    let again = Command::new("apt-get")
-        .args(["install", "-y", "-q", "libgloo-dev"])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .map_err(|e| format!("apt-get cannot run: {e}"))?;
+    let again = apt_install()?;
     if again.status.success() && Path::new(HEADER).exists() {
         return Ok(());
     }

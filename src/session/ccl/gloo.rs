@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use super::builtins::{arity_of, buffer, in_group, peer, reduce_kind, sized};
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
-use super::{Buf, CpuCcl};
+use super::{Buf, CpuCcl, what_code, what_name};
 use crate::channel::SpinPolicy;
 use crate::device::gloo::Mesh;
 use crate::object::args::{argument, arity, is_none};
@@ -334,19 +334,10 @@ pub(super) struct Digest {
     recv: Buf,
 }
 
-const NAMES: [&str; 6] = [
-    "allreduce",
-    "allgather",
-    "broadcast_from_worker0",
-    "scatter_from_worker0",
-    "gather_to_worker0",
-    "barrier",
-];
-
 impl Digest {
     pub fn new(what: &str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
         Digest {
-            what: NAMES.iter().position(|n| *n == what).expect("a collective") as u64,
+            what: u64::from(what_code(what)),
             param,
             failed: 0,
             send: send.unwrap_or(Buf::NONE),
@@ -361,10 +352,7 @@ impl Digest {
     }
 
     fn name(&self) -> &'static str {
-        NAMES
-            .get(self.what as usize)
-            .copied()
-            .unwrap_or("an unknown collective")
+        what_name(u32::try_from(self.what).unwrap_or(0))
     }
 }
 
@@ -544,42 +532,51 @@ fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     let kind = reduce_kind(args, 1)?;
     let recv = buffer(args, 3, "recv", true)?.expect("required");
     sized(WHAT, &recv, "recv", &send, 1)?;
-    let elem = Elem::of(send.dtype).expect("checked by `buffer`");
     let digest = Digest::new(WHAT, kind as i64, Some(send), Some(recv));
     collective(
         meshes,
         grouped,
         digest,
         |posts, base| agree(posts, base, true, true),
-        |mesh| {
-            let op = if kind == ReduceOp::Avg {
-                ReduceOp::Sum
-            } else {
-                kind
-            };
-            let combine = |out: *mut u8, a: *const u8, b: *const u8, n: usize| {
-                let buffers = Buffers {
-                    inputs: &[a as usize, b as usize],
-                    outputs: &[out as usize],
-                };
-                // SAFETY: Gloo passes `n` aligned elements of the buffer's type in each of its
-                // arrays, which only this call touches now (the output may be an input).
-                unsafe { reduce(elem, op, &buffers, 0, n) };
-            };
-            let count = recv.nbytes / elem.size();
-            // SAFETY: `send` and `recv` hold `count` elements that only this collective
-            // touches.
-            unsafe {
-                let (input, output) = (send.addr as *const u8, recv.addr as *mut u8);
-                mesh.allreduce(input, output, count, elem.size(), &combine)?
-            };
-            if kind == ReduceOp::Avg {
-                // SAFETY: as above.
-                unsafe { average(elem, recv.addr, count, mesh.size) };
-            }
-            Ok(())
-        },
+        |mesh| reduce_across(mesh, kind, &send, &recv, mesh.size),
     )
+}
+
+/// Reduces `input` across `mesh` with `kind` into `output` (which may be `input`); an average
+/// divides the sum by `over`, the number of workers whose values it holds.
+pub(super) fn reduce_across(
+    mesh: &Mesh,
+    kind: ReduceOp,
+    input: &Buf,
+    output: &Buf,
+    over: usize,
+) -> Result<()> {
+    let elem = Elem::of(output.dtype).expect("checked by `buffer`");
+    let op = if kind == ReduceOp::Avg {
+        ReduceOp::Sum
+    } else {
+        kind
+    };
+    let combine = |out: *mut u8, a: *const u8, b: *const u8, n: usize| {
+        let buffers = Buffers {
+            inputs: &[a as usize, b as usize],
+            outputs: &[out as usize],
+        };
+        // SAFETY: Gloo passes `n` aligned elements of the buffer's type in each of its arrays,
+        // which only this call touches now (the output may be an input).
+        unsafe { reduce(elem, op, &buffers, 0, n) };
+    };
+    let count = output.nbytes / elem.size();
+    // SAFETY: `input` and `output` hold `count` elements (checked by the caller) that only
+    // this collective touches.
+    unsafe {
+        let (from, to) = (input.addr as *const u8, output.addr as *mut u8);
+        mesh.allreduce(from, to, count, elem.size(), &combine)?;
+        if kind == ReduceOp::Avg {
+            average(elem, output.addr, count, over);
+        }
+    }
+    Ok(())
 }
 
 fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {

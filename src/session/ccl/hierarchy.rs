@@ -20,8 +20,8 @@
 
 use super::Buf;
 use super::builtins::{self, Collective, buffer, in_group, reduce_kind};
-use super::gloo::{Digest, Local, Meshes, agree, exchange};
-use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
+use super::gloo::{Digest, Local, Meshes, agree, exchange, reduce_across};
+use super::reduce::ReduceOp;
 use crate::abi::{DLDataType, DLDevice};
 use crate::device::gloo::Mesh;
 use crate::object::args::is_none;
@@ -136,30 +136,8 @@ fn allreduce(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
     node?;
     let across = prepared.and_then(|(kind, _, recv)| {
         agree(&posts?, 0, true, true)?;
-        let elem = Elem::of(recv.dtype).expect("checked by `buffer`");
-        let op = if kind == ReduceOp::Avg {
-            ReduceOp::Sum
-        } else {
-            kind
-        };
-        let combine = |out: *mut u8, a: *const u8, b: *const u8, n: usize| {
-            let buffers = Buffers {
-                inputs: &[a as usize, b as usize],
-                outputs: &[out as usize],
-            };
-            // SAFETY: Gloo passes `n` aligned elements of the buffer's type in each of its
-            // arrays, which only this call touches now (the output may be an input).
-            unsafe { reduce(elem, op, &buffers, 0, n) };
-        };
-        let count = recv.nbytes / elem.size();
-        let at = recv.addr as *mut u8;
-        // SAFETY: `recv` holds `count` elements that only this collective touches.
-        meshes.kept(unsafe { leaders.allreduce(at, at, count, elem.size(), &combine) })?;
-        if kind == ReduceOp::Avg {
-            // SAFETY: as above.
-            unsafe { average(elem, recv.addr, count, meshes.info.num_workers) };
-        }
-        Ok(())
+        let over = meshes.info.num_workers;
+        meshes.kept(reduce_across(leaders, kind, &recv, &recv, over))
     });
     to_the_node(local, args, 3, across)
 }

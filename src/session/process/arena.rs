@@ -289,6 +289,13 @@ pub(crate) fn signals() -> Result<&'static Signals> {
     Ok(region.arena.signals(region.worker))
 }
 
+/// This worker process's region, for a communicator in its arena.
+fn region_for_ccl() -> Result<&'static Region> {
+    REGION.get().ok_or_else(|| {
+        Error::runtime("a communicator in the session's arena reached a worker without one")
+    })
+}
+
 /// The CPU communicator the controller laid out in communicator area `area` (this worker
 /// process's side).
 pub(crate) fn ccl(
@@ -297,9 +304,7 @@ pub(crate) fn ccl(
     timeout: Option<std::time::Duration>,
     spin: SpinPolicy,
 ) -> Result<CpuCcl> {
-    let region = REGION.get().ok_or_else(|| {
-        Error::runtime("a communicator in the session's arena reached a worker without one")
-    })?;
+    let region = region_for_ccl()?;
     let place = region.arena.ccl_area(area)?;
     let mapping: Arc<dyn Send + Sync> = region.arena.clone();
     let (workers, at) = (region.arena.workers, (area, place));
@@ -317,10 +322,9 @@ pub(crate) fn fresh_ccl(
     timeout: Option<std::time::Duration>,
     spin: SpinPolicy,
 ) -> Result<CpuCcl> {
-    let region = REGION.get().ok_or_else(|| {
-        Error::runtime("a communicator in the session's arena reached a worker without one")
-    })?;
-    region.arena.new_ccl(area, num_groups, timeout, spin)
+    region_for_ccl()?
+        .arena
+        .new_ccl(area, num_groups, timeout, spin)
 }
 
 /// This worker process's index among the workers of its machine's arena, and their number;
