@@ -92,6 +92,7 @@ pub fn register() {
         super::module::register();
         super::ccl::register();
         super::ccl::nccl::register();
+        #[cfg(not(loom))]
         super::ccl::gloo::register();
     });
 }

@@ -12,6 +12,7 @@
 //! pair of workers (point-to-point transfers).
 
 use std::cell::UnsafeCell;
+#[cfg(not(loom))]
 use std::ptr::NonNull;
 #[cfg(not(loom))]
 use std::sync::Arc;

@@ -734,9 +734,10 @@ pub fn register() {
         for (name, body) in all {
             // A worker with NCCL or Gloo communicators runs that version of the built-in.
             let dispatched = move |args: &[AnyView<'_>]| {
-                super::nccl::dispatch(name, args)
-                    .or_else(|| super::gloo::dispatch(name, args))
-                    .unwrap_or_else(|| body(args))
+                let found = super::nccl::dispatch(name, args);
+                #[cfg(not(loom))]
+                let found = found.or_else(|| super::gloo::dispatch(name, args));
+                found.unwrap_or_else(|| body(args))
             };
             registry::register_global(name, Function::from_closure(dispatched), true)
                 .expect("built-in names are valid");

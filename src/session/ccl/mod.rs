@@ -41,7 +41,9 @@
 
 mod board;
 mod builtins;
+#[cfg(not(loom))]
 pub(crate) mod gloo;
+#[cfg(not(loom))]
 mod hierarchy;
 #[cfg(all(test, loom))]
 mod loom_model;

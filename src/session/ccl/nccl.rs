@@ -327,6 +327,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         None => Ok(()),
     };
     forget();
+    #[cfg(not(loom))]
     super::gloo::forget();
     let (device_id, timeout) = (info.device.device_id, shared.timeout);
     let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
