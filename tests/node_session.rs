@@ -890,3 +890,58 @@ fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_o
     .unwrap();
     s.sync_all().unwrap();
 }
+
+/// The inodes of the sockets in the listening state, from the kernel's tables.
+fn listening_socket_inodes() -> Vec<u64> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // "sl local rem st ... uid timeout inode": state 0A is LISTEN.
+            if fields.get(3) == Some(&"0A") {
+                inodes.extend(fields.get(9).and_then(|i| i.parse::<u64>().ok()));
+            }
+        }
+    }
+    inodes
+}
+
+/// The inodes of the sockets process `pid` holds.
+fn socket_inodes_of(pid: i64) -> Vec<u64> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    fds.filter_map(|fd| {
+        let target = std::fs::read_link(fd.ok()?.path()).ok()?;
+        let target = target.to_str()?;
+        target
+            .strip_prefix("socket:[")?
+            .strip_suffix(']')?
+            .parse()
+            .ok()
+    })
+    .collect()
+}
+
+#[test]
+fn once_init_ccl_connected_gloo_nothing_of_the_session_listens() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let (s, nodes) = session_of(2, 2, options(30_000));
+    s.init_ccl("cpu", &[]).unwrap();
+    let listening = listening_socket_inodes();
+    let mut pids = pids_of(&s);
+    pids.extend(nodes.iter().map(|n| i64::from(n.id())));
+    pids.push(i64::from(std::process::id()));
+    for pid in pids {
+        let open: Vec<u64> = socket_inodes_of(pid)
+            .into_iter()
+            .filter(|inode| listening.contains(inode))
+            .collect();
+        assert!(open.is_empty(), "process {pid} listens on sockets {open:?}");
+    }
+}
