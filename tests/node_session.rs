@@ -934,9 +934,9 @@ fn once_init_ccl_connected_gloo_nothing_of_the_session_listens() {
     let (s, nodes) = session_of(2, 2, options(30_000));
     s.init_ccl("cpu", &[]).unwrap();
     let listening = listening_socket_inodes();
+    // The workers and the node (this process, the controller, runs other tests' listeners).
     let mut pids = pids_of(&s);
     pids.extend(nodes.iter().map(|n| i64::from(n.id())));
-    pids.push(i64::from(std::process::id()));
     for pid in pids {
         let open: Vec<u64> = socket_inodes_of(pid)
             .into_iter()
@@ -944,4 +944,74 @@ fn once_init_ccl_connected_gloo_nothing_of_the_session_listens() {
             .collect();
         assert!(open.is_empty(), "process {pid} listens on sockets {open:?}");
     }
+}
+
+#[test]
+fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_at_once() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let (s, _nodes) = session_of(2, 2, options(60_000));
+    s.init_ccl("cpu", &[]).unwrap();
+    let whole = remote_floats(&s, 8);
+    let part = remote_floats(&s, 2);
+    let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let mut shape = [8i64];
+    let host = session_calls::host_tensor(&mut data, &mut shape);
+    s.copy_worker0(
+        host,
+        &whole,
+        "whole",
+        discovm::session::CopyDirection::ToWorker,
+    )
+    .unwrap();
+    // With one group, in_group is the whole session.
+    let scatter = s
+        .get_global_func("runtime.disco.scatter_from_worker0")
+        .unwrap();
+    let args = [whole.clone().into(), Any::Bool(true), part.clone().into()];
+    s.call(
+        Target::All,
+        &scatter,
+        &args.iter().map(Any::view).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    s.sync_all().unwrap();
+    for w in 0..4 {
+        let got = s.get_register(part.reg(), w).unwrap();
+        let tensor = got.view().as_tensor().unwrap();
+        // SAFETY: a host tensor of 2 float32 that came back with the value.
+        let values = unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const f32, 2) };
+        assert_eq!(
+            values,
+            &[2.0 * w as f32, 2.0 * w as f32 + 1.0],
+            "worker {w}'s part"
+        );
+    }
+    // Every worker passes None where a tensor belongs: all fail at once, and the next
+    // collective meets.
+    let allgather = s.get_global_func("runtime.disco.allgather").unwrap();
+    let bad = [Any::None, Any::Bool(false), whole.clone().into()];
+    s.call(
+        Target::All,
+        &allgather,
+        &bad.iter().map(Any::view).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let err = s.sync_all().unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "argument 0 (send)");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let good = [part.clone().into(), Any::Bool(false), whole.clone().into()];
+    s.call(
+        Target::All,
+        &allgather,
+        &good.iter().map(Any::view).collect::<Vec<_>>(),
+    )
+    .unwrap();
+    s.sync_all().unwrap();
 }

@@ -78,9 +78,17 @@ impl Meshes {
     }
 
     /// Passes `result` through; a failure breaks the meshes (peers may be mid-way).
+    /// On a hierarchical worker the node's communicator breaks too: the node's other workers,
+    /// whose own meshes saw nothing, would otherwise wait for this one.
     pub fn kept<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(error) = &result {
-            let _ = self.broken.set(error.message.clone());
+        if let Err(error) = &result
+            && self.broken.set(error.message.clone()).is_ok()
+            && let Some(local) = &self.local
+        {
+            local.ccl.abort(&Error::runtime(format!(
+                "worker {}'s Gloo communicator broke: {}; call init_ccl again",
+                self.info.id, error.message
+            )));
         }
         result
     }
@@ -370,23 +378,24 @@ pub(super) fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
 }
 
 /// Every member called the same collective with the same parameter and buffers of the same
-/// shapes; `roles` says which buffers every member passes.
+/// shapes (rank r is worker `base + r * stride`), and none failed before it could join; the
+/// flags say which buffers every member passes.
 pub(super) fn agree(
     posts: &[Digest],
-    base: usize,
+    (base, stride): (usize, usize),
     send_everywhere: bool,
     recv_everywhere: bool,
 ) -> Result<()> {
     if let Some(rank) = posts.iter().position(|p| p.failed != 0) {
         return Err(Error::value(format!(
-            "{}: the workers of the node of worker {} failed it",
+            "{}: worker {} could not take part (its error is its own)",
             posts[rank].name(),
-            base + rank
+            base + rank * stride
         )));
     }
     let first = &posts[0];
     for (rank, post) in posts.iter().enumerate().skip(1) {
-        let (worker, leader) = (base + rank, base);
+        let (worker, leader) = (base + rank * stride, base);
         if post.what != first.what {
             return Err(Error::value(format!(
                 "worker {worker} called `{}` while worker {leader} called `{}`",
@@ -501,19 +510,49 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
     Some(run(&meshes, args).map(|()| Any::None))
 }
 
-/// Exchanges digests in the team, checks them with `check`, and runs `body` when everyone
-/// agreed; a failure inside Gloo breaks the meshes.
-fn collective(
+/// Checks this worker's arguments with `prepare` (its digest and what `body` needs), then
+/// meets the team (see [`across`]).
+fn collective<T>(
     meshes: &Meshes,
+    what: &str,
     grouped: bool,
-    digest: Digest,
-    check: impl Fn(&[Digest], usize) -> Result<()>,
-    body: impl FnOnce(&Mesh) -> Result<()>,
+    prepare: impl FnOnce(&Mesh) -> Result<(Digest, T)>,
+    check: impl Fn(&[Digest], (usize, usize)) -> Result<()>,
+    body: impl FnOnce(&Mesh, T) -> Result<()>,
 ) -> Result<()> {
     let (mesh, base) = meshes.team(grouped);
-    let posts = meshes.kept(exchange(mesh, &digest))?;
-    check(&posts, base)?;
-    meshes.kept(body(mesh))
+    across(
+        meshes,
+        mesh,
+        (base, 1),
+        what,
+        prepare(mesh),
+        check,
+        |ready| body(mesh, ready),
+    )
+}
+
+/// Exchanges digests on `mesh` (rank r is worker `at.0 + r * at.1`), checks them with `check`,
+/// and runs `body` with what `prepared` made when everyone agreed. A worker whose `prepared`
+/// failed still joins the exchange, with a digest that says so, so the others fail at once
+/// too, and gets its own error back; a failure inside Gloo breaks the meshes.
+pub(super) fn across<T, U>(
+    meshes: &Meshes,
+    mesh: &Mesh,
+    at: (usize, usize),
+    what: &str,
+    prepared: Result<(Digest, T)>,
+    check: impl Fn(&[Digest], (usize, usize)) -> Result<()>,
+    body: impl FnOnce(T) -> Result<U>,
+) -> Result<U> {
+    let digest = match &prepared {
+        Ok((digest, _)) => *digest,
+        Err(_) => Digest::new(what, 0, None, None).failed(),
+    };
+    let posts = meshes.kept(exchange(mesh, &digest));
+    let (_, ready) = prepared?;
+    check(&posts?, at)?;
+    meshes.kept(body(ready))
 }
 
 /// Copies `len` bytes between two of this worker's buffers.
@@ -528,17 +567,21 @@ fn copy(from: usize, to: usize, len: usize) {
 fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     const WHAT: &str = "allreduce";
     let grouped = in_group(args, 2)?;
-    let send = buffer(args, 0, "send", true)?.expect("required");
-    let kind = reduce_kind(args, 1)?;
-    let recv = buffer(args, 3, "recv", true)?.expect("required");
-    sized(WHAT, &recv, "recv", &send, 1)?;
-    let digest = Digest::new(WHAT, kind as i64, Some(send), Some(recv));
+    let prepare = |_: &Mesh| {
+        let send = buffer(args, 0, "send", true)?.expect("required");
+        let kind = reduce_kind(args, 1)?;
+        let recv = buffer(args, 3, "recv", true)?.expect("required");
+        sized(WHAT, &recv, "recv", &send, 1)?;
+        let digest = Digest::new(WHAT, kind as i64, Some(send), Some(recv));
+        Ok((digest, (kind, send, recv)))
+    };
     collective(
         meshes,
+        WHAT,
         grouped,
-        digest,
-        |posts, base| agree(posts, base, true, true),
-        |mesh| reduce_across(mesh, kind, &send, &recv, mesh.size),
+        prepare,
+        |posts, at| agree(posts, at, true, true),
+        |mesh, (kind, send, recv)| reduce_across(mesh, kind, &send, &recv, mesh.size),
     )
 }
 
@@ -582,17 +625,19 @@ pub(super) fn reduce_across(
 fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     const WHAT: &str = "allgather";
     let grouped = in_group(args, 1)?;
-    let send = buffer(args, 0, "send", true)?.expect("required");
-    let recv = buffer(args, 2, "recv", true)?.expect("required");
-    let (mesh, _) = meshes.team(grouped);
-    sized(WHAT, &recv, "recv", &send, mesh.size)?;
-    let digest = Digest::new(WHAT, 0, Some(send), Some(recv));
+    let prepare = |mesh: &Mesh| {
+        let send = buffer(args, 0, "send", true)?.expect("required");
+        let recv = buffer(args, 2, "recv", true)?.expect("required");
+        sized(WHAT, &recv, "recv", &send, mesh.size)?;
+        Ok((Digest::new(WHAT, 0, Some(send), Some(recv)), (send, recv)))
+    };
     collective(
         meshes,
+        WHAT,
         grouped,
-        digest,
-        |posts, base| agree(posts, base, true, true),
-        |mesh| {
+        prepare,
+        |posts, at| agree(posts, at, true, true),
+        |mesh, (send, recv)| {
             // SAFETY: `send` holds `len` bytes, `recv` `len * size` (checked above).
             unsafe { mesh.allgather(send.addr as *const u8, recv.addr as *mut u8, send.nbytes) }
         },
@@ -604,24 +649,26 @@ fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
 fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Result<()> {
     let split = what == "scatter_from_worker0";
     let grouped = in_group(args, 1)?;
-    let (mesh, _) = meshes.team(grouped);
-    let root = mesh.rank == 0;
-    let send = buffer(args, 0, "send", root)?.filter(|_| root);
-    let recv = buffer(args, 2, "recv", true)?.expect("required");
-    if let Some(send) = &send {
-        if split {
-            sized(what, send, "send", &recv, mesh.size)?;
-        } else {
-            sized(what, &recv, "recv", send, 1)?;
+    let prepare = |mesh: &Mesh| {
+        let root = mesh.rank == 0;
+        let send = buffer(args, 0, "send", root)?.filter(|_| root);
+        let recv = buffer(args, 2, "recv", true)?.expect("required");
+        if let Some(send) = &send {
+            if split {
+                sized(what, send, "send", &recv, mesh.size)?;
+            } else {
+                sized(what, &recv, "recv", send, 1)?;
+            }
         }
-    }
-    let digest = Digest::new(what, 0, send, Some(recv));
+        Ok((Digest::new(what, 0, send, Some(recv)), (send, recv)))
+    };
     collective(
         meshes,
+        what,
         grouped,
-        digest,
-        |posts, base| agree(posts, base, false, true),
-        |mesh| {
+        prepare,
+        |posts, at| agree(posts, at, false, true),
+        |mesh, (send, recv)| {
             // SAFETY: the buffers hold the sizes checked above (every member's `recv` has the
             // root's shape, checked by `agree`).
             unsafe {
@@ -647,20 +694,22 @@ fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Re
 fn gather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     const WHAT: &str = "gather_to_worker0";
     let grouped = in_group(args, 1)?;
-    let (mesh, _) = meshes.team(grouped);
-    let root = mesh.rank == 0;
-    let send = buffer(args, 0, "send", true)?.expect("required");
-    let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
-    if let Some(recv) = &recv {
-        sized(WHAT, recv, "recv", &send, mesh.size)?;
-    }
-    let digest = Digest::new(WHAT, 0, Some(send), recv);
+    let prepare = |mesh: &Mesh| {
+        let root = mesh.rank == 0;
+        let send = buffer(args, 0, "send", true)?.expect("required");
+        let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
+        if let Some(recv) = &recv {
+            sized(WHAT, recv, "recv", &send, mesh.size)?;
+        }
+        Ok((Digest::new(WHAT, 0, Some(send), recv), (send, recv)))
+    };
     collective(
         meshes,
+        WHAT,
         grouped,
-        digest,
-        |posts, base| agree(posts, base, true, false),
-        |mesh| {
+        prepare,
+        |posts, at| agree(posts, at, true, false),
+        |mesh, (send, recv)| {
             let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
             // SAFETY: `send` holds `len` bytes; the root's `recv` holds `len * size` (checked
             // above), and elsewhere it is not written.
@@ -675,13 +724,14 @@ fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     } else {
         in_group(args, 0)?
     };
-    let digest = Digest::new("barrier", 0, None, None);
+    const WHAT: &str = "barrier";
     collective(
         meshes,
+        WHAT,
         grouped,
-        digest,
-        |posts, base| agree(posts, base, false, false),
-        |mesh| mesh.barrier(),
+        |_| Ok((Digest::new(WHAT, 0, None, None), ())),
+        |posts, at| agree(posts, at, false, false),
+        |mesh, ()| mesh.barrier(),
     )
 }
 

@@ -20,10 +20,9 @@
 
 use super::Buf;
 use super::builtins::{self, Collective, buffer, in_group, reduce_kind};
-use super::gloo::{Digest, Local, Meshes, agree, exchange, reduce_across};
+use super::gloo::{Digest, Local, Meshes, across, agree, reduce_across};
 use super::reduce::ReduceOp;
 use crate::abi::{DLDataType, DLDevice};
-use crate::device::gloo::Mesh;
 use crate::object::args::is_none;
 use crate::object::{Any, AnyView, Error, Result, Shape, Tensor};
 
@@ -103,6 +102,11 @@ fn to_the_node(local: &Local, args: &[AnyView<'_>], at: usize, leading: Result<(
     meet(local, builtins::broadcast, &views(&values))
 }
 
+/// Where rank r of the leaders' mesh is: worker `r * workers per node`.
+fn leaders_at(local: &Local) -> (usize, usize) {
+    (0, local.info.num_workers)
+}
+
 fn allreduce(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
     const WHAT: &str = "allreduce";
     let kind = reduce_kind(args, 1);
@@ -125,21 +129,25 @@ fn allreduce(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
     let prepared = node.clone().and_then(|()| {
         let send = buffer(args, 0, "send", true)?.expect("required");
         let recv = buffer(args, 3, "recv", true)?.expect("required");
-        Ok((kind?, send, recv))
+        let kind = kind?;
+        Ok((
+            Digest::new(WHAT, kind as i64, Some(send), Some(recv)),
+            (kind, recv),
+        ))
     });
-    let digest = match &prepared {
-        Ok((kind, send, recv)) => Digest::new(WHAT, *kind as i64, Some(*send), Some(*recv)),
-        Err(_) => Digest::new(WHAT, 0, None, None).failed(),
-    };
-    let posts = meshes.kept(exchange(leaders, &digest));
+    let over = meshes.info.num_workers;
+    let result = across(
+        meshes,
+        leaders,
+        leaders_at(local),
+        WHAT,
+        prepared,
+        |posts, at| agree(posts, at, true, true),
+        |(kind, recv)| reduce_across(leaders, kind, &recv, &recv, over),
+    );
     // A node that failed has told its workers already.
     node?;
-    let across = prepared.and_then(|(kind, _, recv)| {
-        agree(&posts?, 0, true, true)?;
-        let over = meshes.info.num_workers;
-        meshes.kept(reduce_across(leaders, kind, &recv, &recv, over))
-    });
-    to_the_node(local, args, 3, across)
+    to_the_node(local, args, 3, result)
 }
 
 fn broadcast(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
@@ -148,45 +156,63 @@ fn broadcast(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
         return to_the_node(local, args, 2, Ok(()));
     };
     let root = leaders.rank == 0;
-    let across = (|| {
+    let prepared = (|| {
         let send = buffer(args, 0, "send", root)?.filter(|_| root);
         let recv = buffer(args, 2, "recv", true)?.expect("required");
         if let Some(send) = &send {
             builtins::sized(WHAT, &recv, "recv", send, 1)?;
         }
-        let posts = meshes.kept(exchange(leaders, &Digest::new(WHAT, 0, send, Some(recv))))?;
-        agree(&posts, 0, false, true)?;
-        if let Some(send) = &send
-            && send.addr != recv.addr
-        {
-            // SAFETY: two tensors of this worker of `nbytes` (checked above), which only
-            // this collective touches.
-            unsafe { std::ptr::copy(send.addr as *const u8, recv.addr as *mut u8, recv.nbytes) };
-        }
-        // SAFETY: `recv` holds `nbytes`, which only this collective touches.
-        meshes.kept(unsafe { leaders.broadcast(recv.addr as *mut u8, recv.nbytes, 0) })
+        Ok((Digest::new(WHAT, 0, send, Some(recv)), (send, recv)))
     })();
-    to_the_node(local, args, 2, across)
+    let result = across(
+        meshes,
+        leaders,
+        leaders_at(local),
+        WHAT,
+        prepared,
+        |posts, at| agree(posts, at, false, true),
+        |(send, recv)| {
+            if let Some(send) = send
+                && send.addr != recv.addr
+            {
+                // SAFETY: two tensors of this worker of `nbytes` (checked above), which only
+                // this collective touches.
+                unsafe {
+                    std::ptr::copy(send.addr as *const u8, recv.addr as *mut u8, recv.nbytes)
+                };
+            }
+            // SAFETY: `recv` holds `nbytes`, which only this collective touches.
+            unsafe { leaders.broadcast(recv.addr as *mut u8, recv.nbytes, 0) }
+        },
+    );
+    to_the_node(local, args, 2, result)
 }
 
 fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
+    const WHAT: &str = "barrier";
     let node = meet(local, builtins::barrier, &[]);
     let Some(leaders) = &local.leaders else {
         node?;
         return meet(local, builtins::barrier, &[]);
     };
-    let digest = Digest::new("barrier", 0, None, None);
-    let digest = if node.is_err() {
-        digest.failed()
-    } else {
-        digest
-    };
-    let posts = meshes.kept(exchange(leaders, &digest));
+    let prepared = node
+        .clone()
+        .map(|()| (Digest::new(WHAT, 0, None, None), ()));
+    let check = |posts: &[Digest], at| agree(posts, at, false, false);
+    let result = across(
+        meshes,
+        leaders,
+        leaders_at(local),
+        WHAT,
+        prepared,
+        check,
+        Ok,
+    );
     node?;
-    match posts.and_then(|posts| agree(&posts, 0, false, false)) {
+    match result {
         Ok(()) => meet(local, builtins::barrier, &[]),
         Err(error) => {
-            builtins::fail_next(local.info, &local.ccl, "barrier", &error);
+            builtins::fail_next(local.info, &local.ccl, WHAT, &error);
             Err(error)
         }
     }
@@ -205,11 +231,22 @@ fn node_part(count: usize, dtype: DLDataType) -> Result<Tensor> {
 /// The node's `send` buffers (argument 0) gathered, in the order of the node's workers, on its
 /// first worker, which gets the node's part back; the first meeting of the gathers.
 fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor, Buf)>> {
+    const WHAT: &str = "gather_to_worker0";
     let part = match &local.leaders {
         Some(_) => {
-            let send = buffer(args, 0, "send", true)?.expect("required");
-            let count = send.shape().iter().product::<i64>() as usize;
-            Some(node_part(count * local.info.num_workers, send.dtype)?)
+            let made = buffer(args, 0, "send", true).and_then(|send| {
+                let send = send.expect("required");
+                let count = send.shape().iter().product::<i64>() as usize;
+                node_part(count * local.info.num_workers, send.dtype)
+            });
+            match made {
+                Ok(part) => Some(part),
+                Err(error) => {
+                    // The node's workers are in the meeting already.
+                    builtins::fail_next(local.info, &local.ccl, WHAT, &error);
+                    return Err(error);
+                }
+            }
         }
         None => None,
     };
@@ -238,29 +275,33 @@ fn allgather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
         node?;
         return to_the_node(local, args, 2, Ok(()));
     };
-    let part = match node {
-        Ok(part) => part.expect("on the node's first worker"),
-        Err(error) => return failed_in_node(meshes, leaders, WHAT, error),
-    };
-    let prepared = (|| {
+    let node_failed = node.is_err();
+    let prepared = node.and_then(|part| {
+        let (tensor, part) = part.expect("on the node's first worker");
         let recv = buffer(args, 2, "recv", true)?.expect("required");
-        builtins::sized(WHAT, &recv, "recv", &part.1, leaders.size)?;
-        Ok((part, recv))
-    })();
-    let digest = match &prepared {
-        Ok(((_, part), recv)) => Digest::new(WHAT, 0, Some(*part), Some(*recv)),
-        Err(_) => Digest::new(WHAT, 0, None, None).failed(),
-    };
-    let posts = meshes.kept(exchange(leaders, &digest));
-    let across = prepared.and_then(|((_part, buf), recv)| {
-        agree(&posts?, 0, true, true)?;
-        // SAFETY: the node's part holds `nbytes`, `recv` that many for every node (checked
-        // above); only this collective touches them.
-        meshes.kept(unsafe {
-            leaders.allgather(buf.addr as *const u8, recv.addr as *mut u8, buf.nbytes)
-        })
+        builtins::sized(WHAT, &recv, "recv", &part, leaders.size)?;
+        Ok((
+            Digest::new(WHAT, 0, Some(part), Some(recv)),
+            (tensor, part, recv),
+        ))
     });
-    to_the_node(local, args, 2, across)
+    let result = across(
+        meshes,
+        leaders,
+        leaders_at(local),
+        WHAT,
+        prepared,
+        |posts, at| agree(posts, at, true, true),
+        |(_tensor, part, recv)| {
+            // SAFETY: the node's part holds `nbytes`, `recv` that many for every node
+            // (checked above); only this collective touches them.
+            unsafe { leaders.allgather(part.addr as *const u8, recv.addr as *mut u8, part.nbytes) }
+        },
+    );
+    if node_failed {
+        return result; // the node's workers know
+    }
+    to_the_node(local, args, 2, result)
 }
 
 fn gather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
@@ -271,40 +312,33 @@ fn gather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
         return confirmed_by_the_node(local, WHAT, Ok(()));
     };
     let root = leaders.rank == 0;
-    let part = match node {
-        Ok(part) => part.expect("on the node's first worker"),
-        Err(error) => return failed_in_node(meshes, leaders, WHAT, error),
-    };
-    let prepared = (|| {
+    let node_failed = node.is_err();
+    let prepared = node.and_then(|part| {
+        let (tensor, part) = part.expect("on the node's first worker");
         let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
         if let Some(recv) = &recv {
-            builtins::sized(WHAT, recv, "recv", &part.1, leaders.size)?;
+            builtins::sized(WHAT, recv, "recv", &part, leaders.size)?;
         }
-        Ok((part, recv))
-    })();
-    let digest = match &prepared {
-        Ok(((_, part), recv)) => Digest::new(WHAT, 0, Some(*part), *recv),
-        Err(_) => Digest::new(WHAT, 0, None, None).failed(),
-    };
-    let posts = meshes.kept(exchange(leaders, &digest));
-    let across = prepared.and_then(|((_part, buf), recv)| {
-        agree(&posts?, 0, true, false)?;
-        let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
-        // SAFETY: the node's part holds `nbytes`; the root's `recv` that many for every node
-        // (checked above), and elsewhere it is not written.
-        meshes.kept(unsafe { leaders.gather(buf.addr as *const u8, out, buf.nbytes, 0) })
+        Ok((Digest::new(WHAT, 0, Some(part), recv), (tensor, part, recv)))
     });
-    confirmed_by_the_node(local, WHAT, across)
-}
-
-/// On a node's first worker, after its node failed `what` (its workers know): tells the other
-/// leaders, which fail it too.
-fn failed_in_node(meshes: &Meshes, leaders: &Mesh, what: &str, error: Error) -> Result<()> {
-    let _ = meshes.kept(exchange(
+    let result = across(
+        meshes,
         leaders,
-        &Digest::new(what, 0, None, None).failed(),
-    ));
-    Err(error)
+        leaders_at(local),
+        WHAT,
+        prepared,
+        |posts, at| agree(posts, at, true, false),
+        |(_tensor, part, recv)| {
+            let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
+            // SAFETY: the node's part holds `nbytes`; the root's `recv` that many for every
+            // node (checked above), and elsewhere it is not written.
+            unsafe { leaders.gather(part.addr as *const u8, out, part.nbytes, 0) }
+        },
+    );
+    if node_failed {
+        return result; // the node's workers know
+    }
+    confirmed_by_the_node(local, WHAT, result)
 }
 
 /// The node's last meeting when nothing comes back to it: a barrier, which its first worker
@@ -322,28 +356,38 @@ fn confirmed_by_the_node(local: &Local, what: &'static str, leading: Result<()>)
 fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
     const WHAT: &str = "scatter_from_worker0";
     let Some(leaders) = &local.leaders else {
-        return meet(local, builtins::scatter, args);
+        // The node's meeting is session-wide, whatever `in_group` said.
+        let values = [args[0].to_owned()?, Any::Bool(false), args[2].to_owned()?];
+        return meet(local, builtins::scatter, &views(&values));
     };
     let root = leaders.rank == 0;
-    let across = (|| {
+    let prepared = (|| {
         let send = buffer(args, 0, "send", root)?.filter(|_| root);
         let recv = buffer(args, 2, "recv", true)?.expect("required");
-        let count = recv.shape().iter().product::<i64>() as usize;
-        let part = node_part(count * local.info.num_workers, recv.dtype)?;
-        let nbytes = recv.nbytes * local.info.num_workers;
         if let Some(send) = &send {
             builtins::sized(WHAT, send, "send", &recv, meshes.info.num_workers)?;
         }
-        let digest = Digest::new(WHAT, 0, send, Some(recv));
-        let posts = meshes.kept(exchange(leaders, &digest))?;
-        agree(&posts, 0, false, true)?;
-        let input = send.map_or(std::ptr::null(), |s| s.addr as *const u8);
-        // SAFETY: the root's `send` holds `nbytes` for every node, the node's part `nbytes`
-        // (checked above); only this collective touches them.
-        meshes.kept(unsafe { leaders.scatter(input, part.data_ptr(), nbytes, 0) })?;
-        Ok(part)
+        let count = recv.shape().iter().product::<i64>() as usize;
+        let part = node_part(count * local.info.num_workers, recv.dtype)?;
+        let ready = (send, part, recv.nbytes * local.info.num_workers);
+        Ok((Digest::new(WHAT, 0, send, Some(recv)), ready))
     })();
-    match across {
+    let result = across(
+        meshes,
+        leaders,
+        leaders_at(local),
+        WHAT,
+        prepared,
+        |posts, at| agree(posts, at, false, true),
+        |(send, part, nbytes)| {
+            let input = send.map_or(std::ptr::null(), |s| s.addr as *const u8);
+            // SAFETY: the root's `send` holds `nbytes` for every node, the node's part
+            // `nbytes` (checked above); only this collective touches them.
+            unsafe { leaders.scatter(input, part.data_ptr(), nbytes, 0) }?;
+            Ok(part)
+        },
+    );
+    match result {
         Ok(part) => {
             let values = [Any::from(part), Any::Bool(false), args[2].to_owned()?];
             meet(local, builtins::scatter, &views(&values))
