@@ -834,7 +834,7 @@ fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_o
     if gloo::plugin().is_none() {
         return;
     }
-    let (s, _nodes) = session_of(2, 2, options(1500));
+    let (s, _nodes) = session_of(2, 2, options(3000));
     s.init_ccl("cpu", &[]).unwrap();
     let part = remote_floats(&s, 4);
     let all = remote_floats(&s, 16);
