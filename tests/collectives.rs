@@ -1336,3 +1336,37 @@ fn workers_that_call_different_collectives_fail_together_and_go_on(kind: Kind) {
     builtin_on(&s, Target::All, "runtime.disco.allgather", &gather).unwrap();
 }
 each_kind_and_nodes!(workers_that_call_different_collectives_fail_together_and_go_on);
+
+#[test]
+fn the_built_ins_of_gloos_rendezvous_refuse_bad_input_naming_it() {
+    let s = start(Kind::Threads, 2, 1, SessionOptions::default()).unwrap();
+    let open = "runtime.disco.gloo.open_per_worker";
+    let connect = "runtime.disco.gloo.connect_per_worker";
+    let int = Any::Int;
+    let table: [(&str, Vec<Any>, &[&str]); 5] = [
+        (
+            open,
+            vec![int(1), int(-1), int(-1), int(0)],
+            &["TypeError", "argument 0 (hosts)"],
+        ),
+        (
+            open,
+            vec!["a,b,c".into(), int(-1), int(-1), int(0)],
+            &["ValueError", "3 nodes cannot share 2 workers"],
+        ),
+        (open, vec!["a".into()], &["TypeError", "takes 4 arguments"]),
+        (
+            connect,
+            vec![Any::Bytes(discovm::object::Bytes::new(&[1, 0]))],
+            &[
+                "RuntimeError",
+                "runs after runtime.disco.gloo.open_per_worker",
+            ],
+        ),
+        (connect, vec![int(3)], &["TypeError", "argument 0 (table)"]),
+    ];
+    for (name, args, parts) in table {
+        let err = builtin_on(&s, Target::All, name, &args).unwrap_err();
+        assert_error(Err(err), ErrorKind::Worker, parts);
+    }
+}
