@@ -57,10 +57,10 @@ pub(super) fn dispatch(
     }
     Some(match name {
         "runtime.disco.allreduce" => allreduce(meshes, local, args),
-        "runtime.disco.allgather" => allgather(meshes, local, args),
+        "runtime.disco.allgather" => gathers(meshes, local, args, true),
         "runtime.disco.broadcast_from_worker0" => broadcast(meshes, local, args),
         "runtime.disco.scatter_from_worker0" => scatter(meshes, local, args),
-        "runtime.disco.gather_to_worker0" => gather(meshes, local, args),
+        "runtime.disco.gather_to_worker0" => gathers(meshes, local, args, false),
         _ => barrier(meshes, local),
     })
 }
@@ -268,77 +268,59 @@ fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor,
     }))
 }
 
-fn allgather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "allgather";
+/// An allgather (`all`: every worker gets the whole) or a gather to worker 0: the node's parts
+/// meet on its first worker, the first workers meet, and the node hears the outcome (the whole,
+/// for an allgather).
+fn gathers(meshes: &Meshes, local: &Local, args: &[AnyView<'_>], all: bool) -> Result<()> {
+    let what = if all {
+        "allgather"
+    } else {
+        "gather_to_worker0"
+    };
     let node = gather_in_node(local, args);
+    let to_the_node = |result| match all {
+        true => to_the_node(local, args, 2, result),
+        false => confirmed_by_the_node(local, what, result),
+    };
     let Some(leaders) = &local.leaders else {
         node?;
-        return to_the_node(local, args, 2, Ok(()));
+        return to_the_node(Ok(()));
     };
+    let receives = all || leaders.rank == 0;
     let node_failed = node.is_err();
     let prepared = node.and_then(|part| {
         let (tensor, part) = part.expect("on the node's first worker");
-        let recv = buffer(args, 2, "recv", true)?.expect("required");
-        builtins::sized(WHAT, &recv, "recv", &part, leaders.size)?;
-        Ok((
-            Digest::new(WHAT, 0, Some(part), Some(recv)),
-            (tensor, part, recv),
-        ))
-    });
-    let result = across(
-        meshes,
-        leaders,
-        leaders_at(local),
-        WHAT,
-        prepared,
-        |posts, at| agree(posts, at, true, true),
-        |(_tensor, part, recv)| {
-            // SAFETY: the node's part holds `nbytes`, `recv` that many for every node
-            // (checked above); only this collective touches them.
-            unsafe { leaders.allgather(part.addr as *const u8, recv.addr as *mut u8, part.nbytes) }
-        },
-    );
-    if node_failed {
-        return result; // the node's workers know
-    }
-    to_the_node(local, args, 2, result)
-}
-
-fn gather(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "gather_to_worker0";
-    let node = gather_in_node(local, args);
-    let Some(leaders) = &local.leaders else {
-        node?;
-        return confirmed_by_the_node(local, WHAT, Ok(()));
-    };
-    let root = leaders.rank == 0;
-    let node_failed = node.is_err();
-    let prepared = node.and_then(|part| {
-        let (tensor, part) = part.expect("on the node's first worker");
-        let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
+        let recv = buffer(args, 2, "recv", receives)?.filter(|_| receives);
         if let Some(recv) = &recv {
-            builtins::sized(WHAT, recv, "recv", &part, leaders.size)?;
+            builtins::sized(what, recv, "recv", &part, leaders.size)?;
         }
-        Ok((Digest::new(WHAT, 0, Some(part), recv), (tensor, part, recv)))
+        Ok((Digest::new(what, 0, Some(part), recv), (tensor, part, recv)))
     });
     let result = across(
         meshes,
         leaders,
         leaders_at(local),
-        WHAT,
+        what,
         prepared,
-        |posts, at| agree(posts, at, true, false),
+        |posts, at| agree(posts, at, true, all),
         |(_tensor, part, recv)| {
             let out = recv.map_or(std::ptr::null_mut(), |r| r.addr as *mut u8);
-            // SAFETY: the node's part holds `nbytes`; the root's `recv` that many for every
-            // node (checked above), and elsewhere it is not written.
-            unsafe { leaders.gather(part.addr as *const u8, out, part.nbytes, 0) }
+            let input = part.addr as *const u8;
+            // SAFETY: the node's part holds `nbytes`; `recv`, where it is written, that many
+            // for every node (checked above).
+            unsafe {
+                if all {
+                    leaders.allgather(input, out, part.nbytes)
+                } else {
+                    leaders.gather(input, out, part.nbytes, 0)
+                }
+            }
         },
     );
     if node_failed {
         return result; // the node's workers know
     }
-    confirmed_by_the_node(local, WHAT, result)
+    to_the_node(result)
 }
 
 /// The node's last meeting when nothing comes back to it: a barrier, which its first worker
