@@ -745,11 +745,9 @@ fn node_zero_runs_worker_threads_on_request_and_a_lost_node_breaks_them_too() {
 
 #[test]
 fn a_node_killed_during_a_collective_fails_the_wait_at_once_and_shutdown_completes() {
-    if gloo::plugin().is_none() {
+    let Some((s, mut nodes)) = with_gloo(1, 60_000) else {
         return;
-    }
-    let (s, mut nodes) = session_of(2, 1, options(60_000));
-    s.init_ccl("cpu", &[]).unwrap();
+    };
     // Worker 0 waits in a barrier that worker 1, on node 1, never joins.
     let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
     drop(s.call(Target::One(0), &barrier, &[]).unwrap());
@@ -780,6 +778,21 @@ fn remote_floats(s: &Arc<Session>, len: i64) -> discovm::session::DRef {
     call(s, &empty, &[Shape::new(&[len]).into(), Any::DataType(f32)])
 }
 
+/// A session of 2 nodes of `per_node` workers with Gloo between them (`init_ccl("cpu")`) and
+/// its node processes; `None`, having said why, where Gloo cannot be had.
+fn with_gloo(per_node: u32, timeout_ms: u64) -> Option<(Arc<Session>, Vec<Child>)> {
+    gloo::plugin()?;
+    let (s, nodes) = session_of(2, per_node, options(timeout_ms));
+    s.init_ccl("cpu", &[]).unwrap();
+    Some((s, nodes))
+}
+
+/// Calls `func` with `args` on every worker.
+fn on_all(s: &Arc<Session>, func: &discovm::session::DRef, args: &[Any]) {
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    drop(s.call(Target::All, func, &views).unwrap());
+}
+
 /// Calls built-in `name` with `args` on `worker` alone.
 fn on(s: &Arc<Session>, worker: usize, func: &discovm::session::DRef, args: &[Any]) {
     let views: Vec<_> = args.iter().map(Any::view).collect();
@@ -788,12 +801,10 @@ fn on(s: &Arc<Session>, worker: usize, func: &discovm::session::DRef, args: &[An
 
 #[test]
 fn workers_of_two_nodes_that_disagree_all_fail_and_the_communicator_goes_on() {
-    if gloo::plugin().is_none() {
-        return;
-    }
     // 2 nodes of 2 worker processes: within a node they meet in shared memory.
-    let (s, _nodes) = session_of(2, 2, options(60_000));
-    s.init_ccl("cpu", &[]).unwrap();
+    let Some((s, _nodes)) = with_gloo(2, 60_000) else {
+        return;
+    };
     let part = remote_floats(&s, 4);
     let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
     let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
@@ -820,22 +831,15 @@ fn workers_of_two_nodes_that_disagree_all_fail_and_the_communicator_goes_on() {
         started.elapsed()
     );
     // Every worker failed alike: the next collective meets.
-    s.call(
-        Target::All,
-        &allreduce,
-        &args.iter().map(Any::view).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    on_all(&s, &allreduce, &args);
     s.sync_all().unwrap();
 }
 
 #[test]
 fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_over() {
-    if gloo::plugin().is_none() {
+    let Some((s, _nodes)) = with_gloo(2, 3000) else {
         return;
-    }
-    let (s, _nodes) = session_of(2, 2, options(3000));
-    s.init_ccl("cpu", &[]).unwrap();
+    };
     let part = remote_floats(&s, 4);
     let all = remote_floats(&s, 16);
     let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
@@ -882,12 +886,7 @@ fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_o
         Any::Bool(false),
         part.clone().into(),
     ];
-    s.call(
-        Target::All,
-        &allreduce,
-        &args.iter().map(Any::view).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    on_all(&s, &allreduce, &args);
     s.sync_all().unwrap();
 }
 
@@ -928,11 +927,9 @@ fn socket_inodes_of(pid: i64) -> Vec<u64> {
 
 #[test]
 fn once_init_ccl_connected_gloo_nothing_of_the_session_listens() {
-    if gloo::plugin().is_none() {
+    let Some((s, nodes)) = with_gloo(2, 30_000) else {
         return;
-    }
-    let (s, nodes) = session_of(2, 2, options(30_000));
-    s.init_ccl("cpu", &[]).unwrap();
+    };
     let listening = listening_socket_inodes();
     // The workers and the node (this process, the controller, runs other tests' listeners).
     let mut pids = pids_of(&s);
@@ -948,11 +945,9 @@ fn once_init_ccl_connected_gloo_nothing_of_the_session_listens() {
 
 #[test]
 fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_at_once() {
-    if gloo::plugin().is_none() {
+    let Some((s, _nodes)) = with_gloo(2, 60_000) else {
         return;
-    }
-    let (s, _nodes) = session_of(2, 2, options(60_000));
-    s.init_ccl("cpu", &[]).unwrap();
+    };
     let whole = remote_floats(&s, 8);
     let part = remote_floats(&s, 2);
     let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
@@ -970,12 +965,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
         .get_global_func("runtime.disco.scatter_from_worker0")
         .unwrap();
     let args = [whole.clone().into(), Any::Bool(true), part.clone().into()];
-    s.call(
-        Target::All,
-        &scatter,
-        &args.iter().map(Any::view).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    on_all(&s, &scatter, &args);
     s.sync_all().unwrap();
     for w in 0..4 {
         let got = s.get_register(part.reg(), w).unwrap();
@@ -992,12 +982,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     // collective meets.
     let allgather = s.get_global_func("runtime.disco.allgather").unwrap();
     let bad = [Any::None, Any::Bool(false), whole.clone().into()];
-    s.call(
-        Target::All,
-        &allgather,
-        &bad.iter().map(Any::view).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    on_all(&s, &allgather, &bad);
     let started = Instant::now();
     let err = s.sync_all().unwrap_err();
     assert_error(&err, ErrorKind::Worker, "argument 0 (send)");
@@ -1007,11 +992,6 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
         started.elapsed()
     );
     let good = [part.clone().into(), Any::Bool(false), whole.clone().into()];
-    s.call(
-        Target::All,
-        &allgather,
-        &good.iter().map(Any::view).collect::<Vec<_>>(),
-    )
-    .unwrap();
+    on_all(&s, &allgather, &good);
     s.sync_all().unwrap();
 }

@@ -265,8 +265,8 @@ pub(super) fn sized(
     Ok(())
 }
 
-/// Copies `len` bytes between buffers of different participants.
-fn copy(from: usize, to: usize, len: usize) {
+/// Copies `len` bytes between buffers (of different participants, or of one).
+pub(super) fn copy(from: usize, to: usize, len: usize) {
     if from == to || len == 0 {
         return;
     }
@@ -279,73 +279,69 @@ fn copy(from: usize, to: usize, len: usize) {
 pub(super) fn allreduce(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allreduce";
     const WHAT: &str = "allreduce";
-    {
-        let grouped = arity(NAME, args, 4, 4).and_then(|()| in_group(args, 2));
-        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
-        let join = |r| joined(ccl, team, rank, WHAT, r);
-        let send = join(buffer(args, 0, "send", true))?.expect("required");
-        let kind = joined(ccl, team, rank, WHAT, reduce_kind(args, 1))?;
-        let recv = join(buffer(args, 3, "recv", true))?;
-        let elem = Elem::of(send.dtype).expect("checked by `buffer`");
-        let staged = team.staged(send.nbytes);
-        let post = Post::new(WHAT, kind as i64, Some(send), recv);
-        let check = |posts: &Posts| {
-            same_call(team, posts)?;
-            same_buffers(team, posts, "send", send_of)?;
-            same_buffers(team, posts, "recv", recv_of)?;
-            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), 1)
+    let grouped = arity(NAME, args, 4, 4).and_then(|()| in_group(args, 2));
+    let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+    let join = |r| joined(ccl, team, rank, WHAT, r);
+    let send = join(buffer(args, 0, "send", true))?.expect("required");
+    let kind = joined(ccl, team, rank, WHAT, reduce_kind(args, 1))?;
+    let recv = join(buffer(args, 3, "recv", true))?;
+    let elem = Elem::of(send.dtype).expect("checked by `buffer`");
+    let staged = team.staged(send.nbytes);
+    let post = Post::new(WHAT, kind as i64, Some(send), recv);
+    let check = |posts: &Posts| {
+        same_call(team, posts)?;
+        same_buffers(team, posts, "send", send_of)?;
+        same_buffers(team, posts, "recv", recv_of)?;
+        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), 1)
+    };
+    ccl.run(team, rank, post, staged, check, |posts| {
+        let n = posts.len();
+        let count = send_of(&posts[0]).nbytes / elem.size();
+        let inputs: Vec<usize> = posts.iter().map(|p| send_of(p).addr).collect();
+        let (outputs, lo, hi): (Vec<usize>, _, _) = if posts.staged() {
+            // Everyone reduces the whole of the staged copies into its own output.
+            (vec![recv_of(&posts[rank]).addr], 0, count)
+        } else {
+            let outputs = posts.iter().map(|p| recv_of(p).addr).collect();
+            (outputs, rank * count / n, (rank + 1) * count / n)
         };
-        ccl.run(team, rank, post, staged, check, |posts| {
-            let n = posts.len();
-            let count = send_of(&posts[0]).nbytes / elem.size();
-            let inputs: Vec<usize> = posts.iter().map(|p| send_of(p).addr).collect();
-            let (outputs, lo, hi): (Vec<usize>, _, _) = if posts.staged() {
-                // Everyone reduces the whole of the staged copies into its own output.
-                (vec![recv_of(&posts[rank]).addr], 0, count)
-            } else {
-                let outputs = posts.iter().map(|p| recv_of(p).addr).collect();
-                (outputs, rank * count / n, (rank + 1) * count / n)
-            };
-            let buffers = Buffers {
-                inputs: &inputs,
-                outputs: &outputs,
-            };
-            // SAFETY: every buffer holds `count` aligned elements of `elem` (checked above) and
-            // stays alive until everyone is done with it; this participant alone writes
-            // elements `lo..hi` of the outputs, which nobody else reads meanwhile.
-            unsafe { reduce(elem, kind, &buffers, lo, hi) };
-        })?;
-        Ok(Any::None)
-    }
+        let buffers = Buffers {
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        // SAFETY: every buffer holds `count` aligned elements of `elem` (checked above) and
+        // stays alive until everyone is done with it; this participant alone writes
+        // elements `lo..hi` of the outputs, which nobody else reads meanwhile.
+        unsafe { reduce(elem, kind, &buffers, lo, hi) };
+    })?;
+    Ok(Any::None)
 }
 
 pub(super) fn allgather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.allgather";
     const WHAT: &str = "allgather";
-    {
-        let grouped = arity(NAME, args, 3, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
-        let join = |r| joined(ccl, team, rank, WHAT, r);
-        let send = join(buffer(args, 0, "send", true))?.expect("required");
-        let recv = join(buffer(args, 2, "recv", true))?;
-        let staged = team.staged(send.nbytes);
-        let post = Post::new(WHAT, 0, Some(send), recv);
-        let check = |posts: &Posts| {
-            same_call(team, posts)?;
-            same_buffers(team, posts, "send", send_of)?;
-            same_buffers(team, posts, "recv", recv_of)?;
-            let n = posts.len();
-            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
-        };
-        ccl.run(team, rank, post, staged, check, |posts| {
-            let mine = recv_of(&posts[rank]).addr;
-            let size = send_of(&posts[0]).nbytes;
-            for (j, post) in posts.iter().enumerate() {
-                copy(send_of(post).addr, mine + j * size, size);
-            }
-        })?;
-        Ok(Any::None)
-    }
+    let grouped = arity(NAME, args, 3, 3).and_then(|()| in_group(args, 1));
+    let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+    let join = |r| joined(ccl, team, rank, WHAT, r);
+    let send = join(buffer(args, 0, "send", true))?.expect("required");
+    let recv = join(buffer(args, 2, "recv", true))?;
+    let staged = team.staged(send.nbytes);
+    let post = Post::new(WHAT, 0, Some(send), recv);
+    let check = |posts: &Posts| {
+        same_call(team, posts)?;
+        same_buffers(team, posts, "send", send_of)?;
+        same_buffers(team, posts, "recv", recv_of)?;
+        let n = posts.len();
+        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
+    };
+    ccl.run(team, rank, post, staged, check, |posts| {
+        let mine = recv_of(&posts[rank]).addr;
+        let size = send_of(&posts[0]).nbytes;
+        for (j, post) in posts.iter().enumerate() {
+            copy(send_of(post).addr, mine + j * size, size);
+        }
+    })?;
+    Ok(Any::None)
 }
 
 /// Who a root-based collective's root is in this team (rank 0: worker 0 or the group leader).
@@ -376,36 +372,34 @@ fn from_worker0(
     what: &'static str,
     split: bool,
 ) -> Result<Any> {
-    {
-        let grouped = arity(name, args, 3, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = team_of(ccl, info, what, grouped)?;
-        let join = |r| joined(ccl, team, rank, what, r);
-        let send = join(buffer(args, 0, "send", rank == 0))?;
-        let recv = join(buffer(args, 2, "recv", true))?.expect("required");
-        let staged = team.staged(recv.nbytes);
-        let send = if rank == 0 { send } else { None };
-        let post = Post::new(what, 0, send, Some(recv));
-        let check = |posts: &Posts| {
-            root_checks(team, posts, what, "send", |p| p.send.is_some())?;
-            same_buffers(team, posts, "recv", recv_of)?;
-            let (send, recv) = (send_of(&posts[0]), recv_of(&posts[0]));
-            if split {
-                sized(what, send, "send", recv, posts.len())
-            } else {
-                sized(what, recv, "recv", send, 1)
-            }
-        };
-        ccl.run(team, rank, post, staged, check, |posts| {
-            let size = recv_of(&posts[rank]).nbytes;
-            let offset = if split { rank * size } else { 0 };
-            copy(
-                send_of(&posts[0]).addr + offset,
-                recv_of(&posts[rank]).addr,
-                size,
-            );
-        })?;
-        Ok(Any::None)
-    }
+    let grouped = arity(name, args, 3, 3).and_then(|()| in_group(args, 1));
+    let (team, rank) = team_of(ccl, info, what, grouped)?;
+    let join = |r| joined(ccl, team, rank, what, r);
+    let send = join(buffer(args, 0, "send", rank == 0))?;
+    let recv = join(buffer(args, 2, "recv", true))?.expect("required");
+    let staged = team.staged(recv.nbytes);
+    let send = if rank == 0 { send } else { None };
+    let post = Post::new(what, 0, send, Some(recv));
+    let check = |posts: &Posts| {
+        root_checks(team, posts, what, "send", |p| p.send.is_some())?;
+        same_buffers(team, posts, "recv", recv_of)?;
+        let (send, recv) = (send_of(&posts[0]), recv_of(&posts[0]));
+        if split {
+            sized(what, send, "send", recv, posts.len())
+        } else {
+            sized(what, recv, "recv", send, 1)
+        }
+    };
+    ccl.run(team, rank, post, staged, check, |posts| {
+        let size = recv_of(&posts[rank]).nbytes;
+        let offset = if split { rank * size } else { 0 };
+        copy(
+            send_of(&posts[0]).addr + offset,
+            recv_of(&posts[rank]).addr,
+            size,
+        );
+    })?;
+    Ok(Any::None)
 }
 
 pub(super) fn broadcast(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
@@ -433,59 +427,55 @@ pub(super) fn scatter(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> R
 pub(super) fn gather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.gather_to_worker0";
     const WHAT: &str = "gather_to_worker0";
-    {
-        let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
-        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
-        let join = |r| joined(ccl, team, rank, WHAT, r);
-        let send = join(buffer(args, 0, "send", true))?.expect("required");
-        let recv = join(buffer(args, 2, "recv", rank == 0))?;
-        let staged = team.staged(send.nbytes);
-        let recv = if rank == 0 { recv } else { None };
-        let post = Post::new(WHAT, 0, Some(send), recv);
-        let check = |posts: &Posts| {
-            root_checks(team, posts, WHAT, "recv", |p| p.recv.is_some())?;
-            same_buffers(team, posts, "send", send_of)?;
-            let n = posts.len();
-            sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
-        };
-        ccl.run(team, rank, post, staged, check, |posts| {
-            // The root collects the staged copies; large sends go in by their owners at once.
-            let size = send_of(&posts[rank]).nbytes;
-            let root = recv_of(&posts[0]).addr;
-            let place = |r: usize| copy(send_of(&posts[r]).addr, root + r * size, size);
-            match (posts.staged(), rank) {
-                (true, 0) => (0..posts.len()).for_each(place),
-                (true, _) => {}
-                (false, _) => place(rank),
-            }
-        })?;
-        Ok(Any::None)
-    }
+    let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
+    let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+    let join = |r| joined(ccl, team, rank, WHAT, r);
+    let send = join(buffer(args, 0, "send", true))?.expect("required");
+    let recv = join(buffer(args, 2, "recv", rank == 0))?;
+    let staged = team.staged(send.nbytes);
+    let recv = if rank == 0 { recv } else { None };
+    let post = Post::new(WHAT, 0, Some(send), recv);
+    let check = |posts: &Posts| {
+        root_checks(team, posts, WHAT, "recv", |p| p.recv.is_some())?;
+        same_buffers(team, posts, "send", send_of)?;
+        let n = posts.len();
+        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
+    };
+    ccl.run(team, rank, post, staged, check, |posts| {
+        // The root collects the staged copies; large sends go in by their owners at once.
+        let size = send_of(&posts[rank]).nbytes;
+        let root = recv_of(&posts[0]).addr;
+        let place = |r: usize| copy(send_of(&posts[r]).addr, root + r * size, size);
+        match (posts.staged(), rank) {
+            (true, 0) => (0..posts.len()).for_each(place),
+            (true, _) => {}
+            (false, _) => place(rank),
+        }
+    })?;
+    Ok(Any::None)
 }
 
 pub(super) fn barrier(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
     const NAME: &str = "runtime.disco.barrier";
     const WHAT: &str = "barrier";
-    {
-        let grouped = arity(NAME, args, 0, 1).and_then(|()| {
-            if is_none(args, 0) {
-                Ok(false)
-            } else {
-                in_group(args, 0)
-            }
-        });
-        let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
-        let post = Post::new(WHAT, 0, None, None);
-        ccl.run(
-            team,
-            rank,
-            post,
-            true,
-            |posts| same_call(team, posts),
-            |_| {},
-        )?;
-        Ok(Any::None)
-    }
+    let grouped = arity(NAME, args, 0, 1).and_then(|()| {
+        if is_none(args, 0) {
+            Ok(false)
+        } else {
+            in_group(args, 0)
+        }
+    });
+    let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
+    let post = Post::new(WHAT, 0, None, None);
+    ccl.run(
+        team,
+        rank,
+        post,
+        true,
+        |posts| same_call(team, posts),
+        |_| {},
+    )?;
+    Ok(Any::None)
 }
 
 /// One side of a transfer between `from` and `to` (global ids) of the buffer argument 0.
@@ -529,7 +519,7 @@ fn transfer(
     })
 }
 
-pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
+fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<usize> {
     let peer = argument(i, "peer", || args[i].as_i64())?;
     let peer = usize::try_from(peer)
         .ok()
@@ -548,93 +538,72 @@ pub(super) fn peer(args: &[AnyView<'_>], i: usize, info: &WorkerInfo) -> Result<
     Ok(peer)
 }
 
-fn send_to_worker(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.send_to_worker";
-    const WHAT: &str = "send_to_worker";
-    {
-        let to = whom(
-            ccl,
-            info,
-            WHAT,
-            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, &info)),
-        )?;
-        transfer(args, WHAT, info, ccl, info.id, to)?;
-        Ok(Any::None)
-    }
-}
+/// The transfer built-ins.
+pub(super) const TRANSFERS: [&str; 5] = [
+    "runtime.disco.send_to_worker",
+    "runtime.disco.recv_from_worker",
+    "runtime.disco.recv_from_worker0",
+    "runtime.disco.send_to_next_group",
+    "runtime.disco.recv_from_prev_group",
+];
 
-fn recv_from_worker(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.recv_from_worker";
-    const WHAT: &str = "recv_from_worker";
-    {
-        let from = whom(
-            ccl,
-            info,
-            WHAT,
-            arity(NAME, args, 2, 2).and_then(|()| peer(args, 1, &info)),
-        )?;
-        transfer(args, WHAT, info, ccl, from, info.id)?;
-        Ok(Any::None)
-    }
-}
-
-fn recv_from_worker0(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.recv_from_worker0";
-    const WHAT: &str = "recv_from_worker0";
-    {
-        let found = arity(NAME, args, 1, 1).and_then(|()| {
-            if info.id == 0 {
-                return Err(Error::value(
-                    "worker 0 cannot receive from itself (recv_from_worker0 runs on the other \
-                     workers)",
-                ));
-            }
-            Ok(0)
-        });
-        let from = whom(ccl, info, WHAT, found)?;
-        transfer(args, WHAT, info, ccl, from, info.id)?;
-        Ok(Any::None)
-    }
-}
-
-fn send_to_next_group(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.send_to_next_group";
-    const WHAT: &str = "send_to_next_group";
-    {
-        let found = arity(NAME, args, 1, 1).and_then(|()| {
+/// The other end of transfer built-in `name` (`runtime.disco.send_to_worker`, ...) on worker
+/// `info`, and whether this worker sends; `None` when `name` is no transfer. The error says
+/// why the call names no other worker.
+pub(super) fn transfer_peer(
+    name: &str,
+    args: &[AnyView<'_>],
+    info: &WorkerInfo,
+) -> Option<Result<(usize, bool)>> {
+    let found = match name {
+        "runtime.disco.send_to_worker" => peer(args, 1, info).map(|to| (to, true)),
+        "runtime.disco.recv_from_worker" => peer(args, 1, info).map(|from| (from, false)),
+        "runtime.disco.recv_from_worker0" if info.id == 0 => Err(Error::value(
+            "worker 0 cannot receive from itself (recv_from_worker0 runs on the other workers)",
+        )),
+        "runtime.disco.recv_from_worker0" => Ok((0, false)),
+        "runtime.disco.send_to_next_group" => {
             let to = info.id + info.workers_per_group();
-            if to >= info.num_workers {
-                return Err(Error::value(format!(
+            if to < info.num_workers {
+                Ok((to, true))
+            } else {
+                Err(Error::value(format!(
                     "worker {} is in the last group: there is no next group to send to",
                     info.id
-                )));
+                )))
             }
-            Ok(to)
-        });
-        let to = whom(ccl, info, WHAT, found)?;
-        transfer(args, WHAT, info, ccl, info.id, to)?;
-        Ok(Any::None)
-    }
+        }
+        "runtime.disco.recv_from_prev_group" => match info.id.checked_sub(info.workers_per_group())
+        {
+            Some(from) => Ok((from, false)),
+            None => Err(Error::value(format!(
+                "worker {} is in the first group: there is no previous group to receive from",
+                info.id
+            ))),
+        },
+        _ => return None,
+    };
+    Some(found)
 }
 
-fn recv_from_prev_group(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
-    const NAME: &str = "runtime.disco.recv_from_prev_group";
-    const WHAT: &str = "recv_from_prev_group";
-    {
-        let found =
-            arity(NAME, args, 1, 1).and_then(|()| {
-                info.id.checked_sub(info.workers_per_group()).ok_or_else(|| {
-                Error::value(format!(
-                    "worker {} is in the first group: there is no previous group to receive \
-                     from",
-                    info.id
-                ))
-            })
-            });
-        let from = whom(ccl, info, WHAT, found)?;
-        transfer(args, WHAT, info, ccl, from, info.id)?;
-        Ok(Any::None)
-    }
+/// Transfer built-in `name` on this worker's communicator.
+fn transfer_built_in(
+    name: &'static str,
+    info: WorkerInfo,
+    ccl: &CpuCcl,
+    args: &[AnyView<'_>],
+) -> Result<Any> {
+    let what = name.strip_prefix("runtime.disco.").unwrap_or(name);
+    let found = arity_of(name, args)
+        .and_then(|()| transfer_peer(name, args, &info).expect("a transfer built-in"));
+    let (other, sending) = whom(ccl, info, what, found)?;
+    let (from, to) = if sending {
+        (info.id, other)
+    } else {
+        (other, info.id)
+    };
+    transfer(args, what, info, ccl, from, to)?;
+    Ok(Any::None)
 }
 
 /// `runtime.disco.cpu.init_ccl_per_worker(stage)`: installs the staged communicator on this
@@ -691,11 +660,21 @@ const COLLECTIVES: [(&str, Collective); 11] = [
     ("runtime.disco.broadcast_from_worker0", broadcast),
     ("runtime.disco.scatter_from_worker0", scatter),
     ("runtime.disco.gather_to_worker0", gather),
-    ("runtime.disco.recv_from_worker0", recv_from_worker0),
-    ("runtime.disco.send_to_worker", send_to_worker),
-    ("runtime.disco.recv_from_worker", recv_from_worker),
-    ("runtime.disco.send_to_next_group", send_to_next_group),
-    ("runtime.disco.recv_from_prev_group", recv_from_prev_group),
+    ("runtime.disco.recv_from_worker0", |i, c, a| {
+        transfer_built_in("runtime.disco.recv_from_worker0", i, c, a)
+    }),
+    ("runtime.disco.send_to_worker", |i, c, a| {
+        transfer_built_in("runtime.disco.send_to_worker", i, c, a)
+    }),
+    ("runtime.disco.recv_from_worker", |i, c, a| {
+        transfer_built_in("runtime.disco.recv_from_worker", i, c, a)
+    }),
+    ("runtime.disco.send_to_next_group", |i, c, a| {
+        transfer_built_in("runtime.disco.send_to_next_group", i, c, a)
+    }),
+    ("runtime.disco.recv_from_prev_group", |i, c, a| {
+        transfer_built_in("runtime.disco.recv_from_prev_group", i, c, a)
+    }),
     ("runtime.disco.barrier", barrier),
 ];
 

@@ -24,7 +24,9 @@ use std::cell::RefCell;
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
-use super::builtins::{arity_of, buffer, in_group, peer, reduce_kind, sized};
+use super::builtins::{
+    TRANSFERS, arity_of, buffer, copy, in_group, reduce_kind, sized, transfer_peer,
+};
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
 use super::{Buf, CpuCcl, what_code, what_name};
 use crate::channel::SpinPolicy;
@@ -77,6 +79,19 @@ impl Meshes {
         }
     }
 
+    /// Every mesh of this worker, in the order of its addresses in the rendezvous, each with
+    /// where its ranks are: rank r is worker `base + r * stride`.
+    fn in_order(&self) -> Vec<(&Mesh, usize, usize)> {
+        let mut all = vec![(&self.world, 0, 1)];
+        let first_of_group = self.info.id - self.info.local_id();
+        all.extend(self.group.as_ref().map(|g| (g, first_of_group, 1)));
+        if let Some(local) = &self.local {
+            let per_node = local.info.num_workers;
+            all.extend(local.leaders.as_ref().map(|l| (l, 0, per_node)));
+        }
+        all
+    }
+
     /// Passes `result` through; a failure breaks the meshes (peers may be mid-way).
     /// On a hierarchical worker the node's communicator breaks too: the node's other workers,
     /// whose own meshes saw nothing, would otherwise wait for this one.
@@ -110,9 +125,9 @@ pub(super) fn forget() {
 
 /// The pairs' addresses of every mesh, in the order `connect_per_worker` reads them: for each
 /// mesh, for each peer but this rank, a u32 length and the address.
-fn addresses(meshes: &[&Mesh]) -> Result<Vec<u8>> {
+fn addresses(meshes: &[(&Mesh, usize, usize)]) -> Result<Vec<u8>> {
     let mut out = Vec::new();
-    for mesh in meshes {
+    for (mesh, _, _) in meshes {
         for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
             let address = mesh.address(peer)?;
             out.extend_from_slice(&(address.len() as u32).to_le_bytes());
@@ -241,10 +256,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         local,
         broken: OnceLock::new(),
     };
-    let mut all = vec![&meshes.world];
-    all.extend(&meshes.group);
-    all.extend(meshes.local.as_ref().and_then(|l| l.leaders.as_ref()));
-    let out = addresses(&all)?;
+    let out = addresses(&meshes.in_order())?;
     OPENED.with(|m| *m.borrow_mut() = Some((meshes, attach)));
     Ok(Any::Bytes(Bytes::new(&out)))
 }
@@ -278,18 +290,8 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         .map(|w| rows.next(&format!("worker {w}'s row")))
         .collect::<Result<_>>()?;
     // Each peer's row lists its addresses mesh by mesh, peer by peer: this worker's entry in
-    // a mesh is the one at its rank there, counting without the peer itself. Rank r of a mesh
-    // is worker `base + r * stride`.
-    let first = info.id - info.local_id();
-    let mut meshes_of = vec![(&meshes.world, 0, 1)];
-    meshes_of.extend(meshes.group.as_ref().map(|g| (g, first, 1)));
-    meshes_of.extend(
-        meshes
-            .local
-            .as_ref()
-            .and_then(|l| l.leaders.as_ref())
-            .map(|l| (l, 0, info.num_workers / l.size)),
-    );
+    // a mesh is the one at its rank there, counting without the peer itself.
+    let meshes_of = meshes.in_order();
     for (index, &(mesh, base, stride)) in meshes_of.iter().enumerate() {
         for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
             let worker = base + peer * stride;
@@ -442,6 +444,9 @@ fn meshes(name: &str) -> Option<Result<Arc<Meshes>>> {
     Some(Ok(meshes))
 }
 
+/// A collective built-in's body on this worker's meshes.
+type Collective = fn(&Meshes, &[AnyView<'_>]) -> Result<()>;
+
 /// Runs collective built-in `name` with Gloo when this worker has Gloo meshes; `None` leaves
 /// it to another backend. Another backend's init drops the meshes.
 pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
@@ -451,50 +456,22 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         forget();
         return None;
     }
-    let run: fn(&Meshes, &[AnyView<'_>]) -> Result<()> = match name {
-        "runtime.disco.allreduce" => allreduce,
-        "runtime.disco.allgather" => allgather,
+    let run: Option<Collective> = match name {
+        "runtime.disco.allreduce" => Some(allreduce),
+        "runtime.disco.allgather" => Some(allgather),
         "runtime.disco.broadcast_from_worker0" => {
-            |m, a| from_worker0(m, a, "broadcast_from_worker0")
+            Some(|m, a| from_worker0(m, a, "broadcast_from_worker0"))
         }
-        "runtime.disco.scatter_from_worker0" => |m, a| from_worker0(m, a, "scatter_from_worker0"),
-        "runtime.disco.gather_to_worker0" => gather,
-        "runtime.disco.barrier" => barrier,
-        "runtime.disco.recv_from_worker0" => |m, a| {
-            if m.info.id == 0 {
-                return Err(Error::value(
-                    "worker 0 cannot receive from itself (recv_from_worker0 runs on the other \
-                     workers)",
-                ));
-            }
-            transfer(m, a, 0, false)
-        },
-        "runtime.disco.send_to_worker" => |m, a| transfer(m, a, peer(a, 1, &m.info)?, true),
-        "runtime.disco.recv_from_worker" => |m, a| transfer(m, a, peer(a, 1, &m.info)?, false),
-        "runtime.disco.send_to_next_group" => |m, a| {
-            let to = m.info.id + m.info.workers_per_group();
-            if to >= m.info.num_workers {
-                return Err(Error::value(format!(
-                    "worker {} is in the last group: there is no next group to send to",
-                    m.info.id
-                )));
-            }
-            transfer(m, a, to, true)
-        },
-        "runtime.disco.recv_from_prev_group" => {
-            |m, a| {
-                let from = m.info.id.checked_sub(m.info.workers_per_group()).ok_or_else(|| {
-                Error::value(format!(
-                    "worker {} is in the first group: there is no previous group to receive \
-                     from",
-                    m.info.id
-                ))
-            })?;
-                transfer(m, a, from, false)
-            }
+        "runtime.disco.scatter_from_worker0" => {
+            Some(|m, a| from_worker0(m, a, "scatter_from_worker0"))
         }
-        _ => return None,
+        "runtime.disco.gather_to_worker0" => Some(gather),
+        "runtime.disco.barrier" => Some(barrier),
+        _ => None, // a transfer, or no collective
     };
+    if run.is_none() && !TRANSFERS.contains(&name) {
+        return None;
+    }
     let meshes = match meshes(name)? {
         Ok(meshes) => meshes,
         Err(error) => return Some(Err(error)),
@@ -507,7 +484,13 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
     {
         return Some(done.map(|()| Any::None));
     }
-    Some(run(&meshes, args).map(|()| Any::None))
+    let done = match run {
+        Some(run) => run(&meshes, args),
+        None => transfer_peer(name, args, &meshes.info)
+            .expect("a transfer built-in")
+            .and_then(|(other, sending)| transfer(&meshes, args, other, sending)),
+    };
+    Some(done.map(|()| Any::None))
 }
 
 /// Checks this worker's arguments with `prepare` (its digest and what `body` needs), then
@@ -553,15 +536,6 @@ pub(super) fn across<T, U>(
     let (_, ready) = prepared?;
     check(&posts?, at)?;
     meshes.kept(body(ready))
-}
-
-/// Copies `len` bytes between two of this worker's buffers.
-fn copy(from: usize, to: usize, len: usize) {
-    if from != to && len > 0 {
-        // SAFETY: both are this worker's tensors of at least `len` bytes; the collective
-        // alone touches them during the call.
-        unsafe { std::ptr::copy(from as *const u8, to as *mut u8, len) };
-    }
 }
 
 fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
@@ -672,19 +646,14 @@ fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Re
             // SAFETY: the buffers hold the sizes checked above (every member's `recv` has the
             // root's shape, checked by `agree`).
             unsafe {
-                match (&send, split) {
-                    (Some(send), true) => {
-                        mesh.scatter(send.addr as *const u8, recv.addr as *mut u8, recv.nbytes, 0)
+                if split {
+                    let input = send.map_or(std::ptr::null(), |s| s.addr as *const u8);
+                    mesh.scatter(input, recv.addr as *mut u8, recv.nbytes, 0)
+                } else {
+                    if let Some(send) = send {
+                        copy(send.addr, recv.addr, recv.nbytes);
                     }
-                    (None, true) => {
-                        mesh.scatter(std::ptr::null(), recv.addr as *mut u8, recv.nbytes, 0)
-                    }
-                    (send, false) => {
-                        if let Some(send) = send {
-                            copy(send.addr, recv.addr, recv.nbytes);
-                        }
-                        mesh.broadcast(recv.addr as *mut u8, recv.nbytes, 0)
-                    }
+                    mesh.broadcast(recv.addr as *mut u8, recv.nbytes, 0)
                 }
             }
         },
@@ -719,12 +688,8 @@ fn gather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = if is_none(args, 0) {
-        false
-    } else {
-        in_group(args, 0)?
-    };
     const WHAT: &str = "barrier";
+    let grouped = !is_none(args, 0) && in_group(args, 0)?;
     collective(
         meshes,
         WHAT,

@@ -172,14 +172,8 @@ fn broadcast(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
         prepared,
         |posts, at| agree(posts, at, false, true),
         |(send, recv)| {
-            if let Some(send) = send
-                && send.addr != recv.addr
-            {
-                // SAFETY: two tensors of this worker of `nbytes` (checked above), which only
-                // this collective touches.
-                unsafe {
-                    std::ptr::copy(send.addr as *const u8, recv.addr as *mut u8, recv.nbytes)
-                };
+            if let Some(send) = send {
+                builtins::copy(send.addr, recv.addr, recv.nbytes);
             }
             // SAFETY: `recv` holds `nbytes`, which only this collective touches.
             unsafe { leaders.broadcast(recv.addr as *mut u8, recv.nbytes, 0) }

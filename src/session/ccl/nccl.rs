@@ -54,7 +54,7 @@ use std::rc::Rc;
 use std::sync::{Arc, Once, OnceLock};
 
 use super::ReduceOp;
-use super::builtins::{arity_of, in_group, peer, reduce_kind};
+use super::builtins::{TRANSFERS, arity_of, in_group, reduce_kind, transfer_peer};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::device::{DeviceStream, poll};
@@ -404,12 +404,11 @@ pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> 
         "runtime.disco.broadcast_from_worker0" => broadcast,
         "runtime.disco.scatter_from_worker0" => scatter,
         "runtime.disco.gather_to_worker0" => gather,
-        "runtime.disco.recv_from_worker0" => recv_from_worker0,
-        "runtime.disco.send_to_worker" => send_to_worker,
-        "runtime.disco.recv_from_worker" => recv_from_worker,
-        "runtime.disco.send_to_next_group" => send_to_next_group,
-        "runtime.disco.recv_from_prev_group" => recv_from_prev_group,
         "runtime.disco.barrier" => barrier,
+        _ if TRANSFERS.contains(&name) => {
+            let done = arity_of(name, args).and_then(|()| transfer_built_in(comms, name, args));
+            return Some(done.map(|()| Any::None));
+        }
         _ => return None,
     };
     Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
@@ -575,51 +574,11 @@ fn transfer(comms: Arc<Comms>, buf: Region, peer: usize, sending: bool) -> Resul
     })
 }
 
-fn send_to_worker(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let buf = required(args, 0, "send")?;
-    let to = peer(args, 1, &comms.info)?;
-    transfer(comms, buf, to, true)
-}
-
-fn recv_from_worker(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let buf = required(args, 0, "recv")?;
-    let from = peer(args, 1, &comms.info)?;
-    transfer(comms, buf, from, false)
-}
-
-fn recv_from_worker0(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    if comms.info.id == 0 {
-        return Err(Error::value(
-            "worker 0 cannot receive from itself (recv_from_worker0 runs on the other workers)",
-        ));
-    }
-    let buf = required(args, 0, "recv")?;
-    transfer(comms, buf, 0, false)
-}
-
-fn send_to_next_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let info = comms.info;
-    let to = info.id + info.workers_per_group();
-    if to >= info.num_workers {
-        return Err(Error::value(format!(
-            "worker {} is in the last group: there is no next group to send to",
-            info.id
-        )));
-    }
-    let buf = required(args, 0, "send")?;
-    transfer(comms, buf, to, true)
-}
-
-fn recv_from_prev_group(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let info = comms.info;
-    let Some(from) = info.id.checked_sub(info.workers_per_group()) else {
-        return Err(Error::value(format!(
-            "worker {} is in the first group: there is no previous group to receive from",
-            info.id
-        )));
-    };
-    let buf = required(args, 0, "recv")?;
-    transfer(comms, buf, from, false)
+/// Transfer built-in `name` (see `builtins::transfer_peer`).
+fn transfer_built_in(comms: Arc<Comms>, name: &str, args: &[AnyView<'_>]) -> Result<()> {
+    let (other, sending) = transfer_peer(name, args, &comms.info).expect("a transfer built-in")?;
+    let buf = required(args, 0, if sending { "send" } else { "recv" })?;
+    transfer(comms, buf, other, sending)
 }
 
 /// Reduces the worker's flag across the team and waits for it: no worker of the team passes
