@@ -1,8 +1,8 @@
 //! Sessions across machines, on one machine: nodes are `discovm-node` processes joining over
 //! loopback TCP, each with worker processes running the tests' worker program. Calls, order,
 //! errors as values and values on remote workers; the handshake (a wrong secret, garbage from a
-//! stranger, a rank taken); and the faults: a node killed or stopped during a call, a controller
-//! that goes away.
+//! stranger, a rank taken); and the faults: a node killed or stopped during a call or a
+//! collective, a worker of a node killed during a collective, a controller that goes away.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -994,4 +994,54 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     let good = [part.clone().into(), Any::Bool(false), whole.clone().into()];
     on_all(&s, &allgather, &good);
     s.sync_all().unwrap();
+}
+
+#[test]
+fn a_worker_killed_on_a_node_releases_its_node_mates_from_a_collective_at_once() {
+    // 2 nodes of 2 worker processes: workers 2 and 3 meet in node 1's shared memory, and
+    // worker 2 meets node 0 through Gloo. Kill a member, then the node's leader.
+    for victim in [3, 2] {
+        if !killed_during_a_barrier(victim) {
+            return;
+        }
+    }
+}
+
+/// Workers other than `victim` wait in a barrier that `victim` never joins: it is killed.
+/// Every wait fails at once naming it, and shutdown does not wait for the survivors. False
+/// where Gloo cannot be had.
+fn killed_during_a_barrier(victim: usize) -> bool {
+    let Some((s, _nodes)) = with_gloo(2, 60_000) else {
+        return false;
+    };
+    let pids = pids_of(&s);
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    let survivors: Vec<usize> = (0..4).filter(|&w| w != victim).collect();
+    for &w in &survivors {
+        on(&s, w, &barrier, &[]);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: a plain kill of a worker process the session started.
+    unsafe { libc::kill(pids[victim] as i32, libc::SIGKILL) };
+    let killed = Instant::now();
+    for &w in &survivors {
+        let err = s.sync_worker(w).unwrap_err();
+        assert_error(&err, ErrorKind::Worker, &format!("worker {victim}"));
+    }
+    assert!(
+        killed.elapsed() < Duration::from_secs(5),
+        "worker {victim}'s death noticed after {:?}",
+        killed.elapsed()
+    );
+    s.shutdown().unwrap();
+    // The survivors left the barrier: shutdown waited out neither the timeout nor a grace.
+    assert!(
+        killed.elapsed() < Duration::from_secs(8),
+        "shutdown ended {:?} after worker {victim} was killed",
+        killed.elapsed()
+    );
+    for &w in &survivors {
+        assert!(!exists(pids[w] as i32), "worker {w} is gone");
+    }
+    true
 }
