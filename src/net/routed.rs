@@ -68,11 +68,16 @@ pub enum ReadError {
 
 /// Writes one message; `frame` is empty for a heartbeat. The caller flushes.
 pub fn write(out: &mut impl Write, route: u32, what: What, frame: &[u8]) -> io::Result<()> {
+    write_head(out, route, what)?;
+    out.write_all(frame)
+}
+
+/// Writes the route of a message; what follows is the caller's to write.
+pub fn write_head(out: &mut impl Write, route: u32, what: What) -> io::Result<()> {
     let mut head = [0u8; ROUTE_SIZE];
     head[..4].copy_from_slice(&route.to_le_bytes());
     head[4..].copy_from_slice(&(what as u32).to_le_bytes());
-    out.write_all(&head)?;
-    out.write_all(frame)
+    out.write_all(&head)
 }
 
 /// Writes an upload of `module`, whose SHA-256 is `hash`, for every worker of a node.
@@ -87,7 +92,8 @@ pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8])
     out.write_all(module)
 }
 
-fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<(), ReadError> {
+/// Reads exactly `bytes.len()` bytes of a message.
+pub fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<(), ReadError> {
     input.read_exact(bytes).map_err(|e| match e.kind() {
         io::ErrorKind::UnexpectedEof
         | io::ErrorKind::ConnectionReset
@@ -100,14 +106,22 @@ fn read_exact(input: &mut impl Read, bytes: &mut [u8]) -> std::result::Result<()
     })
 }
 
-/// Reads one message into `buffer` (a caller's, reused: the last message's `frame`). A frame's
-/// header is checked against `limits` before its payload is read.
-pub fn read(
-    input: &mut impl Read,
-    limits: &Limits,
-    mut buffer: Vec<u8>,
-) -> std::result::Result<Message, ReadError> {
-    buffer.clear();
+/// The start of a message, checked: its route, what follows, and, for a frame, the frame's
+/// header; `rest` bytes of it are still to be read.
+#[derive(Debug)]
+pub struct Head {
+    pub route: u32,
+    pub what: What,
+    /// The frame's header ([`What::Frame`] and [`What::Death`]).
+    pub header: Option<(Header, [u8; HEADER_SIZE])>,
+    /// Bytes of the message after what was read: a frame's payload, an upload's hash and
+    /// module.
+    pub rest: usize,
+}
+
+/// Reads the start of one message: the route, and a frame's header (checked against `limits`)
+/// or an upload's length, but nothing of a payload.
+pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<Head, ReadError> {
     let mut head = [0u8; ROUTE_SIZE];
     read_exact(input, &mut head)?;
     let route = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
@@ -117,41 +131,97 @@ pub fn read(
             "a routed message of unknown kind {code} (route {route:#x})"
         )))
     })?;
-    if what == What::Heartbeat {
-        if route != 0 {
-            return Err(ReadError::Bad(Error::value(format!(
-                "a heartbeat with route {route:#x}, not 0"
-            ))));
+    match what {
+        What::Heartbeat => {
+            if route != 0 {
+                return Err(ReadError::Bad(Error::value(format!(
+                    "a heartbeat with route {route:#x}, not 0"
+                ))));
+            }
+            Ok(Head {
+                route,
+                what,
+                header: None,
+                rest: 0,
+            })
         }
-        return Ok(Message {
-            route,
-            what,
-            frame: buffer,
-        });
-    }
-    if what == What::Upload {
-        let mut len = [0u8; 8];
-        read_exact(input, &mut len)?;
-        let len = u64::from_le_bytes(len);
-        if route != ALL || len < HASH_SIZE as u64 || len > limits.max_payload as u64 {
-            return Err(ReadError::Bad(Error::value(format!(
-                "an upload of {len} bytes routed to {route:#x} (it goes to every worker, holds \
-                 a {HASH_SIZE}-byte hash, and at most {} bytes)",
-                limits.max_payload
-            ))));
+        What::Upload => {
+            let mut len = [0u8; 8];
+            read_exact(input, &mut len)?;
+            let len = u64::from_le_bytes(len);
+            if route != ALL || len < HASH_SIZE as u64 || len > limits.max_payload as u64 {
+                return Err(ReadError::Bad(Error::value(format!(
+                    "an upload of {len} bytes routed to {route:#x} (it goes to every worker, \
+                     holds a {HASH_SIZE}-byte hash, and at most {} bytes)",
+                    limits.max_payload
+                ))));
+            }
+            Ok(Head {
+                route,
+                what,
+                header: None,
+                rest: len as usize,
+            })
         }
-        let mut frame = buffer;
-        frame.resize(len as usize, 0);
-        read_exact(input, &mut frame)?;
-        return Ok(Message { route, what, frame });
+        What::Frame | What::Death => {
+            let mut bytes = [0u8; HEADER_SIZE];
+            read_exact(input, &mut bytes)?;
+            let header = Header::parse(&bytes, limits).map_err(ReadError::Bad)?;
+            Ok(Head {
+                route,
+                what,
+                header: Some((header, bytes)),
+                rest: header.payload_len,
+            })
+        }
     }
-    let mut frame = buffer;
-    frame.resize(HEADER_SIZE, 0);
-    read_exact(input, &mut frame)?;
-    let header = Header::parse(&frame, limits).map_err(ReadError::Bad)?;
-    frame.resize(header.frame_len(), 0);
-    read_exact(input, &mut frame[HEADER_SIZE..])?;
-    Ok(Message { route, what, frame })
+}
+
+/// Reads the rest of the message that `head` starts into `buffer` (a caller's, reused: the
+/// last message's `frame`).
+pub fn read_rest(
+    input: &mut impl Read,
+    head: Head,
+    mut buffer: Vec<u8>,
+) -> std::result::Result<Message, ReadError> {
+    buffer.clear();
+    let start = match &head.header {
+        Some((_, bytes)) => {
+            buffer.extend_from_slice(bytes);
+            HEADER_SIZE
+        }
+        None => 0,
+    };
+    buffer.resize(start + head.rest, 0);
+    read_exact(input, &mut buffer[start..])?;
+    Ok(Message {
+        route: head.route,
+        what: head.what,
+        frame: buffer,
+    })
+}
+
+/// Reads one message into `buffer` (a caller's, reused: the last message's `frame`). A frame's
+/// header is checked against `limits` before its payload is read.
+pub fn read(
+    input: &mut impl Read,
+    limits: &Limits,
+    buffer: Vec<u8>,
+) -> std::result::Result<Message, ReadError> {
+    let head = read_head(input, limits)?;
+    read_rest(input, head, buffer)
+}
+
+/// Reads the next `n` bytes of a message and drops them.
+pub fn skip(input: &mut impl Read, n: usize) -> std::result::Result<(), ReadError> {
+    let mut chunk = [0u8; 4096];
+    let mut left = n;
+    while left > 0 {
+        let take = left.min(chunk.len());
+        read_exact(input, &mut chunk[..take])?;
+        left -= take;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

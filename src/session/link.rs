@@ -29,8 +29,9 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 
 /// Queues `message()` for each of `targets` without waking them. Threads get the typed
-/// message itself; worker processes and nodes get one encoding of it, made once for all of
-/// them, and a node one message for all of its workers when every worker is targeted.
+/// message itself; worker processes get one encoding of it, and nodes one encoding for a
+/// stream (large tensors written from their own memory), each made once for all of them; a
+/// node gets one message for all of its workers when every worker is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
@@ -40,7 +41,9 @@ pub(super) fn push_to(
     alive: impl Fn(usize) -> Result<()>,
 ) -> Result<()> {
     #[cfg(not(loom))]
-    let mut encoded: Option<Vec<u8>> = None;
+    let mut encoded = None;
+    #[cfg(not(loom))]
+    let mut gathered = None;
     #[cfg(not(loom))]
     let mut last_node: Option<&Arc<NodeConnection>> = None;
     #[cfg(not(loom))]
@@ -52,7 +55,9 @@ pub(super) fn push_to(
                 .push(message(), spin, deadline, || alive(worker))?,
             #[cfg(not(loom))]
             WorkerLink::Process(link) => {
-                let frame = encoded_once(&mut encoded, &message)?;
+                let frame = once(&mut encoded, || {
+                    super::requests::encode_broadcast(&message())
+                })?;
                 link.send_encoded(frame, spin, deadline)?
             }
             #[cfg(not(loom))]
@@ -62,28 +67,32 @@ pub(super) fn push_to(
                     continue;
                 }
                 last_node = Some(link.node());
-                let frame = encoded_once(&mut encoded, &message)?;
-                link.send_encoded(frame, whole)?
+                let frame = once(&mut gathered, || {
+                    super::requests::gather_broadcast(&message())
+                })?;
+                link.send_gathered(frame, whole)?
             }
         }
     }
     #[cfg(not(loom))]
-    if let Some(frame) = encoded {
-        super::requests::recycle(frame);
+    {
+        if let Some(frame) = encoded {
+            super::requests::recycle(frame);
+        }
+        if let Some(frame) = gathered {
+            super::requests::recycle_gathered(frame);
+        }
     }
     Ok(())
 }
 
-/// The encoding of `message()`, made the first time it is asked for.
+/// What `make` makes, made the first time it is asked for.
 #[cfg(not(loom))]
-fn encoded_once<'a>(
-    encoded: &'a mut Option<Vec<u8>>,
-    message: &impl Fn() -> Message,
-) -> Result<&'a [u8]> {
-    if encoded.is_none() {
-        *encoded = Some(super::requests::encode_broadcast(&message())?);
+fn once<T>(made: &mut Option<T>, make: impl FnOnce() -> Result<T>) -> Result<&T> {
+    if made.is_none() {
+        *made = Some(make()?);
     }
-    Ok(encoded.as_deref().unwrap_or_default())
+    Ok(made.as_ref().expect("made above"))
 }
 
 /// How long worker processes have to stop after `Shutdown` when the session sets no timeout.

@@ -11,7 +11,7 @@ use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply}
 use crate::object::{Any, AnyView, Error, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
-use crate::wire::{Frame, Value};
+use crate::wire::{Frame, Gathered, Value};
 use std::sync::PoisonError;
 
 /// The name a worker gives the tensor of a copy that crosses as a frame; the controller puts
@@ -59,7 +59,26 @@ pub(crate) fn try_send(
 /// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
 pub(crate) fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
     let mut out = frame_buffer();
-    match message {
+    broadcast_frame(message, |frame| frame.encode(&mut out))?;
+    Ok(out)
+}
+
+/// [`encode_broadcast`] for a stream: large host tensors are written from their own memory.
+pub(crate) fn gather_broadcast(message: &Message) -> Result<Gathered> {
+    broadcast_frame(message, |frame| frame.encode_gathered(frame_buffer()))
+}
+
+/// Gives a gathered frame's buffer back, as [`recycle`] does.
+pub(crate) fn recycle_gathered(frame: Gathered) {
+    recycle(frame.into_bytes());
+}
+
+/// Hands `encode` the frame of a message that needs no reply.
+fn broadcast_frame<R>(
+    message: &Message,
+    encode: impl FnOnce(&Frame<AnyView<'_>>) -> Result<R>,
+) -> Result<R> {
+    let frame = match message {
         Message::Call {
             func,
             out: reg,
@@ -74,34 +93,26 @@ pub(crate) fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
                     Arg::Register(reg) => Value::Register(*reg),
                 })
                 .collect();
-            let frame = Frame::Call {
+            Frame::Call {
                 func: *func,
                 out: *reg,
                 args,
-            };
-            frame.encode(&mut out)?;
+            }
         }
-        Message::Store(store) => {
-            let frame: Frame<AnyView<'_>> = Frame::Store {
-                reg: store.reg,
-                name: store.name.clone(),
-                value: Value::Plain(store.value.view()),
-            };
-            frame.encode(&mut out)?;
-        }
-        Message::Kill(reg) => {
-            Frame::<Any>::Kill { reg: *reg }.encode(&mut out)?;
-        }
-        Message::Shutdown => {
-            Frame::<Any>::Shutdown.encode(&mut out)?;
-        }
+        Message::Store(store) => Frame::Store {
+            reg: store.reg,
+            name: store.name.clone(),
+            value: Value::Plain(store.value.view()),
+        },
+        Message::Kill(reg) => Frame::Kill { reg: *reg },
+        Message::Shutdown => Frame::Shutdown,
         _ => {
             return Err(Error::runtime(
                 "a request that waits for a reply goes to one worker",
             ));
         }
-    }
-    Ok(out)
+    };
+    encode(&frame)
 }
 
 /// The requests of one worker: their ids, those waiting for replies, and the failure a reply

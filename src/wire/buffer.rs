@@ -1,10 +1,12 @@
-//! Where encoded bytes go ([`Sink`]: a growing vector, a fixed slot, or a counter) and how a
-//! payload is read ([`Reader`]: bounds-checked, with errors that say at which byte).
+//! Where encoded bytes go ([`Sink`]: a growing vector, a fixed slot, a counter, or a
+//! [`Gathered`] frame that leaves large tensors' data where it is) and how a payload is read
+//! ([`Reader`]: bounds-checked, with errors that say at which byte).
 
 use std::fmt::Display;
+use std::io::{self, Write};
 
 use super::{ALIGN, bad_frame};
-use crate::object::{Error, Result};
+use crate::object::{Error, Result, Tensor};
 
 const ZEROS: [u8; ALIGN] = [0; ALIGN];
 
@@ -19,9 +21,9 @@ pub(super) trait Sink {
     /// Bytes of the frame written so far.
     fn len(&self) -> usize;
     fn put(&mut self, bytes: &[u8]) -> Result<()>;
-    /// Writes `n` bytes that `fill` produces in place (a tensor's data, read straight into the
-    /// frame). A counter never calls `fill`.
-    fn fill(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()>;
+    /// Writes the `nbytes` bytes of data of `tensor` (a compact host tensor), read after every
+    /// earlier use of it; errors name it `name`. A counter only counts them.
+    fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()>;
 
     fn u32(&mut self, v: u32) -> Result<()> {
         self.put(&v.to_le_bytes())
@@ -53,8 +55,8 @@ impl Sink for Counter {
         self.0 += bytes.len();
         Ok(())
     }
-    fn fill(&mut self, n: usize, _: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()> {
-        self.0 += n;
+    fn tensor(&mut self, _: &Tensor, nbytes: usize, _: &dyn Display) -> Result<()> {
+        self.0 += nbytes;
         Ok(())
     }
 }
@@ -73,10 +75,10 @@ impl Sink for VecSink<'_> {
         self.out.extend_from_slice(bytes);
         Ok(())
     }
-    fn fill(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()> {
+    fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()> {
         let at = self.out.len();
-        self.out.resize(at + n, 0);
-        fill(&mut self.out[at..])
+        self.out.resize(at + nbytes, 0);
+        read_data(tensor, &mut self.out[at..], name)
     }
 }
 
@@ -110,8 +112,85 @@ impl Sink for SliceSink<'_> {
         self.take(bytes.len())?.copy_from_slice(bytes);
         Ok(())
     }
-    fn fill(&mut self, n: usize, fill: &mut dyn FnMut(&mut [u8]) -> Result<()>) -> Result<()> {
-        fill(self.take(n)?)
+    fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()> {
+        read_data(tensor, self.take(nbytes)?, name)
+    }
+}
+
+/// Copies a tensor's data into `dst`, after every earlier use of the tensor.
+fn read_data(tensor: &Tensor, dst: &mut [u8], name: &dyn Display) -> Result<()> {
+    crate::vm::read(tensor, dst).map_err(|e| e.context(name))
+}
+
+/// Tensors with at least this many bytes of data stay out of a [`Gathered`] frame's bytes.
+const GATHERED_FROM: usize = 64 << 10;
+
+/// A frame encoded to be written on a stream: its bytes, except the data of large host tensors,
+/// which is written from the tensors' own memory.
+#[derive(Default)]
+pub struct Gathered {
+    bytes: Vec<u8>,
+    /// Each large tensor's data: where it goes in `bytes` (before the byte at that offset),
+    /// the tensor (kept alive) and its length.
+    tensors: Vec<(usize, Tensor, usize)>,
+}
+
+impl Gathered {
+    /// A frame to encode in `bytes` (a buffer to reuse, emptied first).
+    pub(super) fn new(mut bytes: Vec<u8>) -> Gathered {
+        bytes.clear();
+        Gathered {
+            bytes,
+            tensors: Vec::new(),
+        }
+    }
+
+    /// The frame's length, tensors' data included.
+    pub fn frame_len(&self) -> usize {
+        self.bytes.len() + self.tensors.iter().map(|(_, _, n)| n).sum::<usize>()
+    }
+
+    /// Writes the frame to `out`, each large tensor's data straight from its memory.
+    pub fn write_to(&self, out: &mut impl Write) -> io::Result<()> {
+        let mut at = 0;
+        for (before, tensor, nbytes) in &self.tensors {
+            out.write_all(&self.bytes[at..*before])?;
+            // SAFETY: a compact host tensor of `nbytes` bytes (checked as it was encoded),
+            // alive while this frame holds it; its earlier writers finished when it was
+            // encoded.
+            out.write_all(unsafe {
+                std::slice::from_raw_parts(tensor.data_ptr().cast::<u8>(), *nbytes)
+            })?;
+            at = *before;
+        }
+        out.write_all(&self.bytes[at..])
+    }
+
+    /// The buffer the frame's bytes were in, to reuse.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
+impl Sink for Gathered {
+    fn len(&self) -> usize {
+        self.frame_len()
+    }
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+    fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()> {
+        if nbytes < GATHERED_FROM {
+            let at = self.bytes.len();
+            self.bytes.resize(at + nbytes, 0);
+            return read_data(tensor, &mut self.bytes[at..], name);
+        }
+        // A read of nothing waits for the tensor's earlier writers and reports their failure.
+        read_data(tensor, &mut [], name)?;
+        self.tensors
+            .push((self.bytes.len(), tensor.clone(), nbytes));
+        Ok(())
     }
 }
 

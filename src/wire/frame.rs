@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::sync::Arc;
 
-use super::buffer::{Counter, Reader, Sink, SliceSink, VecSink};
+use super::buffer::{Counter, Gathered, Reader, Sink, SliceSink, VecSink};
 use super::value::{
     self, ArenaTensor, Value, check_register, peek_tag, read_str, read_value, tag, write_str,
     write_value, wrong_tag,
@@ -224,6 +224,18 @@ impl<P: Packed> Frame<P> {
             out.truncate(start);
         }
         written.map(|()| len)
+    }
+
+    /// Encodes the frame to be written on a stream, in `bytes` (a buffer to reuse): the data
+    /// of large host tensors is not copied but written from their memory by
+    /// [`Gathered::write_to`]. The frame holds those tensors until it is dropped.
+    ///
+    /// Errors: as for [`Frame::encode`].
+    pub fn encode_gathered(&self, bytes: Vec<u8>) -> Result<Gathered> {
+        let len = self.encoded_len()?;
+        let mut out = Gathered::new(bytes);
+        self.write(&mut out, len)?;
+        Ok(out)
     }
 
     /// Writes the encoded frame at the start of `out` (a ring slot) and returns its length;

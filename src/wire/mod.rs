@@ -16,8 +16,9 @@
 //! (the tests and the `wire_frame` fuzz target check exactly that), and anything else is a
 //! `ValueError` that names the field, its byte offset and the offending value, never a panic.
 //!
-//! Encoding appends to a `Vec<u8>` ([`Frame::encode`](crate::wire::Frame::encode)) or fills a caller's slice, such as a
-//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)); decoding reads a `&[u8]` ([`Frame::decode`](crate::wire::Frame::decode)), or a
+//! Encoding appends to a `Vec<u8>` ([`Frame::encode`](crate::wire::Frame::encode)), fills a caller's slice, such as a
+//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)), or makes a [`Gathered`] frame for a stream,
+//! which leaves large tensors' data where it is ([`Frame::encode_gathered`](crate::wire::Frame::encode_gathered)); decoding reads a `&[u8]` ([`Frame::decode`](crate::wire::Frame::decode)), or a
 //! header first and its payload later, as a stream reader receives them ([`Header::parse`](crate::wire::Header::parse),
 //! [`Frame::decode_payload`](crate::wire::Frame::decode_payload)).
 
@@ -29,6 +30,7 @@ mod value;
 
 use crate::object::{Any, AnyView, Error, Result};
 
+pub use buffer::Gathered;
 pub use frame::{Frame, Kind};
 pub use value::{ArenaTensor, Value, tag};
 

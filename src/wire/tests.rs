@@ -369,6 +369,57 @@ fn tensor_data_is_8_byte_aligned_in_the_frame() {
 }
 
 #[test]
+fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_their_memory() {
+    // Large tensors (from 64 KiB) stay in their memory; small ones are copied as always.
+    let large = |n: usize, seed: usize| {
+        let data: Vec<u8> = (0..n).map(|i| (i * 31 + seed) as u8).collect();
+        host_tensor(&[n as i64], I8, &data)
+    };
+    let (first, second) = (large((64 << 10) + 3, 1), large(100_000, 2));
+    let frame = Frame::Call {
+        func: 1,
+        out: 2,
+        args: vec![
+            Value::Plain(host_tensor(&[3], I8, &[1, 2, 3]).into()),
+            Value::Plain(first.clone().into()),
+            Value::Plain(Any::from("between")),
+            Value::Plain(second.clone().into()),
+            Value::Plain(Any::Int(7)),
+        ],
+    };
+    let bytes = encode(&frame);
+    let gathered = frame.encode_gathered(Vec::new()).unwrap();
+    assert_eq!(gathered.frame_len(), bytes.len());
+    let mut written = Vec::new();
+    gathered.write_to(&mut written).unwrap();
+    assert!(written == bytes, "the same bytes as the encoding");
+    // The tensors' own memory was not copied into the frame's bytes.
+    assert!(gathered.into_bytes().len() < 1024);
+    // What cannot cross fails before anything is written.
+    let bad = Frame::Call {
+        func: 1,
+        out: 2,
+        args: vec![
+            Value::Plain(Any::from(first)),
+            Value::Plain(
+                described_tensor(
+                    DLDevice {
+                        device_type: 2,
+                        device_id: 0,
+                    },
+                    &[4],
+                    None,
+                )
+                .into(),
+            ),
+        ],
+    };
+    let err = bad.encode_gathered(Vec::new()).err().unwrap();
+    assert_eq!(err.kind, ErrorKind::Type, "{err}");
+    assert!(err.message.contains("`args[1]`"), "{err}");
+}
+
+#[test]
 fn registers_and_arena_tensors_round_trip() {
     for reg in [1, 77, u32::MAX] {
         assert!(matches!(

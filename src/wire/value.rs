@@ -238,10 +238,7 @@ fn write_tensor(s: &mut dyn Sink, tensor: &Tensor, name: &dyn Display) -> Result
     s.u32(0)?;
     shape.iter().try_for_each(|&dim| s.i64(dim))?;
     s.u64(nbytes as u64)?;
-    // Read in order after every earlier use of the tensor, on any stream.
-    s.fill(nbytes, &mut |data| {
-        crate::vm::read(tensor, data).map_err(|e| e.context(name))
-    })?;
+    s.tensor(tensor, nbytes, name)?;
     s.pad()
 }
 

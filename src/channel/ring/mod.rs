@@ -16,8 +16,9 @@
 //! the rest with a pad record and goes on from offset 0. So a frame longer than half the ring
 //! may wait for the consumer to skip a pad even when the ring is empty. A frame longer than a
 //! record can be goes as parts of half the ring each, the last one a frame record; the consumer
-//! gathers them into memory of its own (up to [`MAX_GATHERED`] bytes), releasing each part as
-//! it goes, so the producer writes the next while the consumer copies the last.
+//! gathers them into memory of its own (up to [`MAX_GATHERED`] bytes, the memory kept for the
+//! next such frame), releasing each part as it goes, so the producer writes the next while the
+//! consumer copies the last.
 //!
 //! Each end is single-threaded (its methods take `&mut self`), and one process holds each end.
 //! Threads that send to one ring share its producer behind a lock (`Mutex<Producer>`), which
@@ -66,6 +67,8 @@ const PART: u32 = u32::from_le_bytes(*b"part");
 /// The longest frame a consumer gathers from parts (a wire frame's default bound and its
 /// header).
 pub const MAX_GATHERED: usize = (1 << 30) + 16;
+/// A consumer keeps the memory it gathered a frame in for the next one up to this many bytes.
+const KEEP_GATHERED: usize = 128 << 20;
 /// A record that fills the end of the ring.
 const PAD: u32 = u32::from_le_bytes(*b"pad ");
 /// Positions above this when an end attaches are corrupt: a real ring does not pass 2^62
@@ -423,37 +426,60 @@ impl Producer {
     /// than [`Producer::max_frame`] goes as parts of half the ring each (up to
     /// [`MAX_GATHERED`] bytes in all).
     ///
-    /// Errors: as for [`Producer::reserve`]; `ValueError` for a frame longer than
-    /// [`MAX_GATHERED`]. A wait that fails between parts leaves the consumer with a part of a
-    /// frame: the ring is no use after it.
+    /// Errors: as for [`Producer::send_from`].
     pub fn send(
         &mut self,
         frame: &[u8],
         policy: SpinPolicy,
         deadline: Option<Instant>,
-        mut check: impl FnMut() -> Result<()>,
+        check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
-        if frame.len() > MAX_GATHERED {
+        let mut rest = frame;
+        self.send_from(frame.len(), policy, deadline, check, |part| {
+            let (this, next) = rest.split_at(part.len());
+            part.copy_from_slice(this);
+            rest = next;
+            Ok(())
+        })
+    }
+
+    /// Sends a frame of `len` bytes that `fill` writes in place, front to back, one record at
+    /// a time: a frame longer than [`Producer::max_frame`] goes as parts of half the ring
+    /// each (up to [`MAX_GATHERED`] bytes in all), each sent as soon as it is filled, so the
+    /// consumer reads one part while `fill` writes the next (a relay fills them straight
+    /// from a socket).
+    ///
+    /// Errors: as for [`Producer::reserve`]; `ValueError` for a frame longer than
+    /// [`MAX_GATHERED`]; whatever `fill` returns (the record it was filling is not sent). A
+    /// failure between parts leaves the consumer with a part of a frame: the ring is no use
+    /// after it.
+    pub fn send_from(
+        &mut self,
+        len: usize,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
+        mut check: impl FnMut() -> Result<()>,
+        mut fill: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        if len > MAX_GATHERED {
             return Err(Error::value(format!(
-                "a frame of {} bytes is longer than a ring carries ({MAX_GATHERED} bytes)",
-                frame.len()
+                "a frame of {len} bytes is longer than a ring carries ({MAX_GATHERED} bytes)"
             )));
         }
-        let mut rest = frame;
-        if rest.len() > self.max_frame() {
+        let mut rest = len;
+        if rest > self.max_frame() {
             let part =
                 ((self.ring.capacity / 2) as usize).saturating_sub(RECORD_HEADER as usize) & !7;
-            while rest.len() > self.max_frame() {
-                let (this, next) = rest.split_at(part);
-                let mut reservation = self.reserve(this.len(), policy, deadline, &mut check)?;
-                reservation.copy_from_slice(this);
+            while rest > self.max_frame() {
+                let mut reservation = self.reserve(part, policy, deadline, &mut check)?;
+                fill(&mut reservation)?;
                 reservation.kind = PART;
                 reservation.commit();
-                rest = next;
+                rest -= part;
             }
         }
-        let mut reservation = self.reserve(rest.len(), policy, deadline, check)?;
-        reservation.copy_from_slice(rest);
+        let mut reservation = self.reserve(rest, policy, deadline, check)?;
+        fill(&mut reservation)?;
         reservation.commit();
         Ok(())
     }
@@ -620,6 +646,9 @@ struct Record {
 pub struct Consumer {
     ring: RingRef,
     state: ConsumerState,
+    /// The memory the last frame in parts was gathered in, kept for the next one (unless it
+    /// grew past [`KEEP_GATHERED`]), so its pages are touched once.
+    gathered: Vec<u8>,
     /// How often a wait for a frame that parked runs its `check`.
     check_interval: Duration,
 }
@@ -644,6 +673,7 @@ impl Consumer {
         Ok(Consumer {
             ring,
             state: ConsumerState { tail, head },
+            gathered: Vec::new(),
             check_interval: PARK_SLICE,
         })
     }
@@ -683,7 +713,7 @@ impl Consumer {
         deadline: Option<Instant>,
         mut check: impl FnMut() -> Result<()>,
     ) -> Result<Frame<'_>> {
-        let mut gathered = Vec::new();
+        let mut gathered = std::mem::take(&mut self.gathered);
         let record = loop {
             let ring = &self.ring;
             let state = &mut self.state;
@@ -809,10 +839,18 @@ impl Deref for Frame<'_> {
 
 impl Drop for Frame<'_> {
     fn drop(&mut self) {
-        if let Some(record) = self.record {
-            let consumer = &mut *self.consumer;
-            consumer.state.tail += record.bytes;
-            release(&consumer.ring, consumer.state.tail);
+        let consumer = &mut *self.consumer;
+        match self.record {
+            Some(record) => {
+                consumer.state.tail += record.bytes;
+                release(&consumer.ring, consumer.state.tail);
+            }
+            None if self.gathered.capacity() <= KEEP_GATHERED => {
+                let mut gathered = std::mem::take(&mut self.gathered);
+                gathered.clear();
+                consumer.gathered = gathered;
+            }
+            None => {}
         }
     }
 }

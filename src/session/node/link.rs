@@ -24,7 +24,7 @@ use crate::session::requests::{RequestBook, try_send};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering};
 use crate::sync::time::Instant;
-use crate::wire::{Frame, Limits};
+use crate::wire::{Frame, Gathered, Limits};
 
 /// One node of the session, as the controller reaches it.
 pub(crate) struct NodeConnection {
@@ -242,8 +242,24 @@ impl NodeConnection {
 
     /// Writes one routed frame (sent at the next flush).
     fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
+        self.write_with(route, |writer| writer.write_all(frame))
+    }
+
+    /// Writes one routed frame that `write` writes after the route (sent at the next flush;
+    /// a large frame goes at once, past the buffer).
+    fn write_with(
+        &self,
+        route: u32,
+        write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
+    ) -> Result<()> {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        routed::write(&mut *writer, route, What::Frame, frame).map_err(|e| self.io_error(e))?;
+        if let Err(e) =
+            routed::write_head(&mut *writer, route, What::Frame).and_then(|()| write(&mut writer))
+        {
+            // What was written of the frame must not reach the node: the node is lost.
+            let _ = writer.get_ref().shutdown(Shutdown::Both);
+            return Err(self.io_error(e));
+        }
         self.unsent.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -333,24 +349,31 @@ impl NodeLink {
         &self.node
     }
 
-    /// Writes `frame` to `route` of the node, if the ring of a worker process there carries it.
-    fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
+    /// Checks that a frame of `len` bytes can go to this worker: it is alive, and the ring of
+    /// a worker process carries the frame.
+    fn can_send(&self, len: usize) -> Result<()> {
         self.alive()?;
-        if frame.len() > MAX_GATHERED {
+        if len > MAX_GATHERED {
             return Err(Error::value(format!(
-                "a frame of {} bytes is longer than a ring to a worker carries ({MAX_GATHERED} \
-                 bytes)",
-                frame.len()
+                "a frame of {len} bytes is longer than a ring to a worker carries \
+                 ({MAX_GATHERED} bytes)"
             )));
         }
+        Ok(())
+    }
+
+    /// Writes `frame` to `route` of the node.
+    fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
+        self.can_send(frame.len())?;
         self.node.write(route, frame)
     }
 
     /// Writes a frame encoded once for every targeted worker; `whole_node` sends it to every
     /// worker of the node at once (one message, fanned out there).
-    pub fn send_encoded(&self, frame: &[u8], whole_node: bool) -> Result<()> {
+    pub fn send_gathered(&self, frame: &Gathered, whole_node: bool) -> Result<()> {
+        self.can_send(frame.frame_len())?;
         let route = if whole_node { ALL } else { self.local as u32 };
-        self.write(route, frame)
+        self.node.write_with(route, |writer| frame.write_to(writer))
     }
 
     /// Writes `message` (sent at the next flush); a request registers how its reply completes

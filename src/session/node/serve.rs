@@ -24,7 +24,7 @@ use crate::session::controller::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
-use crate::wire::{Frame, Header, Kind, Limits};
+use crate::wire::{Frame, HEADER_SIZE, Kind, Limits};
 
 /// How long a node keeps trying to reach a controller that does not listen yet.
 const CONNECT_FOR: Duration = Duration::from_secs(60);
@@ -197,7 +197,9 @@ pub(crate) fn serve(
 }
 
 /// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
-/// went to every worker, or the controller is lost.
+/// went to every worker, or the controller is lost. A frame for one worker goes straight from
+/// the connection into its ring, part by part as it arrives; a frame for every worker is read
+/// first, then copied into each ring.
 fn relay_requests(
     stream: &mut impl Read,
     links: &[ProcessLink],
@@ -206,45 +208,41 @@ fn relay_requests(
 ) -> Result<()> {
     let limits = Limits::default();
     let spin = SpinPolicy::default();
+    let lost = |error: ReadError| match error {
+        ReadError::Closed => Error::runtime("the controller closed the connection"),
+        ReadError::Silent => Error::runtime(format!(
+            "nothing came from the controller for {} ms (the heartbeat interval)",
+            heartbeat.as_millis()
+        )),
+        ReadError::Bad(error) => Error::runtime(format!(
+            "the controller sent a bad message: {}",
+            error.message
+        )),
+    };
     // One buffer for every message: a large frame's pages are touched once.
     let mut buffer = Vec::new();
     loop {
-        let message = match routed::read(stream, &limits, std::mem::take(&mut buffer)) {
-            Ok(message) => message,
-            Err(ReadError::Closed) => {
-                return Err(Error::runtime("the controller closed the connection"));
-            }
-            Err(ReadError::Silent) => {
-                return Err(Error::runtime(format!(
-                    "nothing came from the controller for {} ms (the heartbeat interval)",
-                    heartbeat.as_millis()
-                )));
-            }
-            Err(ReadError::Bad(error)) => {
-                return Err(Error::runtime(format!(
-                    "the controller sent a bad message: {}",
-                    error.message
-                )));
-            }
-        };
-        match message.what {
-            What::Heartbeat => {
-                buffer = message.frame;
-                continue;
-            }
+        let head = routed::read_head(stream, &limits).map_err(lost)?;
+        match head.what {
+            What::Heartbeat => continue,
             What::Death => {
                 return Err(Error::runtime("the controller sent a death notice"));
             }
             What::Upload => {
+                let message =
+                    routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
                 // A module that fails its check is not kept: loading it fails on the workers.
                 if let Err(error) = uploads.store(&message.frame) {
                     eprintln!("discovm node: {}", error.message);
                 }
+                buffer = message.frame;
                 continue;
             }
             What::Frame => {}
         }
-        let targets = match message.route {
+        let kind = head.header.as_ref().map(|(header, _)| header.kind);
+        let shutdown = kind == Some(Kind::Shutdown);
+        let targets = match head.route {
             ALL => 0..links.len(),
             w if (w as usize) < links.len() => w as usize..w as usize + 1,
             w => {
@@ -254,7 +252,11 @@ fn relay_requests(
                 )));
             }
         };
-        let shutdown = Header::parse(&message.frame, &limits)?.kind == Kind::Shutdown;
+        if head.route != ALL && !shutdown {
+            relay_one(stream, &links[targets.start], head, spin).map_err(lost)?;
+            continue;
+        }
+        let message = routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
         for link in &links[targets.clone()] {
             // A worker that is gone is reported by its relay thread.
             let _ = if shutdown {
@@ -267,6 +269,42 @@ fn relay_requests(
             return Ok(());
         }
         buffer = message.frame;
+    }
+}
+
+/// Copies the frame that `head` starts from the connection into `link`'s ring as it arrives.
+/// If the worker is gone (its relay thread reports it), the rest of the frame is read and
+/// dropped, so the next message is read from its start.
+fn relay_one(
+    stream: &mut impl Read,
+    link: &ProcessLink,
+    head: routed::Head,
+    spin: SpinPolicy,
+) -> std::result::Result<(), ReadError> {
+    let Some((_, header)) = head.header else {
+        return Err(ReadError::Bad(Error::value(
+            "a routed frame without a header",
+        )));
+    };
+    let len = HEADER_SIZE + head.rest;
+    let mut filled = 0;
+    let mut failed_read = None;
+    let sent = link.send_from(len, spin, None, |part| {
+        let from_header = HEADER_SIZE.saturating_sub(filled).min(part.len());
+        if from_header > 0 {
+            part[..from_header].copy_from_slice(&header[filled..filled + from_header]);
+        }
+        if let Err(error) = routed::read_exact(stream, &mut part[from_header..]) {
+            failed_read = Some(error);
+            return Err(Error::runtime("the connection failed within a frame"));
+        }
+        filled += part.len();
+        Ok(())
+    });
+    match (failed_read, sent) {
+        (Some(error), _) => Err(error),
+        (None, Ok(())) => Ok(()),
+        (None, Err(_)) => routed::skip(stream, len - filled.max(HEADER_SIZE)),
     }
 }
 

@@ -188,6 +188,22 @@ impl ProcessLink {
             .send(frame, spin, deadline, || self.alive())
     }
 
+    /// Sends a frame of `len` bytes that `fill` writes straight into the ring, part by part
+    /// (see [`Producer::send_from`]).
+    pub fn send_from(
+        &self,
+        len: usize,
+        spin: SpinPolicy,
+        deadline: Option<Instant>,
+        fill: impl FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        self.alive()?;
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send_from(len, spin, deadline, || self.alive(), fill)
+    }
+
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
     pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
