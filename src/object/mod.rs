@@ -5,6 +5,7 @@ pub mod args;
 mod array;
 pub mod error;
 mod function;
+mod host_memory;
 pub mod libtvm_ffi;
 pub mod module;
 mod object_ref;

@@ -1,6 +1,5 @@
 //! Tensor objects: a DLTensor after the object header, owning host memory or a DLPack tensor.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::any::Any as StdAny;
 use std::ffi::c_void;
 use std::ptr::NonNull;
@@ -8,6 +7,8 @@ use std::sync::OnceLock;
 
 use super::any::Any;
 use super::error::{Error, ErrorKind, Result};
+use super::host_memory::host_alloc_for_overwrite;
+pub use super::host_memory::{host_alloc, host_free};
 use super::object_ref::{ObjectRef, alloc_object_with, delete_boxed, object_cell};
 use crate::abi::{
     DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY,
@@ -242,14 +243,6 @@ enum Storage {
     Managed(NonNull<DLManagedTensorVersioned>),
 }
 
-fn host_layout(nbytes: usize) -> Result<Layout> {
-    nbytes
-        .max(1)
-        .checked_next_multiple_of(HOST_ALIGNMENT)
-        .and_then(|size| Layout::from_size_align(size, HOST_ALIGNMENT).ok())
-        .ok_or_else(|| Error::value(format!("{nbytes} bytes is too large to allocate")))
-}
-
 /// A [`Release`] that hands `ptr` to `free` (on whichever thread the tensor dies).
 pub fn release_with(
     ptr: NonNull<u8>,
@@ -262,63 +255,6 @@ pub fn release_with(
             free(ptr);
         }
     })
-}
-
-/// Host allocations of at least this many bytes are mappings of their own, in whole huge
-/// pages.
-const HUGE_PAGE: usize = 2 << 20;
-
-/// Allocates `nbytes` of zeroed host memory, 64-byte aligned (at least one byte is reserved).
-///
-/// Large allocations (from 2 MiB) are anonymous mappings, in whole 2 MiB pages and marked for
-/// transparent huge pages: the system zeroes them as they are first touched, with one fault a
-/// huge page instead of one per 4 KiB page, and nothing writes zeros beforehand.
-pub fn host_alloc(nbytes: usize) -> Result<NonNull<u8>> {
-    let layout = host_layout(nbytes)?;
-    let out_of_memory = || Error::runtime(format!("out of memory allocating {nbytes} bytes"));
-    if layout.size() < HUGE_PAGE {
-        // SAFETY: the layout has a nonzero size.
-        return NonNull::new(unsafe { alloc_zeroed(layout) }).ok_or_else(out_of_memory);
-    }
-    let len = huge_mapping_len(layout.size()).ok_or_else(out_of_memory)?;
-    // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
-    let ptr = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if ptr == libc::MAP_FAILED {
-        return Err(out_of_memory());
-    }
-    // SAFETY: the mapping just made. Without huge pages (a system that has them off) the
-    // advice fails and the mapping works as it is.
-    unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
-    NonNull::new(ptr.cast()).ok_or_else(out_of_memory)
-}
-
-/// The length of the mapping for a large allocation of `size` bytes: whole huge pages.
-fn huge_mapping_len(size: usize) -> Option<usize> {
-    size.checked_next_multiple_of(HUGE_PAGE)
-}
-
-/// Frees memory from [`host_alloc`].
-///
-/// # Safety
-/// `ptr` came from `host_alloc(nbytes)` and is no longer used.
-pub unsafe fn host_free(ptr: NonNull<u8>, nbytes: usize) {
-    let layout = host_layout(nbytes).expect("the layout was valid when allocated");
-    if layout.size() < HUGE_PAGE {
-        // SAFETY: allocated with this layout by `host_alloc`, as the caller promises.
-        return unsafe { dealloc(ptr.as_ptr(), layout) };
-    }
-    let len = huge_mapping_len(layout.size()).expect("the length was valid when allocated");
-    // SAFETY: the mapping `host_alloc` made for this size, as the caller promises.
-    unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
 }
 
 /// Checks a shape and dtype for a new compact tensor and returns its size in bytes.
@@ -392,13 +328,48 @@ impl Tensor {
             ));
         }
         let nbytes = check_new(dims, dtype)?;
-        let ptr = host_alloc(nbytes)?;
+        // SAFETY: zeroed host memory of `nbytes`.
+        Ok(unsafe { Self::on_host(dims, dtype, device, nbytes, host_alloc(nbytes)?) })
+    }
+
+    /// A compact host tensor holding a copy of `data`, which must be exactly its size.
+    ///
+    /// Errors: `ValueError` for a bad shape or dtype, or `data` of another length.
+    pub fn copy_of(dims: &[i64], dtype: DLDataType, data: &[u8]) -> Result<Tensor> {
+        let nbytes = check_new(dims, dtype)?;
+        if data.len() != nbytes {
+            return Err(Error::value(format!(
+                "{} bytes cannot fill a tensor of shape {dims:?} and dtype {}, which holds \
+                 {nbytes}",
+                data.len(),
+                dtype_name(dtype)
+            )));
+        }
+        let ptr = host_alloc_for_overwrite(nbytes)?;
+        // SAFETY: fresh memory of at least `nbytes` bytes, apart from `data`.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr.as_ptr(), nbytes) };
+        // SAFETY: host memory of `nbytes`, all written above.
+        Ok(unsafe { Self::on_host(dims, dtype, DLDevice::cpu(), nbytes, ptr) })
+    }
+
+    /// A compact tensor on host `device` over `ptr`, from `host_alloc(nbytes)` or
+    /// `host_alloc_for_overwrite(nbytes)`, freed when the tensor dies.
+    ///
+    /// # Safety
+    /// `ptr` is such memory, written or zeroed, and the tensor's from now on.
+    unsafe fn on_host(
+        dims: &[i64],
+        dtype: DLDataType,
+        device: DLDevice,
+        nbytes: usize,
+        ptr: NonNull<u8>,
+    ) -> Tensor {
         let release = release_with(ptr, move |ptr| {
             // SAFETY: from `host_alloc(nbytes)`; the tensor that owned it is gone.
             unsafe { host_free(ptr, nbytes) }
         });
-        // SAFETY: fresh host memory of `nbytes`, given back by `host_free` when the tensor dies.
-        Ok(unsafe { Self::from_memory(dims, dtype, device, ptr, release) })
+        // SAFETY: host memory of `nbytes`, given back by `host_free` when the tensor dies.
+        unsafe { Self::from_memory(dims, dtype, device, ptr, release) }
     }
 
     /// A compact tensor over memory an allocator gave; `release` runs when the tensor dies.
@@ -680,6 +651,22 @@ mod tests {
             assert!(bytes.iter().all(|&b| b == 0));
             bytes.fill(7);
         }
+    }
+
+    #[test]
+    fn a_copy_holds_the_bytes_it_was_given_and_only_as_many_as_it_holds() {
+        for n in [6, 3 << 20] {
+            let data: Vec<u8> = (0..n * 4).map(|i| (i % 251) as u8).collect();
+            let t = Tensor::copy_of(&[n as i64], F32, &data).unwrap();
+            assert_eq!(t.dl().data as usize % HOST_ALIGNMENT, 0);
+            // SAFETY: the tensor owns `data.len()` readable bytes.
+            let held = unsafe { std::slice::from_raw_parts(t.data_ptr(), data.len()) };
+            assert!(held == &data[..]);
+        }
+        let err = Tensor::copy_of(&[2, 3], F32, &[0; 20]).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Value);
+        assert!(err.message.contains("20 bytes"), "{}", err.message);
+        assert!(err.message.contains("holds 24"), "{}", err.message);
     }
 
     #[test]

@@ -420,8 +420,7 @@ fn read_tensor(r: &mut Reader<'_>, at: usize, word: u32, name: &dyn Display) -> 
     }
     let data = r.bytes(nbytes, format_args!("the data of {name}"))?;
     r.padding(name)?;
-    let tensor = Tensor::empty(&dims, dtype, DLDevice::cpu()).map_err(|e| e.context(name))?;
-    crate::vm::write(&tensor, data).map_err(|e| e.context(name))?;
+    let tensor = Tensor::copy_of(&dims, dtype, data).map_err(|e| e.context(name))?;
     Ok(Value::Plain(tensor.into()))
 }
 

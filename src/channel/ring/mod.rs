@@ -840,17 +840,14 @@ impl Deref for Frame<'_> {
 impl Drop for Frame<'_> {
     fn drop(&mut self) {
         let consumer = &mut *self.consumer;
-        match self.record {
-            Some(record) => {
-                consumer.state.tail += record.bytes;
-                release(&consumer.ring, consumer.state.tail);
-            }
-            None if self.gathered.capacity() <= KEEP_GATHERED => {
-                let mut gathered = std::mem::take(&mut self.gathered);
-                gathered.clear();
-                consumer.gathered = gathered;
-            }
-            None => {}
+        if let Some(record) = self.record {
+            consumer.state.tail += record.bytes;
+            release(&consumer.ring, consumer.state.tail);
+        }
+        if self.gathered.capacity() <= KEEP_GATHERED {
+            let mut gathered = std::mem::take(&mut self.gathered);
+            gathered.clear();
+            consumer.gathered = gathered;
         }
     }
 }

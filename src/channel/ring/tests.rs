@@ -257,6 +257,13 @@ fn frames_larger_than_the_ring_cross_in_parts_among_whole_ones() {
     sender.join().unwrap();
     // Every part was released: the ring is empty again.
     assert!(consumer.try_recv().unwrap().is_none());
+    // The memory the largest frame was gathered in stayed for the next one, through the
+    // whole frames between them.
+    assert!(
+        consumer.gathered.capacity() >= len(23),
+        "{}",
+        consumer.gathered.capacity()
+    );
 }
 
 #[test]
