@@ -129,6 +129,7 @@ fn fake_controller(workers: u32, heartbeat_ms: u64) -> (Child, TcpStream) {
         num_nodes: 2,
         workers_per_node: workers,
         num_groups: 1,
+        device_type: discovm::abi::KDL_CPU,
         timeout_ms: 0,
         heartbeat_ms,
     };
@@ -217,9 +218,9 @@ fn workers_on_another_node_run_calls_in_order_with_errors_as_values() {
             "registers freed on worker {w}"
         );
     }
-    // NCCL between nodes is not there yet, and says so.
+    // NCCL takes GPU workers, on every node.
     let err = s.init_ccl("nccl", &[]).unwrap_err();
-    assert_error(&err, ErrorKind::DeviceUnavailable, "NCCL between nodes");
+    assert!(err.message.contains("the nccl backend needs"), "{err}");
 
     s.shutdown().unwrap();
     let (status, said) = ended(nodes.remove(0), Duration::from_secs(10));
@@ -404,6 +405,27 @@ fn bad_shapes_of_a_session_across_machines_are_refused() {
         ErrorKind::Value,
         "cannot listen for nodes on 256.0.0.1:0",
     );
+    // Another node's workers run on the CPU or each on the GPU of its index on the node.
+    let cuda = |id| discovm::abi::DLDevice {
+        device_type: discovm::abi::KDL_CUDA,
+        device_id: id,
+    };
+    let cpu = discovm::abi::DLDevice::cpu();
+    for (devices, expected) in [
+        (vec![cpu, cpu, cuda(1), cuda(0)], "devices[2] is (2, 1)"),
+        (vec![cpu, cpu, cuda(0), cpu], "devices[3] is (1, 0)"),
+        (vec![cpu, cpu, cpu, cuda(1)], "devices[3] is (2, 1)"),
+    ] {
+        let options = SessionOptions {
+            devices,
+            ..options(1000)
+        };
+        let err = Session::new_socket(2, 2, 1, "127.0.0.1", 0, options)
+            .err()
+            .expect("refused");
+        assert_error(&err, ErrorKind::Value, expected);
+        assert!(err.message.contains("node 1"), "{err}");
+    }
 }
 
 /// A deterministic stream of bytes for fuzzed messages (xorshift).
@@ -994,6 +1016,44 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     let good = [part.clone().into(), Any::Bool(false), whole.clone().into()];
     on_all(&s, &allgather, &good);
     s.sync_all().unwrap();
+}
+
+#[test]
+fn a_node_whose_workers_have_no_gpu_fails_the_session_naming_the_worker_and_why() {
+    if discovm::device::cuda::device_count() > 0 {
+        eprintln!("skipped: this machine has a GPU, so node 1's worker would start on it");
+        return;
+    }
+    let port = free_port();
+    let mut nodes = vec![node(port, 1, TOKEN, &[])];
+    let gpu = discovm::abi::DLDevice {
+        device_type: discovm::abi::KDL_CUDA,
+        device_id: 0,
+    };
+    let options = SessionOptions {
+        devices: vec![discovm::abi::DLDevice::cpu(), gpu],
+        ..options(20_000)
+    };
+    let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options)
+        .err()
+        .expect("no session without the GPU");
+    assert_error(&err, ErrorKind::DeviceUnavailable, "worker 1: CUDA device 0");
+    // The node stops with the session that did not form.
+    ended(nodes.remove(0), Duration::from_secs(10));
+}
+
+#[test]
+fn a_node_that_cannot_start_its_workers_says_why_and_the_session_does_not_form() {
+    let port = free_port();
+    let missing = "/nonexistent/discovm-worker";
+    let node = node_with(port, 1, TOKEN, &[], &[("DISCOVM_WORKER", missing)]);
+    let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000))
+        .err()
+        .expect("no session without node 1's workers");
+    assert_error(&err, ErrorKind::Value, "starting the workers of node 1");
+    assert!(err.message.contains(missing), "{err}");
+    let (status, _) = ended(node, Duration::from_secs(10));
+    assert_ne!(status, Some(0));
 }
 
 #[test]

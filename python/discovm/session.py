@@ -571,9 +571,12 @@ class SocketSession(ProcessSession):
     :class:`~discovm.WorkerError` naming it. With ``upload_modules``, :meth:`load_module` sends
     the module's bytes to the other nodes (Disco's ``upload_vm_module``), which load their own
     copy. With ``local_threads``, this machine's workers are threads of this process (those of
-    the other nodes are always processes). :meth:`init_ccl` with ``"cpu"`` runs the collectives
-    with Gloo between the workers (the plugin ``libdiscovm_gloo.so`` next to the library, built
-    where Debian's ``libgloo-dev`` is installed).
+    the other nodes are always processes). ``devices`` gives each worker's device, node-major:
+    this machine's as :class:`ProcessSession` takes them; every other node's workers all on the
+    CPU, or each on the CUDA device of its index on the node (``cuda:0``, ``cuda:1``, ...).
+    :meth:`init_ccl` with ``"cpu"`` runs the collectives with Gloo between the workers (the
+    plugin ``libdiscovm_gloo.so`` next to the library, built where Debian's ``libgloo-dev`` is
+    installed), and with ``"nccl"`` with NCCL between GPU workers, on every node.
     """
 
     __slots__ = ()
@@ -593,6 +596,7 @@ class SocketSession(ProcessSession):
         heartbeat: float | None = None,
         upload_modules: bool = False,
         local_threads: bool = False,
+        devices: Sequence[DeviceLike] | None = None,
     ) -> None:
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError(f"heartbeat must be positive or None, not {heartbeat}")
@@ -602,7 +606,7 @@ class SocketSession(ProcessSession):
             num_groups,
             host,
             port,
-            *_options(timeout, spin_us, None, None),
+            *_options(timeout, spin_us, None, devices),
             sys.executable,
             ["-m", entrypoint],
             session_token,

@@ -25,7 +25,7 @@ use crate::object::{Error, ErrorKind, Result};
 pub const TOKEN_VAR: &str = "DISCOVM_SESSION_TOKEN";
 
 /// The handshake's version, in each of its messages (major, minor).
-const VERSION: [u8; 2] = [1, 0];
+const VERSION: [u8; 2] = [1, 1];
 const NONCE: usize = 32;
 /// A rank in `Hello` that leaves the choice to the controller.
 const ANY_RANK: u32 = u32::MAX;
@@ -99,6 +99,9 @@ pub struct Welcome {
     pub num_nodes: u32,
     pub workers_per_node: u32,
     pub num_groups: u32,
+    /// The device type of the node's workers (DLPack's: 1 the CPU, 2 CUDA): its worker `i`
+    /// runs on device `i` of that type (on the CPU, device 0).
+    pub device_type: i32,
     /// The session's bound on waits, in ms (0: none).
     pub timeout_ms: u64,
     /// How often each side must hear from the other, in ms.
@@ -253,7 +256,7 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
     proof[16..48].copy_from_slice(&mac.into_bytes());
     send(stream, &proof, "Proof")?;
 
-    let accept: [u8; ACCEPT] = read_message(stream, b"DVMA", "the controller's Accept", 28..32)?;
+    let accept: [u8; ACCEPT] = read_message(stream, b"DVMA", "the controller's Accept", 48..48)?;
     let status = u32_at(&accept, 8);
     if status != 0 {
         let why = Refusal::from_code(status).map_or("an unknown reason", Refusal::describe);
@@ -267,6 +270,7 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
         num_nodes: u32_at(&accept, 16),
         workers_per_node: u32_at(&accept, 20),
         num_groups: u32_at(&accept, 24),
+        device_type: u32_at(&accept, 28) as i32,
         timeout_ms: u64_at(&accept, 32),
         heartbeat_ms: u64_at(&accept, 40),
     })
@@ -313,6 +317,7 @@ impl Answer {
         accept[16..20].copy_from_slice(&welcome.num_nodes.to_le_bytes());
         accept[20..24].copy_from_slice(&welcome.workers_per_node.to_le_bytes());
         accept[24..28].copy_from_slice(&welcome.num_groups.to_le_bytes());
+        accept[28..32].copy_from_slice(&welcome.device_type.to_le_bytes());
         accept[32..40].copy_from_slice(&welcome.timeout_ms.to_le_bytes());
         accept[40..48].copy_from_slice(&welcome.heartbeat_ms.to_le_bytes());
         send(stream, &accept, "Accept")
@@ -350,6 +355,7 @@ mod tests {
         num_nodes: 2,
         workers_per_node: 3,
         num_groups: 1,
+        device_type: 2,
         timeout_ms: 1500,
         heartbeat_ms: 2000,
     };

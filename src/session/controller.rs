@@ -292,7 +292,9 @@ fn check_counts(num_workers: i64, num_groups: i64) -> Result<(usize, usize)> {
     Ok((workers, groups))
 }
 
-fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevice>> {
+/// The devices of `workers` workers, of which the first `here` run on this machine: each of
+/// those needs a backend here (the host, or a GPU the CUDA driver found).
+fn check_devices(options: &SessionOptions, workers: usize, here: usize) -> Result<Vec<DLDevice>> {
     if options.devices.is_empty() {
         return Ok(vec![DLDevice::cpu(); workers]);
     }
@@ -302,8 +304,7 @@ fn check_devices(options: &SessionOptions, workers: usize) -> Result<Vec<DLDevic
             options.devices.len()
         )));
     }
-    // Each worker's device must have a backend here (the host, or a GPU the CUDA driver found).
-    for (w, device) in options.devices.iter().enumerate() {
+    for (w, device) in options.devices.iter().enumerate().take(here) {
         crate::device::backend(*device).map_err(|e| e.context(format_args!("devices[{w}]")))?;
     }
     Ok(options.devices.clone())
@@ -333,14 +334,16 @@ fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
 
 impl Session {
     /// What every kind of session checks before it starts a worker: the counts and the
-    /// options; the number of groups and each worker's device.
+    /// options (the devices of the first `here` workers, those on this machine, or of all);
+    /// the number of groups and each worker's device.
     fn check_start(
         num_workers: i64,
         num_groups: i64,
         options: &SessionOptions,
+        here: Option<usize>,
     ) -> Result<(usize, Vec<DLDevice>)> {
         let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
-        let devices = check_devices(options, num_workers)?;
+        let devices = check_devices(options, num_workers, here.unwrap_or(num_workers))?;
         check_affinity(options, num_workers)?;
         builtins::register();
         Ok((num_groups, devices))
@@ -352,7 +355,7 @@ impl Session {
         num_groups: i64,
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
-        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
+        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
         let (workers, started) =
             Self::start_threads(&devices, devices.len(), num_groups, &options)?;
         let ccl = CurrentCcl::default();
@@ -475,7 +478,7 @@ impl Session {
         num_groups: i64,
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
-        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options)?;
+        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
         let ccl = CurrentCcl::default();
         let (links, watcher, health) =
             Self::start_processes(&devices, devices.len(), num_groups, &options, &ccl)?;
@@ -533,12 +536,9 @@ impl Session {
         let port = u16::try_from(port)
             .map_err(|_| Error::value(format!("port {port} is out of range (0..=65535)")))?;
         let total = (nodes * per_node) as i64;
-        let (num_groups, devices) = Self::check_start(total, num_groups, &options)?;
-        if let Some(w) = (per_node..devices.len()).find(|&w| devices[w] != DLDevice::cpu()) {
-            return Err(Error::value(format!(
-                "devices[{w}]: the workers on other nodes run on the CPU"
-            )));
-        }
+        let (num_groups, devices) =
+            Self::check_start(total, num_groups, &options, Some(per_node))?;
+        let device_types = node::node_device_types(&options.devices, nodes, per_node)?;
         let listener = std::net::TcpListener::bind((host, port))
             .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;
         let ccl = CurrentCcl::default();
@@ -555,6 +555,7 @@ impl Session {
             num_nodes: nodes,
             workers_per_node: per_node,
             num_groups,
+            device_types,
         };
         let secret = match &options.session_token {
             Some(token) => Secret::new(token.as_bytes()),
@@ -1214,8 +1215,9 @@ impl Session {
         Ok(())
     }
 
-    /// Sets up collectives between the workers: `"cpu"` (in-process shared memory, every
-    /// worker on the CPU) or `"nccl"` (NCCL, every worker on a GPU of its own). `device_ids`
+    /// Sets up collectives between the workers: `"cpu"` (shared memory, every worker on the
+    /// CPU; Gloo between nodes) or `"nccl"` (NCCL, every worker on a GPU of its own, on every
+    /// node). `device_ids`
     /// may be empty; otherwise it has one entry per worker (for `"nccl"`, each worker's CUDA
     /// device id). The workers install the communicator in order with earlier calls, so a
     /// collective sent before this fails; calling it again replaces the communicator.
@@ -1230,13 +1232,6 @@ impl Session {
         let across_nodes = !self.nodes().is_empty();
         #[cfg(loom)]
         let across_nodes = false;
-        if across_nodes && backend == "nccl" {
-            return Err(Error::new(
-                ErrorKind::DeviceUnavailable,
-                "NCCL between nodes is not in this version of sessions across machines (the cpu \
-                 backend runs Gloo between them)",
-            ));
-        }
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
             return Err(Error::value(format!(
@@ -1262,11 +1257,17 @@ impl Session {
             link.note_new_ccl();
         }
         #[cfg(not(loom))]
-        if across_nodes {
+        if across_nodes && backend == "cpu" {
             return self.init_gloo();
         }
         let (init, args, cpu) = if backend == "nccl" {
-            let args = ccl::nccl::init_args(&self.devices, self.num_groups, device_ids)?;
+            // Workers share a GPU only on one machine (the nodes' are the first of each).
+            let per_machine = match across_nodes {
+                true => workers / (self.nodes().len() + 1),
+                false => workers,
+            };
+            let args =
+                ccl::nccl::init_args(&self.devices, per_machine, self.num_groups, device_ids)?;
             (
                 "runtime.disco.nccl.init_ccl_per_worker",
                 args.to_vec(),

@@ -227,9 +227,12 @@ thread_local! {
 }
 
 /// Checks that the session's workers can use NCCL and makes the arguments of the per-worker
-/// init: the workers' GPUs and the unique ids (the session's, then each group's).
+/// init: the workers' GPUs and the unique ids (the session's, then each group's). Workers run
+/// on machines of `per_machine` workers each (in order), and no two on one machine share a
+/// GPU.
 pub(crate) fn init_args(
     devices: &[DLDevice],
+    per_machine: usize,
     num_groups: usize,
     device_ids: &[i32],
 ) -> Result<[Any; 2]> {
@@ -264,7 +267,8 @@ pub(crate) fn init_args(
         )));
     }
     for (b, device) in devices.iter().enumerate() {
-        if let Some(a) = devices[..b].iter().position(|d| d == device) {
+        let machine = b - b % per_machine;
+        if let Some(a) = (machine..b).find(|&a| devices[a] == *device) {
             return Err(Error::value(format!(
                 "workers {a} and {b} share CUDA device {}: NCCL needs a GPU of its own for each \
                  worker",

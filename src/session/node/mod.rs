@@ -21,6 +21,7 @@ pub(crate) use link::{NodeConnection, NodeLink};
 pub(crate) use serve::serve as serve_node;
 pub(crate) use uploads::{hash, hex, keep_uploads_at, uploaded_path};
 
+use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::health::Health;
@@ -34,11 +35,54 @@ const JOIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(120);
 const HANDSHAKE_STEP: Duration = Duration::from_secs(5);
 
 /// The shape of a session across machines.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Shape {
     pub num_nodes: usize,
     pub workers_per_node: usize,
     pub num_groups: usize,
+    /// The device type of each node's workers, by rank (see [`node_device_types`]).
+    pub device_types: Vec<i32>,
+}
+
+/// The device type of each node's workers, by rank, from the session's `devices` (one per
+/// worker, node-major; empty: every worker on the CPU). A node's workers run on the CPU, or
+/// each on the CUDA device of its index on the node: what the node is told when it joins.
+/// Node 0's workers (this machine's) may run anywhere.
+///
+/// Errors: `ValueError` naming the first entry of another node that breaks that rule.
+pub(crate) fn node_device_types(
+    devices: &[DLDevice],
+    num_nodes: usize,
+    per_node: usize,
+) -> Result<Vec<i32>> {
+    let mut types = vec![KDL_CPU; num_nodes];
+    if devices.is_empty() {
+        return Ok(types);
+    }
+    for (rank, kind) in types.iter_mut().enumerate().skip(1) {
+        let first = rank * per_node;
+        let node = &devices[first..first + per_node];
+        *kind = node[0].device_type;
+        let expected = |i: usize| DLDevice {
+            device_type: *kind,
+            device_id: if *kind == KDL_CUDA { i as i32 } else { 0 },
+        };
+        let odd = node
+            .iter()
+            .enumerate()
+            .find(|&(i, d)| !matches!(d.device_type, KDL_CPU | KDL_CUDA) || *d != expected(i));
+        if let Some((i, d)) = odd {
+            return Err(Error::value(format!(
+                "devices[{}] is ({}, {}): the workers of node {rank} (and of every node but \
+                 this one) run on the CPU, or each on the CUDA device of its index on the node \
+                 (its worker {i} on CUDA device {i})",
+                first + i,
+                d.device_type,
+                d.device_id
+            )));
+        }
+    }
+    Ok(types)
 }
 
 /// Accepts the session's other nodes on `listener` until every rank joined: each proves that
@@ -71,6 +115,7 @@ pub(crate) fn join_nodes(
         num_nodes: shape.num_nodes as u32,
         workers_per_node: shape.workers_per_node as u32,
         num_groups: shape.num_groups as u32,
+        device_type: shape.device_types[rank],
         timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
         heartbeat_ms: heartbeat.as_millis() as u64,
     };
@@ -102,7 +147,7 @@ pub(crate) fn join_nodes(
             match result {
                 Ok((mut stream, join, answer)) => {
                     let peer = stream.peer_addr().ok();
-                    match place(join, shape, |rank| joined[rank].is_none()) {
+                    match place(join, &shape, |rank| joined[rank].is_none()) {
                         Ok(rank) => {
                             if answer.welcome(&mut stream, &welcome(rank)).is_ok() {
                                 joined[rank] = Some(stream);
@@ -159,7 +204,7 @@ pub(crate) fn join_nodes(
 /// ranks no node holds yet; or why it is turned away.
 fn place(
     join: auth::Join,
-    shape: Shape,
+    shape: &Shape,
     free: impl Fn(usize) -> bool,
 ) -> std::result::Result<usize, Refusal> {
     let others = 1..shape.num_nodes;

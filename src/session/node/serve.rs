@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::HEARTBEAT;
 use super::uploads::Uploads;
-use crate::abi::DLDevice;
+use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
@@ -115,6 +115,17 @@ fn send(writer: &Writer, route: u32, what: What, frame: &[u8]) -> std::io::Resul
     writer.flush()
 }
 
+/// Tells the controller that the worker at `local` is gone, and why (as far as it can).
+fn send_death(writer: &Writer, local: u32, error: Error) {
+    let mut frame = Vec::new();
+    if (Frame::<Any>::Err { request: 0, error })
+        .encode(&mut frame)
+        .is_ok()
+    {
+        let _ = send(writer, local, What::Death, &frame);
+    }
+}
+
 /// Runs a node until the controller shuts the session down (Ok) or is lost (the error says
 /// how). `args` are the program's arguments without its name; the node's workers run
 /// `worker_program` (`None`: `$DISCOVM_WORKER`, else `discovm-worker`) with `worker_args` first
@@ -152,17 +163,29 @@ pub(crate) fn serve(
         first: rank * count,
         count,
     };
-    let uploads = Uploads::create()?;
-    let (links, _watcher) = process::start_workers(
-        welcome.num_nodes as usize * count,
-        welcome.num_groups as usize,
-        &options,
-        &vec![DLDevice::cpu(); count],
-        (here, Some(uploads.dir())),
-        CurrentCcl::default(),
-    )?;
-    let links: Arc<Vec<ProcessLink>> = Arc::new(links);
     let writer: Writer = Arc::new(Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)));
+    let started = workers_devices(welcome.device_type, count).and_then(|devices| {
+        let uploads = Uploads::create()?;
+        let (links, watcher) = process::start_workers(
+            welcome.num_nodes as usize * count,
+            welcome.num_groups as usize,
+            &options,
+            &devices,
+            (here, Some(uploads.dir())),
+            CurrentCcl::default(),
+        )?;
+        Ok((uploads, links, watcher))
+    });
+    let (uploads, links, _watcher) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            // The controller hears why, as the death of the node's first worker.
+            let error = error.context(format_args!("starting the workers of node {rank}"));
+            send_death(&writer, 0, error.clone());
+            return Err(error);
+        }
+    };
+    let links: Arc<Vec<ProcessLink>> = Arc::new(links);
     for local in 0..count {
         let (links, writer) = (links.clone(), writer.clone());
         std::thread::Builder::new()
@@ -194,6 +217,24 @@ pub(crate) fn serve(
     }
     let _ = stream.shutdown(Shutdown::Both);
     relayed
+}
+
+/// The devices of a node's `count` workers, all of `device_type` (worker `i` on device `i`
+/// of a GPU type, on device 0 of the CPU).
+fn workers_devices(device_type: i32, count: usize) -> Result<Vec<DLDevice>> {
+    match device_type {
+        KDL_CPU => Ok(vec![DLDevice::cpu(); count]),
+        KDL_CUDA => Ok((0..count)
+            .map(|i| DLDevice {
+                device_type,
+                device_id: i as i32,
+            })
+            .collect()),
+        other => Err(Error::value(format!(
+            "the controller asked for workers on device type {other}, which nodes do not run \
+             (1: the CPU, 2: CUDA)"
+        ))),
+    }
 }
 
 /// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
@@ -318,11 +359,7 @@ fn relay_replies(link: &ProcessLink, local: u32, writer: &Writer) {
             Ok(Err(_)) => return, // the controller is gone
             Err(error) => {
                 if error.kind != ErrorKind::SessionClosed {
-                    let mut frame = Vec::new();
-                    let notice = Frame::<Any>::Err { request: 0, error };
-                    if notice.encode(&mut frame).is_ok() {
-                        let _ = send(writer, local, What::Death, &frame);
-                    }
+                    send_death(writer, local, error);
                 }
                 return;
             }
