@@ -1229,9 +1229,10 @@ impl Session {
             )));
         }
         #[cfg(not(loom))]
-        let across_nodes = !self.nodes().is_empty();
+        let machines = self.nodes().len() + 1;
         #[cfg(loom)]
-        let across_nodes = false;
+        let machines = 1;
+        let across_nodes = machines > 1;
         let workers = self.workers.len();
         if !device_ids.is_empty() && device_ids.len() != workers {
             return Err(Error::value(format!(
@@ -1261,11 +1262,8 @@ impl Session {
             return self.init_gloo();
         }
         let (init, args, cpu) = if backend == "nccl" {
-            // Workers share a GPU only on one machine (the nodes' are the first of each).
-            let per_machine = match across_nodes {
-                true => workers / (self.nodes().len() + 1),
-                false => workers,
-            };
+            // Workers can share a GPU only on one machine.
+            let per_machine = workers / machines;
             let args =
                 ccl::nccl::init_args(&self.devices, per_machine, self.num_groups, device_ids)?;
             (
