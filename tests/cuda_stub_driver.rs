@@ -191,6 +191,24 @@ fn cuda_nccl_1_gpu() {
     passes("tests/c/cuda_nccl.c", &[], 1, &[]);
 }
 
+/// Two nodes of one worker, each on a GPU of its own: the stand-in NCCL has one rank only, so
+/// the run ends in its refusal of two, from the workers of both nodes: the unique ids crossed
+/// the node's connection, and node 1's worker joined on its GPU.
+#[test]
+fn cuda_nccl_on_two_nodes_reaches_nccl_on_every_worker() {
+    let (code, described) = run_on_stub(&program("tests/c/cuda_nccl.c"), &["nodes"], 2, &[]);
+    assert_eq!(code, 1, "{described}");
+    assert!(described.contains("nodes: init_ccl failed"), "{described}");
+    for rank in ["worker 0", "worker 1"] {
+        let joined = format!("{rank}: `runtime.disco.nccl.init_ccl_per_worker` failed");
+        assert!(described.contains(&joined), "{described}");
+    }
+    assert!(
+        described.contains("rank 1 of 2 on CUDA device 0 could not join its communicator"),
+        "{described}"
+    );
+}
+
 /// The benchmark's smoke run: small sizes, both its raw driver calls and the library's.
 #[test]
 fn bench_cuda_copy_quick() {

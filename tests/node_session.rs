@@ -1037,7 +1037,11 @@ fn a_node_whose_workers_have_no_gpu_fails_the_session_naming_the_worker_and_why(
     let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options)
         .err()
         .expect("no session without the GPU");
-    assert_error(&err, ErrorKind::DeviceUnavailable, "worker 1: CUDA device 0");
+    assert_error(
+        &err,
+        ErrorKind::DeviceUnavailable,
+        "worker 1: CUDA device 0",
+    );
     // The node stops with the session that did not form.
     ended(nodes.remove(0), Duration::from_secs(10));
 }

@@ -536,8 +536,7 @@ impl Session {
         let port = u16::try_from(port)
             .map_err(|_| Error::value(format!("port {port} is out of range (0..=65535)")))?;
         let total = (nodes * per_node) as i64;
-        let (num_groups, devices) =
-            Self::check_start(total, num_groups, &options, Some(per_node))?;
+        let (num_groups, devices) = Self::check_start(total, num_groups, &options, Some(per_node))?;
         let device_types = node::node_device_types(&options.devices, nodes, per_node)?;
         let listener = std::net::TcpListener::bind((host, port))
             .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;

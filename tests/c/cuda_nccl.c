@@ -7,18 +7,28 @@
  * reference computed here. Also: a copy to worker 0, an allreduce and a copy back, with no sync
  * in between (the worker's stream orders them); misuse (CPU tensors, wrong sizes, device ids
  * that are not the workers', two workers on one GPU, "cpu" on GPU workers), and init_ccl twice.
- * All of it on worker threads and on worker processes (this program is its own worker program:
- * the unique ids cross to the processes, each of which joins with its own GPU).
+ * All of it on worker threads, on worker processes (this program is its own worker program:
+ * the unique ids cross to the processes, each of which joins with its own GPU), and, with two
+ * GPUs or more, on a session of two nodes (this program is also the second node's program,
+ * started as a child process that sees only the GPUs after the first node's, through
+ * CUDA_VISIBLE_DEVICES: the unique ids cross the node's connection).
  *
  * Exits 77 (skipped) without a GPU, or when NCCL cannot be loaded (set DISCOVM_NCCL_LIBRARY to
  * the path of libnccl.so.2). */
+#define _POSIX_C_SOURCE 200809L
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "cuda_check.h"
 #include "session_check.h"
 
-/* The workers of the session (set once in main; the callbacks, which may run in worker
+/* The workers of the session (set by run for each kind; the callbacks, which may run in worker
  * processes, are passed it). */
 static int32_t workers;
 
@@ -250,7 +260,49 @@ static void ordered_with_copies(dvm_session* s) {
   dvm_dref_free(send), dvm_dref_free(recv);
 }
 
-/* A session of `n` workers of `kind` on `devices`; worker processes run this program. */
+/* The second node of a session of nodes, a child process; 0 when there is none. */
+static pid_t node_pid;
+
+/* A loopback port nothing listens on now. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in at;
+  memset(&at, 0, sizeof at);
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr*)&at, sizeof at) == 0 &&
+        getsockname(fd, (struct sockaddr*)&at, &len) == 0);
+  close(fd);
+  return ntohs(at.sin_port);
+}
+
+/* Starts this program as the second node of a session on `port`, with `per_node` workers on
+ * the GPUs from `first_gpu` on. Its workers run this program too. */
+static void start_second_node(int port, int32_t per_node, int32_t first_gpu) {
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(len > 0);
+  self[len > 0 ? len : 0] = 0;
+  setenv("DISCOVM_WORKER", self, 1);
+  char visible[128] = "", port_text[16], workers_text[16];
+  for (int32_t g = first_gpu; g < first_gpu + per_node; g++) {
+    size_t used = strlen(visible);
+    snprintf(visible + used, sizeof visible - used, "%s%d", g == first_gpu ? "" : ",", (int)g);
+  }
+  snprintf(port_text, sizeof port_text, "%d", port);
+  snprintf(workers_text, sizeof workers_text, "%d", (int)per_node);
+  node_pid = fork();
+  CHECK(node_pid >= 0);
+  if (node_pid == 0) {
+    setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+    execl(self, self, "node", "127.0.0.1", port_text, workers_text, (char*)NULL);
+    _exit(127);
+  }
+}
+
+/* A session of `n` workers of `kind` on `devices`; worker processes run this program. Of
+ * "nodes", this machine runs the first half of the workers, a second node the rest. */
 static dvm_session* start(const char* kind, int32_t n, const DLDevice* devices) {
   dvm_session_options options;
   memset(&options, 0, sizeof options);
@@ -259,12 +311,29 @@ static dvm_session* start(const char* kind, int32_t n, const DLDevice* devices) 
   options.timeout_ms = 60000;
   options.worker_program = "/proc/self/exe";
   dvm_session* s = NULL;
-  if (strcmp(kind, "processes") == 0) {
+  if (strcmp(kind, "nodes") == 0) {
+    setenv("DISCOVM_SESSION_TOKEN", "the cuda_nccl test's secret", 1);
+    int port = free_port();
+    start_second_node(port, n / 2, n / 2);
+    CHECK_OK(dvm_session_new_socket(2, n / 2, 1, "127.0.0.1", port, &options, &s));
+  } else if (strcmp(kind, "processes") == 0) {
     CHECK_OK(dvm_session_new_process(n, 1, &options, &s));
   } else {
     CHECK_OK(dvm_session_new_threaded(n, 1, &options, &s));
   }
   return s;
+}
+
+/* Shuts `s` down and frees it, and waits for its second node, if any. */
+static void finish(dvm_session* s) {
+  CHECK_OK(dvm_session_shutdown(s));
+  dvm_session_free(s);
+  if (node_pid > 0) {
+    int status = 0;
+    CHECK(waitpid(node_pid, &status, 0) == node_pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    node_pid = 0;
+  }
 }
 
 static void misuse(dvm_session* s, const char* kind) {
@@ -301,28 +370,42 @@ static void misuse(dvm_session* s, const char* kind) {
   EXPECT_STATUS(dvm_session_init_ccl(s, "cpu", NULL, 0), DVM_VALUE_ERROR,
                 "the cpu backend needs every worker on the CPU");
 
-  /* Two workers on one GPU. */
+  /* Two workers on one GPU (of one machine: each node's workers have GPUs of their own). */
+  if (strcmp(kind, "nodes") == 0) return;
   DLDevice same[2] = {kGpu0, kGpu0};
   dvm_session* shared = start(kind, 2, same);
   EXPECT_STATUS(dvm_session_init_ccl(shared, "nccl", NULL, 0), DVM_VALUE_ERROR,
                 "workers 0 and 1 share CUDA device 0: NCCL needs a GPU of its own");
-  CHECK_OK(dvm_session_shutdown(shared));
-  dvm_session_free(shared);
+  finish(shared);
 }
 
-/* Every test on a session of `kind`; 77 when NCCL cannot be loaded. */
+/* Every test on a session of `kind`; 77 when NCCL cannot be loaded, 1 when init_ccl fails. */
 static int run(const char* kind, int32_t gpus) {
+  int nodes = strcmp(kind, "nodes") == 0;
+  if (nodes && gpus < 2) {
+    printf("cuda_nccl: nodes: skipped (two nodes are two ranks, and NCCL needs a GPU for each; "
+           "this machine has %d)\n",
+           (int)gpus);
+    return 0;
+  }
+  workers = gpus >= 4 ? 4 : gpus >= 2 ? 2 : 1;
+  /* Each node's workers on the GPUs of their index on the node. */
   DLDevice devices[4];
-  for (int32_t w = 0; w < workers; w++) devices[w] = (DLDevice){kDLCUDA, w};
+  for (int32_t w = 0; w < workers; w++) {
+    devices[w] = (DLDevice){kDLCUDA, nodes ? w % (workers / 2) : w};
+  }
   dvm_session* s = start(kind, workers, devices);
   dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
   if (status == DVM_DEVICE_UNAVAILABLE) {
     printf("cuda_nccl: skipped: %s\n", dvm_last_error_message());
-    CHECK_OK(dvm_session_shutdown(s));
-    dvm_session_free(s);
+    finish(s);
     return EXIT_SKIPPED;
   }
-  CHECK_OK(status);
+  if (status != DVM_OK) {
+    fprintf(stderr, "cuda_nccl: %s: init_ccl failed: %s\n", kind, dvm_last_error_message());
+    finish(s);
+    return 1;
+  }
 
   for (int t = 0; t < TYPES; t++) {
     every_collective(s, t, 1);
@@ -337,8 +420,7 @@ static int run(const char* kind, int32_t gpus) {
 
   CHECK_OK(dvm_session_sync_all(s));
   expect_no_live_registers(s);
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
+  finish(s);
   printf("cuda_nccl: %d worker %s on %d GPU(s), one rank each: every collective, ten dtypes, "
          "1 to 2^20 elements, matched the reference%s\n",
          (int)workers, kind, (int)gpus,
@@ -347,21 +429,23 @@ static int run(const char* kind, int32_t gpus) {
   return 0;
 }
 
-/* `cuda_nccl [threads|processes]`: the tests on worker threads, worker processes, or (no
- * argument) both. Started as a worker process by its own controller, it serves it. */
+/* `cuda_nccl [threads|processes|nodes]`: the tests on worker threads, worker processes, two
+ * nodes, or (no argument) all three. Started as a worker process by its own controller, it
+ * serves it; started as `cuda_nccl node HOST PORT WORKERS`, it is a node. */
 int main(int argc, char** argv) {
   register_c("test.nccl.fill", fill_values);
   register_c("test.nccl.check", check_values);
-  int kinds = argc == 1 || (argc == 2 && (strcmp(argv[1], "threads") == 0 ||
-                                          strcmp(argv[1], "processes") == 0));
+  const char* all[3] = {"threads", "processes", "nodes"};
+  int kinds = argc == 1;
+  for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;
+  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
   if (!kinds) return dvm_worker_main(argc, argv);
 
   int32_t gpus = require_cuda("cuda_nccl");
-  workers = gpus >= 4 ? 4 : gpus >= 2 ? 2 : 1;
-  const char* all[2] = {"threads", "processes"};
-  for (int k = 0; k < 2; k++) {
+  for (int k = 0; k < 3; k++) {
     if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
-    if (run(all[k], gpus) == EXIT_SKIPPED) return EXIT_SKIPPED;
+    int ran = run(all[k], gpus);
+    if (ran != 0) return ran;
   }
   return check_finish();
 }
