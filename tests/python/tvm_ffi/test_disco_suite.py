@@ -178,6 +178,15 @@ def test_two_nodes_of_one_worker_each():
     sess.shutdown()
 
 
+def test_other_nodes_workers_run_on_the_cpu_or_each_on_the_gpu_of_its_index():
+    """``devices`` of a SocketSession: another node's worker 0 on CUDA device 1 is refused,
+    naming the entry, before anything listens."""
+    with pytest.raises(ValueError, match=r"devices\[1\] is \(2, 1\): the workers of node 1"):
+        di.SocketSession(
+            2, 1, 1, "127.0.0.1", 0, session_token=_TOKEN, devices=["cpu", "cuda:1"]
+        )
+
+
 # ---- test_ccl.py, the collective cases, on the CPU backend ------------------------------------
 
 _ccl = ["cpu"]
