@@ -710,7 +710,23 @@ fn uploaded_modules_load_from_each_nodes_own_copy_which_goes_with_the_node() {
 fn a_tensor_larger_than_a_ring_crosses_to_and_from_a_worker_on_another_node() {
     let (s, mut nodes) = session_of(2, 1, options(60_000));
     let elements: usize = 5 << 20; // 20 MiB of float32: more than the 8 MiB ring to the worker
-    let values: Vec<f32> = (0..elements).map(|i| i as f32).collect();
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let held = call(&s, &rank, &[]);
+    s.set_register(held.reg(), 1, Any::from(floats(elements, 0.0)))
+        .unwrap();
+    let back = s.get_register(held.reg(), 1).unwrap();
+    assert!(
+        holds_floats(&back, elements, 0.0),
+        "the tensor came back as it went"
+    );
+    drop((held, rank));
+    s.shutdown().unwrap();
+    assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
+}
+
+/// A float32 host tensor of `elements` elements, element `i` holding `i + seed`.
+fn floats(elements: usize, seed: f32) -> discovm::object::Tensor {
+    let values: Vec<f32> = (0..elements).map(|i| i as f32 + seed).collect();
     let tensor = discovm::object::Tensor::empty(
         &[elements as i64],
         session_calls::F32,
@@ -719,16 +735,53 @@ fn a_tensor_larger_than_a_ring_crosses_to_and_from_a_worker_on_another_node() {
     .unwrap();
     // SAFETY: a compact float32 host tensor of `elements` elements, ours alone.
     unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), tensor.data_ptr().cast(), elements) };
+    tensor
+}
+
+/// Whether `value` is the tensor [`floats`] made with `elements` and `seed`.
+fn holds_floats(value: &Any, elements: usize, seed: f32) -> bool {
+    let tensor = value.view().as_tensor().unwrap();
+    // SAFETY: a compact float32 host tensor of `elements` elements (its size is checked).
+    tensor.nbytes() == elements * 4
+        && unsafe { std::slice::from_raw_parts(tensor.data_ptr().cast::<f32>(), elements) }
+            .iter()
+            .enumerate()
+            .all(|(i, &x)| x == i as f32 + seed)
+}
+
+#[test]
+fn large_values_for_one_worker_and_for_every_worker_of_a_node_arrive_whole_and_in_order() {
+    // Node 1 runs workers 2 and 3: a frame for one of them streams into its ring as it
+    // arrives, a frame for both is read first; calls between them keep their order.
+    let (s, mut nodes) = session_of(2, 2, options(60_000));
+    let elements = 3 << 20; // 12 MiB: more than a ring to a worker holds
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let echo = s.get_global_func("proc.echo").unwrap();
     let held = call(&s, &rank, &[]);
-    s.set_register(held.reg(), 1, Any::from(tensor)).unwrap();
-    let back = s.get_register(held.reg(), 1).unwrap();
-    let back = back.view().as_tensor().unwrap();
-    assert_eq!(back.nbytes(), elements * 4);
-    // SAFETY: as above, for the copy read back.
-    let got = unsafe { std::slice::from_raw_parts(back.data_ptr().cast::<f32>(), elements) };
-    assert!(got == &values[..], "the tensor came back as it went");
-    drop((held, rank));
+    for round in 0..3 {
+        let seed = round as f32 * 10.0;
+        s.set_register(held.reg(), 2, Any::from(floats(elements, seed)))
+            .unwrap();
+        let everywhere = Any::from(floats(elements, seed + 1.0));
+        let echoed = s.call(Target::All, &echo, &[everywhere.view()]).unwrap();
+        s.set_register(held.reg(), 3, Any::from(floats(elements, seed + 2.0)))
+            .unwrap();
+        for w in 0..4 {
+            let back = s.get_register(echoed.reg(), w).unwrap();
+            assert!(
+                holds_floats(&back, elements, seed + 1.0),
+                "round {round}, worker {w}"
+            );
+        }
+        for (w, offset) in [(2, 0.0), (3, 2.0)] {
+            let back = s.get_register(held.reg(), w).unwrap();
+            assert!(
+                holds_floats(&back, elements, seed + offset),
+                "round {round}, worker {w}"
+            );
+        }
+    }
+    drop((held, rank, echo));
     s.shutdown().unwrap();
     assert_eq!(ended(nodes.remove(0), Duration::from_secs(10)).0, Some(0));
 }
