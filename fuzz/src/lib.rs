@@ -12,6 +12,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr::{self, NonNull};
+use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
 use discovm::abi::{
@@ -25,7 +26,9 @@ use discovm::capi::{
 };
 use discovm::device::cpu::HostTensor;
 use discovm::net::{auth, routed};
-use discovm::object::{AnyObject, Array, Bytes, Function, ObjectRef, Shape, Str, Tensor, tensor};
+use discovm::object::{
+    AnyObject, Array, Bytes, Function, HostBlock, ObjectRef, Shape, Str, Tensor, tensor,
+};
 use discovm::wire::{Frame, HEADER_SIZE, Header, Limits, VERSION_MINOR};
 use discovm::{Any, AnyView, ErrorKind};
 
@@ -656,6 +659,8 @@ pub fn wire_frame(data: &[u8]) {
     let limits = Limits {
         max_payload: 1 << 20,
     };
+    // Where a receiver would place the frame, from the first half of its bytes.
+    let placed = Frame::placement(&data[..data.len() / 2], &limits);
     let frame = match Frame::decode(data, &limits) {
         Ok(frame) => frame,
         Err(error) => {
@@ -686,6 +691,22 @@ pub fn wire_frame(data: &[u8]) {
         frame.encode_into(&mut slot[..len - 1]).unwrap_err().kind,
         ErrorKind::Value
     );
+
+    // Gathered in a block where the receiver placed it, it is the same frame.
+    let aligned = placed.map_or(0, |(placed_len, at)| {
+        assert_eq!(placed_len, len, "the placement's length is the frame's");
+        at
+    });
+    let shift = (64 - aligned % 64) % 64;
+    let mut block = HostBlock::new(shift + len).expect("a block");
+    block.as_mut_slice()[shift..].copy_from_slice(data);
+    let in_block = Frame::decode_in_block(&Arc::new(block), shift..shift + len, &limits)
+        .expect("a frame accepted from bytes is accepted from a block");
+    let mut from_block = Vec::new();
+    in_block
+        .encode(&mut from_block)
+        .expect("a decoded frame encodes");
+    assert_eq!(from_block, again);
 }
 
 /// A stream whose reads come from the fuzz input and whose writes are kept.

@@ -1,6 +1,6 @@
-//! Host memory for tensors: 64-byte aligned, zeroed or for overwriting. Small blocks come from
-//! the global allocator; large ones (from 2 MiB) are anonymous mappings of their own, in whole
-//! huge pages.
+//! Host memory for tensors: 64-byte aligned, zeroed or for overwriting, or as a [`HostBlock`]
+//! that frees itself. Small blocks come from the global allocator; large ones (from 2 MiB) are
+//! anonymous mappings of their own, in whole huge pages.
 //!
 //! The one idea: a large block's cost is its first touch, not its allocation (the system
 //! zeroes every page as it faults in), so large blocks are mapped for transparent huge pages
@@ -112,9 +112,57 @@ fn allocate(nbytes: usize, zeroed: bool) -> Result<NonNull<u8>> {
     NonNull::new(ptr.cast()).ok_or_else(out_of_memory)
 }
 
-/// Frees memory from [`host_alloc`] or [`host_alloc_for_overwrite`]. A large block is kept
-/// for reuse while the kept blocks stay within [`KEPT_BYTES`] (the oldest ones are unmapped
-/// to make room).
+/// A block of host memory of its own, 64-byte aligned, given back when dropped: memory a frame is gathered in, which the tensors decoded from it
+/// may keep.
+pub struct HostBlock {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the block is plain memory owned by this value; `&HostBlock` only reads its address.
+unsafe impl Send for HostBlock {}
+// SAFETY: as above.
+unsafe impl Sync for HostBlock {}
+
+impl HostBlock {
+    /// A block of `len` bytes, whose contents are unspecified (a large block: zeros, or what
+    /// an earlier one held; a small one is zeroed, never uninitialized).
+    pub fn new(len: usize) -> Result<HostBlock> {
+        let large = mapping_len(layout(len)?.size()).is_some();
+        Ok(HostBlock {
+            ptr: allocate(len, !large)?,
+            len,
+        })
+    }
+
+    /// The address of its first byte (64-byte aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Its bytes, to fill.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: `len` initialized bytes this value owns (see `new`), borrowed mutably with it.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Its bytes.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: as in `as_mut_slice`, borrowed shared.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for HostBlock {
+    fn drop(&mut self) {
+        // SAFETY: from `host_alloc_for_overwrite(len)`, nobody's once this value is gone.
+        unsafe { host_free(self.ptr, self.len) }
+    }
+}
+
+/// Frees memory from [`host_alloc`] (or this module's allocation for overwriting). A large
+/// block is kept for reuse while the kept blocks stay within `KEPT_BYTES` (the oldest ones are
+/// unmapped to make room).
 ///
 /// # Safety
 /// `ptr` came from one of them with `nbytes`, and is no longer used.

@@ -19,6 +19,7 @@ pub use any::{Any, AnyView};
 pub use array::{Array, ArrayCell};
 pub use error::{Error, ErrorKind, Result};
 pub use function::{Function, FunctionCell};
+pub use host_memory::HostBlock;
 pub use module::{Module, ModuleCell};
 pub(crate) use object_ref::alloc_object;
 pub use object_ref::{AnyObject, ObjectRef, ObjectType, WeakRef, dec_ref, inc_ref};

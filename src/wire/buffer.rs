@@ -2,11 +2,13 @@
 //! [`Gathered`] frame that leaves large tensors' data where it is) and how a payload is read
 //! ([`Reader`]: bounds-checked, with errors that say at which byte).
 
+use std::cell::Cell;
 use std::fmt::Display;
 use std::io::{self, Write};
+use std::sync::Arc;
 
 use super::{ALIGN, bad_frame};
-use crate::object::{Error, Result, Tensor};
+use crate::object::{Error, HostBlock, Result, Tensor};
 
 const ZEROS: [u8; ALIGN] = [0; ALIGN];
 
@@ -194,10 +196,22 @@ impl Sink for Gathered {
     }
 }
 
+/// What a reader does besides decoding.
+#[derive(Clone, Copy)]
+pub(super) enum Mode<'a> {
+    /// Copies the data of every tensor.
+    Copy,
+    /// The payload lies in `block`, which large tensors may keep their data in.
+    Share(&'a Arc<HostBlock>),
+    /// The payload is the start of a longer one: notes where the first read past it starts.
+    Probe(&'a Cell<Option<usize>>),
+}
+
 /// Reads a payload front to back. Offsets in errors count from the start of the frame.
 #[derive(Clone, Copy)]
 pub(super) struct Reader<'a> {
     payload: &'a [u8],
+    mode: Mode<'a>,
     pos: usize,
     /// Where the payload starts in its frame (the header's size).
     base: usize,
@@ -211,10 +225,23 @@ impl<'a> Reader<'a> {
     pub fn new(payload: &'a [u8], base: usize, minor: u8, kind: &'static str) -> Self {
         Reader {
             payload,
+            mode: Mode::Copy,
             pos: 0,
             base,
             minor,
             kind,
+        }
+    }
+
+    pub fn with_mode(self, mode: Mode<'a>) -> Self {
+        Reader { mode, ..self }
+    }
+
+    /// The block the payload lies in, when large tensors may keep their data there.
+    pub fn block(&self) -> Option<&'a Arc<HostBlock>> {
+        match self.mode {
+            Mode::Share(block) => Some(block),
+            _ => None,
         }
     }
 
@@ -235,6 +262,12 @@ impl<'a> Reader<'a> {
     /// The next `n` bytes; `what` names them if they are not all there.
     pub fn bytes(&mut self, n: u64, what: impl Display) -> Result<&'a [u8]> {
         let left = self.remaining();
+        if let Mode::Probe(past) = self.mode
+            && n > left as u64
+            && past.get().is_none()
+        {
+            past.set(Some(self.offset()));
+        }
         let n = usize::try_from(n)
             .ok()
             .filter(|&n| n <= left)

@@ -2,17 +2,19 @@
 //! controller to a worker, in order; a request that waits for an answer carries a request id,
 //! and the worker answers it with an `Ok` or `Err` reply carrying the same id.
 
+use std::cell::Cell;
 use std::fmt::Display;
+use std::ops::Range;
 use std::sync::Arc;
 
-use super::buffer::{Counter, Gathered, Reader, Sink, SliceSink, VecSink};
+use super::buffer::{Counter, Gathered, Mode, Reader, Sink, SliceSink, VecSink};
 use super::value::{
     self, ArenaTensor, Value, check_register, peek_tag, read_str, read_value, tag, write_str,
     write_value, wrong_tag,
 };
 use super::{HEADER_SIZE, Header, Limits, MAGIC, Packed, VERSION_MAJOR, VERSION_MINOR, bad_frame};
 use crate::abi::type_index as ti;
-use crate::object::{Any, Error, ErrorKind, Result};
+use crate::object::{Any, Error, ErrorKind, HostBlock, Result};
 
 /// What a frame is: the code in its header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -386,6 +388,12 @@ impl Frame {
     /// payload [`Frame::decode_payload`] refuses.
     pub fn decode(bytes: &[u8], limits: &Limits) -> Result<Frame> {
         let header = Header::parse(bytes, limits)?;
+        Self::check_whole(&header, bytes)?;
+        Self::decode_payload(&header, &bytes[HEADER_SIZE..])
+    }
+
+    /// Checks that `bytes` hold exactly the frame `header` starts.
+    fn check_whole(header: &Header, bytes: &[u8]) -> Result<()> {
         let (len, kind) = (header.frame_len(), header.kind.name());
         if bytes.len() < len {
             return Err(bad_frame(format!(
@@ -400,7 +408,7 @@ impl Frame {
                 bytes.len() - len
             )));
         }
-        Self::decode_payload(&header, &bytes[HEADER_SIZE..])
+        Ok(())
     }
 
     /// Decodes the payload that followed `header` (as a stream reader receives a frame: the
@@ -413,15 +421,62 @@ impl Frame {
     /// 64 dims, a negative dim, an invalid dtype, or a byte count other than its dtype and
     /// shape give; a value of a type the field does not take; bytes left over at the end.
     pub fn decode_payload(header: &Header, payload: &[u8]) -> Result<Frame> {
-        let kind = header.kind.name();
+        Self::decode_payload_as(header, payload, Mode::Copy)
+    }
+
+    /// [`Frame::decode`] of the frame at `range` in `block` (a frame gathered from a ring's
+    /// parts, [`Frame::placement`]): a large host tensor (from 64 KiB) whose data starts on a
+    /// 64-byte boundary keeps its data where it is, and the block with it, instead of a copy.
+    ///
+    /// Errors: as for [`Frame::decode`].
+    pub fn decode_in_block(
+        block: &Arc<HostBlock>,
+        range: Range<usize>,
+        limits: &Limits,
+    ) -> Result<Frame> {
+        let bytes = block.as_slice().get(range).ok_or_else(|| {
+            bad_frame(format!(
+                "a frame past the end of its block of {} bytes",
+                block.as_slice().len()
+            ))
+        })?;
+        let header = Header::parse(bytes, limits)?;
+        Self::check_whole(&header, bytes)?;
+        Self::decode_payload_as(&header, &bytes[HEADER_SIZE..], Mode::Share(block))
+    }
+
+    /// For a frame that arrives in parts, from its first part: the frame's length, and the
+    /// offset of the first bytes its decoding reads past that part (the data of the large value
+    /// the part ends in), which a receiver places on a 64-byte boundary so that
+    /// [`Frame::decode_in_block`] can leave the data where it lands. `None` when the part is
+    /// not the start of a longer frame, or ends elsewhere than in the data of a value.
+    pub fn placement(first: &[u8], limits: &Limits) -> Option<(usize, usize)> {
+        let header = Header::parse(first, limits).ok()?;
+        let payload = &first[HEADER_SIZE..];
+        if payload.len() >= header.payload_len {
+            return None;
+        }
+        let past = Cell::new(None);
+        let _ = Self::read_payload(&header, payload, Mode::Probe(&past));
+        Some((header.frame_len(), past.get()?))
+    }
+
+    fn decode_payload_as(header: &Header, payload: &[u8], mode: Mode<'_>) -> Result<Frame> {
         if payload.len() != header.payload_len {
             return Err(bad_frame(format!(
-                "the {kind} frame's header declares {} bytes of payload, but {} were given",
+                "the {} frame's header declares {} bytes of payload, but {} were given",
+                header.kind.name(),
                 header.payload_len,
                 payload.len()
             )));
         }
-        let r = &mut Reader::new(payload, HEADER_SIZE, header.minor, kind);
+        Self::read_payload(header, payload, mode)
+    }
+
+    /// Reads the payload that follows `header`, whatever its length.
+    fn read_payload(header: &Header, payload: &[u8], mode: Mode<'_>) -> Result<Frame> {
+        let kind = header.kind.name();
+        let r = &mut Reader::new(payload, HEADER_SIZE, header.minor, kind).with_mode(mode);
         let frame = match header.kind {
             Kind::Call => {
                 let func = read_reg(r, "func")?;

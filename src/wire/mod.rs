@@ -17,10 +17,11 @@
 //! `ValueError` that names the field, its byte offset and the offending value, never a panic.
 //!
 //! Encoding appends to a `Vec<u8>` ([`Frame::encode`](crate::wire::Frame::encode)), fills a caller's slice, such as a
-//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)), or makes a [`Gathered`] frame for a stream,
+//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)), or makes a [`Gathered`](crate::wire::Gathered) frame for a stream,
 //! which leaves large tensors' data where it is ([`Frame::encode_gathered`](crate::wire::Frame::encode_gathered)); decoding reads a `&[u8]` ([`Frame::decode`](crate::wire::Frame::decode)), or a
 //! header first and its payload later, as a stream reader receives them ([`Header::parse`](crate::wire::Header::parse),
-//! [`Frame::decode_payload`](crate::wire::Frame::decode_payload)).
+//! [`Frame::decode_payload`](crate::wire::Frame::decode_payload)), or a frame gathered in a block of its own, whose large
+//! tensors keep their data there ([`Frame::placement`](crate::wire::Frame::placement), [`Frame::decode_in_block`](crate::wire::Frame::decode_in_block)).
 
 mod buffer;
 mod frame;

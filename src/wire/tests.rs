@@ -5,6 +5,7 @@
 use std::fs;
 use std::path::Path;
 use std::ptr::{NonNull, null_mut};
+use std::sync::Arc;
 
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -15,7 +16,7 @@ use crate::abi::{
     DLPackVersion, DLTensor, KDL_BOOL, KDL_FLOAT, KDL_INT,
 };
 use crate::object::tensor::compact_nbytes;
-use crate::object::{Array, Bytes, ErrorKind, Function, Shape, Str, Tensor};
+use crate::object::{Array, Bytes, ErrorKind, Function, HostBlock, Shape, Str, Tensor};
 
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
 const F64: DLDataType = DLDataType::new(KDL_FLOAT, 64, 1);
@@ -417,6 +418,49 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     let err = bad.encode_gathered(Vec::new()).err().unwrap();
     assert_eq!(err.kind, ErrorKind::Type, "{err}");
     assert!(err.message.contains("`args[1]`"), "{err}");
+}
+
+#[test]
+fn a_frame_gathered_in_a_block_keeps_its_large_aligned_tensor_there() {
+    let n = 100_000;
+    let data: Vec<u8> = (0..n).map(|i| (i * 13 + 5) as u8).collect();
+    let frame: Frame = Frame::Store {
+        reg: 3,
+        name: None,
+        value: Value::Plain(host_tensor(&[n as i64], I8, &data).into()),
+    };
+    let bytes = encode(&frame);
+    // The first part of the frame ends in the tensor's data: that is where it starts.
+    let limits = Limits::default();
+    let (len, data_at) = Frame::placement(&bytes[..4096], &limits).unwrap();
+    assert_eq!(len, bytes.len());
+    assert_eq!(&bytes[data_at..data_at + 16], &data[..16]);
+    // A part that holds the whole frame, or not even its header, is placed nowhere.
+    assert_eq!(Frame::placement(&bytes, &limits), None);
+    assert_eq!(Frame::placement(&bytes[..8], &limits), None);
+    for (shift, kept) in [
+        ((64 - data_at % 64) % 64, true),
+        ((72 - data_at % 64) % 64, false),
+    ] {
+        let mut block = HostBlock::new(shift + len).unwrap();
+        block.as_mut_slice()[shift..shift + len].copy_from_slice(&bytes);
+        let block = Arc::new(block);
+        let decoded = Frame::decode_in_block(&block, shift..shift + len, &limits).unwrap();
+        let Frame::Store { value, .. } = decoded else {
+            panic!("{decoded:?}")
+        };
+        let value = plain(value);
+        let tensor = value.view().as_tensor().unwrap();
+        let inside = tensor.data_ptr().addr().wrapping_sub(block.as_ptr().addr()) < shift + len;
+        assert_eq!(
+            inside, kept,
+            "shift {shift}: kept in the block only when aligned"
+        );
+        assert_eq!(tensor.data_ptr().addr() % 64, 0);
+        drop(block);
+        // The tensor keeps the block (or its copy) alive, with the bytes that came.
+        assert_eq!(tensor_bytes(&tensor), data);
+    }
 }
 
 #[test]

@@ -3,11 +3,12 @@
 
 use std::fmt::Display;
 use std::ops::Range;
+use std::ptr::NonNull;
 
 use super::Packed;
 use super::buffer::{Reader, Sink};
 use crate::abi::{DLDataType, DLDevice, KDL_CPU, type_index as ti};
-use crate::object::tensor::{MAX_NDIM, check_new, dtype_name};
+use crate::object::tensor::{HOST_ALIGNMENT, MAX_NDIM, Release, check_new, dtype_name};
 use crate::object::{Any, AnyView, Bytes, Error, Result, Shape, Str, Tensor};
 
 /// Value tags: tvm-ffi's type index where the type has one (a string is 65 whether it is
@@ -399,6 +400,10 @@ fn read_ndim(r: &mut Reader<'_>, name: &dyn Display) -> Result<u32> {
     Ok(ndim)
 }
 
+/// A tensor decoded from a frame in a block ([`Frame::decode_in_block`](super::Frame::decode_in_block)) keeps its data
+/// there from this many bytes on (when it is 64-byte aligned).
+const SHARED_FROM: usize = 64 << 10;
+
 fn read_tensor(r: &mut Reader<'_>, at: usize, word: u32, name: &dyn Display) -> Result<Value> {
     let dtype = dtype_of_word(word);
     let ndim = read_ndim(r, name)?;
@@ -420,7 +425,19 @@ fn read_tensor(r: &mut Reader<'_>, at: usize, word: u32, name: &dyn Display) -> 
     }
     let data = r.bytes(nbytes, format_args!("the data of {name}"))?;
     r.padding(name)?;
-    let tensor = Tensor::copy_of(&dims, dtype, data).map_err(|e| e.context(name))?;
+    let tensor = match r.block() {
+        Some(block) if data.len() >= SHARED_FROM && data.as_ptr().addr() % HOST_ALIGNMENT == 0 => {
+            let at = data.as_ptr().addr() - block.as_ptr().addr();
+            // The block's own pointer: the tensor may write where it points.
+            let start = NonNull::new(block.as_ptr().wrapping_add(at)).expect("in the block");
+            let keep = block.clone();
+            let release: Release = Box::new(move || drop(keep));
+            // SAFETY: `data.len()` bytes of the block (its checked byte count), which the
+            // tensor keeps alive; nothing else uses them once the frame is decoded.
+            unsafe { Tensor::from_memory(&dims, dtype, DLDevice::cpu(), start, release) }
+        }
+        _ => Tensor::copy_of(&dims, dtype, data).map_err(|e| e.context(name))?,
+    };
     Ok(Value::Plain(tensor.into()))
 }
 

@@ -17,8 +17,9 @@
 //! may wait for the consumer to skip a pad even when the ring is empty. A frame longer than a
 //! record can be goes as parts of half the ring each, the last one a frame record; the consumer
 //! gathers them into memory of its own (up to [`MAX_GATHERED`] bytes, the memory kept for the
-//! next such frame), releasing each part as it goes, so the producer writes the next while the
-//! consumer copies the last.
+//! next such frame), or into a block the receiver keeps, placed as it asks
+//! ([`Consumer::recv_placed`]), releasing each part as it goes, so the producer writes the next
+//! while the consumer copies the last.
 //!
 //! Each end is single-threaded (its methods take `&mut self`), and one process holds each end.
 //! Threads that send to one ring share its producer behind a lock (`Mutex<Producer>`), which
@@ -35,7 +36,7 @@ mod loom_model;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::ops::{Deref, DerefMut};
+use std::ops::{Deref, DerefMut, Range};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32 as PlainU32, AtomicU64 as PlainU64};
@@ -43,7 +44,7 @@ use std::time::Duration;
 
 use super::shm::SharedMemory;
 use super::wait::{PARK_SLICE, SharedSleeper, SpinPolicy};
-use crate::object::{Error, Result};
+use crate::object::{Error, HostBlock, Result};
 use crate::sync::atomic::{AtomicU64, Ordering, fence};
 use crate::sync::time::Instant;
 
@@ -698,6 +699,7 @@ impl Consumer {
             consumer: self,
             record: Some(record),
             gathered: Vec::new(),
+            placed: None,
         }))
     }
 
@@ -711,9 +713,29 @@ impl Consumer {
         &mut self,
         policy: SpinPolicy,
         deadline: Option<Instant>,
+        check: impl FnMut() -> Result<()>,
+    ) -> Result<Frame<'_>> {
+        self.recv_placed(policy, deadline, check, |_| None)
+    }
+
+    /// [`Consumer::recv`], where a frame that comes in parts may be gathered in a block of
+    /// memory of its own, which the caller can keep ([`Frame::take_placed`]): given the first
+    /// part, `place` says how long the whole frame is and which of its bytes should start on a
+    /// 64-byte boundary (`None`: gather it in the consumer's own memory, as `recv` does).
+    ///
+    /// Errors: as for [`Consumer::recv`]; `RuntimeError` when the parts add up to another
+    /// length than `place` said.
+    pub fn recv_placed(
+        &mut self,
+        policy: SpinPolicy,
+        deadline: Option<Instant>,
         mut check: impl FnMut() -> Result<()>,
+        place: impl FnOnce(&[u8]) -> Option<(usize, usize)>,
     ) -> Result<Frame<'_>> {
         let mut gathered = std::mem::take(&mut self.gathered);
+        let mut place = Some(place);
+        let mut placed: Option<(HostBlock, Range<usize>)> = None;
+        let mut filled = 0;
         let record = loop {
             let ring = &self.ring;
             let state = &mut self.state;
@@ -725,30 +747,65 @@ impl Consumer {
                 &mut check,
                 || state.poll(ring).transpose(),
             )??;
-            if !record.part && gathered.is_empty() {
+            let gathering = placed.is_some() || !gathered.is_empty();
+            if !record.part && !gathering {
                 break Some(record);
             }
             // A part, or the last of them: copied out and released at once.
-            if gathered.len() + record.len > MAX_GATHERED {
-                return Err(corrupt(format_args!(
-                    "a frame in parts runs past {MAX_GATHERED} bytes"
-                )));
-            }
             // SAFETY: as in `Frame::deref`: a checked record, the producer's no more until it
             // is released below.
-            gathered.extend_from_slice(unsafe {
+            let part = unsafe {
                 std::slice::from_raw_parts(ring.payload(record.at, record.len), record.len)
-            });
+            };
+            if !gathering && let Some((len, aligned)) = place.take().and_then(|place| place(part)) {
+                if len > MAX_GATHERED {
+                    return Err(corrupt(format_args!(
+                        "a frame in parts of {len} bytes is longer than {MAX_GATHERED}"
+                    )));
+                }
+                let shift = (64 - aligned % 64) % 64;
+                placed = Some((HostBlock::new(shift + len)?, shift..shift + len));
+            }
+            match &mut placed {
+                Some((block, range)) => {
+                    let at = range.start + filled;
+                    if filled + part.len() > range.len() {
+                        return Err(corrupt(format_args!(
+                            "a frame in parts runs past the {} bytes it was placed for",
+                            range.len()
+                        )));
+                    }
+                    block.as_mut_slice()[at..at + part.len()].copy_from_slice(part);
+                    filled += part.len();
+                }
+                None => {
+                    if gathered.len() + part.len() > MAX_GATHERED {
+                        return Err(corrupt(format_args!(
+                            "a frame in parts runs past {MAX_GATHERED} bytes"
+                        )));
+                    }
+                    gathered.extend_from_slice(part);
+                }
+            }
             state.tail += record.bytes;
             release(ring, state.tail);
             if !record.part {
                 break None;
             }
         };
+        if let Some((_, range)) = &placed
+            && filled != range.len()
+        {
+            return Err(corrupt(format_args!(
+                "a frame in parts of {filled} bytes was placed for {}",
+                range.len()
+            )));
+        }
         Ok(Frame {
             consumer: self,
             record,
             gathered,
+            placed,
         })
     }
 }
@@ -820,12 +877,25 @@ pub struct Frame<'a> {
     /// The record it lies in; `None` for a frame gathered from parts.
     record: Option<Record>,
     gathered: Vec<u8>,
+    /// A frame in parts gathered in a block of its own: the block, and where the frame lies.
+    placed: Option<(HostBlock, Range<usize>)>,
+}
+
+impl Frame<'_> {
+    /// The block a frame in parts was gathered in ([`Consumer::recv_placed`]) and where in it
+    /// the frame lies, for the caller to keep; `None` for another frame (or once taken).
+    pub fn take_placed(&mut self) -> Option<(HostBlock, Range<usize>)> {
+        self.placed.take()
+    }
 }
 
 impl Deref for Frame<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
+        if let Some((block, range)) = &self.placed {
+            return &block.as_slice()[range.clone()];
+        }
         let Some(record) = self.record else {
             return &self.gathered;
         };

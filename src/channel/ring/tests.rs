@@ -267,6 +267,47 @@ fn frames_larger_than_the_ring_cross_in_parts_among_whole_ones() {
 }
 
 #[test]
+fn a_frame_in_parts_is_gathered_where_the_receiver_places_it() {
+    let (_memory, mut producer, mut consumer) = ring(1024);
+    let mut frame = vec![0u8; 5000];
+    fill(&mut frame, 7);
+    let sent = frame.clone();
+    // The frame twice: longer than the ring, it goes in parts.
+    let sender = thread::spawn(move || {
+        for _ in 0..2 {
+            producer
+                .send(&sent, SpinPolicy::default(), deadline(), alive)
+                .unwrap();
+        }
+    });
+    // The receiver wants byte 24 of the frame on a 64-byte boundary.
+    let place = |first: &[u8]| {
+        assert_eq!(first, &frame[..first.len()], "the first part");
+        Some((frame.len(), 24))
+    };
+    let mut received = consumer
+        .recv_placed(SpinPolicy::default(), deadline(), alive, place)
+        .unwrap();
+    assert!(received[..] == frame[..]);
+    let (block, range) = received.take_placed().unwrap();
+    assert_eq!((block.as_ptr().addr() + range.start + 24) % 64, 0);
+    assert!(block.as_slice()[range] == frame[..]);
+    drop(received);
+    // Parts that add up to another length than the receiver was told are refused.
+    let err = consumer
+        .recv_placed(SpinPolicy::default(), deadline(), alive, |_| {
+            Some((4992, 0))
+        })
+        .err()
+        .expect("refused");
+    assert!(
+        err.message.contains("4992 bytes it was placed for"),
+        "{err}"
+    );
+    sender.join().unwrap();
+}
+
+#[test]
 fn rings_are_made_only_with_valid_sizes_and_places() {
     for capacity in [0, 64, 100, 3 << 10, MAX_CAPACITY * 2] {
         let error = ring_bytes(capacity).unwrap_err();

@@ -194,8 +194,13 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     let limits = Limits::default();
     let mut out = Vec::new();
     loop {
-        let frame = requests.recv(args.spin, None, || Ok(()))?;
-        let decoded = Frame::decode(&frame, &limits);
+        // A large frame is gathered so that its large tensor's data can stay where it lands.
+        let placement = |first: &[u8]| Frame::placement(first, &limits);
+        let mut frame = requests.recv_placed(args.spin, None, || Ok(()), placement)?;
+        let decoded = match frame.take_placed() {
+            Some((block, range)) => Frame::decode_in_block(&Arc::new(block), range, &limits),
+            None => Frame::decode(&frame, &limits),
+        };
         drop(frame);
         let (go_on, answer) = match decoded? {
             // Answered by the worker directly: nothing waits on this thread for the reply.
