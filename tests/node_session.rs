@@ -849,8 +849,11 @@ fn a_node_killed_during_a_collective_fails_the_wait_at_once_and_shutdown_complet
 /// A float32 tensor of `len` elements on every worker.
 fn remote_floats(s: &Arc<Session>, len: i64) -> discovm::session::DRef {
     let empty = s.get_global_func("runtime.disco.empty").unwrap();
-    let f32 = discovm::abi::DLDataType::new(discovm::abi::KDL_FLOAT, 32, 1);
-    call(s, &empty, &[Shape::new(&[len]).into(), Any::DataType(f32)])
+    call(
+        s,
+        &empty,
+        &[Shape::new(&[len]).into(), Any::DataType(session_calls::F32)],
+    )
 }
 
 /// A session of 2 nodes of `per_node` workers with Gloo between them (`init_ccl("cpu")`) and
@@ -862,13 +865,7 @@ fn with_gloo(per_node: u32, timeout_ms: u64) -> Option<(Arc<Session>, Vec<Child>
     Some((s, nodes))
 }
 
-/// Calls `func` with `args` on every worker.
-fn on_all(s: &Arc<Session>, func: &discovm::session::DRef, args: &[Any]) {
-    let views: Vec<_> = args.iter().map(Any::view).collect();
-    drop(s.call(Target::All, func, &views).unwrap());
-}
-
-/// Calls built-in `name` with `args` on `worker` alone.
+/// Calls `func` with `args` on `worker` alone.
 fn on(s: &Arc<Session>, worker: usize, func: &discovm::session::DRef, args: &[Any]) {
     let views: Vec<_> = args.iter().map(Any::view).collect();
     drop(s.call(Target::One(worker), func, &views).unwrap());
@@ -906,7 +903,7 @@ fn workers_of_two_nodes_that_disagree_all_fail_and_the_communicator_goes_on() {
         started.elapsed()
     );
     // Every worker failed alike: the next collective meets.
-    on_all(&s, &allreduce, &args);
+    drop(call(&s, &allreduce, &args));
     s.sync_all().unwrap();
 }
 
@@ -961,7 +958,7 @@ fn collectives_that_never_meet_on_nodes_end_in_the_timeout_and_init_ccl_starts_o
         Any::Bool(false),
         part.clone().into(),
     ];
-    on_all(&s, &allreduce, &args);
+    drop(call(&s, &allreduce, &args));
     s.sync_all().unwrap();
 }
 
@@ -1040,7 +1037,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
         .get_global_func("runtime.disco.scatter_from_worker0")
         .unwrap();
     let args = [whole.clone().into(), Any::Bool(true), part.clone().into()];
-    on_all(&s, &scatter, &args);
+    drop(call(&s, &scatter, &args));
     s.sync_all().unwrap();
     for w in 0..4 {
         let got = s.get_register(part.reg(), w).unwrap();
@@ -1057,7 +1054,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     // collective meets.
     let allgather = s.get_global_func("runtime.disco.allgather").unwrap();
     let bad = [Any::None, Any::Bool(false), whole.clone().into()];
-    on_all(&s, &allgather, &bad);
+    drop(call(&s, &allgather, &bad));
     let started = Instant::now();
     let err = s.sync_all().unwrap_err();
     assert_error(&err, ErrorKind::Worker, "argument 0 (send)");
@@ -1067,7 +1064,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
         started.elapsed()
     );
     let good = [part.clone().into(), Any::Bool(false), whole.clone().into()];
-    on_all(&s, &allgather, &good);
+    drop(call(&s, &allgather, &good));
     s.sync_all().unwrap();
 }
 

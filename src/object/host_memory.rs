@@ -112,8 +112,8 @@ fn allocate(nbytes: usize, zeroed: bool) -> Result<NonNull<u8>> {
     NonNull::new(ptr.cast()).ok_or_else(out_of_memory)
 }
 
-/// A block of host memory of its own, 64-byte aligned, given back when dropped: memory a frame is gathered in, which the tensors decoded from it
-/// may keep.
+/// A block of host memory of its own, 64-byte aligned, given back when dropped: memory a
+/// frame is gathered in, which the tensors decoded from it may keep.
 pub struct HostBlock {
     ptr: NonNull<u8>,
     len: usize,
@@ -155,7 +155,7 @@ impl HostBlock {
 
 impl Drop for HostBlock {
     fn drop(&mut self) {
-        // SAFETY: from `host_alloc_for_overwrite(len)`, nobody's once this value is gone.
+        // SAFETY: from `allocate(len, ..)` in `new`, nobody's once this value is gone.
         unsafe { host_free(self.ptr, self.len) }
     }
 }

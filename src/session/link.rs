@@ -29,9 +29,10 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 
 /// Queues `message()` for each of `targets` without waking them. Threads get the typed
-/// message itself; worker processes get one encoding of it, and nodes one encoding for a
-/// stream (large tensors written from their own memory), each made once for all of them; a
-/// node gets one message for all of its workers when every worker is targeted.
+/// message itself; worker processes get one encoding of it, made once for all of them, and
+/// nodes the same bytes: that encoding where it was made, else one for a stream (large
+/// tensors written from their own memory); a node gets one message for all of its workers
+/// when every worker is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
@@ -67,10 +68,17 @@ pub(super) fn push_to(
                     continue;
                 }
                 last_node = Some(link.node());
-                let frame = once(&mut gathered, || {
-                    super::requests::gather_broadcast(&message())
-                })?;
-                link.send_gathered(frame, whole)?
+                // The same bytes as a stream's encoding: made for the worker processes already,
+                // it serves the nodes too.
+                match &encoded {
+                    Some(frame) => link.send_encoded(frame, whole)?,
+                    None => {
+                        let frame = once(&mut gathered, || {
+                            super::requests::gather_broadcast(&message())
+                        })?;
+                        link.send_gathered(frame, whole)?
+                    }
+                }
             }
         }
     }

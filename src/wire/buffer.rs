@@ -78,9 +78,7 @@ impl Sink for VecSink<'_> {
         Ok(())
     }
     fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()> {
-        let at = self.out.len();
-        self.out.resize(at + nbytes, 0);
-        read_data(tensor, &mut self.out[at..], name)
+        append_data(self.out, tensor, nbytes, name)
     }
 }
 
@@ -122,6 +120,18 @@ impl Sink for SliceSink<'_> {
 /// Copies a tensor's data into `dst`, after every earlier use of the tensor.
 fn read_data(tensor: &Tensor, dst: &mut [u8], name: &dyn Display) -> Result<()> {
     crate::vm::read(tensor, dst).map_err(|e| e.context(name))
+}
+
+/// Appends the `nbytes` bytes of a tensor's data to `out`, after every earlier use of it.
+fn append_data(
+    out: &mut Vec<u8>,
+    tensor: &Tensor,
+    nbytes: usize,
+    name: &dyn Display,
+) -> Result<()> {
+    let at = out.len();
+    out.resize(at + nbytes, 0);
+    read_data(tensor, &mut out[at..], name)
 }
 
 /// Tensors with at least this many bytes of data stay out of a [`Gathered`] frame's bytes.
@@ -184,9 +194,7 @@ impl Sink for Gathered {
     }
     fn tensor(&mut self, tensor: &Tensor, nbytes: usize, name: &dyn Display) -> Result<()> {
         if nbytes < GATHERED_FROM {
-            let at = self.bytes.len();
-            self.bytes.resize(at + nbytes, 0);
-            return read_data(tensor, &mut self.bytes[at..], name);
+            return append_data(&mut self.bytes, tensor, nbytes, name);
         }
         // A read of nothing waits for the tensor's earlier writers and reports their failure.
         read_data(tensor, &mut [], name)?;

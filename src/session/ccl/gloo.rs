@@ -224,10 +224,12 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         info: local_info,
         groups_inside,
     };
+    if hierarchical {
+        check_arena(per_node)?;
+    }
     let (local, attach) = match (hierarchical, here) {
         (false, _) => (None, None),
         (true, 0) => {
-            check_arena(per_node)?;
             let ccl = crate::session::process::fresh_ccl(
                 attach.area,
                 local_groups,
@@ -244,10 +246,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             };
             (Some(local), None)
         }
-        (true, _) => {
-            check_arena(per_node)?;
-            (None, Some(attach))
-        }
+        (true, _) => (None, Some(attach)),
     };
     let meshes = Meshes {
         info,

@@ -86,15 +86,9 @@ fn views(values: &[Any]) -> Vec<AnyView<'_>> {
 /// The node's last meeting, a broadcast from the leader of `recv` (argument `at` of `args`):
 /// on the leader, of what it holds when `leading` is Ok, else its failure.
 fn to_the_node(local: &Local, args: &[AnyView<'_>], at: usize, leading: Result<()>) -> Result<()> {
-    if local.info.num_workers == 1 {
-        return leading;
-    }
     let recv = args[at].to_owned()?;
     let mine = match (&local.leaders, leading) {
-        (Some(_), Err(error)) => {
-            builtins::fail_next(local.info, &local.ccl, "broadcast_from_worker0", &error);
-            return Err(error);
-        }
+        (Some(_), Err(error)) => return fail_node(local, "broadcast_from_worker0", error),
         (Some(_), Ok(())) => recv.clone(),
         (None, _) => Any::None,
     };
@@ -187,7 +181,7 @@ fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
     let node = meet(local, builtins::barrier, &[]);
     let Some(leaders) = &local.leaders else {
         node?;
-        return meet(local, builtins::barrier, &[]);
+        return confirmed_by_the_node(local, WHAT, Ok(()));
     };
     let prepared = node
         .clone()
@@ -203,13 +197,7 @@ fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
         Ok,
     );
     node?;
-    match result {
-        Ok(()) => meet(local, builtins::barrier, &[]),
-        Err(error) => {
-            builtins::fail_next(local.info, &local.ccl, WHAT, &error);
-            Err(error)
-        }
-    }
+    confirmed_by_the_node(local, WHAT, result)
 }
 
 /// A host tensor of `count` elements of `dtype` for a node's part of a gather, on its first
@@ -235,11 +223,8 @@ fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor,
             });
             match made {
                 Ok(part) => Some(part),
-                Err(error) => {
-                    // The node's workers are in the meeting already.
-                    builtins::fail_next(local.info, &local.ccl, WHAT, &error);
-                    return Err(error);
-                }
+                // The node's workers are in the meeting already.
+                Err(error) => return fail_node(local, WHAT, error),
             }
         }
         None => None,
@@ -272,13 +257,13 @@ fn gathers(meshes: &Meshes, local: &Local, args: &[AnyView<'_>], all: bool) -> R
         "gather_to_worker0"
     };
     let node = gather_in_node(local, args);
-    let to_the_node = |result| match all {
+    let finish = |result| match all {
         true => to_the_node(local, args, 2, result),
         false => confirmed_by_the_node(local, what, result),
     };
     let Some(leaders) = &local.leaders else {
         node?;
-        return to_the_node(Ok(()));
+        return finish(Ok(()));
     };
     let receives = all || leaders.rank == 0;
     let node_failed = node.is_err();
@@ -314,19 +299,23 @@ fn gathers(meshes: &Meshes, local: &Local, args: &[AnyView<'_>], all: bool) -> R
     if node_failed {
         return result; // the node's workers know
     }
-    to_the_node(result)
+    finish(result)
 }
 
 /// The node's last meeting when nothing comes back to it: a barrier, which its first worker
 /// fails when the collective failed after the node met.
 fn confirmed_by_the_node(local: &Local, what: &'static str, leading: Result<()>) -> Result<()> {
     match (&local.leaders, leading) {
-        (Some(_), Err(error)) => {
-            builtins::fail_next(local.info, &local.ccl, what, &error);
-            Err(error)
-        }
+        (Some(_), Err(error)) => fail_node(local, what, error),
         _ => meet(local, builtins::barrier, &[]),
     }
+}
+
+/// Fails the node's next meeting with `error` (on its first worker, after the node met: its
+/// other workers are waiting there), and returns it.
+fn fail_node<T>(local: &Local, what: &'static str, error: Error) -> Result<T> {
+    builtins::fail_next(local.info, &local.ccl, what, &error);
+    Err(error)
 }
 
 fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
@@ -345,8 +334,7 @@ fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
         }
         let count = recv.shape().iter().product::<i64>() as usize;
         let part = node_part(count * local.info.num_workers, recv.dtype)?;
-        let ready = (send, part, recv.nbytes * local.info.num_workers);
-        Ok((Digest::new(WHAT, 0, send, Some(recv)), ready))
+        Ok((Digest::new(WHAT, 0, send, Some(recv)), (send, part)))
     })();
     let result = across(
         meshes,
@@ -355,11 +343,11 @@ fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
         WHAT,
         prepared,
         |posts, at| agree(posts, at, false, true),
-        |(send, part, nbytes)| {
+        |(send, part)| {
             let input = send.map_or(std::ptr::null(), |s| s.addr as *const u8);
-            // SAFETY: the root's `send` holds `nbytes` for every node, the node's part
-            // `nbytes` (checked above); only this collective touches them.
-            unsafe { leaders.scatter(input, part.data_ptr(), nbytes, 0) }?;
+            // SAFETY: the root's `send` holds the node's part's bytes for every node (checked
+            // above); only this collective touches them.
+            unsafe { leaders.scatter(input, part.data_ptr(), part.nbytes(), 0) }?;
             Ok(part)
         },
     );
@@ -368,9 +356,6 @@ fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
             let values = [Any::from(part), Any::Bool(false), args[2].to_owned()?];
             meet(local, builtins::scatter, &views(&values))
         }
-        Err(error) => {
-            builtins::fail_next(local.info, &local.ccl, WHAT, &error);
-            Err(error)
-        }
+        Err(error) => fail_node(local, WHAT, error),
     }
 }

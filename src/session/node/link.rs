@@ -253,8 +253,17 @@ impl NodeConnection {
         write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
     ) -> Result<()> {
         let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Err(e) =
-            routed::write_head(&mut *writer, route, What::Frame).and_then(|()| write(&mut writer))
+        self.write_locked(&mut writer, route, write)
+    }
+
+    /// [`NodeConnection::write_with`] on the connection's writer, locked by the caller.
+    fn write_locked(
+        &self,
+        writer: &mut BufWriter<TcpStream>,
+        route: u32,
+        write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        if let Err(e) = routed::write_head(writer, route, What::Frame).and_then(|()| write(writer))
         {
             // What was written of the frame must not reach the node: the node is lost.
             let _ = writer.get_ref().shutdown(Shutdown::Both);
@@ -368,11 +377,21 @@ impl NodeLink {
         self.node.write(route, frame)
     }
 
-    /// Writes a frame encoded once for every targeted worker; `whole_node` sends it to every
-    /// worker of the node at once (one message, fanned out there).
+    /// The route of a message to this worker, or with `whole_node` to every worker of the node
+    /// at once (one message, fanned out there).
+    fn route(&self, whole_node: bool) -> u32 {
+        if whole_node { ALL } else { self.local as u32 }
+    }
+
+    /// Writes a frame encoded once for every targeted worker (see [`NodeLink::route`]).
+    pub fn send_encoded(&self, frame: &[u8], whole_node: bool) -> Result<()> {
+        self.write(self.route(whole_node), frame)
+    }
+
+    /// [`NodeLink::send_encoded`] of a frame encoded for a stream.
     pub fn send_gathered(&self, frame: &Gathered, whole_node: bool) -> Result<()> {
         self.can_send(frame.frame_len())?;
-        let route = if whole_node { ALL } else { self.local as u32 };
+        let route = self.route(whole_node);
         self.node.write_with(route, |writer| frame.write_to(writer))
     }
 
@@ -380,7 +399,7 @@ impl NodeLink {
     /// it first.
     pub fn send(&self, message: Message) -> Result<()> {
         self.book().send(message, |frame, waits| {
-            self.write(self.local as u32, frame)?;
+            self.write(self.route(false), frame)?;
             // Its waiter will want the reply as soon as possible.
             if waits {
                 self.node.flush();
@@ -398,10 +417,11 @@ impl NodeLink {
             let Ok(mut writer) = self.node.writer.try_lock() else {
                 return false;
             };
-            let written = routed::write(&mut *writer, self.local as u32, What::Frame, frame);
             // Sent with what comes next (or the next heartbeat).
-            self.node.unsent.store(true, Ordering::SeqCst);
-            written.is_ok()
+            let route = self.route(false);
+            self.node
+                .write_locked(&mut writer, route, |writer| writer.write_all(frame))
+                .is_ok()
         })
     }
 

@@ -44,6 +44,24 @@ pub(crate) struct Shape {
     pub device_types: Vec<i32>,
 }
 
+/// The devices of a node's `count` workers, all of `device_type` (worker `i` on device `i`
+/// of a GPU type, on device 0 of the CPU).
+pub(crate) fn workers_devices(device_type: i32, count: usize) -> Result<Vec<DLDevice>> {
+    match device_type {
+        KDL_CPU => Ok(vec![DLDevice::cpu(); count]),
+        KDL_CUDA => Ok((0..count)
+            .map(|i| DLDevice {
+                device_type,
+                device_id: i as i32,
+            })
+            .collect()),
+        other => Err(Error::value(format!(
+            "the controller asked for workers on device type {other}, which nodes do not run \
+             (1: the CPU, 2: CUDA)"
+        ))),
+    }
+}
+
 /// The device type of each node's workers, by rank, from the session's `devices` (one per
 /// worker, node-major; empty: every worker on the CPU). A node's workers run on the CPU, or
 /// each on the CUDA device of its index on the node: what the node is told when it joins.
@@ -63,14 +81,12 @@ pub(crate) fn node_device_types(
         let first = rank * per_node;
         let node = &devices[first..first + per_node];
         *kind = node[0].device_type;
-        let expected = |i: usize| DLDevice {
-            device_type: *kind,
-            device_id: if *kind == KDL_CUDA { i as i32 } else { 0 },
-        };
+        // What the node starts for its workers (nothing of a type it does not run).
+        let expected = workers_devices(*kind, per_node).unwrap_or_default();
         let odd = node
             .iter()
             .enumerate()
-            .find(|&(i, d)| !matches!(d.device_type, KDL_CPU | KDL_CUDA) || *d != expected(i));
+            .find(|&(i, d)| expected.get(i) != Some(d));
         if let Some((i, d)) = odd {
             return Err(Error::value(format!(
                 "devices[{}] is ({}, {}): the workers of node {rank} (and of every node but \

@@ -12,9 +12,9 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::HEARTBEAT;
 use super::uploads::Uploads;
-use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
+use super::{HEARTBEAT, workers_devices};
+
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
@@ -219,24 +219,6 @@ pub(crate) fn serve(
     relayed
 }
 
-/// The devices of a node's `count` workers, all of `device_type` (worker `i` on device `i`
-/// of a GPU type, on device 0 of the CPU).
-fn workers_devices(device_type: i32, count: usize) -> Result<Vec<DLDevice>> {
-    match device_type {
-        KDL_CPU => Ok(vec![DLDevice::cpu(); count]),
-        KDL_CUDA => Ok((0..count)
-            .map(|i| DLDevice {
-                device_type,
-                device_id: i as i32,
-            })
-            .collect()),
-        other => Err(Error::value(format!(
-            "the controller asked for workers on device type {other}, which nodes do not run \
-             (1: the CPU, 2: CUDA)"
-        ))),
-    }
-}
-
 /// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
 /// went to every worker, or the controller is lost. A frame for one worker goes straight from
 /// the connection into its ring, part by part as it arrives; a frame for every worker is read
@@ -281,8 +263,10 @@ fn relay_requests(
             }
             What::Frame => {}
         }
-        let kind = head.header.as_ref().map(|(header, _)| header.kind);
-        let shutdown = kind == Some(Kind::Shutdown);
+        let Some((header, header_bytes)) = head.header else {
+            return Err(Error::runtime("a routed frame came without its header"));
+        };
+        let shutdown = header.kind == Kind::Shutdown;
         let targets = match head.route {
             ALL => 0..links.len(),
             w if (w as usize) < links.len() => w as usize..w as usize + 1,
@@ -294,7 +278,8 @@ fn relay_requests(
             }
         };
         if head.route != ALL && !shutdown {
-            relay_one(stream, &links[targets.start], head, spin).map_err(lost)?;
+            let link = &links[targets.start];
+            relay_one(stream, link, &header_bytes, header.frame_len(), spin).map_err(lost)?;
             continue;
         }
         let message = routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
@@ -313,29 +298,28 @@ fn relay_requests(
     }
 }
 
-/// Copies the frame that `head` starts from the connection into `link`'s ring as it arrives.
+/// Copies a frame of `len` bytes whose `header` was read from the connection into `link`'s
+/// ring, the rest as it arrives.
 /// If the worker is gone (its relay thread reports it), the rest of the frame is read and
 /// dropped, so the next message is read from its start.
 fn relay_one(
     stream: &mut impl Read,
     link: &ProcessLink,
-    head: routed::Head,
+    header: &[u8; HEADER_SIZE],
+    len: usize,
     spin: SpinPolicy,
 ) -> std::result::Result<(), ReadError> {
-    let Some((_, header)) = head.header else {
-        return Err(ReadError::Bad(Error::value(
-            "a routed frame without a header",
-        )));
-    };
-    let len = HEADER_SIZE + head.rest;
     let mut filled = 0;
     let mut failed_read = None;
     let sent = link.send_from(len, spin, None, |part| {
-        let from_header = HEADER_SIZE.saturating_sub(filled).min(part.len());
-        if from_header > 0 {
-            part[..from_header].copy_from_slice(&header[filled..filled + from_header]);
-        }
-        if let Err(error) = routed::read_exact(stream, &mut part[from_header..]) {
+        // The header, already read, starts the first part (a part holds more than a header).
+        let at = if filled == 0 {
+            part[..HEADER_SIZE].copy_from_slice(header);
+            HEADER_SIZE
+        } else {
+            0
+        };
+        if let Err(error) = routed::read_exact(stream, &mut part[at..]) {
             failed_read = Some(error);
             return Err(Error::runtime("the connection failed within a frame"));
         }
