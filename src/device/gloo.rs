@@ -367,8 +367,17 @@ impl Mesh {
     ) -> Result<()> {
         checked(what, |err, cap| {
             // SAFETY: by the caller's contract.
-            let args = (input.cast(), output.cast(), len, root as c_int);
-            unsafe { call(self.raw, args.0, args.1, args.2, args.3, err, cap) == 0 }
+            unsafe {
+                call(
+                    self.raw,
+                    input.cast(),
+                    output.cast(),
+                    len,
+                    root as c_int,
+                    err,
+                    cap,
+                ) == 0
+            }
         })
     }
 

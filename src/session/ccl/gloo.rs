@@ -263,12 +263,12 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
 /// The worker is a process with `per_node` workers in its machine's arena (a hierarchical
 /// session has no worker threads).
 fn check_arena(per_node: usize) -> Result<()> {
-    match crate::session::process::place_in_arena() {
-        Some((_, workers)) if workers == per_node => Ok(()),
+    match crate::session::process::workers_in_arena() {
+        Some(workers) if workers == per_node => Ok(()),
         found => Err(Error::runtime(format!(
             "a hierarchical communicator needs the {per_node} workers of each node to be \
              processes sharing an arena; this worker has {}",
-            found.map_or("none".into(), |(_, w)| format!("one of {w} workers"))
+            found.map_or("none".into(), |w| format!("one of {w} workers"))
         ))),
     }
 }
@@ -366,7 +366,7 @@ impl Digest {
 }
 
 /// Every member's digest, by rank in the team.
-pub(super) fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
+fn exchange(mesh: &Mesh, mine: &Digest) -> Result<Vec<Digest>> {
     let size = size_of::<Digest>();
     let mut bytes = vec![0u8; size * mesh.size];
     // SAFETY: `mine` is `size` plain bytes; `bytes` holds one digest per member.

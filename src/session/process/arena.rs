@@ -327,12 +327,10 @@ pub(crate) fn fresh_ccl(
         .new_ccl(area, num_groups, timeout, spin)
 }
 
-/// This worker process's index among the workers of its machine's arena, and their number;
-/// `None` for a worker without an arena (a thread).
-pub(crate) fn place_in_arena() -> Option<(usize, usize)> {
-    REGION
-        .get()
-        .map(|region| (region.worker, region.arena.workers))
+/// How many workers share this worker process's arena (its machine's); `None` for a worker
+/// without an arena (a thread).
+pub(crate) fn workers_in_arena() -> Option<usize> {
+    REGION.get().map(|region| region.arena.workers)
 }
 
 /// A zeroed host tensor in this worker process's region of the arena; `None` when this process

@@ -10,7 +10,7 @@ mod watch;
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use arena::{
-    CCL_AREAS, ccl as worker_ccl, empty as arena_empty, fresh_ccl, place_in_arena,
+    CCL_AREAS, ccl as worker_ccl, empty as arena_empty, fresh_ccl, workers_in_arena,
 };
 pub(crate) use launch::worker_program;
 pub(crate) use link::ProcessLink;
