@@ -265,6 +265,26 @@ pub(super) fn sized(
     Ok(())
 }
 
+/// The buffers of collective `what` from a root: `send` (argument 0), the root's alone, and
+/// `recv` (argument 2). The root's `send` holds `parts` recv-sized parts (a scatter), or for
+/// `None` as many elements as `recv` (a broadcast).
+pub(super) fn root_send(
+    args: &[AnyView<'_>],
+    what: &str,
+    root: bool,
+    parts: Option<usize>,
+) -> Result<(Option<Buf>, Buf)> {
+    let send = buffer(args, 0, "send", root)?.filter(|_| root);
+    let recv = buffer(args, 2, "recv", true)?.expect("required");
+    if let Some(send) = &send {
+        match parts {
+            Some(n) => sized(what, send, "send", &recv, n)?,
+            None => sized(what, &recv, "recv", send, 1)?,
+        }
+    }
+    Ok((send, recv))
+}
+
 /// Copies `len` bytes between buffers (of different participants, or of one).
 pub(super) fn copy(from: usize, to: usize, len: usize) {
     if from == to || len == 0 {

@@ -25,7 +25,7 @@ use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
 use super::builtins::{
-    TRANSFERS, arity_of, buffer, copy, in_group, reduce_kind, sized, transfer_peer,
+    TRANSFERS, arity_of, buffer, copy, in_group, reduce_kind, root_send, sized, transfer_peer,
 };
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
 use super::{Buf, CpuCcl, what_code, what_name};
@@ -623,16 +623,8 @@ fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Re
     let split = what == "scatter_from_worker0";
     let grouped = in_group(args, 1)?;
     let prepare = |mesh: &Mesh| {
-        let root = mesh.rank == 0;
-        let send = buffer(args, 0, "send", root)?.filter(|_| root);
-        let recv = buffer(args, 2, "recv", true)?.expect("required");
-        if let Some(send) = &send {
-            if split {
-                sized(what, send, "send", &recv, mesh.size)?;
-            } else {
-                sized(what, &recv, "recv", send, 1)?;
-            }
-        }
+        let parts = split.then_some(mesh.size);
+        let (send, recv) = root_send(args, what, mesh.rank == 0, parts)?;
         Ok((Digest::new(what, 0, send, Some(recv)), (send, recv)))
     };
     collective(

@@ -19,7 +19,7 @@
 //! within each node. Groups across nodes and transfers run on the flat Gloo meshes.
 
 use super::Buf;
-use super::builtins::{self, Collective, buffer, in_group, reduce_kind};
+use super::builtins::{self, Collective, buffer, in_group, reduce_kind, root_send};
 use super::gloo::{Digest, Local, Meshes, across, agree, reduce_across};
 use super::reduce::ReduceOp;
 use crate::abi::{DLDataType, DLDevice};
@@ -149,15 +149,8 @@ fn broadcast(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()>
     let Some(leaders) = &local.leaders else {
         return to_the_node(local, args, 2, Ok(()));
     };
-    let root = leaders.rank == 0;
-    let prepared = (|| {
-        let send = buffer(args, 0, "send", root)?.filter(|_| root);
-        let recv = buffer(args, 2, "recv", true)?.expect("required");
-        if let Some(send) = &send {
-            builtins::sized(WHAT, &recv, "recv", send, 1)?;
-        }
-        Ok((Digest::new(WHAT, 0, send, Some(recv)), (send, recv)))
-    })();
+    let prepared = root_send(args, WHAT, leaders.rank == 0, None)
+        .map(|(send, recv)| (Digest::new(WHAT, 0, send, Some(recv)), (send, recv)));
     let result = across(
         meshes,
         leaders,
@@ -325,13 +318,9 @@ fn scatter(meshes: &Meshes, local: &Local, args: &[AnyView<'_>]) -> Result<()> {
         let values = [args[0].to_owned()?, Any::Bool(false), args[2].to_owned()?];
         return meet(local, builtins::scatter, &views(&values));
     };
-    let root = leaders.rank == 0;
     let prepared = (|| {
-        let send = buffer(args, 0, "send", root)?.filter(|_| root);
-        let recv = buffer(args, 2, "recv", true)?.expect("required");
-        if let Some(send) = &send {
-            builtins::sized(WHAT, send, "send", &recv, meshes.info.num_workers)?;
-        }
+        let parts = Some(meshes.info.num_workers);
+        let (send, recv) = root_send(args, WHAT, leaders.rank == 0, parts)?;
         let count = recv.shape().iter().product::<i64>() as usize;
         let part = node_part(count * local.info.num_workers, recv.dtype)?;
         Ok((Digest::new(WHAT, 0, send, Some(recv)), (send, part)))
