@@ -241,6 +241,16 @@ fn same_buffers(
     Ok(())
 }
 
+/// Every participant called the same collective with the same parameter, and passed send and
+/// recv buffers of the same shapes and dtype, the recv buffers holding `times` the elements of
+/// the send buffers (`what` names the collective).
+fn same_send_recv(team: &Team, posts: &Posts, what: &str, times: usize) -> Result<()> {
+    same_call(team, posts)?;
+    same_buffers(team, posts, "send", send_of)?;
+    same_buffers(team, posts, "recv", recv_of)?;
+    sized(what, recv_of(&posts[0]), "recv", send_of(&posts[0]), times)
+}
+
 /// `bytes` of one buffer must be `times` those of another, with the same dtype.
 pub(super) fn sized(
     what: &str,
@@ -277,12 +287,18 @@ pub(super) fn root_send(
     let send = buffer(args, 0, "send", root)?.filter(|_| root);
     let recv = buffer(args, 2, "recv", true)?.expect("required");
     if let Some(send) = &send {
-        match parts {
-            Some(n) => sized(what, send, "send", &recv, n)?,
-            None => sized(what, &recv, "recv", send, 1)?,
-        }
+        root_sized(what, send, &recv, parts)?;
     }
     Ok((send, recv))
+}
+
+/// The root's `send` buffer of collective `what` holds `parts` parts the size of `recv` (a
+/// scatter), or for `None` as many elements as `recv` (a broadcast).
+fn root_sized(what: &str, send: &Buf, recv: &Buf, parts: Option<usize>) -> Result<()> {
+    match parts {
+        Some(n) => sized(what, send, "send", recv, n),
+        None => sized(what, recv, "recv", send, 1),
+    }
 }
 
 /// Copies `len` bytes between buffers (of different participants, or of one).
@@ -308,12 +324,7 @@ pub(super) fn allreduce(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) ->
     let elem = Elem::of(send.dtype).expect("checked by `buffer`");
     let staged = team.staged(send.nbytes);
     let post = Post::new(WHAT, kind as i64, Some(send), recv);
-    let check = |posts: &Posts| {
-        same_call(team, posts)?;
-        same_buffers(team, posts, "send", send_of)?;
-        same_buffers(team, posts, "recv", recv_of)?;
-        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), 1)
-    };
+    let check = |posts: &Posts| same_send_recv(team, posts, WHAT, 1);
     ccl.run(team, rank, post, staged, check, |posts| {
         let n = posts.len();
         let count = send_of(&posts[0]).nbytes / elem.size();
@@ -347,13 +358,7 @@ pub(super) fn allgather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) ->
     let recv = join(buffer(args, 2, "recv", true))?;
     let staged = team.staged(send.nbytes);
     let post = Post::new(WHAT, 0, Some(send), recv);
-    let check = |posts: &Posts| {
-        same_call(team, posts)?;
-        same_buffers(team, posts, "send", send_of)?;
-        same_buffers(team, posts, "recv", recv_of)?;
-        let n = posts.len();
-        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
-    };
+    let check = |posts: &Posts| same_send_recv(team, posts, WHAT, posts.len());
     ccl.run(team, rank, post, staged, check, |posts| {
         let mine = recv_of(&posts[rank]).addr;
         let size = send_of(&posts[0]).nbytes;
@@ -403,12 +408,8 @@ fn from_worker0(
     let check = |posts: &Posts| {
         root_checks(team, posts, what, "send", |p| p.send.is_some())?;
         same_buffers(team, posts, "recv", recv_of)?;
-        let (send, recv) = (send_of(&posts[0]), recv_of(&posts[0]));
-        if split {
-            sized(what, send, "send", recv, posts.len())
-        } else {
-            sized(what, recv, "recv", send, 1)
-        }
+        let parts = split.then_some(posts.len());
+        root_sized(what, send_of(&posts[0]), recv_of(&posts[0]), parts)
     };
     ccl.run(team, rank, post, staged, check, |posts| {
         let size = recv_of(&posts[rank]).nbytes;
