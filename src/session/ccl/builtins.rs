@@ -674,32 +674,17 @@ fn init_in_arena(args: &[AnyView<'_>]) -> Result<Any> {
 /// The body of a collective built-in, on this worker's communicator.
 pub(super) type Collective = fn(WorkerInfo, &CpuCcl, &[AnyView<'_>]) -> Result<Any>;
 
-/// The collective built-ins, by name.
-const COLLECTIVES: [(&str, Collective); 11] = [
+/// The collective built-ins but the transfers ([`TRANSFERS`]), by name.
+const COLLECTIVES: [(&str, Collective); 6] = [
     ("runtime.disco.allreduce", allreduce),
     ("runtime.disco.allgather", allgather),
     ("runtime.disco.broadcast_from_worker0", broadcast),
     ("runtime.disco.scatter_from_worker0", scatter),
     ("runtime.disco.gather_to_worker0", gather),
-    ("runtime.disco.recv_from_worker0", |i, c, a| {
-        transfer_built_in("runtime.disco.recv_from_worker0", i, c, a)
-    }),
-    ("runtime.disco.send_to_worker", |i, c, a| {
-        transfer_built_in("runtime.disco.send_to_worker", i, c, a)
-    }),
-    ("runtime.disco.recv_from_worker", |i, c, a| {
-        transfer_built_in("runtime.disco.recv_from_worker", i, c, a)
-    }),
-    ("runtime.disco.send_to_next_group", |i, c, a| {
-        transfer_built_in("runtime.disco.send_to_next_group", i, c, a)
-    }),
-    ("runtime.disco.recv_from_prev_group", |i, c, a| {
-        transfer_built_in("runtime.disco.recv_from_prev_group", i, c, a)
-    }),
     ("runtime.disco.barrier", barrier),
 ];
 
-/// The collective built-in `name`.
+/// The collective built-in `name` (not a transfer).
 pub(super) fn by_name(name: &str) -> Option<Collective> {
     COLLECTIVES
         .iter()
@@ -714,14 +699,18 @@ type Builtin = Box<dyn Fn(&[AnyView<'_>]) -> Result<Any> + Send + Sync>;
 pub fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let mut all: Vec<(&str, Builtin)> = COLLECTIVES
-            .into_iter()
-            .map(|(name, body)| {
-                let on_ccl: Builtin =
-                    Box::new(move |args| with_ccl(name, |info, ccl| body(info, ccl, args)));
-                (name, on_ccl)
-            })
-            .collect();
+        let collectives = COLLECTIVES.into_iter().map(|(name, body)| {
+            let on_ccl: Builtin =
+                Box::new(move |args| with_ccl(name, |info, ccl| body(info, ccl, args)));
+            (name, on_ccl)
+        });
+        let transfers = TRANSFERS.into_iter().map(|name| {
+            let on_ccl: Builtin = Box::new(move |args| {
+                with_ccl(name, |info, ccl| transfer_built_in(name, info, ccl, args))
+            });
+            (name, on_ccl)
+        });
+        let mut all: Vec<(&str, Builtin)> = collectives.chain(transfers).collect();
         all.push((
             "runtime.disco.cpu.init_ccl_per_worker",
             Box::new(init_per_worker),
