@@ -22,7 +22,7 @@ use crossbeam_utils::CachePadded;
 use crate::abi::DLDataType;
 use crate::channel::SharedSleeper;
 use crate::object::tensor::dtype_name;
-use crate::object::{Error, ErrorKind, Result};
+use crate::object::{Error, ErrorKind, Result, Tensor};
 use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Dimensions a buffer of a collective may have.
@@ -127,6 +127,16 @@ impl Buf {
             ndim: shape.len() as u32,
             dims,
         })
+    }
+
+    /// A compact tensor's memory as a buffer.
+    pub fn of(tensor: &Tensor) -> Result<Buf> {
+        Buf::new(
+            tensor.data_ptr() as usize,
+            tensor.dl().dtype,
+            tensor.shape(),
+            tensor.nbytes(),
+        )
     }
 
     /// The same buffer at another address.

@@ -87,7 +87,7 @@ pub(super) fn buffer(
                 elem.size()
             )));
         }
-        Buf::new(addr, dl.dtype, tensor.shape(), tensor.nbytes()).map(Some)
+        Buf::of(&tensor).map(Some)
     })
 }
 

@@ -229,13 +229,7 @@ fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor,
     ];
     meet(local, builtins::gather, &views(&values))?;
     Ok(part.map(|tensor| {
-        let buf = Buf::new(
-            tensor.data_ptr() as usize,
-            tensor.dl().dtype,
-            tensor.shape(),
-            tensor.nbytes(),
-        )
-        .expect("one dimension");
+        let buf = Buf::of(&tensor).expect("one dimension");
         (tensor, buf)
     }))
 }
