@@ -4,11 +4,11 @@
 use std::sync::Once;
 
 use super::worker::{self, WorkerInfo};
-use crate::abi::DLDevice;
+use crate::abi::{DLDataType, DLDevice};
 use crate::device;
 use crate::device::cpu::pin_current_thread;
 use crate::object::args::{argument, arity, optional};
-use crate::object::{Any, AnyView, Error, Function, Result, Shape, registry};
+use crate::object::{Any, AnyView, Error, Function, Result, Shape, Tensor, registry};
 
 /// The worker running the calling thread, or an error naming the built-in `name`.
 pub(super) fn on_worker(name: &str) -> Result<WorkerInfo> {
@@ -33,12 +33,17 @@ fn empty(info: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     if worker0_only && !first {
         return Ok(Any::None);
     }
-    // On a worker process, host tensors go to the session's arena while it has room.
+    Ok(worker_empty(shape.as_slice(), dtype, device)?.into())
+}
+
+/// A tensor of `dims` and `dtype` on `device`, as `runtime.disco.empty` makes it: in a worker
+/// process, a host tensor goes to the session's arena while it has room.
+pub(super) fn worker_empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
     #[cfg(not(loom))]
-    if let Some(tensor) = super::process::arena_empty(shape.as_slice(), dtype, device)? {
-        return Ok(tensor.into());
+    if let Some(tensor) = super::process::arena_empty(dims, dtype, device)? {
+        return Ok(tensor);
     }
-    Ok(device::empty(shape.as_slice(), dtype, device)?.into())
+    device::empty(dims, dtype, device)
 }
 
 /// `bind_worker_to_cpu_core(cpu_ids)`: pins this worker to `cpu_ids[worker_id]`.

@@ -25,6 +25,7 @@ use super::reduce::ReduceOp;
 use crate::abi::{DLDataType, DLDevice};
 use crate::object::args::is_none;
 use crate::object::{Any, AnyView, Error, Result, Shape, Tensor};
+use crate::session::builtins::worker_empty;
 
 /// Runs collective built-in `name` on a hierarchical session when its team calls for it;
 /// `None` leaves it to the flat meshes.
@@ -193,14 +194,10 @@ fn barrier(meshes: &Meshes, local: &Local) -> Result<()> {
     confirmed_by_the_node(local, WHAT, result)
 }
 
-/// A host tensor of `count` elements of `dtype` for a node's part of a gather, on its first
-/// worker: in the node's arena while it has room (the others write into it directly there).
+/// A host tensor of `count` elements of `dtype` for a node's part of a gather or scatter, on
+/// its first worker: in the node's arena while it has room (the others reach it directly there).
 fn node_part(count: usize, dtype: DLDataType) -> Result<Tensor> {
-    let dims = [count as i64];
-    match crate::session::process::arena_empty(&dims, dtype, DLDevice::cpu())? {
-        Some(tensor) => Ok(tensor),
-        None => crate::device::empty(&dims, dtype, DLDevice::cpu()),
-    }
+    worker_empty(&[count as i64], dtype, DLDevice::cpu())
 }
 
 /// The node's `send` buffers (argument 0) gathered, in the order of the node's workers, on its
