@@ -209,7 +209,16 @@ fn workers_on_another_node_run_calls_in_order_with_errors_as_values() {
         "on node 1"
     );
 
-    drop((ids, total, failed, id, add, fail_on));
+    // A dropped DRef's register is empty on every worker once the next call ran there.
+    let freed = ids.reg();
+    drop(ids);
+    let after = call(&s, &id, &[]);
+    for w in 0..4 {
+        let err = s.get_register(freed, w).unwrap_err();
+        assert_error(&err, ErrorKind::Worker, &format!("is empty on worker {w}"));
+    }
+
+    drop((after, total, failed, id, add, fail_on));
     s.sync_all().unwrap();
     for w in 0..4 {
         assert_eq!(

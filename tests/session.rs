@@ -153,6 +153,27 @@ fn registers_are_empty_once_every_dref_is_dropped(kind: Kind) {
     );
 }
 
+each_kind!(a_dropped_drefs_register_is_empty_once_the_next_call_ran);
+fn a_dropped_drefs_register_is_empty_once_the_next_call_ran(kind: Kind) {
+    let s = session(kind, 2);
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let kept = [call(&s, &rank, &[]), call(&s, &rank, &[])];
+    let freed = kept.each_ref().map(DRef::reg);
+    drop(kept);
+    // Worker processes hear of the frees with this call, in its frame; it may reuse one of
+    // the two registers (worker threads were told at once), not both.
+    let after = call(&s, &rank, &[]);
+    let empty: Vec<_> = freed.into_iter().filter(|&r| r != after.reg()).collect();
+    assert!(!empty.is_empty());
+    for w in 0..2 {
+        assert_eq!(int(s.get_register(after.reg(), w).unwrap()), w as i64);
+        for &reg in &empty {
+            let err = s.get_register(reg, w).unwrap_err();
+            assert_error(&err, ErrorKind::Worker, &format!("is empty on worker {w}"));
+        }
+    }
+}
+
 each_kind!(dropping_drefs_never_waits_for_room_in_a_full_queue);
 fn dropping_drefs_never_waits_for_room_in_a_full_queue(kind: Kind) {
     // A DRef may be dropped by a thread the worker waits for (a Python thread holding the
@@ -256,17 +277,22 @@ fn a_bound_call_tried_without_waiting_sends_nothing_when_it_would_wait() {
         "only {} tries were sent",
         sent.len()
     );
-    // A free that finds no room waits to be queued with the next send: tries leave it to a
-    // call that may wait.
+    // A free waits for the next send, which queues it first: a try finds no room for it.
     drop(sent.pop());
-    gate.release_one();
-    let flushed = std::iter::repeat_with(|| bound.try_call(&[]).unwrap())
-        .take(1000)
-        .all(|tried| tried.is_none());
     assert!(
-        flushed,
-        "a try went out before the free waiting for the next send"
+        bound.try_call(&[]).unwrap().is_none(),
+        "a try went out with no room for the free before it"
     );
+    gate.release_one();
+    // Once the worker makes room, a try takes the free along.
+    let along = std::iter::repeat_with(|| {
+        std::thread::yield_now();
+        bound.try_call(&[]).unwrap()
+    })
+    .take(1_000_000)
+    .find_map(|tried| tried)
+    .expect("a try goes out once the worker made room");
+    sent.push(along);
     let waited = bound.call(&[]).unwrap();
     s.sync_all().unwrap();
     let tried = bound

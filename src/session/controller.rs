@@ -144,11 +144,14 @@ pub struct Session {
     /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown;
     /// the watcher of worker processes breaks it when one dies).
     ccl: CurrentCcl,
-    /// Registers of dropped DRefs whose frees found a worker's queue full, each with the first
-    /// worker still to be told: the next send queues them (see `free_register`).
-    deferred_frees: Mutex<Vec<(Reg, usize)>>,
-    /// Whether `deferred_frees` may hold something (so that sends skip its lock otherwise).
-    has_deferred_frees: AtomicBool,
+    /// Registers of dropped DRefs that not every worker was told of yet: the next send tells
+    /// every worker, before its own message (see `free_register`).
+    frees: Mutex<Vec<Reg>>,
+    /// Whether frees wait for the next send even when there is room for them (every worker is
+    /// reached through frames, where a free of its own costs a frame).
+    frees_wait: bool,
+    /// Whether `frees` may hold something (so that sends skip its lock otherwise).
+    has_frees: AtomicBool,
     /// The watch over worker processes (process sessions), which records a worker's death in
     /// its link as it happens.
     watcher: Option<Watcher>,
@@ -609,7 +612,11 @@ impl Session {
         ccl: CurrentCcl,
         health: Option<Arc<Health>>,
     ) -> Arc<Session> {
+        let frees_wait = workers
+            .iter()
+            .all(|link| !matches!(link, WorkerLink::Thread(_)));
         Arc::new(Session {
+            frees_wait,
             workers,
             devices,
             num_groups,
@@ -618,8 +625,8 @@ impl Session {
             timeout: options.timeout,
             spin: options.spin,
             ccl,
-            deferred_frees: Mutex::new(Vec::new()),
-            has_deferred_frees: AtomicBool::new(false),
+            frees: Mutex::new(Vec::new()),
+            has_frees: AtomicBool::new(false),
             watcher,
             ccl_setup: Mutex::new(()),
             upload_modules: options.upload_modules,
@@ -722,22 +729,37 @@ impl Session {
     /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
     fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
-        self.queue_deferred_frees()?;
-        let pushed = self.push_range(self.targets(target), message);
+        self.queue_frees()?;
+        let pushed = self.push_range(self.targets(target), message, &[]);
         self.wake(self.targets(target));
         pushed
     }
 
-    /// Queues `message()` for the workers of `range` without waking them.
+    /// [`Session::run`] of a call for every worker: the frees waiting for a send ride on it,
+    /// one message per worker for both.
+    fn run_call_on_all(&self, call: impl Fn() -> Message) -> Result<()> {
+        self.check_open()?;
+        let kills = self.take_frees();
+        let all = 0..self.workers.len();
+        let pushed = self.push_range(all.clone(), call, &kills);
+        self.settle_frees(kills, pushed.is_ok());
+        self.wake(all);
+        pushed
+    }
+
+    /// Queues `message()` for the workers of `range` without waking them, after `kills`
+    /// (registers they empty first; only a call takes them).
     fn push_range(
         &self,
         range: std::ops::Range<usize>,
         message: impl Fn() -> Message,
+        kills: &[Reg],
     ) -> Result<()> {
         link::push_to(
             &self.workers,
             range,
             message,
+            kills,
             self.spin,
             self.deadline(),
             |w| self.alive(w),
@@ -784,7 +806,7 @@ impl Session {
         make: impl FnOnce(Reply<T>) -> Message,
     ) -> Result<T> {
         self.check_open()?;
-        self.queue_deferred_frees()?;
+        self.queue_frees()?;
         self.push(worker, make(reply.clone()))?;
         self.wake(worker..worker + 1);
         self.wait(worker, &reply, what, self.deadline())
@@ -875,7 +897,7 @@ impl Session {
         self.check_owner(there.0, "func")?;
         let (here_args, there_args) = (self.encode_args(here.1)?, self.encode_args(there.1)?);
         self.check_open()?;
-        self.queue_deferred_frees()?;
+        self.queue_frees()?;
         let all = 0..self.workers.len();
         let local = all
             .clone()
@@ -888,8 +910,8 @@ impl Session {
             args: args.clone(),
         };
         let pushed = self
-            .push_range(0..local, || call(here.0, &here_args))
-            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args)));
+            .push_range(0..local, || call(here.0, &here_args), &[])
+            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args), &[]));
         self.wake(all);
         pushed.map(|()| out)
     }
@@ -1029,11 +1051,15 @@ impl Session {
         let args = self.encode_args(args)?;
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let reg = out.reg();
-        self.run(target, || Message::Call {
+        let call = || Message::Call {
             func,
             out: reg,
             args: args.clone(),
-        })?;
+        };
+        match target {
+            Target::All => self.run_call_on_all(call)?,
+            Target::One(_) => self.run(target, call)?,
+        }
         Ok(out)
     }
 
@@ -1046,15 +1072,19 @@ impl Session {
         args: &[AnyView<'_>],
     ) -> Result<Option<DRef>> {
         self.check_open()?;
-        if self.has_deferred_frees.load(Ordering::SeqCst) {
-            return Ok(None);
-        }
         let args = self.encode_args(args)?;
+        // Waiting frees go first, to every worker: here only when this one is all of them.
+        let kills = self.take_frees();
+        let link = &self.workers[worker];
+        let told = (kills.is_empty() || self.workers.len() == 1)
+            && kills
+                .iter()
+                .all(|&reg| link.try_push(Message::Kill(reg)).is_ok());
         let out = self.registers.allocate();
-        if self.workers[worker]
-            .try_push(Message::Call { func, out, args })
-            .is_err()
-        {
+        let called = told && link.try_push(Message::Call { func, out, args }).is_ok();
+        // A free queued twice empties an empty register: harmless, as it is not reused yet.
+        self.settle_frees(kills, told);
+        if !called {
             self.registers.release(out); // no worker saw it
             return Ok(None);
         }
@@ -1084,7 +1114,7 @@ impl Session {
     /// the first one's kind first, each cause once.
     fn ask_every_worker(&self, what: &str, make: impl Fn(Reply<()>) -> Message) -> Result<()> {
         self.check_open()?;
-        self.queue_deferred_frees()?;
+        self.queue_frees()?;
         let mut replies = Vec::with_capacity(self.workers.len());
         let pushed = (0..self.workers.len()).try_for_each(|worker| {
             let reply: Reply<()> = Reply::new(Completion::new());
@@ -1144,7 +1174,7 @@ impl Session {
     ) -> Result<()> {
         self.check_owner(dref, name)?;
         self.check_open()?;
-        self.queue_deferred_frees()?;
+        self.queue_frees()?;
         let (reg, deadline) = (dref.reg(), self.deadline());
         if self.workers[0].copy_in_place(reg, &host, name, direction, self.spin, deadline)? {
             return Ok(());
@@ -1157,61 +1187,71 @@ impl Session {
         })
     }
 
-    /// Frees a register on every worker (from a dropped DRef), after all earlier calls. This
-    /// never waits for room in a full queue: a DRef may be dropped by a thread the workers
-    /// themselves wait for (a Python thread holding the interpreter lock that a worker's
-    /// Python function needs). The workers whose queue is full are told by the next send.
+    /// Frees a register on every worker (from a dropped DRef), after all earlier calls. Worker
+    /// threads are told at once, where their queues have room; otherwise, and for workers
+    /// reached through frames, the next send tells every worker before its own message (a
+    /// call to every worker carries the frees in its own frame). This never waits: a DRef may
+    /// be dropped by a thread the workers themselves wait for (a Python thread holding the
+    /// interpreter lock that a worker's Python function needs).
     pub(crate) fn free_register(&self, reg: Reg) {
         if self.check_open().is_err() {
             return;
         }
-        match (0..self.workers.len())
-            .find(|&w| self.workers[w].try_push(Message::Kill(reg)).is_err())
+        // A worker told here and again by the next send empties an empty register.
+        if !self.frees_wait
+            && self
+                .workers
+                .iter()
+                .all(|link| link.try_push(Message::Kill(reg)).is_ok())
         {
-            None => self.registers.release(reg),
-            Some(untold) => {
-                self.deferred_frees
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .push((reg, untold));
-                self.has_deferred_frees.store(true, Ordering::SeqCst);
-            }
+            self.registers.release(reg);
+            return;
+        }
+        self.frees
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(reg);
+        self.has_frees.store(true, Ordering::SeqCst);
+    }
+
+    /// The frees waiting for a send, taken; [`Session::settle_frees`] settles them.
+    fn take_frees(&self) -> Vec<Reg> {
+        // A load first: the flag is clear on most sends.
+        if !self.has_frees.load(Ordering::SeqCst) || !self.has_frees.swap(false, Ordering::SeqCst) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *self.frees.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Releases taken frees for reuse once every worker was `told`, or keeps them for the next
+    /// send (a worker told twice empties an empty register).
+    fn settle_frees(&self, kills: Vec<Reg>, told: bool) {
+        if told {
+            kills
+                .into_iter()
+                .for_each(|reg| self.registers.release(reg));
+        } else if !kills.is_empty() {
+            self.frees
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(kills);
+            self.has_frees.store(true, Ordering::SeqCst);
         }
     }
 
-    /// Queues the frees `free_register` left to the next send, waiting for room as sends do;
-    /// a register is reused once every worker was told. What a failed wait leaves stays for
-    /// the next send.
-    fn queue_deferred_frees(&self) -> Result<()> {
-        // A load first: the flag is rarely set, and every send passes here.
-        if !self.has_deferred_frees.load(Ordering::SeqCst)
-            || !self.has_deferred_frees.swap(false, Ordering::SeqCst)
-        {
+    /// Queues the frees waiting for a send to every worker, waiting for room as sends do.
+    fn queue_frees(&self) -> Result<()> {
+        let kills = self.take_frees();
+        if kills.is_empty() {
             return Ok(());
         }
-        let deferred = std::mem::take(
-            &mut *self
-                .deferred_frees
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        let mut left = deferred.into_iter();
-        while let Some((reg, first)) = left.next() {
-            for w in first..self.workers.len() {
-                if let Err(error) = self.push(w, Message::Kill(reg)) {
-                    let mut back = self
-                        .deferred_frees
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    back.push((reg, w));
-                    back.extend(left);
-                    self.has_deferred_frees.store(true, Ordering::SeqCst);
-                    return Err(error);
-                }
-            }
-            self.registers.release(reg);
-        }
-        Ok(())
+        let queued = (0..self.workers.len()).try_for_each(|w| {
+            kills
+                .iter()
+                .try_for_each(|&reg| self.push(w, Message::Kill(reg)))
+        });
+        self.settle_frees(kills, queued.is_ok());
+        queued
     }
 
     /// Sets up collectives between the workers: `"cpu"` (shared memory, every worker on the

@@ -28,15 +28,17 @@ use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 
-/// Queues `message()` for each of `targets` without waking them. Threads get the typed
-/// message itself; worker processes get one encoding of it, made once for all of them, and
-/// nodes the same bytes: that encoding where it was made, else one for a stream (large
-/// tensors written from their own memory); a node gets one message for all of its workers
-/// when every worker is targeted.
+/// Queues `message()` for each of `targets` without waking them, after `kills`, registers
+/// each target empties first (only a call takes them). Threads get the typed messages
+/// themselves; worker processes get one encoding of the call with its kills, made once for all
+/// of them, and nodes the same bytes: that encoding where it was made, else one for a stream
+/// (large tensors written from their own memory); a node gets one message for all of its
+/// workers when every worker is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
     message: impl Fn() -> Message,
+    kills: &[Reg],
     spin: SpinPolicy,
     deadline: Option<Instant>,
     alive: impl Fn(usize) -> Result<()>,
@@ -51,13 +53,15 @@ pub(super) fn push_to(
     let whole = targets.len() == links.len();
     for worker in targets {
         match &links[worker] {
-            WorkerLink::Thread(link) => link
-                .channel
-                .push(message(), spin, deadline, || alive(worker))?,
+            WorkerLink::Thread(link) => {
+                let push = |message| link.channel.push(message, spin, deadline, || alive(worker));
+                kills.iter().try_for_each(|&reg| push(Message::Kill(reg)))?;
+                push(message())?
+            }
             #[cfg(not(loom))]
             WorkerLink::Process(link) => {
                 let frame = once(&mut encoded, || {
-                    super::requests::encode_broadcast(&message())
+                    super::requests::encode_broadcast(&message(), kills)
                 })?;
                 link.send_encoded(frame, spin, deadline)?
             }
@@ -74,7 +78,7 @@ pub(super) fn push_to(
                     Some(frame) => link.send_encoded(frame, whole)?,
                     None => {
                         let frame = once(&mut gathered, || {
-                            super::requests::gather_broadcast(&message())
+                            super::requests::gather_broadcast(&message(), kills)
                         })?;
                         link.send_gathered(frame, whole)?
                     }

@@ -8,6 +8,7 @@
 //! leaves its failure for the next wait, as a worker thread keeps it for its next sync.
 
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
+use super::registers::Reg;
 use crate::object::{Any, AnyView, Error, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
@@ -47,7 +48,7 @@ pub(crate) fn try_send(
     message: Message,
     send: impl FnOnce(&[u8]) -> bool,
 ) -> std::result::Result<(), Message> {
-    let Ok(frame) = encode_broadcast(&message) else {
+    let Ok(frame) = encode_broadcast(&message, &[]) else {
         return Err(message);
     };
     let sent = send(&frame);
@@ -56,16 +57,19 @@ pub(crate) fn try_send(
 }
 
 /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
-/// every worker it goes to. A value that cannot cross is a `TypeError` naming it.
-pub(crate) fn encode_broadcast(message: &Message) -> Result<Vec<u8>> {
+/// every worker it goes to; `kills`, the registers to empty first, ride on a call (nothing
+/// else takes them). A value that cannot cross is a `TypeError` naming it.
+pub(crate) fn encode_broadcast(message: &Message, kills: &[Reg]) -> Result<Vec<u8>> {
     let mut out = frame_buffer();
-    broadcast_frame(message, |frame| frame.encode(&mut out))?;
+    broadcast_frame(message, kills, |frame| frame.encode(&mut out))?;
     Ok(out)
 }
 
 /// [`encode_broadcast`] for a stream: large host tensors are written from their own memory.
-pub(crate) fn gather_broadcast(message: &Message) -> Result<Gathered> {
-    broadcast_frame(message, |frame| frame.encode_gathered(frame_buffer()))
+pub(crate) fn gather_broadcast(message: &Message, kills: &[Reg]) -> Result<Gathered> {
+    broadcast_frame(message, kills, |frame| {
+        frame.encode_gathered(frame_buffer())
+    })
 }
 
 /// Gives a gathered frame's buffer back, as [`recycle`] does.
@@ -76,8 +80,12 @@ pub(crate) fn recycle_gathered(frame: Gathered) {
 /// Hands `encode` the frame of a message that needs no reply.
 fn broadcast_frame<R>(
     message: &Message,
+    kills: &[Reg],
     encode: impl FnOnce(&Frame<AnyView<'_>>) -> Result<R>,
 ) -> Result<R> {
+    if !kills.is_empty() && !matches!(message, Message::Call { .. }) {
+        return Err(Error::runtime("only a call carries kills"));
+    }
     let frame = match message {
         Message::Call {
             func,
@@ -94,6 +102,7 @@ fn broadcast_frame<R>(
                 })
                 .collect();
             Frame::Call {
+                kills: kills.to_vec(),
                 func: *func,
                 out: *reg,
                 args,
@@ -270,7 +279,7 @@ impl RequestBook {
                 .encode(&mut out)?;
                 (request, copy_back(reply, host))
             }
-            message => return Ok(Request::Broadcast(encode_broadcast(&message)?)),
+            message => return Ok(Request::Broadcast(encode_broadcast(&message, &[])?)),
         };
         Ok(Request::Waits(out, id, pending))
     }

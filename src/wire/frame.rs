@@ -30,13 +30,14 @@ pub enum Kind {
     CopyFromWorker0,
     Shutdown,
     Lend,
+    KillCall,
     Ok,
     Err,
 }
 
 impl Kind {
     /// Every kind, in the order of their codes.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::Call,
         Kind::Store,
         Kind::Kill,
@@ -48,6 +49,7 @@ impl Kind {
         Kind::CopyFromWorker0,
         Kind::Shutdown,
         Kind::Lend,
+        Kind::KillCall,
         Kind::Ok,
         Kind::Err,
     ];
@@ -66,6 +68,7 @@ impl Kind {
             Kind::CopyFromWorker0 => 9,
             Kind::Shutdown => 10,
             Kind::Lend => 11,
+            Kind::KillCall => 12,
             Kind::Ok => 128,
             Kind::Err => 129,
         }
@@ -89,6 +92,7 @@ impl Kind {
             Kind::CopyFromWorker0 => "CopyFromWorker0",
             Kind::Shutdown => "Shutdown",
             Kind::Lend => "Lend",
+            Kind::KillCall => "KillCall",
             Kind::Ok => "Ok",
             Kind::Err => "Err",
         }
@@ -108,10 +112,13 @@ impl Kind {
 /// too, and come back in the reply to the request.
 #[derive(Clone, Debug)]
 pub enum Frame<P = Any> {
-    /// Calls the function in register `func` with `args` (a [`Value::Register`] argument is
-    /// that register's value on the worker) and stores the result, or the failure, in `out`.
-    /// No reply: a failure is reported by the next `Sync`.
+    /// Empties the registers of `kills`, in order, then calls the function in register `func`
+    /// with `args` (a [`Value::Register`] argument is that register's value on the worker) and
+    /// stores the result, or the failure, in `out`. No reply: a failure is reported by the next
+    /// `Sync`. A `Call` frame without kills, a `KillCall` frame with them: the frees of a
+    /// controller's dropped DRefs ride on its next call.
     Call {
+        kills: Vec<u32>,
         func: u32,
         out: u32,
         args: Vec<Value<P>>,
@@ -169,7 +176,8 @@ pub enum Frame<P = Any> {
 impl<P> Frame<P> {
     pub fn kind(&self) -> Kind {
         match self {
-            Frame::Call { .. } => Kind::Call,
+            Frame::Call { kills, .. } if kills.is_empty() => Kind::Call,
+            Frame::Call { .. } => Kind::KillCall,
             Frame::Store { .. } => Kind::Store,
             Frame::Kill { .. } => Kind::Kill,
             Frame::Sync { .. } => Kind::Sync,
@@ -187,9 +195,17 @@ impl<P> Frame<P> {
 }
 
 /// A register field: never 0.
-fn write_reg(s: &mut dyn Sink, reg: u32, name: &str) -> Result<()> {
+fn write_reg(s: &mut dyn Sink, reg: u32, name: impl Display) -> Result<()> {
     check_register(reg, &format_args!("`{name}`"))?;
     s.u32(reg)
+}
+
+/// A call's count of `what` (its arguments, its kills) and the reserved word after it.
+fn write_count(s: &mut dyn Sink, count: usize, what: &str) -> Result<()> {
+    let count = u32::try_from(count)
+        .map_err(|_| Error::value(format!("a call of {count} {what} cannot cross")))?;
+    s.u32(count)?;
+    s.u32(0)
 }
 
 /// The `None` value (an absent optional field).
@@ -278,14 +294,24 @@ impl<P: Packed> Frame<P> {
 
     fn write_payload(&self, s: &mut dyn Sink) -> Result<()> {
         match self {
-            Frame::Call { func, out, args } => {
+            Frame::Call {
+                kills,
+                func,
+                out,
+                args,
+            } => {
+                if !kills.is_empty() {
+                    write_count(s, kills.len(), "kills")?;
+                    for (i, reg) in kills.iter().enumerate() {
+                        write_reg(s, *reg, format_args!("kills[{i}]"))?;
+                    }
+                    if kills.len() % 2 == 1 {
+                        s.u32(0)?;
+                    }
+                }
                 write_reg(s, *func, "func")?;
                 write_reg(s, *out, "out")?;
-                let argc = u32::try_from(args.len()).map_err(|_| {
-                    Error::value(format!("a call of {} arguments cannot cross", args.len()))
-                })?;
-                s.u32(argc)?;
-                s.u32(0)?;
+                write_count(s, args.len(), "arguments")?;
                 for (i, arg) in args.iter().enumerate() {
                     write_value(s, arg, &format_args!("`args[{i}]`"))?;
                 }
@@ -363,11 +389,39 @@ impl<P: Packed> Frame<P> {
 }
 
 /// A register field: never 0.
-fn read_reg(r: &mut Reader<'_>, name: &str) -> Result<u32> {
+fn read_reg(r: &mut Reader<'_>, name: impl Display) -> Result<u32> {
     let at = r.offset();
     let reg = r.u32(format_args!("`{name}`"))?;
     check_register(reg, &format_args!("`{name}`")).map_err(|e| r.error_at(at, e.message))?;
     Ok(reg)
+}
+
+/// A `KillCall`'s registers to empty: a count (at least 1), a reserved word, the registers,
+/// and a zero word when the count is odd.
+fn read_kills(r: &mut Reader<'_>) -> Result<Vec<u32>> {
+    let at = r.offset();
+    let count = r.u32("the kill count")?;
+    r.reserved("the word after the kill count")?;
+    // Every register takes 4 bytes: a count the payload cannot hold is refused before
+    // anything is allocated for it.
+    let most = r.remaining() / 4;
+    if count == 0 || count as usize > most {
+        return Err(r.error_at(
+            at,
+            format_args!(
+                "{count} kills declared, but a KillCall kills from 1 to as many as the {} \
+                 bytes left hold ({most})",
+                r.remaining()
+            ),
+        ));
+    }
+    let kills = (0..count)
+        .map(|i| read_reg(r, format_args!("kills[{i}]")))
+        .collect::<Result<Vec<_>>>()?;
+    if count % 2 == 1 {
+        r.reserved("the padding after the kills")?;
+    }
+    Ok(kills)
 }
 
 fn read_request(r: &mut Reader<'_>) -> Result<u64> {
@@ -478,7 +532,11 @@ impl Frame {
         let kind = header.kind.name();
         let r = &mut Reader::new(payload, HEADER_SIZE, header.minor, kind).with_mode(mode);
         let frame = match header.kind {
-            Kind::Call => {
+            Kind::Call | Kind::KillCall => {
+                let kills = match header.kind {
+                    Kind::KillCall => read_kills(r)?,
+                    _ => Vec::new(),
+                };
                 let func = read_reg(r, "func")?;
                 let out = read_reg(r, "out")?;
                 let at = r.offset();
@@ -500,7 +558,12 @@ impl Frame {
                 let args = (0..argc)
                     .map(|i| read_value(r, &format_args!("`args[{i}]`")))
                     .collect::<Result<_>>()?;
-                Frame::Call { func, out, args }
+                Frame::Call {
+                    kills,
+                    func,
+                    out,
+                    args,
+                }
             }
             Kind::Store => {
                 let reg = read_reg(r, "reg")?;

@@ -144,6 +144,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-no-args",
             Frame::Call {
+                kills: vec![],
                 func: 1,
                 out: 2,
                 args: vec![],
@@ -152,6 +153,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-every-value",
             Frame::Call {
+                kills: vec![],
                 func: 3,
                 out: 4,
                 args: every_value(),
@@ -174,6 +176,15 @@ fn samples() -> Vec<(&'static str, Frame)> {
             },
         ),
         ("kill", Frame::Kill { reg: 7 }),
+        (
+            "kill-call",
+            Frame::Call {
+                kills: vec![7, 8, 9],
+                func: 1,
+                out: 2,
+                args: vec![Value::Register(8)],
+            },
+        ),
         ("sync", Frame::Sync { request: 1 }),
         ("get", Frame::Get { request: 2, reg: 4 }),
         ("lend", Frame::Lend { request: 9, reg: 4 }),
@@ -358,6 +369,7 @@ fn tensor_data_is_8_byte_aligned_in_the_frame() {
         ],
     ] {
         let bytes = encode(&Frame::Call {
+            kills: vec![],
             func: 1,
             out: 2,
             args,
@@ -378,6 +390,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     };
     let (first, second) = (large((64 << 10) + 3, 1), large(100_000, 2));
     let frame = Frame::Call {
+        kills: vec![],
         func: 1,
         out: 2,
         args: vec![
@@ -398,6 +411,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     assert!(gathered.into_bytes().len() < 1024);
     // What cannot cross fails before anything is written.
     let bad = Frame::Call {
+        kills: vec![],
         func: 1,
         out: 2,
         args: vec![
@@ -509,11 +523,13 @@ fn borrowed_values_encode_as_owned_ones_do() {
         host_tensor(&[2], I8, &[9, 8]).into(),
     ];
     let owned: Frame = Frame::Call {
+        kills: vec![],
         func: 1,
         out: 2,
         args: values.iter().cloned().map(Value::Plain).collect(),
     };
     let borrowed: Frame<AnyView<'_>> = Frame::Call {
+        kills: vec![],
         func: 1,
         out: 2,
         args: values.iter().map(|v| Value::Plain(v.view())).collect(),
@@ -541,11 +557,18 @@ fn every_frame_kind_round_trips() {
 #[test]
 fn frames_keep_their_fields() {
     match round_trip(&Frame::Call {
+        kills: vec![],
         func: 3,
         out: 4,
         args: every_value(),
     }) {
-        Frame::Call { func, out, args } => {
+        Frame::Call {
+            kills,
+            func,
+            out,
+            args,
+        } => {
+            assert!(kills.is_empty());
             assert_eq!((func, out, args.len()), (3, 4, every_value().len()));
             assert!(matches!(args[2], Value::Plain(Any::Int(-5))));
             assert!(matches!(args[11], Value::Register(12)));
@@ -661,6 +684,7 @@ fn refused<P: Packed>(frame: &Frame<P>, kind: ErrorKind, message: &str) {
 
 fn call(args: Vec<Value>) -> Frame {
     Frame::Call {
+        kills: vec![],
         func: 1,
         out: 2,
         args,
@@ -748,12 +772,23 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
     );
     refused(
         &Frame::<Any>::Call {
+            kills: vec![],
             func: 0,
             out: 2,
             args: vec![],
         },
         ErrorKind::Value,
         "`func`: register 0 is reserved (no DRef holds it)",
+    );
+    refused(
+        &Frame::<Any>::Call {
+            kills: vec![3, 0],
+            func: 1,
+            out: 2,
+            args: vec![],
+        },
+        ErrorKind::Value,
+        "`kills[1]`: register 0 is reserved (no DRef holds it)",
     );
     refused(
         &Frame::<Any>::Kill { reg: 0 },
@@ -899,12 +934,12 @@ fn bad_headers_are_refused() {
     bytes[4] = 2;
     assert_eq!(
         refusal(&bytes),
-        "bad wire frame: wire version 2.1 is not supported (this reader reads 1.x)"
+        "bad wire frame: wire version 2.2 is not supported (this reader reads 1.x)"
     );
     assert_eq!(
         refusal(&raw_with(3, 99, &[])),
         "bad wire frame: unknown frame kind 99 (in a version 1.3 frame; this reader knows the \
-         kinds of version 1.1)"
+         kinds of version 1.2)"
     );
 }
 
@@ -926,7 +961,7 @@ fn a_newer_minor_version_is_read() {
     assert_eq!(
         refusal(&bytes),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 300 (in a \
-         version 1.7 frame; this reader knows the tags of version 1.1)"
+         version 1.7 frame; this reader knows the tags of version 1.2)"
     );
 }
 
@@ -1026,11 +1061,40 @@ fn lengths_past_the_payload_are_refused_before_allocating() {
 }
 
 #[test]
+fn kill_calls_kill_at_least_one_register_and_pad_to_eight_bytes() {
+    let call = Payload::default().u32(1).u32(2).u32(0).u32(0).0;
+    let kill_call = |head: Payload| raw(Kind::KillCall, head.bytes(&call));
+    // One kill, then its padding word, then the call.
+    let frame = decode(&kill_call(Payload::default().u32(1).u32(0).u32(7).u32(0))).unwrap();
+    assert!(matches!(frame, Frame::Call { kills, func: 1, out: 2, .. } if kills == [7]));
+    assert_eq!(
+        refusal(&kill_call(Payload::default().u32(0).u32(0))),
+        "bad wire frame: KillCall frame, at byte 16: 0 kills declared, but a KillCall kills \
+         from 1 to as many as the 16 bytes left hold (4)"
+    );
+    assert_eq!(
+        refusal(&kill_call(Payload::default().u32(u32::MAX).u32(0))),
+        "bad wire frame: KillCall frame, at byte 16: 4294967295 kills declared, but a KillCall \
+         kills from 1 to as many as the 16 bytes left hold (4)"
+    );
+    assert_eq!(
+        refusal(&kill_call(Payload::default().u32(1).u32(0).u32(7).u32(5))),
+        "bad wire frame: KillCall frame, at byte 28: the padding after the kills is 5, not 0 \
+         (reserved)"
+    );
+    assert_eq!(
+        refusal(&kill_call(Payload::default().u32(2).u32(0).u32(7).u32(0))),
+        "bad wire frame: KillCall frame, at byte 28: `kills[1]`: register 0 is reserved (no \
+         DRef holds it)"
+    );
+}
+
+#[test]
 fn unknown_tags_and_values_of_the_wrong_tag_are_refused() {
     assert_eq!(
         refusal(&ok_with(Payload::default().u32(99).u32(0))),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 99 (in a \
-         version 1.0 frame; this reader knows the tags of version 1.1)"
+         version 1.0 frame; this reader knows the tags of version 1.2)"
     );
     let int = Payload::default().u32(tag::INT).u32(0).i64(1);
     let store = raw(Kind::Store, Payload::default().u32(1).u32(0).bytes(&int.0));
@@ -1417,13 +1481,18 @@ fn frame() -> impl Strategy<Value = Frame> {
     let name = "\\PC{0,12}";
     let arena = arena_tensor();
     prop_oneof![
-        (reg.clone(), reg.clone(), vec(spec(), 0..6)).prop_map(|(func, out, specs)| {
-            Frame::Call {
+        (
+            vec(reg.clone(), 0..4),
+            reg.clone(),
+            reg.clone(),
+            vec(spec(), 0..6)
+        )
+            .prop_map(|(kills, func, out, specs)| Frame::Call {
+                kills,
                 func,
                 out,
                 args: specs.iter().map(make).collect(),
-            }
-        }),
+            }),
         (reg.clone(), proptest::option::of(name), spec()).prop_map(|(reg, name, spec)| {
             Frame::Store {
                 reg,
@@ -1510,11 +1579,17 @@ proptest! {
 
     /// A call's arguments come back equal, in order.
     #[test]
-    fn random_calls_round_trip(specs in vec(spec(), 0..8), func in 1..=u32::MAX) {
-        let frame = Frame::Call { func, out: 1, args: specs.iter().map(make).collect() };
-        let Frame::Call { func: back_func, args, .. } = round_trip(&frame) else {
+    fn random_calls_round_trip(
+        specs in vec(spec(), 0..8),
+        func in 1..=u32::MAX,
+        kills in vec(1..=u32::MAX, 0..5),
+    ) {
+        let frame = Frame::Call { kills: kills.clone(), func, out: 1, args: specs.iter().map(make).collect() };
+        let Frame::Call { kills: back_kills, func: back_func, args, .. } = round_trip(&frame)
+        else {
             return Err(TestCaseError::fail("not a Call frame"));
         };
+        prop_assert_eq!(back_kills, kills);
         prop_assert_eq!(back_func, func);
         prop_assert_eq!(args.len(), specs.len());
         for (spec, arg) in specs.iter().zip(&args) {

@@ -215,7 +215,7 @@ impl ProcessLink {
         if own_death().is_err() {
             return Ok(());
         }
-        let frame = encode_broadcast(&Message::Shutdown)?;
+        let frame = encode_broadcast(&Message::Shutdown, &[])?;
         self.requests
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

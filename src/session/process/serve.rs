@@ -231,6 +231,17 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
                 }
                 (true, Some(copy_from(&mut worker, request, reg)))
             }
+            Frame::Call {
+                kills,
+                func,
+                out,
+                args,
+            } => {
+                for reg in kills {
+                    worker.handle(Message::Kill(reg));
+                }
+                (worker.handle(call(func, out, args)?), None)
+            }
             frame => {
                 // `_source` holds the memory a copy to worker 0 reads until the copy ran.
                 let (message, answer, _source) = request(frame)?;
@@ -347,11 +358,6 @@ fn slot<T>() -> Reply<T> {
 /// reads (kept until the message ran).
 fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
     Ok(match frame {
-        Frame::Call { func, out, args } => {
-            let args: Vec<Arg> = args.into_iter().map(argument).collect::<Result<_>>()?;
-            let args = (!args.is_empty()).then(|| args.into());
-            (Message::Call { func, out, args }, None, None)
-        }
         Frame::Store { reg, name, value } => {
             let value = match argument(value)? {
                 Arg::Value(value) => value,
@@ -406,6 +412,13 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
             )));
         }
     })
+}
+
+/// The message of a call frame.
+fn call(func: u32, out: u32, args: Vec<Value>) -> Result<Message> {
+    let args: Vec<Arg> = args.into_iter().map(argument).collect::<Result<_>>()?;
+    let args = (!args.is_empty()).then(|| args.into());
+    Ok(Message::Call { func, out, args })
 }
 
 /// A decoded value as the argument of a message.
