@@ -1298,6 +1298,36 @@ fn groups_and_transfers_meet_on_every_kind(kind: Kind) {
         part_of(3),
         "from worker 3 to worker 0"
     );
+    // Within a node (on nodes, these stay in its shared memory): 1 to 0, and 2 to 3.
+    builtin_each(
+        &s,
+        &[
+            (
+                &[1],
+                "runtime.disco.send_to_worker",
+                &[part.clone().into(), Any::Int(0)],
+            ),
+            (
+                &[0],
+                "runtime.disco.recv_from_worker",
+                &[got.clone().into(), Any::Int(1)],
+            ),
+            (
+                &[2],
+                "runtime.disco.send_to_worker",
+                &[part.clone().into(), Any::Int(3)],
+            ),
+            (
+                &[3],
+                "runtime.disco.recv_from_worker",
+                &[got.clone().into(), Any::Int(2)],
+            ),
+        ],
+    );
+    s.sync_all().unwrap();
+    let moved = gathered(&s, &got, len);
+    assert_eq!(moved[..len], part_of(1), "from worker 1 to worker 0");
+    assert_eq!(moved[3 * len..], part_of(2), "from worker 2 to worker 3");
     builtin_on(&s, Target::All, "runtime.disco.barrier", &[Any::Bool(true)]).unwrap();
 }
 each_kind_and_nodes!(groups_and_transfers_meet_on_every_kind);

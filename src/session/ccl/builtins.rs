@@ -499,8 +499,9 @@ pub(super) fn barrier(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> R
     Ok(Any::None)
 }
 
-/// One side of a transfer between `from` and `to` (global ids) of the buffer argument 0.
-fn transfer(
+/// One side of a transfer between `from` and `to` (ids as `info` and `ccl` number the
+/// workers) of the buffer argument 0.
+pub(super) fn transfer(
     args: &[AnyView<'_>],
     what: &'static str,
     info: WorkerInfo,

@@ -16,7 +16,8 @@
 //!
 //! Gathers meet in the node first, on its first worker, which then meets the others (an
 //! allgather then broadcasts the whole to its node); a scatter goes from leader to leader, then
-//! within each node. Groups across nodes and transfers run on the flat Gloo meshes.
+//! within each node. Groups across nodes, and transfers between nodes, run on the flat Gloo
+//! meshes; a transfer within a node stays in its shared memory.
 
 use super::Buf;
 use super::builtins::{self, Collective, buffer, in_group, reduce_kind, root_send};
@@ -42,7 +43,7 @@ pub(super) fn dispatch(
         | "runtime.disco.scatter_from_worker0"
         | "runtime.disco.gather_to_worker0" => Some(1),
         "runtime.disco.barrier" => (!is_none(args, 0)).then_some(0),
-        _ => return None,
+        _ => return transfer_on_node(meshes, local, name, args),
     };
     // A bad `in_group` is the flat path's to report.
     let grouped = match in_group_at {
@@ -69,7 +70,13 @@ pub(super) fn dispatch(
 /// Runs `body` among the node's workers; its errors say that they number the node's workers
 /// from 0.
 fn meet(local: &Local, body: Collective, args: &[AnyView<'_>]) -> Result<()> {
-    body(local.info, &local.ccl, args).map(|_| ()).map_err(|e| {
+    on_the_node(local, body(local.info, &local.ccl, args).map(|_| ()))
+}
+
+/// What a meeting among the node's workers gave, its error saying that they number the node's
+/// workers from 0.
+fn on_the_node(local: &Local, met: Result<()>) -> Result<()> {
+    met.map_err(|e| {
         Error::new(
             e.kind,
             format!(
@@ -78,6 +85,27 @@ fn meet(local: &Local, body: Collective, args: &[AnyView<'_>]) -> Result<()> {
             ),
         )
     })
+}
+
+/// Transfer built-in `name` between two workers of this node, in its shared memory; `None`
+/// for one whose other end is on another node, or that names no other end (the flat path
+/// reports why).
+fn transfer_on_node(
+    meshes: &Meshes,
+    local: &Local,
+    name: &str,
+    args: &[AnyView<'_>],
+) -> Option<Result<()>> {
+    let what = builtins::TRANSFERS.into_iter().find(|t| *t == name)?;
+    let (other, sending) = builtins::transfer_peer(what, args, &meshes.info)?.ok()?;
+    let other = other
+        .checked_sub(local.first)
+        .filter(|&o| o < local.info.num_workers)?;
+    let me = local.info.id;
+    let (from, to) = if sending { (me, other) } else { (other, me) };
+    let what = what.strip_prefix("runtime.disco.").unwrap_or(what);
+    let moved = builtins::transfer(args, what, local.info, &local.ccl, from, to);
+    Some(on_the_node(local, moved))
 }
 
 fn views(values: &[Any]) -> Vec<AnyView<'_>> {
