@@ -1367,6 +1367,38 @@ fn workers_that_call_different_collectives_fail_together_and_go_on(kind: Kind) {
 }
 each_kind_and_nodes!(workers_that_call_different_collectives_fail_together_and_go_on);
 
+fn a_gather_and_an_allgather_called_together_fail_on_every_worker(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..SessionOptions::default()
+    };
+    // On nodes, workers 0 and 1 are node 0, and meet there before their node meets the other.
+    let s = start(kind, 4, 1, options).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let part = remote_f32(&s, 4, true);
+    let all = remote_f32(&s, 16, true);
+    let args = [part.clone().into(), Any::Bool(false), all.clone().into()];
+    builtin_each(
+        &s,
+        &[
+            (&[0, 2, 3], "runtime.disco.gather_to_worker0", &args),
+            (&[1], "runtime.disco.allgather", &args),
+        ],
+    );
+    let mismatch = "worker 1 called `allgather` while worker 0 called `gather_to_worker0`";
+    for w in 0..4 {
+        let err = s.sync_worker(w).expect_err("every worker fails");
+        assert_eq!(err.kind, ErrorKind::Worker, "{err}");
+        // On nodes, node 1 learns that node 0's first worker could not take part.
+        let why = err.message.contains(mismatch)
+            || (w >= 2 && err.message.contains("worker 0 could not take part"));
+        assert!(why, "worker {w}: {err}");
+    }
+    // Every worker failed alike: the communicator still works.
+    builtin_on(&s, Target::All, "runtime.disco.allgather", &args).unwrap();
+}
+each_kind_and_nodes!(a_gather_and_an_allgather_called_together_fail_on_every_worker);
+
 #[test]
 fn the_built_ins_of_gloos_rendezvous_refuse_bad_input_naming_it() {
     let s = start(Kind::Threads, 2, 1, SessionOptions::default()).unwrap();

@@ -446,21 +446,31 @@ pub(super) fn scatter(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> R
 }
 
 pub(super) fn gather(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> Result<Any> {
+    gather_as("gather_to_worker0", info, ccl, args)
+}
+
+/// `runtime.disco.gather_to_worker0`, posted as collective `what`: a hierarchical allgather
+/// gathers its node's parts so, and meets only workers that called an allgather too.
+pub(super) fn gather_as(
+    what: &'static str,
+    info: WorkerInfo,
+    ccl: &CpuCcl,
+    args: &[AnyView<'_>],
+) -> Result<Any> {
     const NAME: &str = "runtime.disco.gather_to_worker0";
-    const WHAT: &str = "gather_to_worker0";
     let grouped = arity(NAME, args, 2, 3).and_then(|()| in_group(args, 1));
-    let (team, rank) = team_of(ccl, info, WHAT, grouped)?;
-    let join = |r| joined(ccl, team, rank, WHAT, r);
+    let (team, rank) = team_of(ccl, info, what, grouped)?;
+    let join = |r| joined(ccl, team, rank, what, r);
     let send = join(buffer(args, 0, "send", true))?.expect("required");
     let recv = join(buffer(args, 2, "recv", rank == 0))?;
     let staged = team.staged(send.nbytes);
     let recv = if rank == 0 { recv } else { None };
-    let post = Post::new(WHAT, 0, Some(send), recv);
+    let post = Post::new(what, 0, Some(send), recv);
     let check = |posts: &Posts| {
-        root_checks(team, posts, WHAT, "recv", |p| p.recv.is_some())?;
+        root_checks(team, posts, what, "recv", |p| p.recv.is_some())?;
         same_buffers(team, posts, "send", send_of)?;
         let n = posts.len();
-        sized(WHAT, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
+        sized(what, recv_of(&posts[0]), "recv", send_of(&posts[0]), n)
     };
     ccl.run(team, rank, post, staged, check, |posts| {
         // The root collects the staged copies; large sends go in by their owners at once.

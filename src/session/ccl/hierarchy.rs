@@ -229,9 +229,13 @@ fn node_part(count: usize, dtype: DLDataType) -> Result<Tensor> {
 }
 
 /// The node's `send` buffers (argument 0) gathered, in the order of the node's workers, on its
-/// first worker, which gets the node's part back; the first meeting of the gathers.
-fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor, Buf)>> {
-    const WHAT: &str = "gather_to_worker0";
+/// first worker, which gets the node's part back; the first meeting of the gathers, as
+/// collective `what` (so an allgather and a gather do not meet).
+fn gather_in_node(
+    local: &Local,
+    what: &'static str,
+    args: &[AnyView<'_>],
+) -> Result<Option<(Tensor, Buf)>> {
     let part = match &local.leaders {
         Some(_) => {
             let made = buffer(args, 0, "send", true).and_then(|send| {
@@ -242,7 +246,7 @@ fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor,
             match made {
                 Ok(part) => Some(part),
                 // The node's workers are in the meeting already.
-                Err(error) => return fail_node(local, WHAT, error),
+                Err(error) => return fail_node(local, what, error),
             }
         }
         None => None,
@@ -252,7 +256,8 @@ fn gather_in_node(local: &Local, args: &[AnyView<'_>]) -> Result<Option<(Tensor,
         Any::Bool(false),
         part.clone().map_or(Any::None, Any::from),
     ];
-    meet(local, builtins::gather, &views(&values))?;
+    let met = builtins::gather_as(what, local.info, &local.ccl, &views(&values));
+    on_the_node(local, met.map(drop))?;
     Ok(part.map(|tensor| {
         let buf = Buf::of(&tensor).expect("one dimension");
         (tensor, buf)
@@ -268,7 +273,7 @@ fn gathers(meshes: &Meshes, local: &Local, args: &[AnyView<'_>], all: bool) -> R
     } else {
         "gather_to_worker0"
     };
-    let node = gather_in_node(local, args);
+    let node = gather_in_node(local, what, args);
     let finish = |result| match all {
         true => to_the_node(local, args, 2, result),
         false => confirmed_by_the_node(local, what, result),
