@@ -1405,18 +1405,23 @@ fn the_built_ins_of_gloos_rendezvous_refuse_bad_input_naming_it() {
     let open = "runtime.disco.gloo.open_per_worker";
     let connect = "runtime.disco.gloo.connect_per_worker";
     let int = Any::Int;
-    let table: [(&str, Vec<Any>, &[&str]); 5] = [
+    let table: [(&str, Vec<Any>, &[&str]); 6] = [
         (
             open,
-            vec![int(1), int(-1), int(-1), int(0)],
+            vec![int(1), int(-1), int(-1), int(0), int(-1)],
             &["TypeError", "argument 0 (hosts)"],
         ),
         (
             open,
-            vec!["a,b,c".into(), int(-1), int(-1), int(0)],
+            vec!["a,b,c".into(), int(-1), int(-1), int(0), int(-1)],
             &["ValueError", "3 nodes cannot share 2 workers"],
         ),
-        (open, vec!["a".into()], &["TypeError", "takes 4 arguments"]),
+        (open, vec!["a".into()], &["TypeError", "takes 5 arguments"]),
+        (
+            open,
+            vec!["a".into(), int(-1), int(0), int(0), int(99)],
+            &["ValueError", "no communicator is staged under 99"],
+        ),
         (
             connect,
             vec![Any::Bytes(discovm::object::Bytes::new(&[1, 0]))],

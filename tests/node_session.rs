@@ -1179,3 +1179,80 @@ fn killed_during_a_barrier(victim: usize) -> bool {
     }
     true
 }
+
+#[test]
+fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let port = free_port();
+    let mut remote = node(port, 2, TOKEN, &[]);
+    let threads = SessionOptions {
+        local_threads: true,
+        ..options(60_000)
+    };
+    let s = Session::new_socket(2, 2, 1, "127.0.0.1", port.into(), threads).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let whole = remote_floats(&s, 8);
+    let part = remote_floats(&s, 2);
+    let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let mut shape = [8i64];
+    let host = session_calls::host_tensor(&mut data, &mut shape);
+    s.copy_worker0(
+        host,
+        &whole,
+        "whole",
+        discovm::session::CopyDirection::ToWorker,
+    )
+    .unwrap();
+    let values_on = |w: usize, dref: &discovm::session::DRef, len: usize| {
+        let got = s.get_register(dref.reg(), w).unwrap();
+        let tensor = got.view().as_tensor().unwrap();
+        // SAFETY: a host tensor of `len` float32 that came back with the value.
+        unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const f32, len) }.to_vec()
+    };
+    // Scatter, then the sum of every worker's part on every worker.
+    let scatter = s
+        .get_global_func("runtime.disco.scatter_from_worker0")
+        .unwrap();
+    drop(call(
+        &s,
+        &scatter,
+        &[whole.clone().into(), Any::Bool(false), part.clone().into()],
+    ));
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let sum = Any::from(Shape::new(&[0]));
+    let args = [
+        part.clone().into(),
+        sum.clone(),
+        Any::Bool(false),
+        part.clone().into(),
+    ];
+    drop(call(&s, &allreduce, &args));
+    s.sync_all().unwrap();
+    for w in 0..4 {
+        assert_eq!(values_on(w, &part, 2), [12.0, 16.0], "worker {w}'s sum");
+    }
+    // Node 0's threads disagree: they fail in their own meeting, and the others with them.
+    let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
+    for w in [0, 2, 3] {
+        on(&s, w, &allreduce, &args);
+    }
+    on(&s, 1, &barrier, &[]);
+    let err = s.sync_worker(0).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "among the workers of this node");
+    for w in 1..4 {
+        assert!(s.sync_worker(w).is_err(), "worker {w} fails too");
+    }
+    // The communicator goes on (what a failed collective left in its buffers is undefined).
+    drop(call(
+        &s,
+        &scatter,
+        &[whole.clone().into(), Any::Bool(false), part.clone().into()],
+    ));
+    drop(call(&s, &allreduce, &args));
+    s.sync_all().unwrap();
+    assert_eq!(values_on(3, &part, 2), [12.0, 16.0]);
+    s.shutdown().unwrap();
+    let _ = remote.wait();
+}

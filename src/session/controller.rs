@@ -961,6 +961,49 @@ impl Session {
             .map(|ip| ip.to_string())
             .collect();
         let timeout_ms = self.timeout.map_or(-1, |t| t.as_millis() as i64);
+        // Several workers per node meet in their node first (hierarchical): worker processes in
+        // their node's arena, in the communicator area after the last one's, and this
+        // machine's worker threads in a communicator staged here.
+        let per_node = self.workers.len() / hosts.len();
+        let area = if per_node > 1 {
+            let last = self.node_ccl_inits.fetch_add(1, Ordering::SeqCst);
+            (last % process::CCL_AREAS) as i64
+        } else {
+            -1
+        };
+        let threads = (area >= 0 && matches!(self.workers[0], WorkerLink::Thread(_))).then(|| {
+            let per_group = self.workers.len() / self.num_groups;
+            let (_, groups) = ccl::gloo::node_groups(per_node, per_group);
+            let fresh = Arc::new(CpuCcl::new(per_node, groups, self.timeout, self.spin));
+            (ccl::stage(fresh.clone()), fresh)
+        });
+        let stage = threads.as_ref().map_or(-1, |(stage, _)| *stage);
+        let set_up = self.open_gloo(&hosts, timeout_ms, area, stage);
+        if let Some((stage, fresh)) = threads {
+            ccl::unstage(stage);
+            if set_up.is_ok() {
+                self.keep_ccl(Some(fresh));
+            } else {
+                // Threads that took it would wait for those that did not.
+                fresh.abort(&Error::runtime(
+                    "the init_ccl that made this communicator failed; call init_ccl again",
+                ));
+            }
+        }
+        set_up
+    }
+
+    /// Has every worker open its Gloo pairs (`ccl::gloo::OPEN`, with `hosts`, `timeout_ms`,
+    /// `area` and `stage`), gives every worker the table of their addresses and has them
+    /// connect.
+    #[cfg(not(loom))]
+    fn open_gloo(
+        self: &Arc<Self>,
+        hosts: &[String],
+        timeout_ms: i64,
+        area: i64,
+        stage: i64,
+    ) -> Result<()> {
         // A worker that cannot load Gloo says so: the backend is unavailable.
         let kinded = |e: Error| {
             let unavailable = ErrorKind::DeviceUnavailable;
@@ -972,15 +1015,6 @@ impl Session {
                 e
             }
         };
-        // Several worker processes per node meet in their node's arena first (hierarchical),
-        // in the communicator area after the last one's.
-        let per_node = self.workers.len() / hosts.len();
-        let area = if per_node > 1 && matches!(self.workers[0], WorkerLink::Process(_)) {
-            let last = self.node_ccl_inits.fetch_add(1, Ordering::SeqCst);
-            (last % process::CCL_AREAS) as i64
-        } else {
-            -1
-        };
         let open = self.get_global_func(ccl::gloo::OPEN)?;
         let opened = self.call(
             Target::All,
@@ -990,6 +1024,7 @@ impl Session {
                 Any::Int(timeout_ms).view(),
                 Any::Int(area).view(),
                 Any::Int(self.spin.budget.as_micros() as i64).view(),
+                Any::Int(stage).view(),
             ],
         )?;
         let mut table = Vec::new();
@@ -1332,16 +1367,22 @@ impl Session {
             }
         }
         installed?;
+        self.keep_ccl(cpu.map(|(fresh, _)| fresh));
+        Ok(())
+    }
+
+    /// Keeps `fresh` as the CPU communicator the workers hold (shutdown and a worker's death
+    /// break its waits), ending the one it replaces.
+    fn keep_ccl(&self, fresh: Option<Arc<CpuCcl>>) {
         let old = std::mem::replace(
             &mut *self.ccl.lock().unwrap_or_else(PoisonError::into_inner),
-            cpu.map(|(fresh, _)| fresh),
+            fresh,
         );
         if let Some(old) = old {
             old.abort(&Error::runtime(
                 "the communicator was replaced by a later init_ccl",
             ));
         }
-        Ok(())
     }
 
     /// A new CPU communicator between the workers: staged for worker threads to take, or laid

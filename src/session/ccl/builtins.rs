@@ -35,6 +35,16 @@ pub fn stage(ccl: Arc<CpuCcl>) -> i64 {
     id
 }
 
+/// The communicator staged under `id`.
+pub(super) fn staged(id: i64) -> Result<Arc<CpuCcl>> {
+    STAGED
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|m| m.get(&id).cloned())
+        .ok_or_else(|| Error::value(format!("no communicator is staged under {id}")))
+}
+
 /// Forgets a staged communicator (the workers keep theirs).
 pub fn unstage(id: i64) {
     if let Some(map) = STAGED
@@ -645,12 +655,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     arity(NAME, args, 1, 1)?;
     on_worker(NAME)?;
     let id = argument(0, "stage", || args[0].as_i64())?;
-    let ccl = STAGED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(&id).cloned())
-        .ok_or_else(|| Error::value(format!("no communicator is staged under {id}")))?;
+    let ccl = staged(id)?;
     CCL.with(|c| *c.borrow_mut() = Some(ccl));
     Ok(Any::None)
 }

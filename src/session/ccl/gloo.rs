@@ -58,7 +58,9 @@ pub(super) struct Meshes {
 
 /// A worker's part in its node's shared-memory communicator.
 pub(super) struct Local {
-    pub ccl: CpuCcl,
+    /// In the node's arena (worker processes), or staged by the controller (its own worker
+    /// threads).
+    pub ccl: Arc<CpuCcl>,
     /// The worker as the communicator knows it: its index on the node, the node's workers,
     /// and the groups among them.
     pub info: WorkerInfo,
@@ -161,14 +163,16 @@ struct Attach {
     groups_inside: bool,
 }
 
-/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms, area, spin_us)`: binds this
+/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms, area, spin_us, stage)`: binds this
 /// worker's Gloo pairs on its node's address (`hosts`: every node's, comma-separated, by
 /// rank), waiting at most `timeout_ms` in every later operation (none if negative), and returns
-/// their addresses. With `area` not negative the session runs hierarchically: the node's first
-/// worker lays out the node's shared-memory communicator in that area of its arena (spinning
-/// `spin_us` before parking) and binds its pairs in the leaders' mesh too.
+/// their addresses. With `area` not negative the session runs hierarchically: a node's worker
+/// processes meet in that area of their arena, which the node's first worker lays out
+/// (spinning `spin_us` before parking), and the controller's worker threads in the
+/// communicator it staged under `stage`; each node's first worker binds its pairs in the
+/// leaders' mesh too.
 fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
-    arity(OPEN, args, 4, 4)?;
+    arity(OPEN, args, 5, 5)?;
     let info = on_worker(OPEN)?;
     let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
     let number = |i: usize, what: &str| argument(i, what, || args[i].as_i64());
@@ -177,6 +181,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     let spin = SpinPolicy {
         budget: Duration::from_micros(number(3, "spin_us")?.max(0) as u64),
     };
+    let stage = number(4, "stage")?;
     let hosts: Vec<&str> = hosts.split(',').collect();
     let nodes = hosts.len();
     if info.num_workers % nodes != 0 {
@@ -188,6 +193,17 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     let per_node = info.num_workers / nodes;
     let (node, here) = (info.id / per_node, info.id % per_node);
     let host = hosts[node];
+    let hierarchical = area >= 0 && per_node > 1;
+    // The controller's worker threads have no arena: they meet in the communicator it staged.
+    let threads = crate::session::process::workers_in_arena().is_none();
+    let staged = match (hierarchical, threads) {
+        (true, true) => Some(super::builtins::staged(stage)?),
+        (true, false) => {
+            check_arena(per_node)?;
+            None
+        }
+        (false, _) => None,
+    };
     forget();
     super::nccl::forget();
     let ccl_timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
@@ -203,14 +219,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     } else {
         None
     };
-    let hierarchical = area >= 0 && per_node > 1;
-    let per_group = info.workers_per_group();
-    let groups_inside = per_group <= per_node && per_node.is_multiple_of(per_group);
-    let local_groups = if groups_inside {
-        per_node / per_group
-    } else {
-        1
-    };
+    let (groups_inside, local_groups) = node_groups(per_node, info.workers_per_group());
     let local_info = WorkerInfo {
         id: here,
         num_workers: per_node,
@@ -224,29 +233,36 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         info: local_info,
         groups_inside,
     };
-    if hierarchical {
-        check_arena(per_node)?;
-    }
-    let (local, attach) = match (hierarchical, here) {
-        (false, _) => (None, None),
-        (true, 0) => {
+    let leaders = || Mesh::open(host, node, nodes, timeout);
+    let (local, attach) = match (hierarchical, here, staged) {
+        (false, ..) => (None, None),
+        (true, _, Some(ccl)) => {
+            let local = Local {
+                ccl,
+                info: local_info,
+                first: info.id - here,
+                groups_inside,
+                leaders: (here == 0).then(leaders).transpose()?,
+            };
+            (Some(local), None)
+        }
+        (true, 0, None) => {
             let ccl = crate::session::process::fresh_ccl(
                 attach.area,
                 local_groups,
                 attach.timeout,
                 attach.spin,
             )?;
-            let leaders = Mesh::open(host, node, nodes, timeout)?;
             let local = Local {
-                ccl,
+                ccl: Arc::new(ccl),
                 info: local_info,
                 first: info.id,
                 groups_inside,
-                leaders: Some(leaders),
+                leaders: Some(leaders()?),
             };
             (Some(local), None)
         }
-        (true, _) => (None, Some(attach)),
+        (true, _, None) => (None, Some(attach)),
     };
     let meshes = Meshes {
         info,
@@ -260,8 +276,14 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     Ok(Any::Bytes(Bytes::new(&out)))
 }
 
-/// The worker is a process with `per_node` workers in its machine's arena (a hierarchical
-/// session has no worker threads).
+/// Whether every group of a session lies within one node of `per_node` workers, when groups
+/// have `per_group` workers, and how many groups each node's workers then form (1 otherwise).
+pub(crate) fn node_groups(per_node: usize, per_group: usize) -> (bool, usize) {
+    let inside = per_group <= per_node && per_node.is_multiple_of(per_group);
+    (inside, if inside { per_node / per_group } else { 1 })
+}
+
+/// The worker process shares its machine's arena with the `per_node` workers of its node.
 fn check_arena(per_node: usize) -> Result<()> {
     match crate::session::process::workers_in_arena() {
         Some(workers) if workers == per_node => Ok(()),
@@ -319,7 +341,7 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             attach.spin,
         )?;
         meshes.local = Some(Local {
-            ccl,
+            ccl: Arc::new(ccl),
             info: attach.info,
             first: info.id - attach.info.id,
             groups_inside: attach.groups_inside,

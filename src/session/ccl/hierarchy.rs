@@ -1,7 +1,7 @@
-//! Collectives of a session across machines whose nodes run several worker processes each:
-//! within a node the workers meet in shared memory (the CPU backend's communicator in the
-//! node's arena), and between nodes only each node's first worker, its leader, takes part,
-//! through Gloo.
+//! Collectives of a session across machines whose nodes run several workers each: within a
+//! node the workers meet in shared memory (the CPU backend's communicator, in the node's arena
+//! for worker processes, in this process for the controller's own worker threads), and between
+//! nodes only each node's first worker, its leader, takes part, through Gloo.
 //!
 //! The one idea: a session-wide collective is three meetings, the node's workers, then the
 //! leaders, then the node's workers again. An allreduce reduces on each node, the leaders
