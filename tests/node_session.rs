@@ -865,6 +865,32 @@ fn remote_floats(s: &Arc<Session>, len: i64) -> discovm::session::DRef {
     )
 }
 
+/// Floats 0 to 7 on worker 0 (`whole`), and room for 2 on every worker (`part`).
+fn whole_and_part(s: &Arc<Session>) -> (discovm::session::DRef, discovm::session::DRef) {
+    let whole = remote_floats(s, 8);
+    let part = remote_floats(s, 2);
+    let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
+    let mut shape = [8i64];
+    let host = session_calls::host_tensor(&mut data, &mut shape);
+    s.copy_worker0(
+        host,
+        &whole,
+        "whole",
+        discovm::session::CopyDirection::ToWorker,
+    )
+    .unwrap();
+    (whole, part)
+}
+
+/// The float32 values of the host tensor `dref` holds on worker `w`.
+fn floats_on(s: &Arc<Session>, w: usize, dref: &discovm::session::DRef) -> Vec<f32> {
+    let got = s.get_register(dref.reg(), w).unwrap();
+    let tensor = got.view().as_tensor().unwrap();
+    let len = tensor.shape().iter().product::<i64>() as usize;
+    // SAFETY: a host tensor of `len` float32 that came back with the value.
+    unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const f32, len) }.to_vec()
+}
+
 /// A session of 2 nodes of `per_node` workers with Gloo between them (`init_ccl("cpu")`) and
 /// its node processes; `None`, having said why, where Gloo cannot be had.
 fn with_gloo(per_node: u32, timeout_ms: u64) -> Option<(Arc<Session>, Vec<Child>)> {
@@ -1029,18 +1055,7 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     let Some((s, _nodes)) = with_gloo(2, 60_000) else {
         return;
     };
-    let whole = remote_floats(&s, 8);
-    let part = remote_floats(&s, 2);
-    let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
-    let mut shape = [8i64];
-    let host = session_calls::host_tensor(&mut data, &mut shape);
-    s.copy_worker0(
-        host,
-        &whole,
-        "whole",
-        discovm::session::CopyDirection::ToWorker,
-    )
-    .unwrap();
+    let (whole, part) = whole_and_part(&s);
     // With one group, in_group is the whole session.
     let scatter = s
         .get_global_func("runtime.disco.scatter_from_worker0")
@@ -1049,13 +1064,9 @@ fn hierarchical_collectives_take_in_group_of_one_group_and_refuse_bad_arguments_
     drop(call(&s, &scatter, &args));
     s.sync_all().unwrap();
     for w in 0..4 {
-        let got = s.get_register(part.reg(), w).unwrap();
-        let tensor = got.view().as_tensor().unwrap();
-        // SAFETY: a host tensor of 2 float32 that came back with the value.
-        let values = unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const f32, 2) };
         assert_eq!(
-            values,
-            &[2.0 * w as f32, 2.0 * w as f32 + 1.0],
+            floats_on(&s, w, &part),
+            [2.0 * w as f32, 2.0 * w as f32 + 1.0],
             "worker {w}'s part"
         );
     }
@@ -1193,24 +1204,7 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     };
     let s = Session::new_socket(2, 2, 1, "127.0.0.1", port.into(), threads).unwrap();
     s.init_ccl("cpu", &[]).unwrap();
-    let whole = remote_floats(&s, 8);
-    let part = remote_floats(&s, 2);
-    let mut data: Vec<f32> = (0..8).map(|i| i as f32).collect();
-    let mut shape = [8i64];
-    let host = session_calls::host_tensor(&mut data, &mut shape);
-    s.copy_worker0(
-        host,
-        &whole,
-        "whole",
-        discovm::session::CopyDirection::ToWorker,
-    )
-    .unwrap();
-    let values_on = |w: usize, dref: &discovm::session::DRef, len: usize| {
-        let got = s.get_register(dref.reg(), w).unwrap();
-        let tensor = got.view().as_tensor().unwrap();
-        // SAFETY: a host tensor of `len` float32 that came back with the value.
-        unsafe { std::slice::from_raw_parts(tensor.data_ptr() as *const f32, len) }.to_vec()
-    };
+    let (whole, part) = whole_and_part(&s);
     // Scatter, then the sum of every worker's part on every worker.
     let scatter = s
         .get_global_func("runtime.disco.scatter_from_worker0")
@@ -1231,7 +1225,7 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     drop(call(&s, &allreduce, &args));
     s.sync_all().unwrap();
     for w in 0..4 {
-        assert_eq!(values_on(w, &part, 2), [12.0, 16.0], "worker {w}'s sum");
+        assert_eq!(floats_on(&s, w, &part), [12.0, 16.0], "worker {w}'s sum");
     }
     // Node 0's threads disagree: they fail in their own meeting, and the others with them.
     let barrier = s.get_global_func("runtime.disco.barrier").unwrap();
@@ -1252,7 +1246,7 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     ));
     drop(call(&s, &allreduce, &args));
     s.sync_all().unwrap();
-    assert_eq!(values_on(3, &part, 2), [12.0, 16.0]);
+    assert_eq!(floats_on(&s, 3, &part), [12.0, 16.0]);
     s.shutdown().unwrap();
     let _ = remote.wait();
 }
