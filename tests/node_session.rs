@@ -469,10 +469,12 @@ impl Noise {
 
 /// A `Hello` as a node sends it (rank any, one worker).
 fn hello() -> Vec<u8> {
-    let mut hello = b"DVMH\x01\x00\x00\x00".to_vec();
+    let mut hello = b"DVMH\x01\x02\x00\x00".to_vec();
     hello.extend_from_slice(&u32::MAX.to_le_bytes());
     hello.extend_from_slice(&1u32.to_le_bytes());
-    hello.extend_from_slice(&[7u8; 48]);
+    hello.extend_from_slice(&[7u8; 32]);
+    hello.push(discovm::wire::VERSION_MINOR);
+    hello.extend_from_slice(&[0u8; 15]);
     hello
 }
 
@@ -1205,7 +1207,8 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     let s = Session::new_socket(2, 2, 1, "127.0.0.1", port.into(), threads).unwrap();
     s.init_ccl("cpu", &[]).unwrap();
     let (whole, part) = whole_and_part(&s);
-    // Scatter, then the sum of every worker's part on every worker.
+    // Scatter; worker 1 passes its part to worker 0 within node 0, where a mismatch is
+    // reported by the node's own meeting; then the sum of every worker's part on every worker.
     let scatter = s
         .get_global_func("runtime.disco.scatter_from_worker0")
         .unwrap();
@@ -1214,6 +1217,21 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
         &scatter,
         &[whole.clone().into(), Any::Bool(false), part.clone().into()],
     ));
+    let send = s.get_global_func("runtime.disco.send_to_worker").unwrap();
+    let recv = s.get_global_func("runtime.disco.recv_from_worker").unwrap();
+    on(&s, 1, &send, &[part.clone().into(), Any::Int(0)]);
+    on(&s, 0, &recv, &[part.clone().into(), Any::Int(1)]);
+    s.sync_all().unwrap();
+    assert_eq!(
+        floats_on(&s, 0, &part),
+        [2.0, 3.0],
+        "worker 1's part on worker 0"
+    );
+    on(&s, 1, &send, &[part.clone().into(), Any::Int(0)]);
+    on(&s, 0, &recv, &[whole.clone().into(), Any::Int(1)]);
+    let err = s.sync_worker(0).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "among the workers of this node");
+    assert!(s.sync_worker(1).is_err(), "the sender fails too");
     let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
     let sum = Any::from(Shape::new(&[0]));
     let args = [
@@ -1225,7 +1243,7 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     drop(call(&s, &allreduce, &args));
     s.sync_all().unwrap();
     for w in 0..4 {
-        assert_eq!(floats_on(&s, w, &part), [12.0, 16.0], "worker {w}'s sum");
+        assert_eq!(floats_on(&s, w, &part), [14.0, 18.0], "worker {w}'s sum");
     }
     // Node 0's threads disagree: they fail in their own meeting, and the others with them.
     let barrier = s.get_global_func("runtime.disco.barrier").unwrap();

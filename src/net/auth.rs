@@ -25,7 +25,10 @@ use crate::object::{Error, ErrorKind, Result};
 pub const TOKEN_VAR: &str = "DISCOVM_SESSION_TOKEN";
 
 /// The handshake's version, in each of its messages (major, minor).
-const VERSION: [u8; 2] = [1, 1];
+const VERSION: [u8; 2] = [1, 2];
+/// Where `Hello` says which minor version of the wire format the node speaks: the controller
+/// takes only nodes that speak its own (both ends run the same library).
+const WIRE_MINOR_AT: usize = 48;
 const NONCE: usize = 32;
 /// A rank in `Hello` that leaves the choice to the controller.
 const ANY_RANK: u32 = u32::MAX;
@@ -118,13 +121,20 @@ pub enum Refusal {
     RankTaken = 2,
     /// It starts another number of workers than the session has per node.
     WrongWorkers = 3,
+    /// It speaks another version of the wire format (another version of the library).
+    OtherVersion = 4,
 }
 
 impl Refusal {
     fn from_code(code: u32) -> Option<Refusal> {
-        [Refusal::BadRank, Refusal::RankTaken, Refusal::WrongWorkers]
-            .into_iter()
-            .find(|r| *r as u32 == code)
+        [
+            Refusal::BadRank,
+            Refusal::RankTaken,
+            Refusal::WrongWorkers,
+            Refusal::OtherVersion,
+        ]
+        .into_iter()
+        .find(|r| *r as u32 == code)
     }
 
     pub fn describe(self) -> &'static str {
@@ -132,6 +142,10 @@ impl Refusal {
             Refusal::BadRank => "its rank is not one of the session's other nodes",
             Refusal::RankTaken => "its rank is taken (or every rank is)",
             Refusal::WrongWorkers => "it starts another number of workers than each node has",
+            Refusal::OtherVersion => {
+                "it runs another version of discovm (its wire format differs from the \
+                 controller's)"
+            }
         }
     }
 }
@@ -238,6 +252,7 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
     hello[8..12].copy_from_slice(&join.rank.unwrap_or(ANY_RANK).to_le_bytes());
     hello[12..16].copy_from_slice(&join.workers.to_le_bytes());
     hello[16..48].copy_from_slice(&nonce()?);
+    hello[WIRE_MINOR_AT] = crate::wire::VERSION_MINOR;
     send(stream, &hello, "Hello")?;
 
     let challenge: [u8; CHALLENGE] =
@@ -280,9 +295,15 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
 /// the secret, and checks the node's proof; returns what the node asks for, and how to answer.
 ///
 /// Errors: `ValueError` naming what went wrong (the node's MAC is wrong; a message that is not
-/// the handshake's; the connection closed or timed out). The caller drops the connection.
+/// the handshake's; the connection closed or timed out; the node speaks another version of the
+/// wire format, which it is told). The caller drops the connection.
 pub fn authenticate(stream: &mut (impl Read + Write), secret: &Secret) -> Result<(Join, Answer)> {
-    let hello: [u8; HELLO] = read_message(stream, b"DVMH", "the node's Hello", 48..64)?;
+    let hello: [u8; HELLO] = read_message(
+        stream,
+        b"DVMH",
+        "the node's Hello",
+        WIRE_MINOR_AT + 1..HELLO,
+    )?;
     let mut challenge = [0u8; CHALLENGE];
     header(b"DVMC", &mut challenge);
     challenge[16..48].copy_from_slice(&nonce()?);
@@ -297,6 +318,17 @@ pub fn authenticate(stream: &mut (impl Read + Write), secret: &Secret) -> Result
         .mac(NODE_LABEL, &[&hello, &challenge])
         .verify_slice(&proof[16..48])
         .map_err(|_| refused("the node's MAC is wrong: it does not hold the session's secret"))?;
+    let wire = hello[WIRE_MINOR_AT];
+    if wire != crate::wire::VERSION_MINOR {
+        let _ = Answer.refuse(stream, Refusal::OtherVersion);
+        return Err(refused(format_args!(
+            "the node speaks wire format {}.{wire}, this controller {}.{} (every node runs \
+             the controller's version of discovm)",
+            crate::wire::VERSION_MAJOR,
+            crate::wire::VERSION_MAJOR,
+            crate::wire::VERSION_MINOR
+        )));
+    }
     let rank = u32_at(&hello, 8);
     let join = Join {
         rank: (rank != ANY_RANK).then_some(rank),
@@ -465,6 +497,38 @@ mod tests {
             .err()
             .expect("refused");
         assert!(error.message.contains("said nothing in time"), "{error}");
+    }
+
+    #[test]
+    fn a_node_of_another_wire_version_is_turned_away_saying_so() {
+        let (mut node, mut controller) = pair();
+        let secret = Secret::new(b"k");
+        let server = thread::spawn(move || authenticate(&mut controller, &secret).err());
+        // A node of the previous version: its Hello has a zero where the version goes.
+        let mut hello = [0u8; HELLO];
+        header(b"DVMH", &mut hello);
+        node.write_all(&hello).unwrap();
+        let mut challenge = [0u8; CHALLENGE];
+        node.read_exact(&mut challenge).unwrap();
+        let mut proof = [0u8; PROOF];
+        header(b"DVMP", &mut proof);
+        let mac = Secret::new(b"k").mac(NODE_LABEL, &[&hello, &challenge]);
+        proof[16..48].copy_from_slice(&mac.finalize().into_bytes());
+        node.write_all(&proof).unwrap();
+        let mut accept = [0u8; ACCEPT];
+        node.read_exact(&mut accept).unwrap();
+        assert_eq!(u32_at(&accept, 8), Refusal::OtherVersion as u32);
+        let error = server.join().unwrap().expect("refused");
+        let expected = format!(
+            "the node speaks wire format 1.0, this controller 1.{}",
+            crate::wire::VERSION_MINOR
+        );
+        assert!(error.message.contains(&expected), "{error}");
+        assert!(
+            Refusal::OtherVersion
+                .describe()
+                .contains("another version of discovm")
+        );
     }
 
     #[test]

@@ -233,9 +233,10 @@ impl BoundCall {
         matches!(session.workers[worker], WorkerLink::Thread(_)).then_some(worker)
     }
 
-    /// [`BoundCall::call`] if it sends without waiting; `Ok(None)`, having sent nothing, when
-    /// it would wait: for room in the worker's queue, for frees to queue before it, or for
-    /// more than one worker or a worker process (see [`BoundCall::single_thread`]). A caller
+    /// [`BoundCall::call`] if it sends without waiting; `Ok(None)`, having queued no call, when
+    /// it would wait: for room in the worker's queue (frees waiting for a send may have been
+    /// queued ahead of it), for frees to queue on other workers, or for more than one worker or
+    /// a worker process (see [`BoundCall::single_thread`]). A caller
     /// that holds a lock a worker may need (Python's GIL) can call this while holding it.
     pub fn try_call(&self, args: &[AnyView<'_>]) -> Result<Option<DRef>> {
         match self.single_thread() {
@@ -1098,8 +1099,10 @@ impl Session {
         Ok(out)
     }
 
-    /// [`Session::call_register`] to the thread of `worker` alone, if its queue has room now
-    /// and no free waits to be queued; `Ok(None)`, having sent nothing, otherwise.
+    /// [`Session::call_register`] to the thread of `worker` alone, if its queue has room now for
+    /// the call and for the frees waiting for a send (which it carries when `worker` is the
+    /// session's only one, and waits for otherwise); `Ok(None)`, having queued no call,
+    /// otherwise.
     fn try_call_register(
         self: &Arc<Self>,
         worker: usize,
@@ -1280,11 +1283,11 @@ impl Session {
         if kills.is_empty() {
             return Ok(());
         }
-        let queued = (0..self.workers.len()).try_for_each(|w| {
-            kills
-                .iter()
-                .try_for_each(|&reg| self.push(w, Message::Kill(reg)))
-        });
+        // One message per free for all the workers (one per node for a node's workers).
+        let all = 0..self.workers.len();
+        let queued = kills
+            .iter()
+            .try_for_each(|&reg| self.push_range(all.clone(), || Message::Kill(reg), &[]));
         self.settle_frees(kills, queued.is_ok());
         queued
     }

@@ -203,7 +203,7 @@ fn write_reg(s: &mut dyn Sink, reg: u32, name: impl Display) -> Result<()> {
 /// A call's count of `what` (its arguments, its kills) and the reserved word after it.
 fn write_count(s: &mut dyn Sink, count: usize, what: &str) -> Result<()> {
     let count = u32::try_from(count)
-        .map_err(|_| Error::value(format!("a call of {count} {what} cannot cross")))?;
+        .map_err(|_| Error::value(format!("a call cannot carry {count} {what}")))?;
     s.u32(count)?;
     s.u32(0)
 }

@@ -1,9 +1,9 @@
 //! The Gloo backend of the collective built-ins, for the CPU workers of sessions across
 //! machines: every worker is a rank of a Gloo context of the whole session and, with several
 //! groups, of one of its group, and the built-ins keep Disco's names and arguments. Where every
-//! node runs several worker processes, the session is also hierarchical (see `hierarchy`): the
-//! node's workers share a communicator in shared memory, and the nodes' first workers a Gloo
-//! context of their own.
+//! node runs several workers, the session is also hierarchical (see `hierarchy`): the node's
+//! workers share a communicator in shared memory (node 0's may be the controller's threads),
+//! and the nodes' first workers a Gloo context of their own.
 //!
 //! The one idea: the rendezvous rides on the session's own connections. `init_ccl("cpu")` on
 //! a session with nodes calls `runtime.disco.gloo.open_per_worker` on every worker, which binds
@@ -194,10 +194,16 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     let (node, here) = (info.id / per_node, info.id % per_node);
     let host = hosts[node];
     let hierarchical = area >= 0 && per_node > 1;
-    // The controller's worker threads have no arena: they meet in the communicator it staged.
-    let threads = crate::session::process::workers_in_arena().is_none();
+    // Node 0's workers are the controller's threads where it staged their communicator.
+    let threads = stage >= 0 && node == 0;
     let staged = match (hierarchical, threads) {
-        (true, true) => Some(super::builtins::staged(stage)?),
+        (true, true) => Some(super::builtins::staged(stage).map_err(|_| {
+            Error::value(format!(
+                "argument 4 (stage): no communicator is staged under {stage} for this \
+                 machine's worker threads (the init_ccl that staged it has ended; call init_ccl \
+                 again)"
+            ))
+        })?),
         (true, false) => {
             check_arena(per_node)?;
             None
@@ -288,8 +294,8 @@ fn check_arena(per_node: usize) -> Result<()> {
     match crate::session::process::workers_in_arena() {
         Some(workers) if workers == per_node => Ok(()),
         found => Err(Error::runtime(format!(
-            "a hierarchical communicator needs the {per_node} workers of each node to be \
-             processes sharing an arena; this worker has {}",
+            "a hierarchical communicator needs the {per_node} worker processes of this node to \
+             share an arena; this worker has {}",
             found.map_or("none".into(), |w| format!("one of {w} workers"))
         ))),
     }

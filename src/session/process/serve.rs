@@ -3,9 +3,10 @@
 //! request frame through the same worker a thread of a threaded session runs its messages
 //! through, answering the requests that wait for a reply.
 //!
-//! The one idea: a frame becomes the in-process message it was encoded from, with a reply slot
-//! the worker fills as it would for a waiting thread; the loop then sends what it holds back as
-//! a reply frame. Nothing of the worker itself knows it is in a process of its own.
+//! The one idea: a frame becomes the in-process messages it was encoded from (a call that
+//! carries frees, the frees first), with a reply slot the worker fills as it would for a
+//! waiting thread; the loop then sends what it holds back as a reply frame. Nothing of the
+//! worker itself knows it is in a process of its own.
 
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
