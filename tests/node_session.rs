@@ -603,6 +603,73 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
 }
 
 #[test]
+fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
+    use discovm::net::routed::{self, What};
+    use discovm::wire::{Frame, Limits, Value};
+    let port = free_port();
+    // Node 1, played here: answers every request with None, and keeps the other frames it
+    // gets until the session's shutdown.
+    let fake = std::thread::spawn(move || {
+        let mut stream = connect_retrying(port);
+        let join = auth::Join {
+            rank: None,
+            workers: 1,
+        };
+        auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
+        let limits = Limits::default();
+        let mut kept = Vec::new();
+        loop {
+            let message = routed::read(&mut stream, &limits, Vec::new()).unwrap();
+            if message.what != What::Frame {
+                continue;
+            }
+            let request = match Frame::decode(&message.frame, &limits).unwrap() {
+                Frame::Shutdown => return kept,
+                Frame::Sync { request } | Frame::GetGlobalFunc { request, .. } => request,
+                other => {
+                    kept.push(other);
+                    continue;
+                }
+            };
+            let mut reply = Vec::new();
+            Frame::<Any>::Ok {
+                request,
+                value: Value::Plain(Any::None),
+            }
+            .encode(&mut reply)
+            .unwrap();
+            routed::write(&mut stream, 0, What::Frame, &reply).unwrap();
+            stream.flush().unwrap();
+        }
+    });
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000)).unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    let first = call(&s, &rank, &[]);
+    let freed = first.reg();
+    drop(first);
+    let second = call(&s, &rank, &[]);
+    s.sync_worker(1).unwrap();
+    s.shutdown().unwrap();
+    let kept = fake.join().unwrap();
+    let calls: Vec<(Vec<u32>, u32)> = kept
+        .iter()
+        .filter_map(|frame| match frame {
+            Frame::Call { kills, out, .. } => Some((kills.clone(), *out)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [(vec![], freed), (vec![freed], second.reg())],
+        "the second call carries the first one's free"
+    );
+    assert!(
+        !kept.iter().any(|frame| matches!(frame, Frame::Kill { .. })),
+        "a free went as a frame of its own: {kept:?}"
+    );
+}
+
+#[test]
 fn a_call_nobody_waits_for_reaches_its_node_at_once() {
     let (s, mut nodes) = session_of(2, 1, options(30_000));
     let exit = s.get_global_func("proc.exit").unwrap();
