@@ -149,6 +149,40 @@ fn connect_retrying(port: u16) -> TcpStream {
     }
 }
 
+/// A connection that joined as a node of one worker, for a test to play the node.
+fn joined_as_a_node(port: u16) -> TcpStream {
+    let mut stream = connect_retrying(port);
+    let join = auth::Join {
+        rank: None,
+        workers: 1,
+    };
+    auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
+    stream
+}
+
+/// The next frame the controller sends a node played by a test (heartbeats skipped).
+fn next_frame(stream: &mut TcpStream) -> discovm::wire::Frame {
+    let limits = discovm::wire::Limits::default();
+    loop {
+        let message = discovm::net::routed::read(stream, &limits, Vec::new()).unwrap();
+        if message.what == discovm::net::routed::What::Frame {
+            return discovm::wire::Frame::decode(&message.frame, &limits).unwrap();
+        }
+    }
+}
+
+/// The reply `Ok(None)` to request `request`, encoded.
+fn none_reply(request: u64) -> Vec<u8> {
+    let mut reply = Vec::new();
+    discovm::wire::Frame::<Any>::Ok {
+        request,
+        value: discovm::wire::Value::Plain(Any::None),
+    }
+    .encode(&mut reply)
+    .unwrap();
+    reply
+}
+
 fn pids_of(s: &Arc<Session>) -> Vec<i64> {
     let pid = s.get_global_func("proc.pid").unwrap();
     let pids = call(s, &pid, &[]);
@@ -550,33 +584,12 @@ fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing
 fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
     let port = free_port();
     let fake = std::thread::spawn(move || {
-        let mut stream = connect_retrying(port);
-        let join = auth::Join {
-            rank: None,
-            workers: 1,
-        };
-        auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
+        let mut stream = joined_as_a_node(port);
         // Answers the session's first sync as a node would, then sends garbage.
-        let limits = discovm::wire::Limits::default();
-        // The controller's heartbeats may come first.
-        let message = loop {
-            let message = discovm::net::routed::read(&mut stream, &limits, Vec::new()).unwrap();
-            if message.what == discovm::net::routed::What::Frame {
-                break message;
-            }
-        };
-        let discovm::wire::Frame::Sync { request } =
-            discovm::wire::Frame::decode(&message.frame, &limits).unwrap()
-        else {
+        let discovm::wire::Frame::Sync { request } = next_frame(&mut stream) else {
             panic!("the session starts with a sync");
         };
-        let mut reply = Vec::new();
-        discovm::wire::Frame::<Any>::Ok {
-            request,
-            value: discovm::wire::Value::Plain(Any::None),
-        }
-        .encode(&mut reply)
-        .unwrap();
+        let reply = none_reply(request);
         discovm::net::routed::write(&mut stream, 0, discovm::net::routed::What::Frame, &reply)
             .unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -605,25 +618,15 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
 #[test]
 fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
     use discovm::net::routed::{self, What};
-    use discovm::wire::{Frame, Limits, Value};
+    use discovm::wire::Frame;
     let port = free_port();
     // Node 1, played here: answers every request with None, and keeps the other frames it
     // gets until the session's shutdown.
     let fake = std::thread::spawn(move || {
-        let mut stream = connect_retrying(port);
-        let join = auth::Join {
-            rank: None,
-            workers: 1,
-        };
-        auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
-        let limits = Limits::default();
+        let mut stream = joined_as_a_node(port);
         let mut kept = Vec::new();
         loop {
-            let message = routed::read(&mut stream, &limits, Vec::new()).unwrap();
-            if message.what != What::Frame {
-                continue;
-            }
-            let request = match Frame::decode(&message.frame, &limits).unwrap() {
+            let request = match next_frame(&mut stream) {
                 Frame::Shutdown => return kept,
                 Frame::Sync { request } | Frame::GetGlobalFunc { request, .. } => request,
                 other => {
@@ -631,14 +634,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
                     continue;
                 }
             };
-            let mut reply = Vec::new();
-            Frame::<Any>::Ok {
-                request,
-                value: Value::Plain(Any::None),
-            }
-            .encode(&mut reply)
-            .unwrap();
-            routed::write(&mut stream, 0, What::Frame, &reply).unwrap();
+            routed::write(&mut stream, 0, What::Frame, &none_reply(request)).unwrap();
             stream.flush().unwrap();
         }
     });

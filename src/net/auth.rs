@@ -443,20 +443,31 @@ mod tests {
         assert!(error.message.contains("the node's Proof"), "{error}");
     }
 
-    #[test]
-    fn a_node_that_forges_its_proof_is_refused() {
-        let (mut node, mut controller) = pair();
-        let server = thread::spawn(move || authenticate(&mut controller, &Secret::new(b"k")));
+    /// Plays a node by hand: sends a `Hello` with nothing but its header, reads the
+    /// `Challenge`, and sends the proof `mac` makes of the two.
+    fn prove_by_hand(
+        node: &mut TcpStream,
+        mac: impl FnOnce(&[u8; HELLO], &[u8; CHALLENGE]) -> [u8; 32],
+    ) {
         let mut hello = [0u8; HELLO];
         header(b"DVMH", &mut hello);
         node.write_all(&hello).unwrap();
         let mut challenge = [0u8; CHALLENGE];
         node.read_exact(&mut challenge).unwrap();
-        // Replays the controller's own MAC as its proof (a reflection).
         let mut proof = [0u8; PROOF];
         header(b"DVMP", &mut proof);
-        proof[16..48].copy_from_slice(&challenge[48..80]);
+        proof[16..48].copy_from_slice(&mac(&hello, &challenge));
         node.write_all(&proof).unwrap();
+    }
+
+    #[test]
+    fn a_node_that_forges_its_proof_is_refused() {
+        let (mut node, mut controller) = pair();
+        let server = thread::spawn(move || authenticate(&mut controller, &Secret::new(b"k")));
+        // Replays the controller's own MAC as its proof (a reflection).
+        prove_by_hand(&mut node, |_, challenge| {
+            challenge[48..80].try_into().unwrap()
+        });
         let error = server.join().unwrap().err().expect("refused");
         assert!(error.message.contains("the node's MAC is wrong"), "{error}");
     }
@@ -505,16 +516,10 @@ mod tests {
         let secret = Secret::new(b"k");
         let server = thread::spawn(move || authenticate(&mut controller, &secret).err());
         // A node of the previous version: its Hello has a zero where the version goes.
-        let mut hello = [0u8; HELLO];
-        header(b"DVMH", &mut hello);
-        node.write_all(&hello).unwrap();
-        let mut challenge = [0u8; CHALLENGE];
-        node.read_exact(&mut challenge).unwrap();
-        let mut proof = [0u8; PROOF];
-        header(b"DVMP", &mut proof);
-        let mac = Secret::new(b"k").mac(NODE_LABEL, &[&hello, &challenge]);
-        proof[16..48].copy_from_slice(&mac.finalize().into_bytes());
-        node.write_all(&proof).unwrap();
+        prove_by_hand(&mut node, |hello, challenge| {
+            let mac = Secret::new(b"k").mac(NODE_LABEL, &[hello, challenge]);
+            mac.finalize().into_bytes().into()
+        });
         let mut accept = [0u8; ACCEPT];
         node.read_exact(&mut accept).unwrap();
         assert_eq!(u32_at(&accept, 8), Refusal::OtherVersion as u32);

@@ -519,17 +519,21 @@ pub(super) fn barrier(info: WorkerInfo, ccl: &CpuCcl, args: &[AnyView<'_>]) -> R
     Ok(Any::None)
 }
 
-/// One side of a transfer between `from` and `to` (ids as `info` and `ccl` number the
-/// workers) of the buffer argument 0.
+/// This worker's side of a transfer of the buffer argument 0 with worker `other` (ids as
+/// `info` and `ccl` number the workers), to it when `sending`, else from it.
 pub(super) fn transfer(
     args: &[AnyView<'_>],
     what: &'static str,
     info: WorkerInfo,
     ccl: &CpuCcl,
-    from: usize,
-    to: usize,
+    other: usize,
+    sending: bool,
 ) -> Result<()> {
-    let sending = info.id == from;
+    let (from, to) = if sending {
+        (info.id, other)
+    } else {
+        (other, info.id)
+    };
     let team = ccl.pair(from, to);
     let rank = usize::from(!sending);
     let buf = buffer(args, 0, if sending { "send" } else { "recv" }, true);
@@ -639,12 +643,7 @@ fn transfer_built_in(
     let found = arity_of(name, args)
         .and_then(|()| transfer_peer(name, args, &info).expect("a transfer built-in"));
     let (other, sending) = whom(ccl, info, what, found)?;
-    let (from, to) = if sending {
-        (info.id, other)
-    } else {
-        (other, info.id)
-    };
-    transfer(args, what, info, ccl, from, to)?;
+    transfer(args, what, info, ccl, other, sending)?;
     Ok(Any::None)
 }
 

@@ -101,10 +101,8 @@ fn transfer_on_node(
     let other = other
         .checked_sub(local.first)
         .filter(|&o| o < local.info.num_workers)?;
-    let me = local.info.id;
-    let (from, to) = if sending { (me, other) } else { (other, me) };
     let what = what.strip_prefix("runtime.disco.").unwrap_or(what);
-    let moved = builtins::transfer(args, what, local.info, &local.ccl, from, to);
+    let moved = builtins::transfer(args, what, local.info, &local.ccl, other, sending);
     Some(on_the_node(local, moved))
 }
 

@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use super::uploads::Uploads;
 use super::{HEARTBEAT, workers_devices};
-
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
