@@ -420,17 +420,18 @@ fn a_missing_worker_program_is_a_clear_error() {
     assert_error(&err, ErrorKind::Value, "/nonexistent/worker");
 }
 
+/// A session of `n` workers whose waits time out after 300 ms.
+fn session_timing_out(n: i64) -> Arc<Session> {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..process_options()
+    };
+    Session::new_process(n, 1, options).unwrap()
+}
+
 #[test]
 fn a_stuck_worker_times_out_and_shutdown_kills_it() {
-    let s = Session::new_process(
-        1,
-        1,
-        SessionOptions {
-            timeout: Some(Duration::from_millis(300)),
-            ..process_options()
-        },
-    )
-    .unwrap();
+    let s = session_timing_out(1);
     let pid = pids(&s)[0];
     let sleep = s.get_global_func("proc.sleep_ms").unwrap();
     let _ = call(&s, &sleep, &[Any::Int(60_000)]);
@@ -443,6 +444,58 @@ fn a_stuck_worker_times_out_and_shutdown_kills_it() {
         gone_within(pid, Duration::from_secs(5)),
         "the stuck worker was killed and reaped"
     );
+}
+
+/// Whether `pid` is stopped by a signal.
+fn stopped(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+    })
+}
+
+/// A sync of a worker that ran everything sent to it, with no failure to report, sends no
+/// message: it returns while the worker is stopped. One with a call still to run, or with a
+/// failure to report, asks the worker.
+#[test]
+fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
+    let s = session_timing_out(2);
+    let ids = pids(&s);
+    let add = s.get_global_func("proc.add").unwrap();
+    let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    s.sync_all().unwrap();
+    // SAFETY: a signal to this session's own worker.
+    assert_eq!(unsafe { libc::kill(ids[0], libc::SIGSTOP) }, 0);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stopped(ids[0]) {
+        assert!(Instant::now() < deadline, "worker 0 never stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    s.sync_worker(0).unwrap();
+    s.sync_all().unwrap();
+
+    let again = call(&s, &add, &[Any::Int(3), Any::Int(4)]);
+    let err = s.sync_worker(0).unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    let err = s.sync_all().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(ids[0], libc::SIGCONT) }, 0);
+    s.sync_all().unwrap();
+    assert_eq!(int(s.get_register(again.reg(), 0).unwrap()), 7);
+
+    let fail = s.get_global_func("proc.fail").unwrap();
+    drop(call(&s, &fail, &[]));
+    s.sync_worker(1).unwrap_err();
+    for _ in 0..2 {
+        let err = s.sync_worker(0).unwrap_err();
+        assert_error(&err, ErrorKind::Worker, "proc.fail was asked to fail");
+        // Reported once: the next sync finds nothing to report.
+        s.sync_worker(0).unwrap();
+        drop(call(&s, &fail, &[]));
+    }
+    drop((sum, again, add, fail));
+    s.shutdown().unwrap();
 }
 
 #[test]

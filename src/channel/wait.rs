@@ -72,6 +72,15 @@ trait Park {
     fn park(&self, slice: Duration);
 }
 
+/// The first part of a wait: [`PAUSES`] PAUSEs, polling after each, about a cross-core round
+/// trip. Also for a caller with a cheap answer if it comes at once and a full wait otherwise.
+pub(crate) fn spin_briefly<T>(mut poll: impl FnMut() -> Option<T>) -> Option<T> {
+    (0..PAUSES).find_map(|_| {
+        crate::sync::spin_loop();
+        poll()
+    })
+}
+
 /// Waits until `poll` gives a value: polls, spins and yields within `policy`'s budget, then
 /// announces its sleep, fences, polls once more and parks for at most `slice` at a time.
 /// Before and after each park `check` may end the wait with an error (the peer is gone);
@@ -91,11 +100,8 @@ fn wait_for<T>(
             return Ok(value);
         }
         if !policy.budget.is_zero() {
-            for _ in 0..PAUSES {
-                crate::sync::spin_loop();
-                if let Some(value) = poll() {
-                    return Ok(value);
-                }
+            if let Some(value) = spin_briefly(&mut poll) {
+                return Ok(value);
             }
             let spin_end = Instant::now() + policy.budget;
             while Instant::now() < spin_end {

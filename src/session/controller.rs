@@ -1133,6 +1133,9 @@ impl Session {
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
+        if self.workers[worker].in_sync() {
+            return self.synced(worker..worker + 1);
+        }
         SYNC_REPLY.with(|cached| {
             let reply = Completion::reuse(cached.take());
             let result = self.request_with(worker, "sync", reply.clone(), Message::Sync);
@@ -1144,7 +1147,19 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
+        if self.workers.iter().all(WorkerLink::in_sync) {
+            return self.synced(0..self.workers.len());
+        }
         self.ask_every_worker("sync", Message::Sync)
+    }
+
+    /// A sync of `workers`, found in sync without a message (frees waiting for a send go with
+    /// the next one): whether the session and the workers are still there.
+    fn synced(&self, workers: std::ops::Range<usize>) -> Result<()> {
+        self.check_open()?;
+        workers
+            .into_iter()
+            .try_for_each(|worker| self.alive(worker))
     }
 
     /// Sends the request `make` builds to every worker first, then collects the replies

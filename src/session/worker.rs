@@ -10,7 +10,7 @@ use super::ccl::nccl;
 use super::controller::Session;
 use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Store, worker_error};
 use super::registers::{Reg, RegisterFile, Slot};
-use crate::abi::{DLDevice, KDL_CUDA};
+use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::channel::{Channel, SpinPolicy, Watchers};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::cuda;
@@ -419,6 +419,14 @@ impl Worker {
     pub fn sync(&mut self) -> Result<()> {
         self.sync_device();
         self.take_failure()
+    }
+
+    /// Whether a sync now would neither wait for nor report anything: no failure kept, a
+    /// worker on the CPU, and its stream (if it has one) idle with nothing to report.
+    pub fn is_settled(&self) -> bool {
+        self.failure.is_none()
+            && self.info.device.device_type == KDL_CPU
+            && STREAM.with(|stream| stream.borrow().as_ref().is_none_or(|s| s.is_settled()))
     }
 
     /// The tensor in `reg`, with the work this worker's stream queued done, for the controller

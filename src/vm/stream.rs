@@ -75,6 +75,18 @@ impl StreamCore {
         self.issued.load(Ordering::Acquire)
     }
 
+    /// Whether a sync now would neither wait nor report anything: everything issued has run,
+    /// on a device whose work completes on the host, and no failure waits for the next sync.
+    pub fn is_settled(&self) -> bool {
+        self.dev.completes_on_host()
+            && self.progress.done() >= self.issued()
+            && self
+                .error
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+    }
+
     pub fn set_issued(&self, seq: u64) {
         self.issued.store(seq, Ordering::Release);
     }
@@ -494,6 +506,11 @@ impl Stream {
     /// Makes later instructions of this stream wait for everything submitted to `other` so far.
     pub fn wait_for(&self, other: &Stream) -> Result<()> {
         self.wait(&other.record())
+    }
+
+    /// Whether a sync now would neither wait nor report anything (host work only).
+    pub fn is_settled(&self) -> bool {
+        self.core.is_settled()
     }
 
     /// Waits until everything submitted so far has run; returns the first failure since the

@@ -8,11 +8,12 @@
 //! thread, and only one side touches the bytes at a time.
 //!
 //! Layout: one line per worker (the last lent request the controller gave back, the futex word
-//! the lending worker sleeps on, and the worker's signals), two areas for the records of CPU communicators (used in
-//! turn, so that a new one is laid out while the workers still hold the last), then one region
+//! the lending worker sleeps on, the worker's signals, what it has handled, and a mutex it holds
+//! while it lives), two areas for the records of CPU communicators (used in turn, so that a new one is laid out while the workers still hold the last), then one region
 //! per worker, which only that worker allocates from. Memory past a region's highest allocation
 //! is untouched and reads as zeros.
 
+use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
@@ -26,7 +27,7 @@ use crate::object::{Error, Result, Tensor};
 use crate::session::ccl::CpuCcl;
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::wire::ArenaTensor;
 
 /// Bytes of each worker's region. The memory is reserved, not committed: pages cost only once
@@ -46,12 +47,43 @@ struct WorkerLine {
     sleeper: SharedSleeper,
     /// What the controller tells the worker outside its queue.
     signals: Signals,
+    /// Written by the worker, on a line of its own.
+    handled: Handled,
+    life: Life,
+}
+
+/// A robust, process-shared mutex that the worker process locks when it attaches and holds
+/// until it ends. The kernel marks it when its owner dies, however it dies, so the controller
+/// learns of a death from memory, before any watcher did, without a system call.
+#[repr(C, align(128))]
+struct Life(UnsafeCell<libc::pthread_mutex_t>);
+
+/// What a worker process has handled: written by the worker after each frame, read by a sync,
+/// which needs no message once the worker handled every frame sent to it and is settled.
+#[repr(C, align(128))]
+pub(crate) struct Handled(AtomicU64);
+
+impl Handled {
+    /// Records that the worker handled `frames` frames in all, and whether it is settled then
+    /// (a sync would neither wait for nor report anything).
+    pub fn publish(&self, frames: u64, settled: bool) {
+        self.0
+            .store((frames << 1) | u64::from(settled), Ordering::Release);
+    }
+
+    /// Whether the worker handled the first `sent` frames and was settled after them.
+    fn covers(&self, sent: u64) -> bool {
+        let word = self.0.load(Ordering::Acquire);
+        word & 1 == 1 && word >> 1 >= sent
+    }
 }
 
 /// The arena as one process maps it.
 pub(crate) struct Arena {
     memory: SharedMemory,
     workers: usize,
+    /// The workers this process saw dead through their life mutex.
+    lost: Box<[AtomicBool]>,
 }
 
 /// How many communicator areas the arena has.
@@ -80,14 +112,50 @@ impl Arena {
             .checked_add(Self::ccl_areas_start(workers)?)
     }
 
+    fn mapped(memory: SharedMemory, workers: usize) -> Arena {
+        Arena {
+            memory,
+            workers,
+            lost: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+        }
+    }
+
     /// A new arena for `workers` workers (the controller's).
     pub fn create(workers: usize) -> Result<Arena> {
         let len = Self::bytes_for(workers)
             .ok_or_else(|| Error::value(format!("an arena for {workers} workers is too large")))?;
-        Ok(Arena {
-            memory: SharedMemory::create("discovm-arena", len)?,
-            workers,
-        })
+        let arena = Arena::mapped(SharedMemory::create("discovm-arena", len)?, workers);
+        (0..workers).try_for_each(|worker| arena.init_life(worker))?;
+        Ok(arena)
+    }
+
+    /// Makes `worker`'s life mutex, before any process shares the arena.
+    fn init_life(&self, worker: usize) -> Result<()> {
+        let failed = |what: &str, code: i32| {
+            Error::runtime(format!(
+                "the arena's mutex for worker {worker}: {what} failed: {}",
+                std::io::Error::from_raw_os_error(code)
+            ))
+        };
+        let mut attr = std::mem::MaybeUninit::<libc::pthread_mutexattr_t>::uninit();
+        // SAFETY: `attr` is initialised by the first call and destroyed by the last; the mutex
+        // lies in this arena's line for `worker`, which no other process maps yet.
+        unsafe {
+            let code = libc::pthread_mutexattr_init(attr.as_mut_ptr());
+            if code != 0 {
+                return Err(failed("pthread_mutexattr_init", code));
+            }
+            let made = [
+                libc::pthread_mutexattr_setpshared(attr.as_mut_ptr(), libc::PTHREAD_PROCESS_SHARED),
+                libc::pthread_mutexattr_setrobust(attr.as_mut_ptr(), libc::PTHREAD_MUTEX_ROBUST),
+                libc::pthread_mutex_init(self.line(worker).life.0.get(), attr.as_ptr()),
+            ];
+            libc::pthread_mutexattr_destroy(attr.as_mut_ptr());
+            match made.iter().find(|&&code| code != 0) {
+                Some(&code) => Err(failed("making a robust shared mutex", code)),
+                None => Ok(()),
+            }
+        }
     }
 
     /// The arena the controller passed this worker process as `fd`.
@@ -99,7 +167,7 @@ impl Arena {
                 memory.len()
             )));
         }
-        Ok(Arena { memory, workers })
+        Ok(Arena::mapped(memory, workers))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -109,13 +177,41 @@ impl Arena {
     fn line(&self, worker: usize) -> &WorkerLine {
         assert!(worker < self.workers, "worker {worker} has no line");
         // SAFETY: the lines start the mapping, which is page-aligned and outlives `self`; all
-        // zeros (fresh memory) is a valid line, and every access to it is atomic.
+        // zeros (fresh memory) is a valid line but for the life mutex, which `create` makes
+        // before anyone uses it; every access to a line is atomic or through pthread calls.
         unsafe { &*self.memory.as_ptr().cast::<WorkerLine>().add(worker) }
     }
 
     /// What the controller tells `worker` outside its queue.
     pub fn signals(&self, worker: usize) -> &Signals {
         &self.line(worker).signals
+    }
+
+    /// What `worker` has handled.
+    pub fn handled(&self, worker: usize) -> &Handled {
+        &self.line(worker).handled
+    }
+
+    /// Whether `worker` handled the first `sent` frames, was settled after them and still
+    /// lives (its life mutex is held, not marked by the kernel as its owner's death).
+    pub fn in_sync(&self, worker: usize, sent: u64) -> bool {
+        // The worker recorded progress only after it locked its life mutex, so the lock below
+        // can take it only from a dead owner.
+        if !self.handled(worker).covers(sent) {
+            return false;
+        }
+        if self.lost[worker].load(Ordering::Acquire) {
+            return false;
+        }
+        let life = self.line(worker).life.0.get();
+        // SAFETY: the mutex was made in `create` and lies in the mapping while `self` lives.
+        if unsafe { libc::pthread_mutex_trylock(life) } == libc::EBUSY {
+            return true;
+        }
+        // Taken from a dead owner (or refused): kept, and the death remembered here, since
+        // the mutex says so only once.
+        self.lost[worker].store(true, Ordering::Release);
+        false
     }
 
     /// Where `worker`'s region starts, in bytes from the start of the arena.
@@ -268,8 +364,17 @@ struct Region {
 /// The region of the worker process this is, once it attached its session's arena.
 static REGION: OnceLock<Region> = OnceLock::new();
 
-/// Makes this worker process allocate in its region of `arena` from now on.
+/// Makes this worker process allocate in its region of `arena` from now on, and holds its life
+/// mutex until it ends (the calling thread serves the controller for the rest of the process).
 pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
+    // SAFETY: the controller made the mutex before it started this process.
+    let held = unsafe { libc::pthread_mutex_lock(arena.line(worker).life.0.get()) };
+    if held != 0 {
+        return Err(Error::runtime(format!(
+            "worker {worker} cannot hold its mutex in the session's arena: {}",
+            std::io::Error::from_raw_os_error(held)
+        )));
+    }
     let region = Region {
         arena: Arc::new(arena),
         worker,
@@ -283,10 +388,20 @@ pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
 /// What the controller tells this worker process outside its queue, in its line of the arena
 /// (mapped for the rest of the process).
 pub(crate) fn signals() -> Result<&'static Signals> {
-    let region = REGION
-        .get()
-        .ok_or_else(|| Error::runtime("this worker process has no arena"))?;
+    let region = own_region()?;
     Ok(region.arena.signals(region.worker))
+}
+
+/// Where this worker process records what it has handled, in its line of the arena.
+pub(crate) fn handled() -> Result<&'static Handled> {
+    let region = own_region()?;
+    Ok(region.arena.handled(region.worker))
+}
+
+fn own_region() -> Result<&'static Region> {
+    REGION
+        .get()
+        .ok_or_else(|| Error::runtime("this worker process has no arena"))
 }
 
 /// This worker process's region, for a communicator in its arena.

@@ -23,7 +23,7 @@ use crate::session::message::{CopyDirection, Message, Reply};
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
 use crate::session::worker::Signals;
 use crate::sync::Mutex;
-use crate::sync::atomic::Ordering;
+use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
@@ -34,6 +34,8 @@ pub(crate) struct ProcessLink {
     local: usize,
     child: Child,
     requests: Mutex<Producer>,
+    /// Frames sent on `requests`, counted under its lock.
+    sent: AtomicU64,
     replies: Mutex<Consumer>,
     book: RequestBook,
     /// Why the worker is gone, once the watcher saw it die.
@@ -125,6 +127,7 @@ impl ProcessLink {
             local,
             child,
             requests: Mutex::new(requests),
+            sent: AtomicU64::new(0),
             replies: Mutex::new(replies),
             book: RequestBook::new(format!("worker {worker} (pid {pid})")),
             death,
@@ -182,10 +185,22 @@ impl ProcessLink {
         deadline: Option<Instant>,
     ) -> Result<()> {
         self.alive()?;
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(frame, spin, deadline, || self.alive())
+        self.send_counted(|requests| requests.send(frame, spin, deadline, || self.alive()))
+    }
+
+    /// Sends one frame on the request ring with `send`, and counts it once sent.
+    fn send_counted(&self, send: impl FnOnce(&mut Producer) -> Result<()>) -> Result<()> {
+        let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
+        send(&mut requests)?;
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether a sync of this worker needs no message: it handled every frame this thread
+    /// sent it (and any sent before), has nothing to wait for or report, and lives.
+    pub fn in_sync(&self) -> bool {
+        let sent = self.sent.load(Ordering::Relaxed);
+        self.session.arena.in_sync(self.local, sent)
     }
 
     /// Sends a frame of `len` bytes that `fill` writes straight into the ring, part by part
@@ -198,10 +213,7 @@ impl ProcessLink {
         fill: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
         self.alive()?;
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send_from(len, spin, deadline, || self.alive(), fill)
+        self.send_counted(|requests| requests.send_from(len, spin, deadline, || self.alive(), fill))
     }
 
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
@@ -216,10 +228,7 @@ impl ProcessLink {
             return Ok(());
         }
         let frame = encode_broadcast(&Message::Shutdown, &[])?;
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .send(&frame, spin, deadline, own_death)
+        self.send_counted(|requests| requests.send(&frame, spin, deadline, own_death))
     }
 
     /// Sends `message`: a request that waits for a reply registers how its reply completes it
@@ -249,7 +258,11 @@ impl ProcessLink {
             };
             // A full ring ends the wait at its first check, before any park.
             let full = || Err(Error::runtime("the ring is full"));
-            requests.send(frame, now, None, full).is_ok()
+            let sent = requests.send(frame, now, None, full).is_ok();
+            if sent {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            sent
         })
     }
 

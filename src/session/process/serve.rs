@@ -194,6 +194,8 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     let mut worker = Worker::start(shared, args.info, args.cpu.is_some());
     let limits = Limits::default();
     let mut out = Vec::new();
+    let handled = arena::handled()?;
+    let mut frames = 0;
     loop {
         // A large frame is gathered so that its large tensor's data can stay where it lands.
         let placement = |first: &[u8]| Frame::placement(first, &limits);
@@ -252,6 +254,8 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
         if let Some(answer) = answer {
             reply(&mut replies, &mut out, answer, args.spin)?;
         }
+        frames += 1;
+        handled.publish(frames, worker.is_settled());
         if !go_on {
             break;
         }
