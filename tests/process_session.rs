@@ -498,6 +498,28 @@ fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
     s.shutdown().unwrap();
 }
 
+/// The controller learns of a dead worker through a mutex in the session's arena: sessions
+/// whose worker died, one after another on one thread, each fail the sync and go away, and the
+/// next one works.
+#[test]
+fn sessions_whose_worker_died_go_away_one_after_another() {
+    for _ in 0..3 {
+        let s = session(1);
+        let pid = pids(&s)[0];
+        s.sync_worker(0).unwrap();
+        // SAFETY: a signal to this session's own worker.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+        assert!(gone_within(pid, Duration::from_secs(10)), "worker {pid} died");
+        let err = s.sync_worker(0).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+        let _ = s.shutdown();
+        drop(s);
+    }
+    let s = session(1);
+    s.sync_all().unwrap();
+    s.shutdown().unwrap();
+}
+
 #[test]
 fn several_host_threads_share_a_process_session() {
     let s = session(2);

@@ -205,11 +205,17 @@ impl Arena {
         }
         let life = self.line(worker).life.0.get();
         // SAFETY: the mutex was made in `create` and lies in the mapping while `self` lives.
-        if unsafe { libc::pthread_mutex_trylock(life) } == libc::EBUSY {
-            return true;
+        match unsafe { libc::pthread_mutex_trylock(life) } {
+            libc::EBUSY => return true,
+            // Taken (from a dead owner): let go at once without making it consistent, so that
+            // no thread's list of held robust mutexes points into the arena once it is gone.
+            // SAFETY: this thread holds it.
+            0 | libc::EOWNERDEAD => unsafe {
+                libc::pthread_mutex_unlock(life);
+            },
+            _ => {}
         }
-        // Taken from a dead owner (or refused): kept, and the death remembered here, since
-        // the mutex says so only once.
+        // The mutex tells of the death once: remembered here.
         self.lost[worker].store(true, Ordering::Release);
         false
     }
