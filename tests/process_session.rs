@@ -354,6 +354,7 @@ fn a_broken_session_shuts_down_at_once_ending_busy_workers() {
         .unwrap();
     // SAFETY: a signal to a child process this test started.
     unsafe { libc::kill(ids[1], libc::SIGKILL) };
+    assert!(gone_within(ids[1], Duration::from_secs(10)), "worker 1 died");
     assert!(s.sync_worker(1).is_err());
     let started = Instant::now();
     s.shutdown()
