@@ -354,7 +354,10 @@ fn a_broken_session_shuts_down_at_once_ending_busy_workers() {
         .unwrap();
     // SAFETY: a signal to a child process this test started.
     unsafe { libc::kill(ids[1], libc::SIGKILL) };
-    assert!(gone_within(ids[1], Duration::from_secs(10)), "worker 1 died");
+    assert!(
+        gone_within(ids[1], Duration::from_secs(10)),
+        "worker 1 died"
+    );
     assert!(s.sync_worker(1).is_err());
     let started = Instant::now();
     s.shutdown()
@@ -510,7 +513,10 @@ fn sessions_whose_worker_died_go_away_one_after_another() {
         s.sync_worker(0).unwrap();
         // SAFETY: a signal to this session's own worker.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-        assert!(gone_within(pid, Duration::from_secs(10)), "worker {pid} died");
+        assert!(
+            gone_within(pid, Duration::from_secs(10)),
+            "worker {pid} died"
+        );
         let err = s.sync_worker(0).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
         let _ = s.shutdown();

@@ -146,6 +146,17 @@ impl RequestBook {
         }
     }
 
+    /// Whether no request waits for its reply (an abandoned one's may still bring a failure)
+    /// and no failure is carried for the next wait.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+            && self
+                .carried
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .is_none()
+    }
+
     /// A fresh request id.
     pub fn next_id(&self) -> u64 {
         self.next_request.fetch_add(1, Ordering::Relaxed)
@@ -343,6 +354,13 @@ impl PendingRequests {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push((request, pending));
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     pub fn remove(&self, request: u64) -> Option<Pending> {

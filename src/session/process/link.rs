@@ -197,10 +197,11 @@ impl ProcessLink {
     }
 
     /// Whether a sync of this worker needs no message: it handled every frame this thread
-    /// sent it (and any sent before), has nothing to wait for or report, and lives.
+    /// sent it (and any sent before), has nothing to wait for or report, lives, and no reply
+    /// is still to come from it or to be reported here.
     pub fn in_sync(&self) -> bool {
         let sent = self.sent.load(Ordering::Relaxed);
-        self.session.arena.in_sync(self.local, sent)
+        self.session.arena.in_sync(self.local, sent) && self.book.is_idle()
     }
 
     /// Sends a frame of `len` bytes that `fill` writes straight into the ring, part by part
