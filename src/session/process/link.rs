@@ -192,8 +192,14 @@ impl ProcessLink {
     fn send_counted(&self, send: impl FnOnce(&mut Producer) -> Result<()>) -> Result<()> {
         let mut requests = self.requests.lock().unwrap_or_else(PoisonError::into_inner);
         send(&mut requests)?;
-        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.count_sent();
         Ok(())
+    }
+
+    /// Counts a frame sent, under the lock of `requests` (so a plain store does).
+    fn count_sent(&self) {
+        let sent = self.sent.load(Ordering::Relaxed);
+        self.sent.store(sent + 1, Ordering::Relaxed);
     }
 
     /// Whether a sync of this worker needs no message: it handled every frame this thread
@@ -261,7 +267,7 @@ impl ProcessLink {
             let full = || Err(Error::runtime("the ring is full"));
             let sent = requests.send(frame, now, None, full).is_ok();
             if sent {
-                self.sent.fetch_add(1, Ordering::Relaxed);
+                self.count_sent();
             }
             sent
         })
