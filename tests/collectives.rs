@@ -1399,6 +1399,71 @@ fn a_gather_and_an_allgather_called_together_fail_on_every_worker(kind: Kind) {
 }
 each_kind_and_nodes!(a_gather_and_an_allgather_called_together_fail_on_every_worker);
 
+/// A transfer whose two ends hold different tensors fails on the receiving worker naming both
+/// (on nodes, with one worker each, between nodes), and a matching one goes through afterwards.
+fn a_transfer_whose_ends_differ_fails_naming_both_and_the_next_goes_through(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_secs(60)),
+        ..SessionOptions::default()
+    };
+    let s = start(kind, 2, 1, options).unwrap();
+    s.init_ccl("cpu", &[]).unwrap();
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let tensor =
+        |shape: &[i64]| remote_call(&s, &empty, &[Shape::new(shape).into(), Any::DataType(F32)]);
+    let (four, eight, square) = (tensor(&[4]), tensor(&[8]), tensor(&[2, 2]));
+    for (into, described) in [(&eight, "[8] float32"), (&square, "[2, 2] float32")] {
+        builtin_each(
+            &s,
+            &[
+                (
+                    &[1],
+                    "runtime.disco.send_to_worker",
+                    &[four.clone().into(), Any::Int(0)],
+                ),
+                (
+                    &[0],
+                    "runtime.disco.recv_from_worker",
+                    &[into.clone().into(), Any::Int(1)],
+                ),
+            ],
+        );
+        let err = s.sync_worker(0).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Worker, "{err}");
+        for part in [
+            "worker 1 sent [4] float32",
+            &format!("worker 0 receives {described}"),
+        ] {
+            assert!(err.message.contains(part), "{part}: {err}");
+        }
+        let _ = s.sync_all();
+    }
+    let mut data = [1.0f32, 2.0, 3.0, 4.0];
+    copy_f32(&s, &mut data, &four, CopyDirection::ToWorker);
+    builtin_each(
+        &s,
+        &[
+            (
+                &[0],
+                "runtime.disco.send_to_worker",
+                &[four.clone().into(), Any::Int(1)],
+            ),
+            (
+                &[1],
+                "runtime.disco.recv_from_worker",
+                &[four.clone().into(), Any::Int(0)],
+            ),
+        ],
+    );
+    s.sync_all().unwrap();
+    assert_eq!(
+        gathered(&s, &four, 4)[4..],
+        data,
+        "from worker 0 to worker 1"
+    );
+}
+each_kind_and_nodes!(a_transfer_whose_ends_differ_fails_naming_both_and_the_next_goes_through);
+
 #[test]
 fn the_built_ins_of_gloos_rendezvous_refuse_bad_input_naming_it() {
     let s = start(Kind::Threads, 2, 1, SessionOptions::default()).unwrap();

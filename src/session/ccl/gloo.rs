@@ -24,11 +24,13 @@ use std::cell::RefCell;
 use std::sync::{Arc, Once, OnceLock};
 use std::time::Duration;
 
+use super::board::MAX_DIMS;
 use super::builtins::{
     TRANSFERS, arity_of, buffer, copy, in_group, reduce_kind, root_send, sized, transfer_peer,
 };
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
 use super::{Buf, CpuCcl, what_code, what_name};
+use crate::abi::DLDataType;
 use crate::channel::SpinPolicy;
 use crate::device::gloo::Mesh;
 use crate::object::args::{argument, arity, is_none};
@@ -719,19 +721,101 @@ fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     )
 }
 
-/// One side of a transfer of buffer argument 0 between this worker and worker `other`.
+/// One side of a transfer of buffer argument 0 between this worker and worker `other`. The
+/// sender sends its tensor's header, then its bytes; a receiver whose tensor differs takes the
+/// bytes aside and fails, naming both tensors, and the pair stays in step.
 fn transfer(meshes: &Meshes, args: &[AnyView<'_>], other: usize, sending: bool) -> Result<()> {
     let buf = buffer(args, 0, if sending { "send" } else { "recv" }, true)?.expect("required");
     let mesh = &meshes.world;
-    // SAFETY: the tensor holds `nbytes`, which only this transfer touches meanwhile.
-    let moved = unsafe {
-        if sending {
-            mesh.send(buf.addr as *const u8, buf.nbytes, other)
-        } else {
-            mesh.recv(buf.addr as *mut u8, buf.nbytes, other)
+    let own = TransferHeader::of(&buf);
+    if sending {
+        // SAFETY: the header and the tensor hold what is sent, unchanged during the calls.
+        return meshes.kept(unsafe {
+            mesh.send(own.0.as_ptr(), own.0.len(), other)
+                .and_then(|()| mesh.send(buf.addr as *const u8, buf.nbytes, other))
+        });
+    }
+    let mut theirs = TransferHeader([0; TransferHeader::BYTES]);
+    // SAFETY: the header's bytes are this call's own.
+    meshes.kept(unsafe { mesh.recv(theirs.0.as_mut_ptr(), theirs.0.len(), other) })?;
+    if theirs.0 == own.0 {
+        // SAFETY: the tensor holds `nbytes`, which only this transfer touches meanwhile.
+        return meshes.kept(unsafe { mesh.recv(buf.addr as *mut u8, buf.nbytes, other) });
+    }
+    let (sent, nbytes) = meshes.kept(theirs.read(other))?;
+    let mut aside = Vec::new();
+    meshes.kept(aside.try_reserve_exact(nbytes).map_err(|_| {
+        Error::runtime(format!(
+            "worker {other} sends a tensor of {nbytes} bytes, more than this worker can take"
+        ))
+    }))?;
+    aside.resize(nbytes, 0);
+    // SAFETY: `aside` holds `nbytes` of this call's own.
+    meshes.kept(unsafe { mesh.recv(aside.as_mut_ptr(), nbytes, other) })?;
+    Err(Error::value(format!(
+        "worker {other} sent {sent} but worker {} receives {}",
+        meshes.info.id,
+        buf.describe()
+    )))
+}
+
+/// What a transfer's sender tells the receiver first: its tensor's dtype (code, bits, lanes)
+/// and shape (the number of dimensions, then each), as little-endian 64-bit words.
+struct TransferHeader([u8; TransferHeader::BYTES]);
+
+impl TransferHeader {
+    const WORDS: usize = 4 + MAX_DIMS;
+    const BYTES: usize = 8 * Self::WORDS;
+
+    fn of(buf: &Buf) -> TransferHeader {
+        let shape = buf.shape();
+        let dtype = [
+            buf.dtype.code.into(),
+            buf.dtype.bits.into(),
+            buf.dtype.lanes.into(),
+        ];
+        let words = dtype
+            .into_iter()
+            .chain([shape.len() as i64])
+            .chain(shape.iter().copied());
+        let mut bytes = [0; Self::BYTES];
+        for (at, word) in bytes.chunks_exact_mut(8).zip(words) {
+            at.copy_from_slice(&word.to_le_bytes());
         }
-    };
-    meshes.kept(moved)
+        TransferHeader(bytes)
+    }
+
+    /// The tensor worker `from` described: how it reads, and its size in bytes.
+    fn read(&self, from: usize) -> Result<(String, usize)> {
+        let mut words = [0i64; Self::WORDS];
+        for (word, at) in words.iter_mut().zip(self.0.chunks_exact(8)) {
+            *word = i64::from_le_bytes(at.try_into().expect("8 bytes"));
+        }
+        let bad = || {
+            Error::runtime(format!(
+                "worker {from} sent a transfer header no sender writes"
+            ))
+        };
+        let [code, bits, lanes, ndim] = [words[0], words[1], words[2], words[3]];
+        let dtype = DLDataType {
+            code: u8::try_from(code).map_err(|_| bad())?,
+            bits: u8::try_from(bits).map_err(|_| bad())?,
+            lanes: u16::try_from(lanes).map_err(|_| bad())?,
+        };
+        let ndim = usize::try_from(ndim)
+            .ok()
+            .filter(|&n| n <= MAX_DIMS)
+            .ok_or_else(bad)?;
+        let shape = &words[4..4 + ndim];
+        let element = (usize::from(dtype.bits) * usize::from(dtype.lanes)).div_ceil(8);
+        let nbytes = shape
+            .iter()
+            .try_fold(element, |total, &dim| {
+                total.checked_mul(usize::try_from(dim).ok()?)
+            })
+            .ok_or_else(bad)?;
+        Ok((Buf::new(0, dtype, shape, nbytes)?.describe(), nbytes))
+    }
 }
 
 /// The body of a built-in.
