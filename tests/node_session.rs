@@ -33,7 +33,7 @@ use discovm::session::{Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use session_calls::{call, int};
-use worker_processes::exists;
+use worker_processes::{exists, stop};
 use worker_programs::{node_program, test_worker_program};
 
 const TOKEN: &str = "the tests' secret";
@@ -683,6 +683,34 @@ fn a_call_nobody_waits_for_reaches_its_node_at_once() {
         }
     };
     assert_error(&err, ErrorKind::Worker, "exited with status 3");
+    s.shutdown().unwrap();
+    let _ = ended(nodes.remove(0), Duration::from_secs(10));
+}
+
+/// A sync of a worker on another node that has run everything relayed to it is answered by its
+/// node: it returns while the worker is stopped. One with a call still to run waits for it.
+#[test]
+fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
+    let (s, mut nodes) = session_of(2, 1, options(30_000));
+    let pid = pids_of(&s)[1] as i32;
+    let add = s.get_global_func("proc.add").unwrap();
+    s.sync_all().unwrap();
+    stop(pid);
+    s.sync_worker(1).unwrap();
+    let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    std::thread::scope(|scope| {
+        let synced = scope.spawn(|| s.sync_worker(1));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !synced.is_finished(),
+            "a sync with a call to run waits for it"
+        );
+        // SAFETY: a signal to a worker process of this session.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        synced.join().unwrap().unwrap();
+    });
+    assert_eq!(int(s.get_register(sum.reg(), 1).unwrap()), 3);
+    drop((sum, add));
     s.shutdown().unwrap();
     let _ = ended(nodes.remove(0), Duration::from_secs(10));
 }

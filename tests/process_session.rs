@@ -30,7 +30,7 @@ use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_tensor, int};
 use session_kinds::{Kind, process_options};
-use worker_processes::{exists, gone_within, pids, unreaped};
+use worker_processes::{exists, gone_within, pids, stop, unreaped};
 use worker_programs::{default_worker_program, test_worker_program};
 
 fn session(n: i64) -> Arc<Session> {
@@ -450,14 +450,6 @@ fn a_stuck_worker_times_out_and_shutdown_kills_it() {
     );
 }
 
-/// Whether `pid` is stopped by a signal.
-fn stopped(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('T'))
-    })
-}
-
 /// A sync of a worker that ran everything sent to it, with no failure to report, sends no
 /// message: it returns while the worker is stopped. One with a call still to run, or with a
 /// failure to report, asks the worker.
@@ -468,13 +460,7 @@ fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
     let add = s.get_global_func("proc.add").unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     s.sync_all().unwrap();
-    // SAFETY: a signal to this session's own worker.
-    assert_eq!(unsafe { libc::kill(ids[0], libc::SIGSTOP) }, 0);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !stopped(ids[0]) {
-        assert!(Instant::now() < deadline, "worker 0 never stopped");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    stop(ids[0]);
     s.sync_worker(0).unwrap();
     s.sync_all().unwrap();
 

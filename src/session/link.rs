@@ -148,15 +148,11 @@ impl WorkerLink {
     }
 
     /// Whether a sync of this worker needs no message: a worker process that handled
-    /// everything sent to it and has nothing to report ([`ProcessLink::in_sync`]), now or
-    /// within a brief spin (a short call about to finish).
+    /// everything sent to it and has nothing to report ([`ProcessLink::in_sync`]).
     pub fn in_sync(&self) -> bool {
         match self {
             #[cfg(not(loom))]
-            WorkerLink::Process(link) => {
-                link.in_sync()
-                    || crate::channel::spin_briefly(|| link.in_sync().then_some(())).is_some()
-            }
+            WorkerLink::Process(link) => link.in_sync(),
             _ => false,
         }
     }

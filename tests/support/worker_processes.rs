@@ -52,3 +52,20 @@ pub fn gone_within(pid: i32, limit: Duration) -> bool {
     }
     !exists(pid)
 }
+
+/// Stops `pid` with SIGSTOP and waits until it is stopped.
+pub fn stop(pid: i32) {
+    // SAFETY: a signal to a child process of the test.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !stopped() {
+        assert!(Instant::now() < deadline, "{pid} never stopped");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -6,6 +6,9 @@
 //! came, into the ring of the worker it is routed to (or of every worker); a thread per worker
 //! sends that worker's replies back, routed; a worker that dies is reported once, with why. The
 //! node's main thread reads the controller; silence for a heartbeat interval ends the node.
+//! Only a sync of one worker is read: the node answers it itself when the worker has run
+//! everything relayed to it and has nothing to report, as a controller does for its own worker
+//! processes.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -23,7 +26,7 @@ use crate::session::controller::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
-use crate::wire::{Frame, HEADER_SIZE, Kind, Limits};
+use crate::wire::{Frame, HEADER_SIZE, Kind, Limits, Value};
 
 /// How long a node keeps trying to reach a controller that does not listen yet.
 const CONNECT_FOR: Duration = Duration::from_secs(60);
@@ -202,7 +205,13 @@ pub(crate) fn serve(
         })
         .map_err(|e| Error::runtime(format!("cannot start the heartbeat: {e}")))?;
 
-    let relayed = relay_requests(&mut BufReader::new(&stream), &links, &uploads, heartbeat);
+    let relayed = relay_requests(
+        &mut BufReader::new(&stream),
+        &links,
+        &writer,
+        &uploads,
+        heartbeat,
+    );
     // After a shutdown the workers stop on their own; a lost controller's are killed now.
     let grace = match &relayed {
         Ok(()) => options
@@ -225,6 +234,7 @@ pub(crate) fn serve(
 fn relay_requests(
     stream: &mut impl Read,
     links: &[ProcessLink],
+    writer: &Writer,
     uploads: &Uploads,
     heartbeat: Duration,
 ) -> Result<()> {
@@ -277,8 +287,15 @@ fn relay_requests(
             }
         };
         if head.route != ALL && !shutdown {
-            let link = &links[targets.start];
-            relay_one(stream, link, &header_bytes, header.frame_len(), spin).map_err(lost)?;
+            let (link, route) = (&links[targets.start], head.route);
+            if header.kind == Kind::Sync {
+                let message =
+                    routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
+                sync_one(link, route, &message.frame, writer, &limits, spin);
+                buffer = message.frame;
+            } else {
+                relay_one(stream, link, &header_bytes, header.frame_len(), spin).map_err(lost)?;
+            }
             continue;
         }
         let message = routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
@@ -330,6 +347,35 @@ fn relay_one(
         (None, Ok(())) => Ok(()),
         (None, Err(_)) => routed::skip(stream, len - filled.max(HEADER_SIZE)),
     }
+}
+
+/// Answers the sync `frame` of the worker at `local` here when the worker has run everything
+/// relayed to it and has nothing to report ([`ProcessLink::in_sync`]), saving the trip through
+/// its rings; relays it otherwise.
+fn sync_one(
+    link: &ProcessLink,
+    local: u32,
+    frame: &[u8],
+    writer: &Writer,
+    limits: &Limits,
+    spin: SpinPolicy,
+) {
+    if let Ok(Frame::Sync { request }) = Frame::decode(frame, limits)
+        && link.in_sync()
+    {
+        let mut reply = Vec::new();
+        let done = Frame::<Any>::Ok {
+            request,
+            value: Value::Plain(Any::None),
+        };
+        if done.encode(&mut reply).is_ok() {
+            // A lost controller ends the node through its reader.
+            let _ = send(writer, local, What::Frame, &reply);
+            return;
+        }
+    }
+    // A worker that is gone is reported by its relay thread.
+    let _ = link.send_encoded(frame, spin, None);
 }
 
 /// Sends the replies of the worker at `local` to the controller until it stops; a worker that

@@ -13,7 +13,7 @@ use super::arena::{Arena, CCL_AREAS};
 use super::launch::Child;
 use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, Waker};
-use crate::channel::{SpinPolicy, Watchers};
+use crate::channel::{SpinPolicy, Watchers, spin_briefly};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::session::ccl::CpuCcl;
@@ -204,10 +204,14 @@ impl ProcessLink {
 
     /// Whether a sync of this worker needs no message: it handled every frame this thread
     /// sent it (and any sent before), has nothing to wait for or report, lives, and no reply
-    /// is still to come from it or to be reported here.
+    /// is still to come from it or to be reported here; now, or within a brief spin (a short
+    /// call about to finish).
     pub fn in_sync(&self) -> bool {
-        let sent = self.sent.load(Ordering::Relaxed);
-        self.session.arena.in_sync(self.local, sent) && self.book.is_idle()
+        let now = || {
+            let sent = self.sent.load(Ordering::Relaxed);
+            (self.session.arena.in_sync(self.local, sent) && self.book.is_idle()).then_some(())
+        };
+        now().or_else(|| spin_briefly(now)).is_some()
     }
 
     /// Sends a frame of `len` bytes that `fill` writes straight into the ring, part by part
