@@ -1179,6 +1179,25 @@ each_kind_and_nodes!(a_tensor_of_more_than_eight_dimensions_is_refused_naming_it
 /// Runs each built-in of `plan` with its arguments on each of its workers alone, in order; the
 /// functions are looked up first (a lookup waits for every worker, some of which the calls
 /// hold until their peers join).
+/// Worker `from` sends `sent` to worker `to`, which receives it into `into` (sync not included).
+fn send_and_receive(s: &Arc<Session>, from: usize, to: usize, sent: &DRef, into: &DRef) {
+    builtin_each(
+        s,
+        &[
+            (
+                &[from],
+                "runtime.disco.send_to_worker",
+                &[sent.clone().into(), Any::Int(to as i64)],
+            ),
+            (
+                &[to],
+                "runtime.disco.recv_from_worker",
+                &[into.clone().into(), Any::Int(from as i64)],
+            ),
+        ],
+    );
+}
+
 fn builtin_each(s: &Arc<Session>, plan: &[(&[usize], &str, &[Any])]) {
     let funcs: Vec<DRef> = plan
         .iter()
@@ -1277,21 +1296,7 @@ fn groups_and_transfers_meet_on_every_kind(kind: Kind) {
         [part_of(0), part_of(1)].concat(),
         "to the next group"
     );
-    builtin_each(
-        &s,
-        &[
-            (
-                &[3],
-                "runtime.disco.send_to_worker",
-                &[part.clone().into(), Any::Int(0)],
-            ),
-            (
-                &[0],
-                "runtime.disco.recv_from_worker",
-                &[got.clone().into(), Any::Int(3)],
-            ),
-        ],
-    );
+    send_and_receive(&s, 3, 0, &part, &got);
     s.sync_all().unwrap();
     assert_eq!(
         gathered(&s, &got, len)[..len],
@@ -1413,21 +1418,7 @@ fn a_transfer_whose_ends_differ_fails_naming_both_and_the_next_goes_through(kind
         |shape: &[i64]| remote_call(&s, &empty, &[Shape::new(shape).into(), Any::DataType(F32)]);
     let (four, eight, square) = (tensor(&[4]), tensor(&[8]), tensor(&[2, 2]));
     for (into, described) in [(&eight, "[8] float32"), (&square, "[2, 2] float32")] {
-        builtin_each(
-            &s,
-            &[
-                (
-                    &[1],
-                    "runtime.disco.send_to_worker",
-                    &[four.clone().into(), Any::Int(0)],
-                ),
-                (
-                    &[0],
-                    "runtime.disco.recv_from_worker",
-                    &[into.clone().into(), Any::Int(1)],
-                ),
-            ],
-        );
+        send_and_receive(&s, 1, 0, &four, into);
         let err = s.sync_worker(0).unwrap_err();
         assert_eq!(err.kind, ErrorKind::Worker, "{err}");
         for part in [
@@ -1440,21 +1431,7 @@ fn a_transfer_whose_ends_differ_fails_naming_both_and_the_next_goes_through(kind
     }
     let mut data = [1.0f32, 2.0, 3.0, 4.0];
     copy_f32(&s, &mut data, &four, CopyDirection::ToWorker);
-    builtin_each(
-        &s,
-        &[
-            (
-                &[0],
-                "runtime.disco.send_to_worker",
-                &[four.clone().into(), Any::Int(1)],
-            ),
-            (
-                &[1],
-                "runtime.disco.recv_from_worker",
-                &[four.clone().into(), Any::Int(0)],
-            ),
-        ],
-    );
+    send_and_receive(&s, 0, 1, &four, &four);
     s.sync_all().unwrap();
     assert_eq!(
         gathered(&s, &four, 4)[4..],

@@ -1133,7 +1133,7 @@ impl Session {
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
-        if !self.is_closed() && self.workers[worker].in_sync() {
+        if self.workers[worker].in_sync() {
             return self.synced(worker..worker + 1);
         }
         SYNC_REPLY.with(|cached| {
@@ -1147,14 +1147,14 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
-        if !self.is_closed() && self.workers.iter().all(WorkerLink::in_sync) {
+        if self.workers.iter().all(WorkerLink::in_sync) {
             return self.synced(0..self.workers.len());
         }
         self.ask_every_worker("sync", Message::Sync)
     }
 
     /// A sync of `workers`, found in sync without a message (frees waiting for a send go with
-    /// the next one): whether the session and the workers are still there.
+    /// the next one): whether the session is open and the workers are still there.
     fn synced(&self, workers: std::ops::Range<usize>) -> Result<()> {
         self.check_open()?;
         workers

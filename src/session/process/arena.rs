@@ -9,9 +9,10 @@
 //!
 //! Layout: one line per worker (the last lent request the controller gave back, the futex word
 //! the lending worker sleeps on, the worker's signals, what it has handled, and a mutex it holds
-//! while it lives), two areas for the records of CPU communicators (used in turn, so that a new one is laid out while the workers still hold the last), then one region
-//! per worker, which only that worker allocates from. Memory past a region's highest allocation
-//! is untouched and reads as zeros.
+//! while it lives), two areas for the records of CPU communicators (used in turn, so that a new
+//! one is laid out while the workers still hold the last), then one region per worker, which
+//! only that worker allocates from. Memory past a region's highest allocation is untouched and
+//! reads as zeros.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
