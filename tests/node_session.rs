@@ -363,14 +363,18 @@ fn a_stopped_node_is_lost_after_the_heartbeat_interval() {
         ..options(30_000)
     };
     let (s, mut nodes) = session_of(2, 1, options);
+    let add = s.get_global_func("proc.add").unwrap();
     let node = nodes.remove(0);
     // SAFETY: signals the node process this test started.
     unsafe { libc::kill(node.id() as i32, libc::SIGSTOP) };
+    // A call the stopped node never answers: the sync after it must reach the node.
+    let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     let started = Instant::now();
     let err = s.sync_worker(1).unwrap_err();
     let took = started.elapsed();
     assert_error(&err, ErrorKind::Worker, "nothing came from it for 400 ms");
     assert!(took < Duration::from_secs(3), "took {took:?}");
+    drop((sum, add));
     s.shutdown().unwrap();
     // SAFETY: as above.
     unsafe { libc::kill(node.id() as i32, libc::SIGKILL) };
@@ -694,7 +698,9 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
     let (s, mut nodes) = session_of(2, 1, options(30_000));
     let pid = pids_of(&s)[1] as i32;
     let add = s.get_global_func("proc.add").unwrap();
-    s.sync_all().unwrap();
+    let first = call(&s, &add, &[Any::Int(0), Any::Int(1)]);
+    // The worker ran the call, but no sync found it so: the next sync goes to the node.
+    assert_eq!(int(s.get_register(first.reg(), 1).unwrap()), 1);
     stop(pid);
     s.sync_worker(1).unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
@@ -710,9 +716,59 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
         synced.join().unwrap().unwrap();
     });
     assert_eq!(int(s.get_register(sum.reg(), 1).unwrap()), 3);
-    drop((sum, add));
+    drop((first, sum, add));
     s.shutdown().unwrap();
     let _ = ended(nodes.remove(0), Duration::from_secs(10));
+}
+
+/// A sync of a worker on another node needs no message when a sync found it with everything
+/// run and nothing to report and nothing went to it since: it returns while the whole node is
+/// stopped. Anything sent since makes the next sync ask the node, and a failure is reported
+/// once.
+#[test]
+fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
+    let options = SessionOptions {
+        heartbeat: Some(Duration::from_secs(10)),
+        ..options(30_000)
+    };
+    let (s, mut nodes) = session_of(2, 1, options);
+    let node = nodes.remove(0);
+    let node_pid = node.id() as i32;
+    let add = s.get_global_func("proc.add").unwrap();
+    let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    s.sync_all().unwrap();
+    stop(node_pid);
+    s.sync_worker(1).unwrap();
+    s.sync_all().unwrap();
+
+    let again = call(&s, &add, &[Any::Int(3), Any::Int(4)]);
+    std::thread::scope(|scope| {
+        let synced = scope.spawn(|| s.sync_worker(1));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(
+            !synced.is_finished(),
+            "a sync after a call asks the node, which is stopped"
+        );
+        // SAFETY: a signal to the node process this test started.
+        assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
+        synced.join().unwrap().unwrap();
+    });
+    assert_eq!(int(s.get_register(again.reg(), 1).unwrap()), 7);
+
+    let fail = s.get_global_func("proc.fail").unwrap();
+    drop(call(&s, &fail, &[]));
+    s.sync_worker(0).unwrap_err();
+    let err = s.sync_worker(1).unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "proc.fail was asked to fail");
+    // Reported once: the next sync finds nothing to report, and the one after needs no message.
+    s.sync_worker(1).unwrap();
+    stop(node_pid);
+    s.sync_worker(1).unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
+    drop((sum, again, add, fail));
+    s.shutdown().unwrap();
+    let _ = ended(node, Duration::from_secs(10));
 }
 
 /// The tests' module (`support/upload_module.c`), built once.

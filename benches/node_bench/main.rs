@@ -4,7 +4,9 @@
 //! a raw TCP ping-pong of 8-byte messages and a raw TCP stream.
 //!
 //! Figures, each the median of its rounds (the two paths and the floors taken in turns):
-//! - sync with the worker on node 1, against the ping-pong's round trip (target: at most 1.5x);
+//! - sync with the worker on node 1, against the ping-pong's round trip (target: at most 1.5x):
+//!   a sync with nothing sent since the last (which needs no message), and a call to the
+//!   worker then a sync (one round trip, through the worker);
 //! - pipelined calls to both workers (10 000 calls, then a sync of all), per call;
 //! - a 64 MiB float32 tensor stored on the worker on node 1 (`set_register`, then a sync),
 //!   against the raw stream's bandwidth (target: at least 0.8x);
@@ -218,9 +220,10 @@ impl Path {
     }
 }
 
-/// The session's figures for one round: sync with worker 1 (s), pipelined calls (s per call),
-/// the store of a 64 MiB tensor on worker 1 (bytes per second).
-fn session_round(s: &Arc<Session>, syncs: usize) -> (f64, f64, f64) {
+/// The session's figures for one round, in seconds: sync with worker 1, a call to worker 1
+/// then a sync, pipelined calls (per call); and the store of a 64 MiB tensor on worker 1 (bytes
+/// per second).
+fn session_round(s: &Arc<Session>, syncs: usize) -> [f64; 4] {
     let started = Instant::now();
     for _ in 0..syncs {
         s.sync_worker(1).unwrap();
@@ -228,6 +231,16 @@ fn session_round(s: &Arc<Session>, syncs: usize) -> (f64, f64, f64) {
     let sync = started.elapsed().as_secs_f64() / syncs as f64;
 
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
+    // The results are kept until the end: no frees go with the syncs.
+    let mut results = Vec::with_capacity(syncs);
+    let started = Instant::now();
+    for _ in 0..syncs {
+        results.push(s.call(Target::One(1), &rank, &[]).unwrap());
+        s.sync_worker(1).unwrap();
+    }
+    let call_sync = started.elapsed().as_secs_f64() / syncs as f64;
+    drop(results);
+
     let started = Instant::now();
     for _ in 0..PIPELINED {
         drop(s.call(Target::All, &rank, &[]).unwrap());
@@ -241,7 +254,7 @@ fn session_round(s: &Arc<Session>, syncs: usize) -> (f64, f64, f64) {
     s.set_register(held.reg(), 1, Any::from(tensor)).unwrap();
     s.sync_worker(1).unwrap();
     let copy = COPY_BYTES as f64 / started.elapsed().as_secs_f64();
-    (sync, pipelined, copy)
+    [sync, call_sync, pipelined, copy]
 }
 
 fn repo() -> &'static std::path::Path {
@@ -421,23 +434,22 @@ fn main() {
     );
     println!();
     println!(
-        "| path | TCP ping-pong (us) | sync worker on node 1 (us) | sync / ping-pong | \
-         pipelined (ns/call) | TCP stream (GB/s) | 64 MiB store on node 1 (GB/s) | store / \
-         stream |"
+        "| path | TCP ping-pong (us) | sync worker on node 1 (us) | sync / ping-pong | call \
+         then sync (us) | call then sync / ping-pong | pipelined (ns/call) | TCP stream (GB/s) \
+         | 64 MiB store on node 1 (GB/s) | store / stream |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut allreduces = Vec::new();
     for path in &paths {
         let ping = median(path.ping_pong(rounds, pings));
         let stream = median(path.stream(rounds, 64 << 20));
         let (s, mut far) = path.session(1);
-        let mut figures = (Vec::new(), Vec::new(), Vec::new());
+        let mut figures: [Vec<f64>; 4] = Default::default();
         let _ = session_round(&s, syncs / 10); // warm-up
         for _ in 0..rounds {
-            let (sync, pipelined, copy) = session_round(&s, syncs);
-            figures.0.push(sync);
-            figures.1.push(pipelined);
-            figures.2.push(copy);
+            for (figure, value) in figures.iter_mut().zip(session_round(&s, syncs)) {
+                figure.push(value);
+            }
         }
         if plugin.is_some() {
             let (small, large) = allreduces_of(&s, rounds);
@@ -453,13 +465,15 @@ fn main() {
             s.shutdown().unwrap();
             let _ = far.wait();
         }
-        let (sync, pipelined, copy) = (median(figures.0), median(figures.1), median(figures.2));
+        let [sync, call_sync, pipelined, copy] = figures.map(median);
         println!(
-            "| {} | {:.1} | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} | {:.2}x |",
+            "| {} | {:.1} | {:.2} | {:.3}x | {:.1} | {:.2}x | {:.0} | {:.2} | {:.2} | {:.2}x |",
             path.name,
             ping * 1e6,
             sync * 1e6,
             sync / ping,
+            call_sync * 1e6,
+            call_sync / ping,
             pipelined * 1e9,
             stream / 1e9,
             copy / 1e9,
@@ -467,7 +481,11 @@ fn main() {
         );
     }
     println!();
-    println!("Targets: sync at most 1.5x the ping-pong; a 64 MiB store at least 0.8x the stream.");
+    println!(
+        "Targets: sync at most 1.5x the ping-pong (a sync with nothing sent since the last needs \
+         no message; a call then a sync crosses to the worker and back); a 64 MiB store at \
+         least 0.8x the stream."
+    );
     if allreduces.is_empty() {
         return;
     }

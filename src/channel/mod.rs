@@ -16,7 +16,9 @@ use crate::sync::ArrayQueue;
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread::Thread;
 use crate::sync::time::Instant;
-pub(crate) use wait::{PARK_SLICE, SharedSleeper, Watchers, spin_briefly};
+#[cfg(not(loom))]
+pub(crate) use wait::spin_briefly;
+pub(crate) use wait::{PARK_SLICE, SharedSleeper, Watchers};
 pub use wait::{Sleeper, SpinPolicy};
 
 pub struct Channel<T> {

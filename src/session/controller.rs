@@ -1133,15 +1133,21 @@ impl Session {
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
-        if self.workers[worker].in_sync() {
+        let link = &self.workers[worker];
+        if link.in_sync() {
             return self.synced(worker..worker + 1);
         }
+        let mark = link.sync_mark();
         SYNC_REPLY.with(|cached| {
             let reply = Completion::reuse(cached.take());
             let result = self.request_with(worker, "sync", reply.clone(), Message::Sync);
             cached.set(Some(reply));
             result
-        })
+        })?;
+        if let Some(mark) = mark {
+            link.synced_after(mark);
+        }
+        Ok(())
     }
 
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
@@ -1150,7 +1156,17 @@ impl Session {
         if self.workers.iter().all(WorkerLink::in_sync) {
             return self.synced(0..self.workers.len());
         }
-        self.ask_every_worker("sync", Message::Sync)
+        // Empty, unallocated, for a session without nodes.
+        let marks: Vec<(&WorkerLink, u64)> = self
+            .workers
+            .iter()
+            .filter_map(|link| Some((link, link.sync_mark()?)))
+            .collect();
+        self.ask_every_worker("sync", Message::Sync)?;
+        for (link, mark) in marks {
+            link.synced_after(mark);
+        }
+        Ok(())
     }
 
     /// A sync of `workers`, found in sync without a message (frees waiting for a send go with

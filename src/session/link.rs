@@ -148,12 +148,35 @@ impl WorkerLink {
     }
 
     /// Whether a sync of this worker needs no message: a worker process that handled
-    /// everything sent to it and has nothing to report ([`ProcessLink::in_sync`]).
+    /// everything sent to it and has nothing to report ([`ProcessLink::in_sync`]), or a worker
+    /// on another node that the last sync found so, with nothing sent to it since
+    /// ([`NodeLink::in_sync`]).
     pub fn in_sync(&self) -> bool {
         match self {
+            WorkerLink::Thread(_) => false,
             #[cfg(not(loom))]
             WorkerLink::Process(link) => link.in_sync(),
-            _ => false,
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.in_sync(),
+        }
+    }
+
+    /// Where a sync about to be sent stands, for a worker that remembers what its syncs found
+    /// (one on another node); pass it to [`WorkerLink::synced_after`] once the sync succeeded.
+    pub fn sync_mark(&self) -> Option<u64> {
+        match self {
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => Some(link.sync_mark()),
+            _ => None,
+        }
+    }
+
+    /// Records that a sync sent after `mark` ([`WorkerLink::sync_mark`]) succeeded.
+    pub fn synced_after(&self, mark: u64) {
+        match self {
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.synced_after(mark),
+            _ => {}
         }
     }
 

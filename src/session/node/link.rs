@@ -8,6 +8,9 @@
 //! every request still waiting, so no wait outlives the node. Writes are buffered: a thread
 //! about to wait for a reply sends what was written at once, and a flusher thread sends calls
 //! that nobody waits for as soon as it runs, many at a time when they come faster than it.
+//! The connection counts the frames written to each worker, so a sync that found a worker with
+//! everything run and nothing to report lets the next sync, with nothing written since, return
+//! without a message.
 
 use std::io::{BufReader, BufWriter, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
@@ -22,7 +25,7 @@ use crate::session::health::Health;
 use crate::session::message::{Message, Reply};
 use crate::session::requests::{RequestBook, try_send};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, Ordering};
+use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
 
@@ -38,6 +41,8 @@ pub(crate) struct NodeConnection {
     writer: Mutex<BufWriter<TcpStream>>,
     /// Each worker's requests, by its place on the node.
     books: Vec<RequestBook>,
+    /// Each worker's frames, by its place on the node.
+    progress: Vec<Progress>,
     /// Why the node is gone, once it is.
     death: OnceLock<Error>,
     /// Set once the reader thread left: the connection is closed.
@@ -80,6 +85,7 @@ impl NodeConnection {
             books: (first..first + count)
                 .map(|w| RequestBook::new(format!("worker {w} (node {rank})")))
                 .collect(),
+            progress: (0..count).map(|_| Progress::default()).collect(),
             death: OnceLock::new(),
             ended: AtomicBool::new(false),
             ended_watchers: Watchers::default(),
@@ -269,6 +275,10 @@ impl NodeConnection {
             let _ = writer.get_ref().shutdown(Shutdown::Both);
             return Err(self.io_error(e));
         }
+        match self.progress.get(route as usize) {
+            Some(worker) => worker.count_written(),
+            None => self.progress.iter().for_each(Progress::count_written), // ALL
+        }
         self.unsent.store(true, Ordering::SeqCst);
         Ok(())
     }
@@ -328,6 +338,23 @@ impl NodeConnection {
     }
 }
 
+/// The frames written to one worker of a node, and how far a sync found them run.
+#[derive(Default)]
+struct Progress {
+    /// Frames written to the worker, counted under the connection's writer lock.
+    written: AtomicU64,
+    /// A count of frames written that a successful sync showed run, the worker with nothing to
+    /// report, when the sync's frame was the one after them; while it equals `written`,
+    /// nothing has been written to the worker since.
+    synced: AtomicU64,
+}
+
+impl Progress {
+    fn count_written(&self) {
+        self.written.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 /// One worker on a node, as the controller reaches it.
 pub(crate) struct NodeLink {
     worker: usize,
@@ -347,6 +374,33 @@ impl NodeLink {
 
     fn book(&self) -> &RequestBook {
         &self.node.books[self.local]
+    }
+
+    fn progress(&self) -> &Progress {
+        &self.node.progress[self.local]
+    }
+
+    /// Where a sync about to be sent stands: the frames written to the worker so far.
+    pub fn sync_mark(&self) -> u64 {
+        self.progress().written.load(Ordering::Relaxed)
+    }
+
+    /// Records that a sync sent after `mark` ([`NodeLink::sync_mark`]) succeeded: the worker
+    /// ran everything written to it before the sync, and has nothing to report.
+    pub fn synced_after(&self, mark: u64) {
+        // Unless other frames came between the mark and the sync, the sync's is `mark + 1`.
+        self.progress()
+            .synced
+            .fetch_max(mark + 1, Ordering::Relaxed);
+    }
+
+    /// Whether a sync of this worker needs no message: a sync found it with everything run and
+    /// nothing to report, nothing was written to it since, and no reply is still to come from
+    /// it or to be reported here. (A worker that dies meanwhile shows as the node's loss.)
+    pub fn in_sync(&self) -> bool {
+        let progress = self.progress();
+        progress.synced.load(Ordering::Relaxed) == progress.written.load(Ordering::Relaxed)
+            && self.book().is_idle()
     }
 
     pub fn alive(&self) -> Result<()> {
