@@ -149,24 +149,31 @@ fn connect_retrying(port: u16) -> TcpStream {
     }
 }
 
-/// A connection that joined as a node of one worker, for a test to play the node.
-fn joined_as_a_node(port: u16) -> TcpStream {
+/// A connection that joined as a node of `workers` workers, for a test to play the node.
+fn joined_as_a_node(port: u16, workers: u32) -> TcpStream {
     let mut stream = connect_retrying(port);
     let join = auth::Join {
         rank: None,
-        workers: 1,
+        workers,
     };
     auth::join(&mut stream, &Secret::new(TOKEN.as_bytes()), join).unwrap();
     stream
 }
 
-/// The next frame the controller sends a node played by a test (heartbeats skipped).
+/// The next frame the controller sends a node played by a test (heartbeats and uploads
+/// skipped).
 fn next_frame(stream: &mut TcpStream) -> discovm::wire::Frame {
+    next_routed_frame(stream).1
+}
+
+/// [`next_frame`], with its route.
+fn next_routed_frame(stream: &mut TcpStream) -> (u32, discovm::wire::Frame) {
     let limits = discovm::wire::Limits::default();
     loop {
         let message = discovm::net::routed::read(stream, &limits, Vec::new()).unwrap();
         if message.what == discovm::net::routed::What::Frame {
-            return discovm::wire::Frame::decode(&message.frame, &limits).unwrap();
+            let frame = discovm::wire::Frame::decode(&message.frame, &limits).unwrap();
+            return (message.route, frame);
         }
     }
 }
@@ -588,7 +595,7 @@ fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing
 fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
     let port = free_port();
     let fake = std::thread::spawn(move || {
-        let mut stream = joined_as_a_node(port);
+        let mut stream = joined_as_a_node(port, 1);
         // Answers the session's first sync as a node would, then sends garbage.
         let discovm::wire::Frame::Sync { request } = next_frame(&mut stream) else {
             panic!("the session starts with a sync");
@@ -627,7 +634,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
     // Node 1, played here: answers every request with None, and keeps the other frames it
     // gets until the session's shutdown.
     let fake = std::thread::spawn(move || {
-        let mut stream = joined_as_a_node(port);
+        let mut stream = joined_as_a_node(port, 1);
         let mut kept = Vec::new();
         loop {
             let request = match next_frame(&mut stream) {
@@ -667,6 +674,52 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
         !kept.iter().any(|frame| matches!(frame, Frame::Kill { .. })),
         "a free went as a frame of its own: {kept:?}"
     );
+}
+
+/// A call whose function differs by machine (a module loaded from its upload on other nodes)
+/// reaches a node as one message for all of its workers, as any call to every worker does.
+#[test]
+fn a_call_that_differs_by_machine_reaches_a_node_as_one_message() {
+    use discovm::net::routed::{self, ALL, What};
+    use discovm::wire::Frame;
+    let port = free_port();
+    // Node 1 of 2 workers, played here: answers every request on the route it came by with
+    // None, and keeps the other frames it gets, with their routes, until the shutdown.
+    let fake = std::thread::spawn(move || {
+        let mut stream = joined_as_a_node(port, 2);
+        let mut kept = Vec::new();
+        loop {
+            let (route, request) = match next_routed_frame(&mut stream) {
+                (_, Frame::Shutdown) => return kept,
+                (route, Frame::Sync { request } | Frame::GetGlobalFunc { request, .. }) => {
+                    (route, request)
+                }
+                other => {
+                    kept.push(other);
+                    continue;
+                }
+            };
+            routed::write(&mut stream, route, What::Frame, &none_reply(request)).unwrap();
+            stream.flush().unwrap();
+        }
+    });
+    let with_upload = SessionOptions {
+        upload_modules: true,
+        ..options(30_000)
+    };
+    let s = Session::new_socket(2, 2, 1, "127.0.0.1", port.into(), with_upload).unwrap();
+    let module = s.load_module(upload_module().to_str().unwrap()).unwrap();
+    s.sync_worker(2).unwrap();
+    s.shutdown().unwrap();
+    let kept = fake.join().unwrap();
+    let calls: Vec<(u32, u32)> = kept
+        .iter()
+        .filter_map(|(route, frame)| match frame {
+            Frame::Call { out, .. } => Some((*route, *out)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls, [(ALL, module.reg())], "{kept:?}");
 }
 
 #[test]

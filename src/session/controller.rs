@@ -898,7 +898,7 @@ impl Session {
         self.check_owner(there.0, "func")?;
         let (here_args, there_args) = (self.encode_args(here.1)?, self.encode_args(there.1)?);
         self.check_open()?;
-        self.queue_frees()?;
+        let kills = self.take_frees();
         let all = 0..self.workers.len();
         let local = all
             .clone()
@@ -911,8 +911,9 @@ impl Session {
             args: args.clone(),
         };
         let pushed = self
-            .push_range(0..local, || call(here.0, &here_args), &[])
-            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args), &[]));
+            .push_range(0..local, || call(here.0, &here_args), &kills)
+            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args), &kills));
+        self.settle_frees(kills, pushed.is_ok());
         self.wake(all);
         pushed.map(|()| out)
     }

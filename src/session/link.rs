@@ -33,7 +33,7 @@ use crate::sync::time::Instant;
 /// themselves; worker processes get one encoding of the call with its kills, made once for all
 /// of them, and nodes the same bytes: that encoding where it was made, else one for a stream
 /// (large tensors written from their own memory); a node gets one message for all of its
-/// workers when every worker is targeted.
+/// workers when every worker of it is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
@@ -50,7 +50,7 @@ pub(super) fn push_to(
     #[cfg(not(loom))]
     let mut last_node: Option<&Arc<NodeConnection>> = None;
     #[cfg(not(loom))]
-    let whole = targets.len() == links.len();
+    let targeted = targets.clone();
     for worker in targets {
         match &links[worker] {
             WorkerLink::Thread(link) => {
@@ -67,7 +67,10 @@ pub(super) fn push_to(
             }
             #[cfg(not(loom))]
             WorkerLink::Node(link) => {
-                // Every worker targeted: the node's first takes the message for all of them.
+                // Every worker of the node targeted: its first takes the message for all.
+                let node_workers = link.node().workers();
+                let whole =
+                    targeted.start <= node_workers.start && node_workers.end <= targeted.end;
                 if whole && last_node.is_some_and(|node| Arc::ptr_eq(node, link.node())) {
                     continue;
                 }

@@ -128,6 +128,11 @@ impl NodeConnection {
         }
     }
 
+    /// Its workers' ids.
+    pub fn workers(&self) -> std::ops::Range<usize> {
+        self.first..self.first + self.count
+    }
+
     /// Has the flusher send what was written and not sent yet, if anything.
     pub fn send_soon(&self) {
         if self.unsent.load(Ordering::SeqCst) {
