@@ -286,6 +286,32 @@ fn several_failures_are_counted_in_one_report() {
     a.sync().unwrap();
 }
 
+/// A stream is settled (a sync would neither wait nor report) once its work ran and no failure
+/// waits for the next sync.
+#[test]
+fn a_stream_is_settled_when_its_work_ran_and_no_failure_waits() {
+    let inline = Stream::with_placement(CPU, Placement::Inline).unwrap();
+    assert!(inline.is_settled());
+    inline
+        .call(&increment(), vec![Arg::Write(tensor(&[1], I64))])
+        .unwrap();
+    assert!(inline.is_settled());
+    inline
+        .call(&failing("RuntimeError", "boom"), vec![])
+        .unwrap();
+    assert!(!inline.is_settled(), "a failure waits for the next sync");
+    inline.sync().unwrap_err();
+    assert!(inline.is_settled());
+
+    let gate = Arc::new(AtomicBool::new(false));
+    let queued = Stream::new(CPU).unwrap();
+    queued.call(&gate_callback(gate.clone()), vec![]).unwrap();
+    assert!(!queued.is_settled(), "its work has not run");
+    gate.store(true, Ordering::SeqCst);
+    queued.sync().unwrap();
+    assert!(queued.is_settled());
+}
+
 #[test]
 fn a_checked_sync_of_a_host_stream_waits_as_a_sync_and_never_calls_its_check() {
     // Host work is finished once it ran: nothing to poll, so the check (which a worker with

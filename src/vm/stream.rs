@@ -40,6 +40,8 @@ pub(crate) struct StreamCore {
     pub(crate) progress: Progress,
     /// The first failure since the last sync, and how many followed it.
     error: Mutex<Option<(Error, usize)>>,
+    /// Whether `error` holds a failure, set and cleared under its lock; read without it.
+    failed: AtomicBool,
     closed: AtomicBool,
     /// What its finished instructions hold until the device finished them too.
     pub(crate) retiring: Retiring,
@@ -78,13 +80,10 @@ impl StreamCore {
     /// Whether a sync now would neither wait nor report anything: everything issued has run,
     /// on a device whose work completes on the host, and no failure waits for the next sync.
     pub fn is_settled(&self) -> bool {
+        // The failure flag after the progress: a failure is kept before its work is done.
         self.dev.completes_on_host()
             && self.progress.done() >= self.issued()
-            && self
-                .error
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .is_none()
+            && !self.failed.load(Ordering::Acquire)
     }
 
     pub fn set_issued(&self, seq: u64) {
@@ -98,6 +97,7 @@ impl StreamCore {
             Some((_, more)) => *more += 1,
             None => *slot = Some((error, 0)),
         }
+        self.failed.store(true, Ordering::Release);
     }
 
     /// Called by the executor after instruction `seq`.
@@ -162,11 +162,11 @@ impl StreamCore {
 
     /// The first failure since the last sync (with a count of the others), if any.
     fn take_failures(&self) -> Result<()> {
-        let first = self
-            .error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let first = {
+            let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+            self.failed.store(false, Ordering::Release);
+            slot.take()
+        };
         match first {
             None => Ok(()),
             Some((error, 0)) => Err(error),
@@ -348,6 +348,7 @@ impl Stream {
                 issued: AtomicU64::new(0),
                 progress: Progress::default(),
                 error: Mutex::new(None),
+                failed: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 retiring: Retiring::default(),
             }),
