@@ -178,6 +178,32 @@ fn next_routed_frame(stream: &mut TcpStream) -> (u32, discovm::wire::Frame) {
     }
 }
 
+/// Node 1 of `workers` workers, played by a thread: it joins the session listening on `port`,
+/// answers every sync and lookup with None on the route it came by, and returns the other
+/// frames it got, with their routes, once the session shuts down.
+fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>> {
+    use discovm::net::routed::{self, What};
+    use discovm::wire::Frame;
+    std::thread::spawn(move || {
+        let mut stream = joined_as_a_node(port, workers);
+        let mut kept = Vec::new();
+        loop {
+            let (route, request) = match next_routed_frame(&mut stream) {
+                (_, Frame::Shutdown) => return kept,
+                (route, Frame::Sync { request } | Frame::GetGlobalFunc { request, .. }) => {
+                    (route, request)
+                }
+                other => {
+                    kept.push(other);
+                    continue;
+                }
+            };
+            routed::write(&mut stream, route, What::Frame, &none_reply(request)).unwrap();
+            stream.flush().unwrap();
+        }
+    })
+}
+
 /// The reply `Ok(None)` to request `request`, encoded.
 fn none_reply(request: u64) -> Vec<u8> {
     let mut reply = Vec::new();
@@ -628,27 +654,9 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
 
 #[test]
 fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
-    use discovm::net::routed::{self, What};
     use discovm::wire::Frame;
     let port = free_port();
-    // Node 1, played here: answers every request with None, and keeps the other frames it
-    // gets until the session's shutdown.
-    let fake = std::thread::spawn(move || {
-        let mut stream = joined_as_a_node(port, 1);
-        let mut kept = Vec::new();
-        loop {
-            let request = match next_frame(&mut stream) {
-                Frame::Shutdown => return kept,
-                Frame::Sync { request } | Frame::GetGlobalFunc { request, .. } => request,
-                other => {
-                    kept.push(other);
-                    continue;
-                }
-            };
-            routed::write(&mut stream, 0, What::Frame, &none_reply(request)).unwrap();
-            stream.flush().unwrap();
-        }
-    });
+    let fake = play_node(port, 1);
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000)).unwrap();
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
     let first = call(&s, &rank, &[]);
@@ -657,7 +665,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
     let second = call(&s, &rank, &[]);
     s.sync_worker(1).unwrap();
     s.shutdown().unwrap();
-    let kept = fake.join().unwrap();
+    let kept: Vec<Frame> = fake.join().unwrap().into_iter().map(|(_, f)| f).collect();
     let calls: Vec<(Vec<u32>, u32)> = kept
         .iter()
         .filter_map(|frame| match frame {
@@ -680,29 +688,10 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
 /// reaches a node as one message for all of its workers, as any call to every worker does.
 #[test]
 fn a_call_that_differs_by_machine_reaches_a_node_as_one_message() {
-    use discovm::net::routed::{self, ALL, What};
+    use discovm::net::routed::ALL;
     use discovm::wire::Frame;
     let port = free_port();
-    // Node 1 of 2 workers, played here: answers every request on the route it came by with
-    // None, and keeps the other frames it gets, with their routes, until the shutdown.
-    let fake = std::thread::spawn(move || {
-        let mut stream = joined_as_a_node(port, 2);
-        let mut kept = Vec::new();
-        loop {
-            let (route, request) = match next_routed_frame(&mut stream) {
-                (_, Frame::Shutdown) => return kept,
-                (route, Frame::Sync { request } | Frame::GetGlobalFunc { request, .. }) => {
-                    (route, request)
-                }
-                other => {
-                    kept.push(other);
-                    continue;
-                }
-            };
-            routed::write(&mut stream, route, What::Frame, &none_reply(request)).unwrap();
-            stream.flush().unwrap();
-        }
-    });
+    let fake = play_node(port, 2);
     let with_upload = SessionOptions {
         upload_modules: true,
         ..options(30_000)
@@ -744,6 +733,19 @@ fn a_call_nobody_waits_for_reaches_its_node_at_once() {
     let _ = ended(nodes.remove(0), Duration::from_secs(10));
 }
 
+/// Checks that a sync of `worker` still waits 200 ms after it started, while the stopped
+/// process `pid` holds it up, and that it succeeds once `pid` continues.
+fn sync_waits_until_continued(s: &Arc<Session>, worker: usize, pid: i32) {
+    std::thread::scope(|scope| {
+        let synced = scope.spawn(|| s.sync_worker(worker));
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!synced.is_finished(), "the sync waits for process {pid}");
+        // SAFETY: a signal to a process of this session, which the test stopped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        synced.join().unwrap().unwrap();
+    });
+}
+
 /// A sync of a worker on another node that has run everything relayed to it is answered by its
 /// node: it returns while the worker is stopped. One with a call still to run waits for it.
 #[test]
@@ -757,17 +759,8 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
     stop(pid);
     s.sync_worker(1).unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
-    std::thread::scope(|scope| {
-        let synced = scope.spawn(|| s.sync_worker(1));
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            !synced.is_finished(),
-            "a sync with a call to run waits for it"
-        );
-        // SAFETY: a signal to a worker process of this session.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
-        synced.join().unwrap().unwrap();
-    });
+    // A sync with a call to run waits for it.
+    sync_waits_until_continued(&s, 1, pid);
     assert_eq!(int(s.get_register(sum.reg(), 1).unwrap()), 3);
     drop((first, sum, add));
     s.shutdown().unwrap();
@@ -795,17 +788,8 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     s.sync_all().unwrap();
 
     let again = call(&s, &add, &[Any::Int(3), Any::Int(4)]);
-    std::thread::scope(|scope| {
-        let synced = scope.spawn(|| s.sync_worker(1));
-        std::thread::sleep(Duration::from_millis(200));
-        assert!(
-            !synced.is_finished(),
-            "a sync after a call asks the node, which is stopped"
-        );
-        // SAFETY: a signal to the node process this test started.
-        assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
-        synced.join().unwrap().unwrap();
-    });
+    // A sync after a call asks the node, which is stopped.
+    sync_waits_until_continued(&s, 1, node_pid);
     assert_eq!(int(s.get_register(again.reg(), 1).unwrap()), 7);
 
     let fail = s.get_global_func("proc.fail").unwrap();
