@@ -32,8 +32,8 @@ use crate::sync::time::Instant;
 /// each target empties first (only a call takes them). Threads get the typed messages
 /// themselves; worker processes get one encoding of the call with its kills, made once for all
 /// of them, and nodes the same bytes: that encoding where it was made, else one for a stream
-/// (large tensors written from their own memory); a node gets one message for all of its
-/// workers when every worker of it is targeted.
+/// (large tensors written from their own memory); a node of several workers gets one message
+/// for all of them when every one is targeted.
 pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
@@ -67,10 +67,13 @@ pub(super) fn push_to(
             }
             #[cfg(not(loom))]
             WorkerLink::Node(link) => {
-                // Every worker of the node targeted: its first takes the message for all.
+                // Every worker of a node of several targeted: its first takes the message for
+                // all. (A node relays a message for one worker as it arrives, one for all once
+                // it is whole.)
                 let node_workers = link.node().workers();
-                let whole =
-                    targeted.start <= node_workers.start && node_workers.end <= targeted.end;
+                let whole = node_workers.len() > 1
+                    && targeted.start <= node_workers.start
+                    && node_workers.end <= targeted.end;
                 if whole && last_node.is_some_and(|node| Arc::ptr_eq(node, link.node())) {
                     continue;
                 }
