@@ -110,12 +110,11 @@ impl NodeConnection {
     /// The flusher: sends what was written whenever there is something, until the connection
     /// ends.
     fn flush_until_ended(&self) {
-        let park_at_once = SpinPolicy {
-            budget: Duration::ZERO,
-        };
         loop {
+            // Spinning before it parks, as every waiter does: calls in a stream find it awake,
+            // and need no wake-up each.
             let woken = self.flusher.wait(
-                park_at_once,
+                SpinPolicy::default(),
                 None,
                 || format!("node {}'s flusher", self.rank),
                 || Ok(()),
