@@ -118,7 +118,8 @@ impl NodeConnection {
                 None,
                 || format!("node {}'s flusher", self.rank),
                 || Ok(()),
-                || (self.unsent.swap(false, Ordering::SeqCst) || self.ended()).then_some(()),
+                // A load: polling writes nothing to the line the writers set.
+                || (self.unsent.load(Ordering::SeqCst) || self.ended()).then_some(()),
             );
             if woken.is_err() || self.ended() {
                 return;
