@@ -185,6 +185,8 @@ fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, disco
     use discovm::net::routed::{self, What};
     use discovm::wire::Frame;
     std::thread::spawn(move || {
+        // As a node started by hand would, it connects once the controller is up.
+        std::thread::sleep(Duration::from_millis(300));
         let mut stream = joined_as_a_node(port, workers);
         let mut kept = Vec::new();
         loop {
@@ -641,7 +643,9 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000))
         .expect("the node joins");
     let _stream = fake.join().unwrap();
-    let err = s.sync_worker(1).unwrap_err();
+    // Nothing was sent to worker 1 since its sync: a sync needs no message until the
+    // controller has read the garbage, which it does at once.
+    let err = first_failed_sync(&s, 1, "the garbage never broke the session");
     assert_error(&err, ErrorKind::Worker, "node 1 (worker 1, at 127.0.0.1:");
     assert!(
         err.message.contains("sent a bad message") || err.message.contains("replied to request"),
@@ -695,8 +699,10 @@ fn a_call_that_differs_by_machine_reaches_a_node_as_one_message() {
     use discovm::wire::Frame;
     let port = free_port();
     let fake = play_node(port, 2);
+    // Node 0's workers are threads: the session forms at once.
     let with_upload = SessionOptions {
         upload_modules: true,
+        local_threads: true,
         ..options(30_000)
     };
     let s = Session::new_socket(2, 2, 1, "127.0.0.1", port.into(), with_upload).unwrap();
@@ -722,18 +728,24 @@ fn a_call_nobody_waits_for_reaches_its_node_at_once() {
     let _gone = s
         .call(Target::One(1), &exit, &[Any::Int(3).view()])
         .unwrap();
-    let until = Instant::now() + Duration::from_secs(5);
-    let err = loop {
-        // A wait on this machine's worker, which writes nothing to the node.
-        match s.sync_worker(0) {
-            Err(err) => break err,
-            Ok(()) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
-            Ok(()) => panic!("the call never ran on node 1"),
-        }
-    };
+    // A wait on this machine's worker, which writes nothing to the node.
+    let err = first_failed_sync(&s, 0, "the call never ran on node 1");
     assert_error(&err, ErrorKind::Worker, "exited with status 3");
     s.shutdown().unwrap();
     let _ = ended(nodes.remove(0), Duration::from_secs(10));
+}
+
+/// The error of the first of repeated syncs of `worker` that fails, within 5 s; `never` says
+/// what it means when none does.
+fn first_failed_sync(s: &Arc<Session>, worker: usize, never: &str) -> discovm::Error {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match s.sync_worker(worker) {
+            Err(err) => return err,
+            Ok(()) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            Ok(()) => panic!("{never}"),
+        }
+    }
 }
 
 /// Checks that a sync of `worker` still waits 200 ms after it started, while the stopped
