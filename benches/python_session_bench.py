@@ -64,6 +64,19 @@ def median_us(samples: list[float]) -> float:
     return statistics.median(samples) * 1e6
 
 
+def pipelined_rate(func, sync_all) -> float:
+    """Calls per second, in millions: the median of three batches of PIPELINE calls of `func`,
+    each ended by `sync_all()`."""
+    rates = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(PIPELINE):
+            func()
+        sync_all()
+        rates.append(PIPELINE / (time.perf_counter() - start) / 1e6)
+    return statistics.median(rates)
+
+
 def measure(runtime: Runtime, workers: int, samples: int, warmup_s: float) -> dict[str, float]:
     """One round: a fresh session, warmed up, then each metric (latencies in µs, rates in M/s)."""
     sess = runtime.open_session(workers)
@@ -88,20 +101,14 @@ def measure(runtime: Runtime, workers: int, samples: int, warmup_s: float) -> di
             func()
             sess.sync_worker_0()
             call_sync.append(clock() - start)
-        rates = []
-        for _ in range(3):
-            start = clock()
-            for _ in range(PIPELINE):
-                func()
-            sync_all()
-            rates.append(PIPELINE / (clock() - start) / 1e6)
+        rate = pipelined_rate(func, sync_all)
     finally:
         gc.enable()
     sess.shutdown()
     return {
         "sync worker 0": median_us(sync),
         "call + sync worker 0": median_us(call_sync),
-        "pipelined calls": statistics.median(rates),
+        "pipelined calls": rate,
     }
 
 

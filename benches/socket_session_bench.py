@@ -28,9 +28,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_session_bench import load_disco  # noqa: E402
+from python_session_bench import load_disco, pipelined_rate  # noqa: E402
 
-PIPELINE = 10_000
 TOKEN = "the socket benchmark's secret"
 
 
@@ -88,13 +87,7 @@ def measure(name: str, opened, samples: int, warmup_s: float) -> dict[str, float
             func()
             sync_one(1)
             sync.append(clock() - start)
-        rates = []
-        for _ in range(3):
-            start = clock()
-            for _ in range(PIPELINE):
-                func()
-            sync_all()
-            rates.append(PIPELINE / (clock() - start) / 1e6)
+        rate = pipelined_rate(func, sync_all)
     finally:
         gc.enable()
     sess.shutdown()
@@ -106,7 +99,7 @@ def measure(name: str, opened, samples: int, warmup_s: float) -> dict[str, float
         node.kill()
     return {
         "call, sync with node 1": statistics.median(sync) * 1e6,
-        "pipelined calls": statistics.median(rates),
+        "pipelined calls": rate,
     }
 
 
