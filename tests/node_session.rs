@@ -818,6 +818,14 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     s.sync_worker(1).unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
+    // A sync that sends a dropped DRef's free first covers it too.
+    drop(call(&s, &add, &[Any::Int(5), Any::Int(6)]));
+    s.sync_worker(1).unwrap();
+    stop(node_pid);
+    s.sync_worker(1).unwrap();
+    s.sync_all().unwrap();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
     drop((sum, again, add, fail));
     s.shutdown().unwrap();
     let _ = ended(node, Duration::from_secs(10));

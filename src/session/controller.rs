@@ -1138,6 +1138,9 @@ impl Session {
         if link.in_sync() {
             return self.synced(worker..worker + 1);
         }
+        // The frees first: the sync's frame then comes right after the mark.
+        self.check_open()?;
+        self.queue_frees()?;
         let mark = link.sync_mark();
         SYNC_REPLY.with(|cached| {
             let reply = Completion::reuse(cached.take());
@@ -1157,6 +1160,9 @@ impl Session {
         if self.workers.iter().all(WorkerLink::in_sync) {
             return self.synced(0..self.workers.len());
         }
+        // The frees first: each sync's frame then comes right after its mark.
+        self.check_open()?;
+        self.queue_frees()?;
         // Empty, unallocated, for a session without nodes.
         let marks: Vec<(&WorkerLink, u64)> = self
             .workers
