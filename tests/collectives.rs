@@ -13,6 +13,8 @@ mod built_library;
 mod c_build;
 #[path = "support/gloo.rs"]
 mod gloo;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[macro_use]

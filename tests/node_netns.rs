@@ -13,12 +13,13 @@ mod c_build;
 mod errors;
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
-use std::net::TcpListener;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,7 @@ use discovm::ErrorKind;
 use discovm::session::{Session, SessionOptions};
 use errors::assert_error;
 use netns::{Namespace, run};
+use ports::free_port;
 use session_calls::{call, int};
 use worker_programs::{node_program, test_worker_program};
 
@@ -43,14 +45,6 @@ fn node(ns: &Namespace, port: u16, workers: u32, token: Option<&str>) -> Child {
         command.env("DISCOVM_SESSION_TOKEN", token);
     }
     command.spawn().expect("ip netns exec runs")
-}
-
-fn free_port(ip: &str) -> u16 {
-    TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn options(token: Option<&str>, heartbeat_ms: u64, timeout_ms: u64) -> SessionOptions {

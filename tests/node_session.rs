@@ -14,6 +14,8 @@ mod errors;
 mod gloo;
 #[path = "support/nccl_stub.rs"]
 mod nccl_stub;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[path = "support/worker_processes.rs"]
@@ -32,6 +34,7 @@ use discovm::object::Shape;
 use discovm::session::{Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
+use ports::free_port;
 use session_calls::{call, int};
 use worker_processes::{exists, stop};
 use worker_programs::{node_program, test_worker_program};
@@ -39,14 +42,6 @@ use worker_programs::{node_program, test_worker_program};
 const TOKEN: &str = "the tests' secret";
 
 /// A port nothing listens on now.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Starts `discovm-node 127.0.0.1 PORT WORKERS` with `token` and the extra arguments `more`.
 fn node(port: u16, workers: u32, token: &str, more: &[&str]) -> Child {
     node_with(port, workers, token, more, &[])
@@ -77,7 +72,7 @@ fn options(timeout_ms: u64) -> SessionOptions {
 /// A session of `nodes` nodes of `per_node` workers: node 0 here, the others `discovm-node`
 /// processes, returned with it.
 fn session_of(nodes: usize, per_node: u32, options: SessionOptions) -> (Arc<Session>, Vec<Child>) {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let children: Vec<Child> = (1..nodes)
         .map(|_| node(port, per_node, TOKEN, &[]))
         .collect();
@@ -185,8 +180,6 @@ fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, disco
     use discovm::net::routed::{self, What};
     use discovm::wire::Frame;
     std::thread::spawn(move || {
-        // As a node started by hand would, it connects once the controller is up.
-        std::thread::sleep(Duration::from_millis(300));
         let mut stream = joined_as_a_node(port, workers);
         let mut kept = Vec::new();
         loop {
@@ -314,7 +307,7 @@ fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
     if gloo::plugin().is_none() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let missing = [("DISCOVM_GLOO_PLUGIN", "/nonexistent/libdiscovm_gloo.so")];
     let node = node_with(port, 1, TOKEN, &[], &missing);
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000)).unwrap();
@@ -337,7 +330,7 @@ fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
 
 #[test]
 fn a_node_with_a_rank_from_its_launcher_takes_that_place() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     // Ranks 2 and 1 join in that order; worker ids follow the ranks, not the order.
     let two = node_with(port, 1, TOKEN, &[], &[("SLURM_PROCID", "2")]);
     std::thread::sleep(Duration::from_millis(100));
@@ -418,7 +411,7 @@ fn a_stopped_node_is_lost_after_the_heartbeat_interval() {
 
 #[test]
 fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let wrong = node(port, 1, "a guess", &[]);
     // A stranger that sends garbage, and one that connects and says nothing.
     let stranger = std::thread::spawn(move || {
@@ -442,7 +435,7 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
     assert_eq!(ended(good, Duration::from_secs(10)).0, Some(0));
 
     // Without the rightful node the controller gives up at its timeout, naming who is missing.
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let wrong = node(port, 1, "a guess", &[]);
     let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(1500))
         .err()
@@ -576,7 +569,7 @@ fn routed_messages() -> Vec<Vec<u8>> {
 
 #[test]
 fn a_thousand_fuzzed_handshake_messages_are_dropped_and_the_session_forms() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let strangers = std::thread::spawn(move || {
         let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
         let mut sent = 0;
@@ -621,7 +614,7 @@ fn a_node_fed_a_thousand_fuzzed_messages_by_its_controller_ends_without_crashing
 
 #[test]
 fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let fake = std::thread::spawn(move || {
         let mut stream = joined_as_a_node(port, 1);
         // Answers the session's first sync as a node would, then sends garbage.
@@ -659,7 +652,7 @@ fn a_joined_node_that_sends_garbage_is_dropped_naming_it() {
 #[test]
 fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
     use discovm::wire::Frame;
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let fake = play_node(port, 1);
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(30_000)).unwrap();
     let rank = s.get_global_func("runtime.disco.worker_rank").unwrap();
@@ -697,7 +690,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
 fn a_call_that_differs_by_machine_reaches_a_node_as_one_message() {
     use discovm::net::routed::ALL;
     use discovm::wire::Frame;
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let fake = play_node(port, 2);
     // Node 0's workers are threads: the session forms at once.
     let with_upload = SessionOptions {
@@ -1006,7 +999,7 @@ fn large_values_for_one_worker_and_for_every_worker_of_a_node_arrive_whole_and_i
 
 #[test]
 fn node_zero_runs_worker_threads_on_request_and_a_lost_node_breaks_them_too() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let mut remote = node(port, 1, TOKEN, &[]);
     let threads = SessionOptions {
         local_threads: true,
@@ -1303,7 +1296,7 @@ fn a_node_whose_workers_have_no_gpu_fails_the_session_naming_the_worker_and_why(
         eprintln!("skipped: this machine has a GPU, so node 1's worker would start on it");
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let mut nodes = vec![node(port, 1, TOKEN, &[])];
     let gpu = discovm::abi::DLDevice {
         device_type: discovm::abi::KDL_CUDA,
@@ -1327,7 +1320,7 @@ fn a_node_whose_workers_have_no_gpu_fails_the_session_naming_the_worker_and_why(
 
 #[test]
 fn a_node_that_cannot_start_its_workers_says_why_and_the_session_does_not_form() {
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let missing = "/nonexistent/discovm-worker";
     let node = node_with(port, 1, TOKEN, &[], &[("DISCOVM_WORKER", missing)]);
     let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000))
@@ -1405,7 +1398,7 @@ fn worker_threads_of_node_zero_meet_in_this_process_before_the_nodes_meet() {
     if gloo::plugin().is_none() {
         return;
     }
-    let port = free_port();
+    let port = free_port("127.0.0.1");
     let mut remote = node(port, 2, TOKEN, &[]);
     let threads = SessionOptions {
         local_threads: true,

@@ -19,6 +19,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/ports.rs"]
+mod ports;
 #[path = "support/session_calls.rs"]
 mod session_calls;
 #[path = "support/session_kinds.rs"]

@@ -25,6 +25,8 @@
 
 #[path = "../../tests/support/netns.rs"]
 mod netns;
+#[path = "../../tests/support/ports.rs"]
+mod ports;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -204,18 +206,17 @@ impl Path {
 
     /// A session of 2 nodes of `per_node` workers, node 1 at the far end.
     fn session(&self, per_node: usize) -> (Arc<Session>, Child) {
-        let port = self.listen().1;
-        let far = self.start(&["node", &self.host, &port, &per_node.to_string()]);
+        let port = ports::free_port(&self.host);
+        let far = self.start(&["node", &self.host, &port.to_string(), &per_node.to_string()]);
         let options = SessionOptions {
             timeout: Some(Duration::from_secs(60)),
             worker_program: Some(this_program().to_str().unwrap().to_string()),
             session_token: Some(TOKEN.into()),
             ..SessionOptions::default()
         };
-        let port: i64 = port.parse().unwrap();
         let per_node = per_node as i64;
-        let session =
-            Session::new_socket(2, per_node, 1, &self.host, port, options).expect("a session");
+        let session = Session::new_socket(2, per_node, 1, &self.host, port.into(), options)
+            .expect("a session");
         (session, far)
     }
 }

@@ -5,7 +5,7 @@
 //! worker threads as the worker program registers them in worker processes; and [`Gate`], which
 //! holds a worker inside a call until the test lets it go. The test file that uses this
 //! declares it as `session_kinds` (with `#[macro_use]` for `each_kind!`), and the
-//! `built_library`, `c_build` and `worker_programs` modules too.
+//! `built_library`, `c_build`, `ports` and `worker_programs` modules too.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -114,10 +114,7 @@ pub fn start(
         return Session::new_process(workers, groups, options);
     }
     assert!(workers % 2 == 0, "two nodes share {workers} workers");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = crate::ports::free_port("127.0.0.1");
     // The node ends when the session does; nobody waits for it.
     drop(
         std::process::Command::new(crate::worker_programs::node_program())
