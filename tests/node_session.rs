@@ -26,7 +26,7 @@ mod worker_programs;
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use discovm::net::auth::{self, Secret, Welcome};
@@ -177,12 +177,26 @@ fn next_routed_frame(stream: &mut TcpStream) -> (u32, discovm::wire::Frame) {
 /// answers every sync and lookup with None on the route it came by, and returns the other
 /// frames it got, with their routes, once the session shuts down.
 fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>> {
+    play_node_held(port, workers, None)
+}
+
+/// [`play_node`]; with `hold` `Some((n, go))`, once it has answered `n` requests it reads
+/// nothing more until `go` says so.
+fn play_node_held(
+    port: u16,
+    workers: u32,
+    mut hold: Option<(usize, mpsc::Receiver<()>)>,
+) -> std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>> {
     use discovm::net::routed::{self, What};
     use discovm::wire::Frame;
     std::thread::spawn(move || {
         let mut stream = joined_as_a_node(port, workers);
         let mut kept = Vec::new();
+        let mut answered = 0;
         loop {
+            if let Some((_, go)) = hold.take_if(|(n, _)| *n == answered) {
+                go.recv().unwrap();
+            }
             let (route, request) = match next_routed_frame(&mut stream) {
                 (_, Frame::Shutdown) => return kept,
                 (route, Frame::Sync { request } | Frame::GetGlobalFunc { request, .. }) => {
@@ -195,6 +209,7 @@ fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, disco
             };
             routed::write(&mut stream, route, What::Frame, &none_reply(request)).unwrap();
             stream.flush().unwrap();
+            answered += 1;
         }
     })
 }
@@ -711,6 +726,108 @@ fn a_call_that_differs_by_machine_reaches_a_node_as_one_message() {
         })
         .collect();
     assert_eq!(calls, [(ALL, module.reg())], "{kept:?}");
+}
+
+#[test]
+fn a_call_to_a_node_does_not_wait_for_a_store_to_it_still_being_sent() {
+    use discovm::abi::{DLDataType, DLDevice, KDL_FLOAT};
+    use discovm::object::Tensor;
+    use discovm::wire::Frame;
+    let port = free_port("127.0.0.1");
+    // The node answers the session's first sync and one lookup, then reads nothing until told.
+    let (go, held) = mpsc::channel();
+    let fake = play_node_held(port, 1, Some((2, held)));
+    let opts = SessionOptions {
+        local_threads: true,
+        heartbeat: Some(Duration::from_secs(30)),
+        ..options(30_000)
+    };
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), opts).unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_id").unwrap();
+    let held = s.call(Target::All, &rank, &[]).unwrap();
+    // 64 MiB: more than the connection's buffers hold, so the store is still being sent.
+    let f32 = DLDataType::new(KDL_FLOAT, 32, 1);
+    let tensor = Tensor::empty(&[16 << 20], f32, DLDevice::cpu()).unwrap();
+    let storing = {
+        let (s, reg) = (s.clone(), held.reg());
+        std::thread::spawn(move || s.set_register(reg, 1, Any::from(tensor)))
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !storing.is_finished(),
+        "the store went before the node read it"
+    );
+    let (called, was_called) = mpsc::channel();
+    let calling = {
+        let (s, rank) = (s.clone(), rank.clone());
+        std::thread::spawn(move || {
+            let result = s.call(Target::One(1), &rank, &[]);
+            let _ = called.send(());
+            result
+        })
+    };
+    let waited = was_called.recv_timeout(Duration::from_secs(5));
+    go.send(()).unwrap();
+    assert!(waited.is_ok(), "the call waited for the store to be sent");
+    storing.join().unwrap().unwrap();
+    let call = calling.join().unwrap().unwrap();
+    s.sync_worker(1).unwrap();
+    s.shutdown().unwrap();
+    // The node got the store, then the call.
+    let kept: Vec<&'static str> = fake
+        .join()
+        .unwrap()
+        .iter()
+        .filter_map(|(_, frame)| match frame {
+            Frame::Store { .. } => Some("store"),
+            Frame::Call { out, .. } if *out == call.reg() => Some("call"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kept, ["store", "call"]);
+}
+
+#[test]
+fn calls_to_a_node_that_reads_nothing_wait_once_a_bounded_amount_waits_to_be_sent() {
+    use discovm::wire::Frame;
+    const CALLS: usize = 200_000;
+    let port = free_port("127.0.0.1");
+    let (go, held) = mpsc::channel();
+    let fake = play_node_held(port, 1, Some((2, held)));
+    let opts = SessionOptions {
+        local_threads: true,
+        heartbeat: Some(Duration::from_secs(30)),
+        ..options(30_000)
+    };
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), opts).unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_id").unwrap();
+    // Megabytes of calls: far more than the controller buffers and the connection holds.
+    let calling = {
+        let (s, rank) = (s.clone(), rank.clone());
+        std::thread::spawn(move || {
+            for _ in 0..CALLS {
+                drop(s.call(Target::One(1), &rank, &[])?);
+            }
+            Ok::<_, discovm::Error>(())
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    let finished = calling.is_finished();
+    go.send(()).unwrap();
+    assert!(
+        !finished,
+        "{CALLS} calls to a node that read nothing all returned"
+    );
+    calling.join().unwrap().unwrap();
+    s.sync_worker(1).unwrap();
+    s.shutdown().unwrap();
+    let calls = fake
+        .join()
+        .unwrap()
+        .iter()
+        .filter(|(_, frame)| matches!(frame, Frame::Call { .. }))
+        .count();
+    assert_eq!(calls, CALLS);
 }
 
 #[test]

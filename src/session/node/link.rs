@@ -12,9 +12,9 @@
 //! everything run and nothing to report lets the next sync, with nothing written since, return
 //! without a message.
 
-use std::io::{BufReader, BufWriter, Write};
+use std::io::{BufReader, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
-use std::sync::{Arc, OnceLock, PoisonError};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::channel::ring::MAX_GATHERED;
@@ -24,10 +24,11 @@ use crate::object::{Error, ErrorKind, Result};
 use crate::session::health::Health;
 use crate::session::message::{Message, Reply};
 use crate::session::requests::{RequestBook, try_send};
-use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
+
+use super::outbox::{DIRECT_FROM, MAX_BUFFERED, Outbox};
 
 /// One node of the session, as the controller reaches it.
 pub(crate) struct NodeConnection {
@@ -38,7 +39,8 @@ pub(crate) struct NodeConnection {
     peer: SocketAddr,
     /// The controller's end of the connection.
     local: SocketAddr,
-    writer: Mutex<BufWriter<TcpStream>>,
+    /// What goes to the node.
+    outbox: Outbox,
     /// Each worker's requests, by its place on the node.
     books: Vec<RequestBook>,
     /// Each worker's frames, by its place on the node.
@@ -81,7 +83,7 @@ impl NodeConnection {
             count,
             peer,
             local,
-            writer: Mutex::new(BufWriter::new(stream)),
+            outbox: Outbox::new(stream).map_err(io)?,
             books: (first..first + count)
                 .map(|w| RequestBook::new(format!("worker {w} (node {rank})")))
                 .collect(),
@@ -251,61 +253,83 @@ impl NodeConnection {
         }
     }
 
-    /// Writes one routed frame (sent at the next flush).
+    /// Writes one routed frame (sent by the flusher, or by a thread about to wait).
     fn write(&self, route: u32, frame: &[u8]) -> Result<()> {
-        self.write_with(route, |writer| writer.write_all(frame))
+        self.append(route, |out| out.write_all(frame))
     }
 
-    /// Writes one routed frame that `write` writes after the route (sent at the next flush;
-    /// a large frame goes at once, past the buffer).
-    fn write_with(
-        &self,
-        route: u32,
-        write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
-    ) -> Result<()> {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        self.write_locked(&mut writer, route, write)
+    /// [`NodeConnection::write`] of a frame encoded for a stream: a large one goes at once,
+    /// from the memory of its tensors, after what was written before it.
+    fn write_gathered(&self, route: u32, frame: &Gathered) -> Result<()> {
+        if frame.frame_len() < DIRECT_FROM {
+            return self.append(route, |out| frame.write_to(out));
+        }
+        let placed = || self.count_written(route);
+        self.outbox
+            .send_then(placed, |out| {
+                routed::write_head(out, route, What::Frame)?;
+                frame.write_to(out)
+            })
+            .map_err(|e| self.io_error(e))
     }
 
-    /// [`NodeConnection::write_with`] on the connection's writer, locked by the caller.
-    fn write_locked(
+    /// Appends one routed frame that `write` writes after the route; a writer that finds the
+    /// buffer full sends it itself.
+    fn append(
         &self,
-        writer: &mut BufWriter<TcpStream>,
         route: u32,
-        write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
+        write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
     ) -> Result<()> {
-        if let Err(e) = routed::write_head(writer, route, What::Frame).and_then(|()| write(writer))
+        let mut pending = self.outbox.lock();
+        self.append_locked(&mut pending, route, write)?;
+        let full = pending.len() >= MAX_BUFFERED;
+        drop(pending);
+        if full {
+            self.flush();
+        }
+        Ok(())
+    }
+
+    /// [`NodeConnection::append`] to the buffer, locked by the caller, without sending.
+    fn append_locked(
+        &self,
+        pending: &mut Vec<u8>,
+        route: u32,
+        write: impl FnOnce(&mut Vec<u8>) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let start = pending.len();
+        if let Err(e) =
+            routed::write_head(pending, route, What::Frame).and_then(|()| write(pending))
         {
-            // What was written of the frame must not reach the node: the node is lost.
-            let _ = writer.get_ref().shutdown(Shutdown::Both);
+            pending.truncate(start);
             return Err(self.io_error(e));
         }
-        match self.progress.get(route as usize) {
-            Some(worker) => worker.count_written(),
-            None => self.progress.iter().for_each(Progress::count_written), // ALL
-        }
+        self.count_written(route);
         self.unsent.store(true, Ordering::SeqCst);
         Ok(())
     }
 
-    /// Sends what was written, now.
-    pub fn flush(&self) {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        self.unsent.store(false, Ordering::SeqCst);
-        // A failure shows as the node's loss, which the reader reports.
-        if writer.flush().is_err() {
-            let _ = writer.get_ref().shutdown(Shutdown::Both);
+    /// Counts a frame on `route` as written, at its place in the order of sending.
+    fn count_written(&self, route: u32) {
+        match self.progress.get(route as usize) {
+            Some(worker) => worker.count_written(),
+            None => self.progress.iter().for_each(Progress::count_written), // ALL
         }
     }
 
-    /// Tells the node it is alive, and sends what was written.
+    /// Sends what was written, now. A failure shows as the node's loss, which the reader
+    /// reports.
+    pub fn flush(&self) {
+        self.unsent.store(false, Ordering::SeqCst);
+        let _ = self.outbox.send();
+    }
+
+    /// Tells the node it is alive, after what was written.
     pub fn heartbeat(&self) {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let sent =
-            routed::write(&mut *writer, 0, What::Heartbeat, &[]).and_then(|()| writer.flush());
-        if sent.is_err() {
-            let _ = writer.get_ref().shutdown(Shutdown::Both);
-        }
+        self.unsent.store(false, Ordering::SeqCst);
+        let _ = self
+            .outbox
+            .send_then(|| (), |out| routed::write(out, 0, What::Heartbeat, &[]));
     }
 
     fn io_error(&self, e: std::io::Error) -> Error {
@@ -320,9 +344,8 @@ impl NodeConnection {
 
     /// Sends `module`, whose SHA-256 is `hash`, to the node, now.
     pub fn upload(&self, hash: &[u8; HASH_SIZE], module: &[u8]) -> Result<()> {
-        let mut writer = self.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        routed::write_upload(&mut *writer, hash, module)
-            .and_then(|()| writer.flush())
+        self.outbox
+            .send_then(|| (), |out| routed::write_upload(out, hash, module))
             .map_err(|e| self.io_error(e))
     }
 
@@ -346,7 +369,8 @@ impl NodeConnection {
 /// The frames written to one worker of a node, and how far a sync found them run.
 #[derive(Default)]
 struct Progress {
-    /// Frames written to the worker, counted under the connection's writer lock.
+    /// Frames written to the worker, counted under the lock of the connection's buffer, in
+    /// the order they are sent.
     written: AtomicU64,
     /// A count of frames written that a successful sync showed run, the worker with nothing to
     /// report, when the sync's frame was the one after them; while it equals `written`,
@@ -450,8 +474,7 @@ impl NodeLink {
     /// [`NodeLink::send_encoded`] of a frame encoded for a stream.
     pub fn send_gathered(&self, frame: &Gathered, whole_node: bool) -> Result<()> {
         self.can_send(frame.frame_len())?;
-        let route = self.route(whole_node);
-        self.node.write_with(route, |writer| frame.write_to(writer))
+        self.node.write_gathered(self.route(whole_node), frame)
     }
 
     /// Writes `message` (sent at the next flush); a request registers how its reply completes
@@ -473,13 +496,13 @@ impl NodeLink {
             return Ok(()); // nothing to free on a node that is gone
         }
         try_send(message, |frame| {
-            let Ok(mut writer) = self.node.writer.try_lock() else {
+            let Some(mut pending) = self.node.outbox.try_lock() else {
                 return false;
             };
             // Sent with what comes next (or the next heartbeat).
             let route = self.route(false);
             self.node
-                .write_locked(&mut writer, route, |writer| writer.write_all(frame))
+                .append_locked(&mut pending, route, |out| out.write_all(frame))
                 .is_ok()
         })
     }
@@ -512,8 +535,7 @@ impl NodeLink {
             || Ok(()),
             || node.ended().then_some(()),
         );
-        let writer = node.writer.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = writer.get_ref().shutdown(Shutdown::Both);
+        node.outbox.shut_down();
         waited.map_err(|_| {
             Error::new(
                 ErrorKind::Timeout,

@@ -9,6 +9,7 @@
 //! both ways: a silent peer is a lost one.
 
 mod link;
+mod outbox;
 mod serve;
 mod uploads;
 
