@@ -173,10 +173,13 @@ fn next_routed_frame(stream: &mut TcpStream) -> (u32, discovm::wire::Frame) {
     }
 }
 
+/// A node played by a thread, which returns the frames it kept.
+type PlayedNode = std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>>;
+
 /// Node 1 of `workers` workers, played by a thread: it joins the session listening on `port`,
 /// answers every sync and lookup with None on the route it came by, and returns the other
 /// frames it got, with their routes, once the session shuts down.
-fn play_node(port: u16, workers: u32) -> std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>> {
+fn play_node(port: u16, workers: u32) -> PlayedNode {
     play_node_held(port, workers, None)
 }
 
@@ -186,7 +189,7 @@ fn play_node_held(
     port: u16,
     workers: u32,
     mut hold: Option<(usize, mpsc::Receiver<()>)>,
-) -> std::thread::JoinHandle<Vec<(u32, discovm::wire::Frame)>> {
+) -> PlayedNode {
     use discovm::net::routed::{self, What};
     use discovm::wire::Frame;
     std::thread::spawn(move || {
@@ -212,6 +215,28 @@ fn play_node_held(
             answered += 1;
         }
     })
+}
+
+/// A session of two nodes of one worker: node 0's a thread, node 1 played by a thread that
+/// answers the session's first sync and one lookup, then reads nothing until told on the
+/// sender returned; with `runtime.disco.worker_id` looked up.
+fn session_with_a_held_node() -> (
+    Arc<Session>,
+    discovm::session::DRef,
+    mpsc::Sender<()>,
+    PlayedNode,
+) {
+    let port = free_port("127.0.0.1");
+    let (go, held) = mpsc::channel();
+    let fake = play_node_held(port, 1, Some((2, held)));
+    let opts = SessionOptions {
+        local_threads: true,
+        heartbeat: Some(Duration::from_secs(30)),
+        ..options(30_000)
+    };
+    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), opts).unwrap();
+    let rank = s.get_global_func("runtime.disco.worker_id").unwrap();
+    (s, rank, go, fake)
 }
 
 /// The reply `Ok(None)` to request `request`, encoded.
@@ -733,17 +758,7 @@ fn a_call_to_a_node_does_not_wait_for_a_store_to_it_still_being_sent() {
     use discovm::abi::{DLDataType, DLDevice, KDL_FLOAT};
     use discovm::object::Tensor;
     use discovm::wire::Frame;
-    let port = free_port("127.0.0.1");
-    // The node answers the session's first sync and one lookup, then reads nothing until told.
-    let (go, held) = mpsc::channel();
-    let fake = play_node_held(port, 1, Some((2, held)));
-    let opts = SessionOptions {
-        local_threads: true,
-        heartbeat: Some(Duration::from_secs(30)),
-        ..options(30_000)
-    };
-    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), opts).unwrap();
-    let rank = s.get_global_func("runtime.disco.worker_id").unwrap();
+    let (s, rank, go, fake) = session_with_a_held_node();
     let held = s.call(Target::All, &rank, &[]).unwrap();
     // 64 MiB: more than the connection's buffers hold, so the store is still being sent.
     let f32 = DLDataType::new(KDL_FLOAT, 32, 1);
@@ -791,16 +806,7 @@ fn a_call_to_a_node_does_not_wait_for_a_store_to_it_still_being_sent() {
 fn calls_to_a_node_that_reads_nothing_wait_once_a_bounded_amount_waits_to_be_sent() {
     use discovm::wire::Frame;
     const CALLS: usize = 200_000;
-    let port = free_port("127.0.0.1");
-    let (go, held) = mpsc::channel();
-    let fake = play_node_held(port, 1, Some((2, held)));
-    let opts = SessionOptions {
-        local_threads: true,
-        heartbeat: Some(Duration::from_secs(30)),
-        ..options(30_000)
-    };
-    let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), opts).unwrap();
-    let rank = s.get_global_func("runtime.disco.worker_id").unwrap();
+    let (s, rank, go, fake) = session_with_a_held_node();
     // Megabytes of calls: far more than the controller buffers and the connection holds.
     let calling = {
         let (s, rank) = (s.clone(), rank.clone());
