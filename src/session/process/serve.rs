@@ -251,11 +251,12 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
                 (worker.handle(message), answer)
             }
         };
+        // Recorded before the answer goes: whoever has the answer finds the frame handled.
+        frames += 1;
+        handled.publish(frames, worker.is_settled());
         if let Some(answer) = answer {
             reply(&mut replies, &mut out, answer, args.spin)?;
         }
-        frames += 1;
-        handled.publish(frames, worker.is_settled());
         if !go_on {
             break;
         }
