@@ -433,8 +433,7 @@ fn a_stopped_node_is_lost_after_the_heartbeat_interval() {
     let (s, mut nodes) = session_of(2, 1, options);
     let add = s.get_global_func("proc.add").unwrap();
     let node = nodes.remove(0);
-    // SAFETY: signals the node process this test started.
-    unsafe { libc::kill(node.id() as i32, libc::SIGSTOP) };
+    let _stopped = stop(node.id() as i32);
     // A call the stopped node never answers: the sync after it must reach the node.
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     let started = Instant::now();
@@ -887,7 +886,7 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
     let first = call(&s, &add, &[Any::Int(0), Any::Int(1)]);
     // The worker ran the call, but no sync found it so: the next sync goes to the node.
     assert_eq!(int(s.get_register(first.reg(), 1).unwrap()), 1);
-    stop(pid);
+    let _stopped = stop(pid);
     s.sync_worker(1).unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     // A sync with a call to run waits for it.
@@ -900,8 +899,8 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
 
 /// A sync of a worker on another node needs no message when a sync found it with everything
 /// run and nothing to report and nothing went to it since: it returns while the whole node is
-/// stopped. Anything sent since makes the next sync ask the node, and a failure is reported
-/// once.
+/// stopped, and so does a sync of all that asks the other workers. Anything sent since makes
+/// the next sync ask the node, and a failure is reported once.
 #[test]
 fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     let options = SessionOptions {
@@ -912,9 +911,10 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     let node = nodes.remove(0);
     let node_pid = node.id() as i32;
     let add = s.get_global_func("proc.add").unwrap();
+    let sleep = s.get_global_func("proc.sleep_ms").unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     s.sync_all().unwrap();
-    stop(node_pid);
+    let _stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
     s.sync_all().unwrap();
 
@@ -930,19 +930,23 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     assert_error(&err, ErrorKind::Worker, "proc.fail was asked to fail");
     // Reported once: the next sync finds nothing to report, and the one after needs no message.
     s.sync_worker(1).unwrap();
-    stop(node_pid);
+    let _stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
     // A sync that sends a dropped DRef's free first covers it too.
     drop(call(&s, &add, &[Any::Int(5), Any::Int(6)]));
     s.sync_worker(1).unwrap();
-    stop(node_pid);
+    let _stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
+    // A sync of all asks only the workers not in sync: here node 0's, still sleeping.
+    let slept = s
+        .call(Target::One(0), &sleep, &[Any::Int(100).view()])
+        .unwrap();
     s.sync_all().unwrap();
     // SAFETY: as above.
     assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
-    drop((sum, again, add, fail));
+    drop((sum, again, add, fail, sleep, slept));
     s.shutdown().unwrap();
     let _ = ended(node, Duration::from_secs(10));
 }

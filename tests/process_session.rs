@@ -462,7 +462,7 @@ fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
     let add = s.get_global_func("proc.add").unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     s.sync_all().unwrap();
-    stop(ids[0]);
+    let _stopped = stop(ids[0]);
     s.sync_worker(0).unwrap();
     s.sync_all().unwrap();
 

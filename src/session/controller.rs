@@ -855,7 +855,8 @@ impl Session {
     fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
         self.check_open()?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
-        self.ask_every_worker("looking up a global function", |reply| {
+        let all: Vec<usize> = (0..self.workers.len()).collect();
+        self.ask_workers(&all, "looking up a global function", |reply| {
             let (reg, name) = (dref.reg(), name.clone());
             Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
         })?;
@@ -1163,17 +1164,24 @@ impl Session {
         // The frees first: each sync's frame then comes right after its mark.
         self.check_open()?;
         self.queue_frees()?;
-        // Empty, unallocated, for a session without nodes.
-        let marks: Vec<(&WorkerLink, u64)> = self
-            .workers
-            .iter()
-            .filter_map(|link| Some((link, link.sync_mark()?)))
+        // Only the workers that are not in sync are asked: a worker on a stalled node that is
+        // in sync holds up nobody's sync.
+        let asked: Vec<usize> = (0..self.workers.len())
+            .filter(|&worker| !self.workers[worker].in_sync())
             .collect();
-        self.ask_every_worker("sync", Message::Sync)?;
+        // Empty, unallocated, for a session without nodes.
+        let marks: Vec<(&WorkerLink, u64)> = asked
+            .iter()
+            .filter_map(|&worker| {
+                let link = &self.workers[worker];
+                Some((link, link.sync_mark()?))
+            })
+            .collect();
+        self.ask_workers(&asked, "sync", Message::Sync)?;
         for (link, mark) in marks {
             link.synced_after(mark);
         }
-        Ok(())
+        self.synced(0..self.workers.len())
     }
 
     /// A sync of `workers`, found in sync without a message (frees waiting for a send go with
@@ -1185,26 +1193,31 @@ impl Session {
             .try_for_each(|worker| self.alive(worker))
     }
 
-    /// Sends the request `make` builds to every worker first, then collects the replies
+    /// Sends the request `make` builds to each of `workers` first, then collects the replies
     /// (fan-out), all within one timeout. Failures of several workers are reported together,
     /// the first one's kind first, each cause once.
-    fn ask_every_worker(&self, what: &str, make: impl Fn(Reply<()>) -> Message) -> Result<()> {
+    fn ask_workers(
+        &self,
+        workers: &[usize],
+        what: &str,
+        make: impl Fn(Reply<()>) -> Message,
+    ) -> Result<()> {
         self.check_open()?;
         self.queue_frees()?;
-        let mut replies = Vec::with_capacity(self.workers.len());
-        let pushed = (0..self.workers.len()).try_for_each(|worker| {
+        let mut replies = Vec::with_capacity(workers.len());
+        let pushed = workers.iter().try_for_each(|&worker| {
             let reply: Reply<()> = Reply::new(Completion::new());
             self.push(worker, make(reply.clone()))?;
             replies.push(reply);
             Ok(())
         });
-        self.wake(0..replies.len());
+        self.wake(workers[..replies.len()].iter().copied());
         pushed?;
         let deadline = self.deadline();
-        let errors: Vec<Error> = replies
+        let errors: Vec<Error> = workers
             .iter()
-            .enumerate()
-            .filter_map(|(worker, reply)| self.wait(worker, reply, what, deadline).err())
+            .zip(&replies)
+            .filter_map(|(&worker, reply)| self.wait(worker, reply, what, deadline).err())
             .collect();
         // Every worker's report is consumed here, so all of them go into the one error.
         let mut errors = errors.into_iter();

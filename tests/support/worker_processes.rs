@@ -53,8 +53,22 @@ pub fn gone_within(pid: i32, limit: Duration) -> bool {
     !exists(pid)
 }
 
-/// Stops `pid` with SIGSTOP and waits until it is stopped.
-pub fn stop(pid: i32) {
+/// A process that [`stop`] stopped: continued when this is dropped, so that a test that fails
+/// while the process is stopped leaves no stopped process behind (it would hold the test's
+/// output open, and whatever reads that output would wait for it).
+#[must_use = "the process continues when this is dropped"]
+pub struct Stopped(i32);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        // SAFETY: a signal to a process the test stopped; harmless to one that went on.
+        unsafe { libc::kill(self.0, libc::SIGCONT) };
+    }
+}
+
+/// Stops `pid` with SIGSTOP and waits until it is stopped; it continues when the returned
+/// guard is dropped, if nothing continued it before.
+pub fn stop(pid: i32) -> Stopped {
     // SAFETY: a signal to a child process of the test.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     let stopped = || {
@@ -64,8 +78,10 @@ pub fn stop(pid: i32) {
         })
     };
     let deadline = Instant::now() + Duration::from_secs(10);
+    let guard = Stopped(pid);
     while !stopped() {
         assert!(Instant::now() < deadline, "{pid} never stopped");
         std::thread::sleep(Duration::from_millis(1));
     }
+    guard
 }

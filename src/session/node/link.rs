@@ -374,7 +374,8 @@ struct Progress {
     written: AtomicU64,
     /// A count of frames written that a successful sync showed run, the worker with nothing to
     /// report, when the sync's frame was the one after them; while it equals `written`,
-    /// nothing has been written to the worker since.
+    /// nothing has been written to the worker since. Zero until a sync succeeded (a sync's
+    /// own frame counts, so one that succeeded leaves it at one or more).
     synced: AtomicU64,
 }
 
@@ -428,8 +429,8 @@ impl NodeLink {
     /// it or to be reported here. (A worker that dies meanwhile shows as the node's loss.)
     pub fn in_sync(&self) -> bool {
         let progress = self.progress();
-        progress.synced.load(Ordering::Relaxed) == progress.written.load(Ordering::Relaxed)
-            && self.book().is_idle()
+        let synced = progress.synced.load(Ordering::Relaxed);
+        synced != 0 && synced == progress.written.load(Ordering::Relaxed) && self.book().is_idle()
     }
 
     pub fn alive(&self) -> Result<()> {
