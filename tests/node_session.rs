@@ -36,7 +36,7 @@ use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use ports::free_port;
 use session_calls::{call, int};
-use worker_processes::{exists, stop};
+use worker_processes::{Stopped, exists, stop};
 use worker_programs::{node_program, test_worker_program};
 
 const TOKEN: &str = "the tests' secret";
@@ -443,7 +443,7 @@ fn a_stopped_node_is_lost_after_the_heartbeat_interval() {
     assert!(took < Duration::from_secs(3), "took {took:?}");
     drop((sum, add));
     s.shutdown().unwrap();
-    // SAFETY: as above.
+    // SAFETY: a signal to the node process this test started.
     unsafe { libc::kill(node.id() as i32, libc::SIGKILL) };
     let _ = ended(node, Duration::from_secs(5));
 }
@@ -863,15 +863,17 @@ fn first_failed_sync(s: &Arc<Session>, worker: usize, never: &str) -> discovm::E
     }
 }
 
-/// Checks that a sync of `worker` still waits 200 ms after it started, while the stopped
-/// process `pid` holds it up, and that it succeeds once `pid` continues.
-fn sync_waits_until_continued(s: &Arc<Session>, worker: usize, pid: i32) {
+/// Checks that a sync of `worker` still waits 200 ms after it started, while the `stopped`
+/// process holds it up, and that it succeeds once the process continues.
+fn sync_waits_until_continued(s: &Arc<Session>, worker: usize, stopped: Stopped) {
     std::thread::scope(|scope| {
         let synced = scope.spawn(|| s.sync_worker(worker));
         std::thread::sleep(Duration::from_millis(200));
-        assert!(!synced.is_finished(), "the sync waits for process {pid}");
-        // SAFETY: a signal to a process of this session, which the test stopped.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+        assert!(
+            !synced.is_finished(),
+            "the sync waits for the stopped process"
+        );
+        stopped.resume();
         synced.join().unwrap().unwrap();
     });
 }
@@ -886,11 +888,11 @@ fn a_node_answers_the_sync_of_a_worker_with_nothing_outstanding() {
     let first = call(&s, &add, &[Any::Int(0), Any::Int(1)]);
     // The worker ran the call, but no sync found it so: the next sync goes to the node.
     assert_eq!(int(s.get_register(first.reg(), 1).unwrap()), 1);
-    let _stopped = stop(pid);
+    let stopped = stop(pid);
     s.sync_worker(1).unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     // A sync with a call to run waits for it.
-    sync_waits_until_continued(&s, 1, pid);
+    sync_waits_until_continued(&s, 1, stopped);
     assert_eq!(int(s.get_register(sum.reg(), 1).unwrap()), 3);
     drop((first, sum, add));
     s.shutdown().unwrap();
@@ -914,13 +916,13 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     let sleep = s.get_global_func("proc.sleep_ms").unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     s.sync_all().unwrap();
-    let _stopped = stop(node_pid);
+    let stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
     s.sync_all().unwrap();
 
     let again = call(&s, &add, &[Any::Int(3), Any::Int(4)]);
     // A sync after a call asks the node, which is stopped.
-    sync_waits_until_continued(&s, 1, node_pid);
+    sync_waits_until_continued(&s, 1, stopped);
     assert_eq!(int(s.get_register(again.reg(), 1).unwrap()), 7);
 
     let fail = s.get_global_func("proc.fail").unwrap();
@@ -930,22 +932,20 @@ fn a_sync_with_nothing_sent_since_a_successful_one_needs_no_message() {
     assert_error(&err, ErrorKind::Worker, "proc.fail was asked to fail");
     // Reported once: the next sync finds nothing to report, and the one after needs no message.
     s.sync_worker(1).unwrap();
-    let _stopped = stop(node_pid);
+    let stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
+    stopped.resume();
     // A sync that sends a dropped DRef's free first covers it too.
     drop(call(&s, &add, &[Any::Int(5), Any::Int(6)]));
     s.sync_worker(1).unwrap();
-    let _stopped = stop(node_pid);
+    let stopped = stop(node_pid);
     s.sync_worker(1).unwrap();
     // A sync of all asks only the workers not in sync: here node 0's, still sleeping.
     let slept = s
         .call(Target::One(0), &sleep, &[Any::Int(100).view()])
         .unwrap();
     s.sync_all().unwrap();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(node_pid, libc::SIGCONT) }, 0);
+    stopped.resume();
     drop((sum, again, add, fail, sleep, slept));
     s.shutdown().unwrap();
     let _ = ended(node, Duration::from_secs(10));

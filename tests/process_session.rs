@@ -462,7 +462,7 @@ fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
     let add = s.get_global_func("proc.add").unwrap();
     let sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
     s.sync_all().unwrap();
-    let _stopped = stop(ids[0]);
+    let stopped = stop(ids[0]);
     s.sync_worker(0).unwrap();
     s.sync_all().unwrap();
 
@@ -471,8 +471,7 @@ fn a_sync_of_a_worker_with_nothing_outstanding_needs_no_message() {
     assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
     let err = s.sync_all().unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout, "{err:?}");
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(ids[0], libc::SIGCONT) }, 0);
+    stopped.resume();
     s.sync_all().unwrap();
     assert_eq!(int(s.get_register(again.reg(), 0).unwrap()), 7);
 

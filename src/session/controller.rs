@@ -854,12 +854,16 @@ impl Session {
     /// fails the call.
     fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
         self.check_open()?;
+        self.queue_frees()?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
-        let all: Vec<usize> = (0..self.workers.len()).collect();
-        self.ask_workers(&all, "looking up a global function", |reply| {
-            let (reg, name) = (dref.reg(), name.clone());
-            Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
-        })?;
+        self.ask_workers(
+            0..self.workers.len(),
+            "looking up a global function",
+            |reply| {
+                let (reg, name) = (dref.reg(), name.clone());
+                Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
+            },
+        )?;
         Ok(dref)
     }
 
@@ -1164,22 +1168,21 @@ impl Session {
         // The frees first: each sync's frame then comes right after its mark.
         self.check_open()?;
         self.queue_frees()?;
-        // Only the workers that are not in sync are asked: a worker on a stalled node that is
-        // in sync holds up nobody's sync.
-        let asked: Vec<usize> = (0..self.workers.len())
+        // Only the workers that are not in sync are asked, each with its mark (a node's worker
+        // has one): a worker on a stalled node that is in sync holds up nobody's sync.
+        let asked: Vec<(usize, Option<u64>)> = (0..self.workers.len())
             .filter(|&worker| !self.workers[worker].in_sync())
+            .map(|worker| (worker, self.workers[worker].sync_mark()))
             .collect();
-        // Empty, unallocated, for a session without nodes.
-        let marks: Vec<(&WorkerLink, u64)> = asked
-            .iter()
-            .filter_map(|&worker| {
-                let link = &self.workers[worker];
-                Some((link, link.sync_mark()?))
-            })
-            .collect();
-        self.ask_workers(&asked, "sync", Message::Sync)?;
-        for (link, mark) in marks {
-            link.synced_after(mark);
+        self.ask_workers(
+            asked.iter().map(|&(worker, _)| worker),
+            "sync",
+            Message::Sync,
+        )?;
+        for (worker, mark) in asked {
+            if let Some(mark) = mark {
+                self.workers[worker].synced_after(mark);
+            }
         }
         self.synced(0..self.workers.len())
     }
@@ -1194,30 +1197,28 @@ impl Session {
     }
 
     /// Sends the request `make` builds to each of `workers` first, then collects the replies
-    /// (fan-out), all within one timeout. Failures of several workers are reported together,
-    /// the first one's kind first, each cause once.
+    /// (fan-out), all within one timeout; the caller has sent the frees waiting for a send.
+    /// Failures of several workers are reported together, the first one's kind first, each
+    /// cause once.
     fn ask_workers(
         &self,
-        workers: &[usize],
+        workers: impl IntoIterator<Item = usize>,
         what: &str,
         make: impl Fn(Reply<()>) -> Message,
     ) -> Result<()> {
-        self.check_open()?;
-        self.queue_frees()?;
-        let mut replies = Vec::with_capacity(workers.len());
-        let pushed = workers.iter().try_for_each(|&worker| {
+        let mut replies = Vec::new();
+        let pushed = workers.into_iter().try_for_each(|worker| {
             let reply: Reply<()> = Reply::new(Completion::new());
             self.push(worker, make(reply.clone()))?;
-            replies.push(reply);
+            replies.push((worker, reply));
             Ok(())
         });
-        self.wake(workers[..replies.len()].iter().copied());
+        self.wake(replies.iter().map(|&(worker, _)| worker));
         pushed?;
         let deadline = self.deadline();
-        let errors: Vec<Error> = workers
+        let errors: Vec<Error> = replies
             .iter()
-            .zip(&replies)
-            .filter_map(|(&worker, reply)| self.wait(worker, reply, what, deadline).err())
+            .filter_map(|(worker, reply)| self.wait(*worker, reply, what, deadline).err())
             .collect();
         // Every worker's report is consumed here, so all of them go into the one error.
         let mut errors = errors.into_iter();

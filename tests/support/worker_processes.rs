@@ -59,6 +59,20 @@ pub fn gone_within(pid: i32, limit: Duration) -> bool {
 #[must_use = "the process continues when this is dropped"]
 pub struct Stopped(i32);
 
+impl Stopped {
+    /// Continues the process now.
+    pub fn resume(self) {
+        let pid = self.0;
+        std::mem::forget(self);
+        // SAFETY: a signal to a process the test stopped.
+        assert_eq!(
+            unsafe { libc::kill(pid, libc::SIGCONT) },
+            0,
+            "continuing {pid}"
+        );
+    }
+}
+
 impl Drop for Stopped {
     fn drop(&mut self) {
         // SAFETY: a signal to a process the test stopped; harmless to one that went on.
