@@ -94,7 +94,8 @@ typedef struct {
   /**
    * Sessions across machines: the secret every node must prove it holds (NULL:
    * `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
-   * only). Read only by `dvm_session_new_socket`, as are the fields after it.
+   * only). Read only by `dvm_session_new_socket`, as are the fields after it up to
+   * `local_threads`.
    */
   const char *session_token;
   /**
@@ -113,6 +114,14 @@ typedef struct {
    * (0: worker processes).
    */
   int32_t local_threads;
+  /**
+   * Process sessions and sessions across machines: the threads each worker process's OpenMP
+   * and BLAS libraries may start (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS` and
+   * `MKL_NUM_THREADS`, set when none of them is set here). 0: the machine's cores divided by
+   * its workers, at least 1 (said once on stderr); -1: leave the environment as it is; n > 0:
+   * n. Nodes apply it to their own cores and workers.
+   */
+  int32_t threads_per_worker;
 } dvm_session_options;
 
 /**

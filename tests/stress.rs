@@ -302,6 +302,7 @@ impl Session {
             heartbeat_ms: 0,
             upload_modules: 0,
             local_threads: 0,
+            threads_per_worker: 0,
         };
         let mut out = null_mut();
         // SAFETY: valid options and output.

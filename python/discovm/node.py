@@ -2,8 +2,10 @@
 R]`` (Disco's arguments) joins the controller listening at ``HOST:PORT``, proves it holds
 ``DISCOVM_SESSION_TOKEN``, starts ``WORKERS`` worker processes running ``python -m
 discovm.worker`` with this interpreter, and relays their work until the controller shuts the
-session down. The rank, when not given, comes from the launcher's environment
-(``SLURM_PROCID``, ``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``RANK``).
+session down. The workers import what the controller's session asks for (its
+``entrypoint``, TVM's worker module), which the node learns once the controller proved it holds
+the secret. The rank, when not given, comes from the launcher's environment (``SLURM_PROCID``,
+``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ``RANK``).
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import sys
 from collections.abc import Sequence
 
 from ._library import module
+from .session import WORKER_MODULE
 
 
-def main(argv: Sequence[str] | None = None, entrypoint: str = "discovm.worker") -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Runs the node; returns the exit status (0 once the session shut down, 1 when the
     controller was lost, 2 for bad arguments)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return int(module().node_main(args, sys.executable, ["-m", entrypoint]))
+        return int(module().node_main(args, sys.executable, ["-m", WORKER_MODULE]))
     except ValueError as error:
         print(f"discovm.node: {error}", file=sys.stderr)
         return 2

@@ -34,6 +34,17 @@ from .vm import Tensor
 #: a Python module there.
 IMPORT_MODULE = "discovm.worker.import_python_module"
 
+#: The environment variable in which a worker process finds the Python modules to import before
+#: it serves (names separated by commas; one ending in ``?`` only where its package is there).
+WORKER_IMPORTS_ENV = "DISCOVM_WORKER_IMPORTS"
+
+#: The module whose import gives a worker process what Disco's worker processes have: TVM's
+#: runtime (the Relax VM's loader among its functions) and the ``tests.disco.*`` functions.
+TVM_WORKER_MODULE = "tvm.exec.disco_worker"
+
+#: The worker program of worker processes and nodes.
+WORKER_MODULE = "discovm.worker"
+
 #: The reduction kinds of :meth:`Session.allreduce`, as the workers' built-in numbers them.
 REDUCE_OPS = {"sum": 0, "prod": 1, "min": 2, "max": 3, "avg": 4}
 
@@ -456,6 +467,17 @@ class Session:
         module().session_shutdown(self._handle)
 
 
+def _worker_imports(entrypoint: str) -> list[str]:
+    """The modules each worker process imports before it serves: TVM's worker module when this
+    process imported TVM (where TVM is installed), then the session's ``entrypoint``."""
+    imports = []
+    if "tvm" in sys.modules and entrypoint != TVM_WORKER_MODULE:
+        imports.append(TVM_WORKER_MODULE + "?")
+    if entrypoint != WORKER_MODULE:
+        imports.append(entrypoint)
+    return imports
+
+
 def _options(
     timeout: float | None,
     spin_us: int,
@@ -517,15 +539,25 @@ class ThreadedSession(Session):
 class ProcessSession(Session):
     """A session of ``num_workers`` worker processes in ``num_groups`` groups of equal size,
     with the signature of Disco's ``ProcessSession``. Each worker runs ``python -m
-    entrypoint`` (by default :mod:`discovm.worker`) with this interpreter; a worker that
-    crashes raises :class:`~discovm.WorkerError` naming its pid and cause at the next wait,
-    and does not take this process with it.
+    discovm.worker`` with this interpreter, which first imports the module ``entrypoint``
+    names, if another: a worker module in the style of Disco's (``tvm.exec.disco_worker``,
+    ``mlc_llm.cli.worker``), for the functions it registers; its ``main`` does not run. When
+    this process has imported TVM, the workers import ``tvm.exec.disco_worker`` too, so they
+    have what Disco's workers have (``load_vm_module``, ``tests.disco.*``). A module that
+    cannot be imported fails the constructor with its own error. A worker that crashes raises
+    :class:`~discovm.WorkerError` naming its pid and cause at the next wait, and does not take
+    this process with it.
 
     What crosses to a worker is a value: None, bool, int, float, str, bytes, shapes, dtypes,
     devices, DRefs and host arrays (copied); anything else raises ``TypeError`` at the call.
     Functions run on a worker only if that process registers them: import the module that
-    registers them with :meth:`import_python_module`. The keyword options are those of
-    :class:`ThreadedSession`.
+    registers them with :meth:`import_python_module`, or name it as the ``entrypoint``.
+
+    ``threads_per_worker`` bounds the threads each worker's OpenMP and BLAS libraries start
+    (numpy's among them): 0, the default, gives each the machine's cores divided by its workers
+    (at least 1) unless ``OMP_NUM_THREADS``, ``OPENBLAS_NUM_THREADS`` or ``MKL_NUM_THREADS`` is
+    set, and says so once on stderr; -1 leaves the environment as it is; n gives each n. The
+    other keyword options are those of :class:`ThreadedSession`.
     """
 
     __slots__ = ()
@@ -540,13 +572,16 @@ class ProcessSession(Session):
         spin_us: int = 0,
         cpu_affinity: Sequence[int] | None = None,
         devices: Sequence[DeviceLike] | None = None,
+        threads_per_worker: int = 0,
     ) -> None:
         handle = module().session_new_process(
             num_workers,
             num_groups,
             *_options(timeout, spin_us, cpu_affinity, devices),
             sys.executable,
-            ["-m", entrypoint],
+            ["-m", WORKER_MODULE],
+            _worker_imports(entrypoint),
+            threads_per_worker,
         )
         super().__init__(handle)
 
@@ -576,7 +611,10 @@ class SocketSession(ProcessSession):
     CPU, or each on the CUDA device of its index on the node (``cuda:0``, ``cuda:1``, ...).
     :meth:`init_ccl` with ``"cpu"`` runs the collectives with Gloo between the workers (the
     plugin ``libdiscovm_gloo.so`` next to the library, built where Debian's ``libgloo-dev`` is
-    installed), and with ``"nccl"`` with NCCL between GPU workers, on every node.
+    installed), and with ``"nccl"`` with NCCL between GPU workers, on every node. Every node's
+    workers import what this machine's do (``entrypoint``, and TVM's worker module where TVM is
+    installed when this process imported TVM), and share their node's cores as
+    ``threads_per_worker`` says (see :class:`ProcessSession`).
     """
 
     __slots__ = ()
@@ -597,6 +635,7 @@ class SocketSession(ProcessSession):
         upload_modules: bool = False,
         local_threads: bool = False,
         devices: Sequence[DeviceLike] | None = None,
+        threads_per_worker: int = 0,
     ) -> None:
         if heartbeat is not None and heartbeat <= 0:
             raise ValueError(f"heartbeat must be positive or None, not {heartbeat}")
@@ -608,10 +647,12 @@ class SocketSession(ProcessSession):
             port,
             *_options(timeout, spin_us, None, devices),
             sys.executable,
-            ["-m", entrypoint],
+            ["-m", WORKER_MODULE],
             session_token,
             0 if heartbeat is None else max(1, round(heartbeat * 1000)),
             upload_modules,
             local_threads,
+            _worker_imports(entrypoint),
+            threads_per_worker,
         )
         Session.__init__(self, handle)

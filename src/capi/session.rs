@@ -13,7 +13,8 @@ use crate::abi::{DLDevice, DLTensor, DVMAny};
 use crate::device::cpu::HostTensor;
 use crate::object::{AnyView, ObjectRef};
 use crate::session::{
-    CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, session_handle,
+    CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerThreads,
+    session_handle,
 };
 
 /// A threaded session (an object; `dvm_object_*` work on it).
@@ -49,7 +50,8 @@ pub struct dvm_session_options {
     pub worker_program: *const c_char,
     /// Sessions across machines: the secret every node must prove it holds (NULL:
     /// `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
-    /// only). Read only by `dvm_session_new_socket`, as are the fields after it.
+    /// only). Read only by `dvm_session_new_socket`, as are the fields after it up to
+    /// `local_threads`.
     pub session_token: *const c_char,
     /// Sessions across machines: how long a silent node counts as alive, in milliseconds
     /// (0: 2000).
@@ -61,6 +63,12 @@ pub struct dvm_session_options {
     /// Sessions across machines: nonzero makes this machine's workers threads of this process
     /// (0: worker processes).
     pub local_threads: i32,
+    /// Process sessions and sessions across machines: the threads each worker process's OpenMP
+    /// and BLAS libraries may start (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS` and
+    /// `MKL_NUM_THREADS`, set when none of them is set here). 0: the machine's cores divided by
+    /// its workers, at least 1 (said once on stderr); -1: leave the environment as it is; n > 0:
+    /// n. Nodes apply it to their own cores and workers.
+    pub threads_per_worker: i32,
 }
 
 /// # Safety
@@ -91,7 +99,8 @@ unsafe fn session_options(opts: *const dvm_session_options) -> crate::Result<Ses
     )
 }
 
-/// The options of a process session: those of every session, and the worker program.
+/// The options of a process session: those of every session, the worker program and the
+/// threads of each worker.
 ///
 /// # Safety
 /// As for [`session_options`]; `worker_program` is NULL or NUL-terminated.
@@ -107,6 +116,9 @@ pub(crate) unsafe fn process_options(
             // SAFETY: NUL-terminated, as the caller promises.
             options.worker_program = Some(unsafe { c_str(program, "worker_program") }?.to_owned());
         }
+        // SAFETY: as the caller promises.
+        let threads = unsafe { opts.as_ref() }.threads_per_worker;
+        options.threads_per_worker = WorkerThreads::from_value(threads.into())?;
     }
     Ok(options)
 }

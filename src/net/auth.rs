@@ -12,7 +12,8 @@
 //! The messages, in order (layouts in `WIRE.md`, "Joining a session across machines"):
 //! `Hello` (node: its rank and worker count, its nonce), `Challenge` (controller: its nonce and
 //! MAC), `Proof` (node: its MAC), `Accept` (controller: the verdict, the node's rank and the
-//! session's shape).
+//! session's shape), and after a welcoming `Accept` the one message that is not of fixed size,
+//! `Setup` (controller: what the node's workers are started with).
 
 use std::io::{Read, Write};
 
@@ -25,7 +26,7 @@ use crate::object::{Error, ErrorKind, Result};
 pub const TOKEN_VAR: &str = "DISCOVM_SESSION_TOKEN";
 
 /// The handshake's version, in each of its messages (major, minor).
-const VERSION: [u8; 2] = [1, 2];
+const VERSION: [u8; 2] = [1, 3];
 /// Where `Hello` says which minor version of the wire format the node speaks: the controller
 /// takes only nodes that speak its own (both ends run the same library).
 const WIRE_MINOR_AT: usize = 48;
@@ -37,6 +38,10 @@ const HELLO: usize = 64;
 const CHALLENGE: usize = 80;
 const PROOF: usize = 48;
 const ACCEPT: usize = 48;
+/// `Setup`'s fixed part; the names of the modules follow.
+const SETUP: usize = 16;
+/// The most bytes of module names `Setup` may carry.
+const MAX_IMPORTS_LEN: usize = 4096;
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -95,8 +100,19 @@ pub struct Join {
     pub workers: u32,
 }
 
+/// What a node starts its workers with, as the controller chose it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerSetup {
+    /// Python modules each worker imports before it serves (dotted names; a trailing `?`: only
+    /// where its package is installed).
+    pub imports: Vec<String>,
+    /// The threads of each worker's OpenMP and BLAS libraries: 0 the node's cores shared among
+    /// its workers, -1 the environment's, n that many.
+    pub threads_per_worker: i32,
+}
+
 /// The controller's answer to a node it authenticated.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Welcome {
     pub rank: u32,
     pub num_nodes: u32,
@@ -109,6 +125,8 @@ pub struct Welcome {
     pub timeout_ms: u64,
     /// How often each side must hear from the other, in ms.
     pub heartbeat_ms: u64,
+    /// What its workers are started with.
+    pub setup: WorkerSetup,
 }
 
 /// Why the controller turned an authenticated node away, as `Accept` says it.
@@ -288,6 +306,28 @@ pub fn join(stream: &mut (impl Read + Write), secret: &Secret, join: Join) -> Re
         device_type: u32_at(&accept, 28) as i32,
         timeout_ms: u64_at(&accept, 32),
         heartbeat_ms: u64_at(&accept, 40),
+        setup: read_setup(stream)?,
+    })
+}
+
+/// Reads the controller's `Setup`, which follows a welcoming `Accept`.
+fn read_setup(stream: &mut impl Read) -> Result<WorkerSetup> {
+    let setup: [u8; SETUP] = read_message(stream, b"DVMS", "the controller's Setup", 16..16)?;
+    let len = u32_at(&setup, 12) as usize;
+    if len > MAX_IMPORTS_LEN {
+        return Err(refused(format_args!(
+            "the controller's Setup names {len} bytes of modules (at most {MAX_IMPORTS_LEN})"
+        )));
+    }
+    let mut names = vec![0u8; len];
+    stream
+        .read_exact(&mut names)
+        .map_err(|e| refused(format_args!("reading the modules of the controller's Setup: {e}")))?;
+    let names = String::from_utf8(names)
+        .map_err(|_| refused("the modules of the controller's Setup are not UTF-8"))?;
+    Ok(WorkerSetup {
+        imports: names.split('\n').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+        threads_per_worker: u32_at(&setup, 8) as i32,
     })
 }
 
@@ -352,7 +392,21 @@ impl Answer {
         accept[28..32].copy_from_slice(&welcome.device_type.to_le_bytes());
         accept[32..40].copy_from_slice(&welcome.timeout_ms.to_le_bytes());
         accept[40..48].copy_from_slice(&welcome.heartbeat_ms.to_le_bytes());
-        send(stream, &accept, "Accept")
+        let names = welcome.setup.imports.join("\n");
+        if names.len() > MAX_IMPORTS_LEN || welcome.setup.imports.iter().any(|n| n.contains('\n')) {
+            return Err(Error::value(format!(
+                "the workers' imports {:?} do not fit the handshake (at most {MAX_IMPORTS_LEN} \
+                 bytes, no newlines)",
+                welcome.setup.imports
+            )));
+        }
+        let mut setup = vec![0u8; SETUP];
+        header(b"DVMS", &mut setup);
+        setup[8..12].copy_from_slice(&welcome.setup.threads_per_worker.to_le_bytes());
+        setup[12..16].copy_from_slice(&(names.len() as u32).to_le_bytes());
+        setup.extend_from_slice(names.as_bytes());
+        send(stream, &accept, "Accept")?;
+        send(stream, &setup, "Setup")
     }
 
     /// Turns the node away, telling it why.
@@ -382,15 +436,21 @@ mod tests {
         (node, controller)
     }
 
-    const WELCOME: Welcome = Welcome {
-        rank: 1,
-        num_nodes: 2,
-        workers_per_node: 3,
-        num_groups: 1,
-        device_type: 2,
-        timeout_ms: 1500,
-        heartbeat_ms: 2000,
-    };
+    fn welcome() -> Welcome {
+        Welcome {
+            rank: 1,
+            num_nodes: 2,
+            workers_per_node: 3,
+            num_groups: 1,
+            device_type: 2,
+            timeout_ms: 1500,
+            heartbeat_ms: 2000,
+            setup: WorkerSetup {
+                imports: vec!["tvm.exec.disco_worker?".into(), "my.functions".into()],
+                threads_per_worker: -1,
+            },
+        }
+    }
 
     /// Runs a handshake between a node holding `node_secret` and a controller holding
     /// `controller_secret` that welcomes whoever proves itself.
@@ -399,7 +459,7 @@ mod tests {
         let secret = Secret::new(controller_secret);
         let server = thread::spawn(move || {
             let (join, answer) = authenticate(&mut controller, &secret)?;
-            answer.welcome(&mut controller, &WELCOME)?;
+            answer.welcome(&mut controller, &welcome())?;
             Ok(join)
         });
         let joined = join(
@@ -417,7 +477,7 @@ mod tests {
     #[test]
     fn both_sides_with_the_secret_join() {
         let (welcome, join) = handshake(b"s3cret", b"s3cret");
-        assert_eq!(welcome.unwrap(), WELCOME);
+        assert_eq!(welcome.unwrap(), self::welcome());
         assert_eq!(
             join.unwrap(),
             Join {
@@ -427,7 +487,7 @@ mod tests {
         );
         // Without a secret on either side: the empty key.
         let (welcome, _) = handshake(b"", b"");
-        assert_eq!(welcome.unwrap(), WELCOME);
+        assert_eq!(welcome.unwrap(), self::welcome());
     }
 
     #[test]

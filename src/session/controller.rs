@@ -22,6 +22,7 @@ use super::node::{self, NodeLink};
 use super::process;
 use super::registers::{Reg, RegisterIds};
 use super::worker::{self, Exited, Signals, SignalsAt, WorkerInfo, WorkerShared};
+use super::worker_env::WorkerThreads;
 use crate::abi::DLDevice;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
@@ -61,6 +62,13 @@ pub struct SessionOptions {
     /// Arguments put before the session's own on each worker's command line (`-m
     /// discovm.worker` when the program is a Python interpreter).
     pub worker_args: Vec<String>,
+    /// Python modules every worker process imports before it serves its first call (a name
+    /// ending in `?` only where its package is installed); the nodes' workers too. Only a
+    /// Python worker program can: any other fails to start when asked for one without `?`.
+    pub worker_imports: Vec<String>,
+    /// How many threads the OpenMP and BLAS libraries of each worker process start (worker
+    /// processes of this machine and of every node).
+    pub threads_per_worker: WorkerThreads,
     /// Sessions across machines: the secret every node must prove it holds (`None`:
     /// `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
     /// only).
@@ -117,6 +125,8 @@ impl SessionOptions {
             devices,
             worker_program: None,
             worker_args: Vec::new(),
+            worker_imports: Vec::new(),
+            threads_per_worker: WorkerThreads::default(),
             session_token: None,
             heartbeat: None,
             upload_modules: false,
@@ -559,6 +569,10 @@ impl Session {
             workers_per_node: per_node,
             num_groups,
             device_types,
+            setup: crate::net::auth::WorkerSetup {
+                imports: options.worker_imports.clone(),
+                threads_per_worker: options.threads_per_worker.to_value() as i32,
+            },
         };
         let secret = match &options.session_token {
             Some(token) => Secret::new(token.as_bytes()),

@@ -24,6 +24,7 @@ mod registers;
 mod requests;
 mod tvm_dispatch;
 mod worker;
+mod worker_env;
 
 pub use crate::channel::SpinPolicy;
 pub use controller::{BoundCall, MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
@@ -37,4 +38,5 @@ pub(crate) use node::serve_node;
 #[cfg(not(loom))]
 pub(crate) use process::serve as serve_worker;
 pub use registers::Reg;
+pub use worker_env::WorkerThreads;
 pub use worker::{WorkerInfo, current as current_worker, with_stream as with_worker_stream};

@@ -390,7 +390,8 @@ impl Worker {
         }
     }
 
-    fn note_failure(&mut self, error: &Error) {
+    /// Keeps `error` for the next sync to report.
+    pub(super) fn note_failure(&mut self, error: &Error) {
         match &mut self.failure {
             Some((_, more)) => *more += 1,
             None => self.failure = Some((error.clone(), 0)),

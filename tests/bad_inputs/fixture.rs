@@ -305,6 +305,7 @@ impl SessionParts {
             heartbeat_ms: 0,
             upload_modules: 0,
             local_threads: 0,
+            threads_per_worker: 0,
         };
         let mut session = null_mut();
         // SAFETY (each call here): valid arguments, outputs to locals.

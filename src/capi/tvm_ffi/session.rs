@@ -6,10 +6,10 @@ use super::{Args, entry_point};
 use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
-use crate::object::{Any, AnyView, Error, ObjectRef, Result};
+use crate::object::{Any, AnyView, Error, ErrorKind, ObjectRef, Result};
 use crate::session::{
     CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
-    new_worker_handle, session_handle,
+    WorkerThreads, new_worker_handle, session_handle,
 };
 #[cfg(not(loom))]
 use crate::session::{serve_node, serve_worker};
@@ -68,18 +68,21 @@ entry_point! {
 entry_point! {
     /// `session_new_process(num_workers: int, num_groups: int = 1, timeout_ms: int = 0,
     /// spin_us: int = 0, cpu_affinity: list[int] | None = None, devices: list[Device] | None =
-    /// None, worker_program: str | None = None, worker_args: list[str] | None = None) ->
-    /// Session`: as `dvm_session_new_process`, with the options' fields as arguments;
-    /// `worker_args` come first on each worker's command line (`["-m", "discovm.worker"]` for
-    /// a Python worker program).
+    /// None, worker_program: str | None = None, worker_args: list[str] | None = None,
+    /// worker_imports: list[str] | None = None, threads_per_worker: int = 0) -> Session`: as
+    /// `dvm_session_new_process`, with the options' fields as arguments; `worker_args` come
+    /// first on each worker's command line (`["-m", "discovm.worker"]` for a Python worker
+    /// program), which imports the Python modules `worker_imports` names before it serves.
     __tvm_ffi_session_new_process(args: [
         "num_workers", "num_groups", "timeout_ms", "spin_us", "cpu_affinity", "devices",
-        "worker_program", "worker_args"
+        "worker_program", "worker_args", "worker_imports", "threads_per_worker"
     ]) {
-        args.count(1, 8)?;
+        args.count(1, 10)?;
         let mut options = session_options(&args, 2)?;
         options.worker_program = args.str_or_none(6)?.map(str::to_owned);
         options.worker_args = args.strs(7)?;
+        options.worker_imports = args.strs(8)?;
+        options.threads_per_worker = WorkerThreads::from_value(args.int_or(9, 0)?)?;
         let (workers, groups) = (args.int(0)?, args.int_or(1, 1)?);
         Ok(session_handle(Session::new_process(workers, groups, options)?).into())
     }
@@ -91,17 +94,22 @@ entry_point! {
     /// port: int, timeout_ms: int = 0, spin_us: int = 0, cpu_affinity: list[int] | None = None,
     /// devices: list[Device] | None = None, worker_program: str | None = None, worker_args:
     /// list[str] | None = None, session_token: str | None = None, heartbeat_ms: int = 0,
-    /// upload_modules: bool = False, local_threads: bool = False) -> Session`: as
-    /// `dvm_session_new_socket`, with the options' fields as arguments.
+    /// upload_modules: bool = False, local_threads: bool = False, worker_imports: list[str] |
+    /// None = None, threads_per_worker: int = 0) -> Session`: as `dvm_session_new_socket`,
+    /// with the options' fields as arguments; every node's workers import `worker_imports`
+    /// too.
     __tvm_ffi_session_new_socket(args: [
         "num_nodes", "workers_per_node", "num_groups", "host", "port", "timeout_ms", "spin_us",
         "cpu_affinity", "devices", "worker_program", "worker_args", "session_token",
-        "heartbeat_ms", "upload_modules", "local_threads"
+        "heartbeat_ms", "upload_modules", "local_threads", "worker_imports",
+        "threads_per_worker"
     ]) {
-        args.count(5, 15)?;
+        args.count(5, 17)?;
         let mut options = session_options(&args, 5)?;
         options.worker_program = args.str_or_none(9)?.map(str::to_owned);
         options.worker_args = args.strs(10)?;
+        options.worker_imports = args.strs(15)?;
+        options.threads_per_worker = WorkerThreads::from_value(args.int_or(16, 0)?)?;
         options.session_token = args.str_or_none(11)?.map(str::to_owned);
         options.upload_modules = args.bool_or(13, false)?;
         options.local_threads = args.bool_or(14, false)?;
@@ -140,12 +148,19 @@ entry_point! {
 
 #[cfg(not(loom))]
 entry_point! {
-    /// `worker_main(args: list[str]) -> int`: as `dvm_worker_main`, with the arguments after
-    /// the program's name: serves the controller that started this process until it shuts the
-    /// session down, and returns the exit status (a Python worker program's `main`).
-    __tvm_ffi_worker_main(args: ["args"]) {
-        args.count(1, 1)?;
-        serve_worker(&args.strs(0)?)?;
+    /// `worker_main(args: list[str], unready_kind: str | None = None, unready: str | None =
+    /// None) -> int`: as `dvm_worker_main`, with the arguments after the program's name:
+    /// serves the controller that started this process until it shuts the session down, and
+    /// returns the exit status (a Python worker program's `main`). `unready` says why the
+    /// worker is not what the session asked for (an error of kind `unready_kind`, such as a
+    /// module it could not import): the session's start then fails with it.
+    __tvm_ffi_worker_main(args: ["args", "unready_kind", "unready"]) {
+        args.count(1, 3)?;
+        let unready = args.str_or_none(2)?.map(|message| {
+            let kind = args.str_or_none(1).ok().flatten().unwrap_or("RuntimeError");
+            Error::new(ErrorKind::from_name(kind), message)
+        });
+        serve_worker(&args.strs(0)?, unready)?;
         Ok(Any::Int(0))
     }
 }

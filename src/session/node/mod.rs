@@ -23,7 +23,7 @@ pub(crate) use serve::serve as serve_node;
 pub(crate) use uploads::{hash, hex, keep_uploads_at, uploaded_path};
 
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
-use crate::net::auth::{self, Answer, Refusal, Secret, Welcome};
+use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::health::Health;
 use crate::sync::time::Instant;
@@ -43,6 +43,8 @@ pub(crate) struct Shape {
     pub num_groups: usize,
     /// The device type of each node's workers, by rank (see [`node_device_types`]).
     pub device_types: Vec<i32>,
+    /// What every node starts its workers with.
+    pub setup: WorkerSetup,
 }
 
 /// The devices of a node's `count` workers, all of `device_type` (worker `i` on device `i`
@@ -135,6 +137,7 @@ pub(crate) fn join_nodes(
         device_type: shape.device_types[rank],
         timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
         heartbeat_ms: heartbeat.as_millis() as u64,
+        setup: shape.setup.clone(),
     };
     let mut joined: Vec<Option<TcpStream>> = (0..shape.num_nodes).map(|_| None).collect();
     let (done, handshakes) = mpsc::channel();

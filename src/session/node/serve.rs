@@ -23,6 +23,7 @@ use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
 use crate::session::ccl::CurrentCcl;
 use crate::session::controller::SessionOptions;
+use crate::session::worker_env::WorkerThreads;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
@@ -159,6 +160,8 @@ pub(crate) fn serve(
         timeout: (welcome.timeout_ms > 0).then(|| Duration::from_millis(welcome.timeout_ms)),
         worker_program,
         worker_args,
+        worker_imports: welcome.setup.imports,
+        threads_per_worker: WorkerThreads::from_value(welcome.setup.threads_per_worker.into())?,
         ..SessionOptions::default()
     };
     let here = Here {

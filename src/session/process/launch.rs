@@ -400,8 +400,8 @@ impl Drop for Child {
 /// Starts `program` with `args` (`argv[0]` is the program's path). The child inherits stdin,
 /// stdout and stderr, the descriptors in `inherit` at numbers 3, 4, 5, ... in that order (so
 /// the arguments can name them), and no other descriptor; its environment is this process's
-/// plus `DISCOVM_CONTROLLER_PID` (this process's pid); its signal mask is empty and SIGPIPE and
-/// SIGXFSZ have their default actions.
+/// with the variables of `env` set and `DISCOVM_CONTROLLER_PID` (this process's pid); its
+/// signal mask is empty and SIGPIPE and SIGXFSZ have their default actions.
 ///
 /// The child starts with `posix_spawn`, not `fork` plus a pre-exec hook: glibc starts it with
 /// vfork semantics (no copy of a large controller's page tables), reports a failed exec as the
@@ -415,12 +415,17 @@ impl Drop for Child {
 ///
 /// Errors: `ValueError` for an argument with a NUL byte; `RuntimeError` naming the program,
 /// the call and the OS error when the process cannot be started.
-pub(crate) fn spawn<I>(program: &Path, args: I, inherit: &[BorrowedFd<'_>]) -> Result<Child>
+pub(crate) fn spawn<I>(
+    program: &Path,
+    args: I,
+    inherit: &[BorrowedFd<'_>],
+    env: &[(String, String)],
+) -> Result<Child>
 where
     I: IntoIterator,
     I::Item: AsRef<OsStr>,
 {
-    spawn_with(program, args, inherit, true)
+    spawn_with(program, args, inherit, env, true)
 }
 
 /// [`spawn`], with `use_pidfd` false to exercise the path for kernels without pidfds.
@@ -428,6 +433,7 @@ fn spawn_with<I>(
     program: &Path,
     args: I,
     inherit: &[BorrowedFd<'_>],
+    env: &[(String, String)],
     use_pidfd: bool,
 ) -> Result<Child>
 where
@@ -453,7 +459,7 @@ where
     for (i, arg) in args.into_iter().enumerate() {
         argv.push(c_string(arg.as_ref(), &format!("argument {}", i + 1))?);
     }
-    let envp = environment();
+    let envp = environment(env);
 
     let first_closed = libc::c_int::try_from(inherit.len())
         .ok()
@@ -544,19 +550,22 @@ where
     }
 }
 
-/// This process's environment, with `DISCOVM_CONTROLLER_PID` set to this process's pid.
-fn environment() -> Vec<CString> {
+/// This process's environment, with the variables of `set` set and `DISCOVM_CONTROLLER_PID`
+/// set to this process's pid.
+fn environment(set: &[(String, String)]) -> Vec<CString> {
+    let entry = |key: Vec<u8>, value: &[u8]| {
+        let mut entry = key;
+        entry.push(b'=');
+        entry.extend_from_slice(value);
+        CString::new(entry).ok()
+    };
+    let replaced = |key: &OsStr| key == CONTROLLER_PID_VAR || set.iter().any(|(k, _)| key == k.as_str());
     let mut env: Vec<CString> = std::env::vars_os()
-        .filter(|(key, _)| key != CONTROLLER_PID_VAR)
-        .filter_map(|(key, value)| {
-            let mut entry = key.into_vec();
-            entry.push(b'=');
-            entry.extend(value.into_vec());
-            CString::new(entry).ok()
-        })
+        .filter(|(key, _)| !replaced(key))
+        .filter_map(|(key, value)| entry(key.into_vec(), value.as_bytes()))
         .collect();
-    let own = format!("{CONTROLLER_PID_VAR}={}", std::process::id());
-    env.extend(CString::new(own).ok());
+    env.extend(set.iter().filter_map(|(k, v)| entry(k.clone().into_bytes(), v.as_bytes())));
+    env.extend(entry(CONTROLLER_PID_VAR.into(), std::process::id().to_string().as_bytes()));
     env
 }
 
@@ -692,7 +701,7 @@ pub(super) mod tests {
     pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
     pub(crate) fn sh(script: &str, inherit: &[BorrowedFd<'_>], use_pidfd: bool) -> Child {
-        spawn_with(Path::new("/bin/sh"), ["-c", script], inherit, use_pidfd)
+        spawn_with(Path::new("/bin/sh"), ["-c", script], inherit, &[], use_pidfd)
             .unwrap_or_else(|e| panic!("{e}"))
     }
 
@@ -848,6 +857,18 @@ pub(super) mod tests {
     }
 
     #[test]
+    fn child_gets_the_variables_it_is_given_over_this_process_s() {
+        let (mut reader, writer) = io::pipe().unwrap();
+        // PATH is set in this process: the child sees the given value instead.
+        let env = [("PATH".to_string(), "/given".to_string()), ("DVM_TEST_VAR".into(), "x y".into())];
+        let script = "printf '%s|%s' \"$PATH\" \"$DVM_TEST_VAR\" >&3";
+        let child = spawn(Path::new("/bin/sh"), ["-c", script], &[writer.as_fd()], &env).unwrap();
+        drop(writer);
+        assert_eq!(read_to_eof(&mut reader, PATIENCE), "/given|x y");
+        assert_eq!(child.wait_timeout(PATIENCE), Some(ExitCause::Exited(0)));
+    }
+
+    #[test]
     fn try_exit_reports_the_exit_status() {
         for use_pidfd in [true, false] {
             let (reader, writer) = io::pipe().unwrap();
@@ -923,7 +944,7 @@ pub(super) mod tests {
 
     #[test]
     fn spawn_errors_name_the_program_the_call_and_the_cause() {
-        let error = spawn(Path::new("/nonexistent/discovm-worker"), ["x"], &[])
+        let error = spawn(Path::new("/nonexistent/discovm-worker"), ["x"], &[], &[])
             .err()
             .unwrap();
         assert_eq!(error.kind, ErrorKind::Runtime);
@@ -932,7 +953,7 @@ pub(super) mod tests {
             "could not start worker program /nonexistent/discovm-worker: posix_spawn failed: \
              No such file or directory (os error 2)"
         );
-        let error = spawn(Path::new("/bin/sh"), ["-c", "a\0b"], &[])
+        let error = spawn(Path::new("/bin/sh"), ["-c", "a\0b"], &[], &[])
             .err()
             .unwrap();
         assert_eq!(error.kind, ErrorKind::Value);

@@ -22,6 +22,7 @@ use super::ccl::CurrentCcl;
 use super::controller::SessionOptions;
 use super::health::Health;
 use super::worker::WorkerInfo;
+use super::worker_env::{check_imports, worker_environment};
 use crate::abi::DLDevice;
 use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
@@ -36,7 +37,7 @@ pub(crate) const RING_CAPACITY: usize = 8 << 20;
 
 /// Starts one worker process per device of `devices` (the workers `here` of a session of
 /// `num_workers`; on a node, `uploads` is where it keeps the modules uploaded to it), each with
-/// its rings, and a watcher that records the death of any of them in its link and breaks the
+/// its rings and the environment the options ask for, and a watcher that records the death of any of them in its link and breaks the
 /// session's communicator `ccl` with it.
 pub(crate) fn start_workers(
     num_workers: usize,
@@ -47,6 +48,12 @@ pub(crate) fn start_workers(
     ccl: CurrentCcl,
 ) -> Result<(Vec<ProcessLink>, Watcher)> {
     let program = worker_program(options.worker_program.as_deref())?;
+    check_imports(&options.worker_imports)?;
+    let env = worker_environment(
+        &options.worker_imports,
+        options.threads_per_worker,
+        devices.len(),
+    );
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());
     let session = Arc::new(SessionLinks {
@@ -73,7 +80,8 @@ pub(crate) fn start_workers(
             uploads: uploads.map(|dir| dir.to_string_lossy().into_owned()),
         };
         let command_line = options.worker_args.iter().cloned().chain(args.to_args());
-        let child = launch::spawn(&program, command_line, &[memory.fd(), session.arena.fd()])
+        let inherit = [memory.fd(), session.arena.fd()];
+        let child = launch::spawn(&program, command_line, &inherit, &env)
             .map_err(|e| e.context(format_args!("starting worker {id}")))?;
         let memory = Arc::new(memory);
         let requests = Producer::attach(memory.clone(), 0)?;

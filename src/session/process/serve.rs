@@ -25,6 +25,7 @@ use crate::session::builtins;
 use crate::session::completion::Completion;
 use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
+use crate::session::worker_env::IMPORTS_VAR;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
@@ -163,9 +164,12 @@ impl WorkerArgs {
 
 /// Serves the controller that started this process, until it sends `Shutdown`; the exit status
 /// of the program (0 after a shutdown). `args` are the process's arguments without the
-/// program's name.
-pub(crate) fn serve(args: &[String]) -> Result<()> {
+/// program's name. `unready` is why the worker could not become what the session asked for
+/// (a Python module it could not import), which its first sync reports, failing the
+/// session's start; a worker program that leaves the session's imports to nobody fails so too.
+pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
     let args = WorkerArgs::parse(args)?;
+    let unready = unready.or_else(imports_left_undone);
     exit_with_parent()?;
     // SAFETY: the controller placed the shared memory of this worker's rings at this
     // descriptor before starting the program; nothing else in this process owns it.
@@ -192,6 +196,9 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
         session: OnceLock::new(),
     });
     let mut worker = Worker::start(shared, args.info, args.cpu.is_some());
+    if let Some(error) = unready {
+        worker.note_failure(&error.context(format_args!("worker {}", args.info.id)));
+    }
     let limits = Limits::default();
     let mut out = Vec::new();
     let handled = arena::handled()?;
@@ -263,6 +270,21 @@ pub(crate) fn serve(args: &[String]) -> Result<()> {
     }
     worker.finish();
     Ok(())
+}
+
+/// Why this program cannot serve the session: the Python modules the session asks its workers
+/// to import are still in the environment (a Python worker takes them out once imported), and
+/// one of them is not optional.
+fn imports_left_undone() -> Option<Error> {
+    let imports = std::env::var(IMPORTS_VAR).ok()?;
+    let required: Vec<&str> = imports.split(',').filter(|m| !m.ends_with('?')).collect();
+    (!required.is_empty()).then(|| {
+        Error::runtime(format!(
+            "the session asks its workers to import the Python modules `{}`, which only a \
+             Python worker program (`python -m discovm.worker`) can",
+            required.join("`, `")
+        ))
+    })
 }
 
 /// Sends `answer` to the controller, encoded in `out` (a buffer kept between replies).

@@ -69,6 +69,7 @@ fn options(
         heartbeat_ms: 0,
         upload_modules: 0,
         local_threads: 0,
+        threads_per_worker: 0,
     })
 }
 
