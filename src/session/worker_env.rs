@@ -4,7 +4,7 @@
 //!
 //! The one idea: whoever starts a machine's workers (the controller, or a node) shares that
 //! machine's cores among them, as torchrun does, unless the user chose (any of the three
-//! variables set, or the session's option), and says so once on stderr: a worker's numpy left
+//! variables set, or the session's option), and the controller says so once on stderr: a worker's numpy left
 //! alone starts a thread per core, and two such workers on two cores fight over them.
 
 #[cfg(not(loom))]
@@ -83,38 +83,40 @@ pub(crate) fn check_imports(imports: &[String]) -> Result<()> {
 }
 
 /// The variables the `workers` worker processes of this machine get on top of this process's
-/// environment.
+/// environment; with `say`, counts the session chose by default are said on stderr, once per
+/// process (the controller says so, a node does not).
 #[cfg(not(loom))]
 pub(crate) fn worker_environment(
     imports: &[String],
     threads: WorkerThreads,
     workers: usize,
+    say: bool,
 ) -> Vec<(String, String)> {
     let mut env = Vec::new();
     if !imports.is_empty() {
         env.push((IMPORTS_VAR.to_string(), imports.join(",")));
     }
     let user_chose = THREAD_VARS.iter().any(|var| std::env::var_os(var).is_some());
-    let (count, why) = match threads {
+    let count = match threads {
         _ if user_chose => return env,
         WorkerThreads::Inherit => return env,
-        WorkerThreads::Exactly(n) => (n.max(1), "the session's threads_per_worker".to_string()),
+        WorkerThreads::Exactly(n) => n.max(1),
         WorkerThreads::ShareCores => {
-            let cores = available_cpus();
-            let workers = workers.max(1);
-            ((cores / workers).max(1) as u32, format!("{cores} cores / {workers} workers"))
+            let (cores, workers) = (available_cpus(), workers.max(1));
+            let count = (cores / workers).max(1);
+            static SAID: AtomicBool = AtomicBool::new(false);
+            if say && !SAID.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "discovm: worker processes get {}={count} ({cores} cores / {workers} \
+                     workers), so that they do not oversubscribe the machine; set any of them, \
+                     or the session's threads_per_worker, to choose",
+                    THREAD_VARS.join(", ")
+                );
+            }
+            count as u32
         }
     };
     env.extend(THREAD_VARS.iter().map(|var| (var.to_string(), count.to_string())));
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "discovm: worker processes get {}={count} ({why}), so that they do not \
-             oversubscribe the machine; set any of them, or the session's threads_per_worker, \
-             to choose",
-            THREAD_VARS.join(", ")
-        );
-    }
     env
 }
 
@@ -143,8 +145,8 @@ mod tests {
 
     #[test]
     fn imports_travel_in_one_variable() {
-        let env = worker_environment(&["a".into(), "b.c?".into()], WorkerThreads::Inherit, 2);
+        let env = worker_environment(&["a".into(), "b.c?".into()], WorkerThreads::Inherit, 2, false);
         assert_eq!(env, [(IMPORTS_VAR.to_string(), "a,b.c?".to_string())]);
-        assert!(worker_environment(&[], WorkerThreads::Inherit, 2).is_empty());
+        assert!(worker_environment(&[], WorkerThreads::Inherit, 2, false).is_empty());
     }
 }

@@ -49,10 +49,12 @@ pub(crate) fn start_workers(
 ) -> Result<(Vec<ProcessLink>, Watcher)> {
     let program = worker_program(options.worker_program.as_deref())?;
     check_imports(&options.worker_imports)?;
+    // Only nodes keep uploads; the controller, not a node, tells the user what workers get.
     let env = worker_environment(
         &options.worker_imports,
         options.threads_per_worker,
         devices.len(),
+        uploads.is_none(),
     );
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());

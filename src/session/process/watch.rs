@@ -498,7 +498,7 @@ mod tests {
             &program,
             Path::new(&name),
         ];
-        let controller = spawn(Path::new("/bin/sh"), args, &[writer.as_fd()]).unwrap();
+        let controller = spawn(Path::new("/bin/sh"), args, &[writer.as_fd()], &[]).unwrap();
         (controller, reader)
     }
 

@@ -7,6 +7,7 @@ pytest and the package installed from python/.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +16,9 @@ import pytest
 
 import on_discovm
 import sharded_mlp
+
+# The tests import the helpers they share with the other suite from the directory above.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @dataclass

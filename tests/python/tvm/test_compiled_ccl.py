@@ -20,6 +20,7 @@ import tvm_ffi
 
 import discovm
 import on_discovm
+import session_kinds
 import sharded_mlp
 
 HERE = Path(__file__).resolve().parent
@@ -56,12 +57,27 @@ def test_the_model_runs_again_on_the_same_workers_with_new_inputs(model):
                 np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_session_load_vm_module_runs_it_too(model):
-    with discovm.ThreadedSession(sharded_mlp.NUM_WORKERS) as sess:
+@pytest.mark.parametrize(
+    "session_kind",
+    [
+        discovm.ThreadedSession,
+        session_kinds.processes,
+        # Two nodes of one worker each: the model's allreduce meets over Gloo.
+        pytest.param(
+            session_kinds.two_nodes,
+            marks=pytest.mark.skipif(
+                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
+            ),
+        ),
+    ],
+)
+def test_session_load_vm_module_runs_it_on_every_kind_of_session(model, session_kind):
+    with session_kind(sharded_mlp.NUM_WORKERS) as sess:
         sess.init_ccl("cpu")
         main = sess.load_vm_module(model.path)["main"]
         for out in on_discovm.run_sharded(sess, main, model.x, model.w1, model.w2):
             np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
+    session_kinds.end_nodes()
 
 
 def test_disco_loader_reached_through_tvm_ffi_on_a_worker_loads_the_model(model):

@@ -1,5 +1,6 @@
 """Disco's VM-module session tests (apache/tvm, tests/python/disco/test_session.py,
-``test_vm_module`` and ``test_vm_multi_func``), written as Disco's are, with the session import
+``test_vm_module`` and ``test_vm_multi_func``, and a call of a ``tests.disco.*`` function that
+TVM's worker module registers), written as Disco's are, with the session import
 changed, host arrays as numpy arrays, and the models in TVM 0.27's script (``tirx``, plain
 loops for blocks, ``out_ty``, no two functions with one global symbol): a model TVM compiled for
 its Relax VM, loaded on every worker with ``load_vm_module``, its functions called through
@@ -13,13 +14,24 @@ import numpy as np
 import pytest
 import tvm
 from tvm import relax as rx
+from tvm.exec import disco_worker as _  # noqa: F401 - tests.disco.* for the threaded workers
 from tvm.script import ir as I
 from tvm.script import relax as R
 from tvm.script import tirx as T  # TVM 0.27 names TIR "tirx"
 
 import discovm as di  # Disco's tests: from tvm.runtime import disco as di
+import session_kinds
 
-_all_session_kinds = [di.ThreadedSession]
+# Every case on threads, worker processes and two nodes, as Disco's file runs every case on
+# its threaded, process and socket sessions. This process imported TVM, so the workers of
+# the other kinds import TVM's worker module, as Disco's worker processes run it.
+_all_session_kinds = [di.ThreadedSession, session_kinds.processes, session_kinds.two_nodes]
+
+
+@pytest.fixture(autouse=True)
+def _nodes_end_with_their_session():
+    yield
+    session_kinds.end_nodes()
 
 
 def _numpy_to_worker_0(sess: di.Session, np_array: np.ndarray, device):
@@ -123,3 +135,13 @@ def test_vm_multi_func(session_kind):
         z_nd = _numpy_from_worker_0(sess, z_disc, shape=x_np.shape, dtype=x_np.dtype)
         np.testing.assert_equal(y_nd, y_np)
         np.testing.assert_equal(z_nd, x_np)
+
+
+@pytest.mark.parametrize("session_kind", _all_session_kinds)
+def test_the_functions_tvm_s_worker_module_registers(session_kind):
+    num_workers = 4
+    sess = session_kind(num_workers=num_workers)
+    func: di.DPackedFunc = sess.get_global_func("tests.disco.add_one")
+    result: di.DRef = func(1)
+    for i in range(num_workers):
+        assert result.debug_get_from_remote(i) == 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +18,12 @@ import tvm_ffi
 import discovm
 
 
-# Worker processes of process sessions import the tests' helper modules from this directory.
+# Worker processes of process sessions import the tests' helper modules from this directory;
+# the tests import those they share with the other suite from the one above.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH")])
 )
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 @pytest.fixture(scope="session")

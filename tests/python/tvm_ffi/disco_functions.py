@@ -1,7 +1,11 @@
 """The functions Disco's session tests call on the workers, registered in tvm-ffi's registry
 when this module is imported: by the tests themselves (threaded sessions share their process)
-and by the workers of a process session (``import_python_module``), as ``tvm.testing.disco``
-registers them for Disco."""
+and by the workers of process sessions and nodes, which import it as their session's
+``entrypoint``. It is a worker module in the style of Disco's ``tvm.exec.disco_worker``: its
+``main`` runs Disco's worker loop, which must not run on discovm's workers (run there, it would
+end the worker at once, failing the session's start)."""
+
+import sys
 
 import numpy as np
 import tvm_ffi
@@ -40,3 +44,16 @@ def _str_obj(x):
 def _shape_tuple(x):
     assert isinstance(x, ShapeTuple)
     return ShapeTuple(list(x) + [4, 5])
+
+
+def main() -> None:
+    """Disco's worker loop, as ``tvm.exec.disco_worker`` starts it: without Disco's five
+    arguments it says how to run it and returns, ending the process."""
+    if len(sys.argv) != 6:
+        print("Usage: <worker_id> <num_workers> <num_groups> <read_fd> <write_fd>")
+        return
+    tvm_ffi.get_global_func("runtime.disco.WorkerProcess")(*map(int, sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -22,3 +22,8 @@ def _exit(status: int) -> None:
 @discovm.register_global_func("tests.process.scaled_sum", override=True)
 def _scaled_sum(t, k: float) -> float:
     return float(np.from_dlpack(t).sum()) * k
+
+
+@discovm.register_global_func("tests.process.getenv", override=True)
+def _getenv(name: str) -> str:
+    return os.environ.get(name, "<unset>")

@@ -7,12 +7,6 @@ them for Disco.
 
 from __future__ import annotations
 
-import gc
-import os
-import socket
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import tvm_ffi
@@ -21,60 +15,38 @@ from tvm_ffi.core import String
 
 import discovm as di  # Disco's tests: from tvm.runtime import disco as di
 import disco_functions  # Disco's tests: from tvm.testing import disco
+import session_kinds
 
 
 def _process_session(num_workers):
-    """A process session whose workers registered the functions the tests call, as Disco's
-    worker program does when it imports ``tvm.testing``."""
-    sess = di.ProcessSession(num_workers=num_workers)
-    sess.import_python_module(disco_functions.__name__)
-    return sess
-
-
-_TOKEN = "the tests' session secret"
-_nodes: list[subprocess.Popen] = []
+    """A process session whose workers registered the functions the tests call: their
+    entrypoint is a worker module in the style of Disco's ``tvm.exec.disco_worker`` (Disco's
+    default entrypoint), whose import registers them. One BLAS thread per worker, chosen as a
+    user who read the session's notice chooses it: the collective cases check that nothing is
+    written to stderr."""
+    return session_kinds.processes(
+        num_workers, entrypoint=disco_functions.__name__, threads_per_worker=1
+    )
 
 
 def _socket_session(num_workers):
-    """A session of 2 nodes of ``num_workers // 2`` workers on this machine: node 0 here, node
-    1 a ``python -m discovm.node`` process joining over loopback, with the same secret."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    per_node = num_workers // 2
-    env = dict(os.environ, DISCOVM_SESSION_TOKEN=_TOKEN)
-    _nodes.append(
-        subprocess.Popen(
-            [sys.executable, "-m", "discovm.node", "127.0.0.1", str(port), str(per_node)],
-            env=env,
-        )
+    """A session of 2 nodes of ``num_workers // 2`` workers on this machine, whose workers
+    (the node's too) import the same entrypoint."""
+    return session_kinds.two_nodes(
+        num_workers, entrypoint=disco_functions.__name__, threads_per_worker=1
     )
-    sess = di.SocketSession(2, per_node, 1, "127.0.0.1", port, session_token=_TOKEN, timeout=60)
-    sess.import_python_module(disco_functions.__name__)
-    return sess
 
 
 @pytest.fixture(autouse=True)
 def _nodes_end_with_their_session():
     """Every node a test started ends once its session is gone (exit status 0)."""
     yield
-    gc.collect()
-    while _nodes:
-        node = _nodes.pop()
-        try:
-            assert node.wait(timeout=20) == 0
-        finally:
-            node.kill()
-
-
-def _has_gloo():
-    """Whether the Gloo plugin the collectives between nodes load is next to the library."""
-    library = os.environ.get("DISCOVM_LIBRARY", "")
-    return os.path.exists(os.path.join(os.path.dirname(library), "libdiscovm_gloo.so"))
+    session_kinds.end_nodes()
 
 
 _needs_gloo = pytest.mark.skipif(
-    not _has_gloo(), reason="no Gloo plugin next to the library (Debian: libgloo-dev, make lib)"
+    not session_kinds.has_gloo(),
+    reason="no Gloo plugin next to the library (Debian: libgloo-dev, make lib)",
 )
 _all_session_kinds = [di.ThreadedSession, _process_session]
 _session_kinds_with_nodes = [*_all_session_kinds, _socket_session]
@@ -183,7 +155,7 @@ def test_other_nodes_workers_run_on_the_cpu_or_each_on_the_gpu_of_its_index():
     naming the entry, before anything listens."""
     with pytest.raises(ValueError, match=r"devices\[1\] is \(2, 1\): the workers of node 1"):
         di.SocketSession(
-            2, 1, 1, "127.0.0.1", 0, session_token=_TOKEN, devices=["cpu", "cuda:1"]
+            2, 1, 1, "127.0.0.1", 0, session_token=session_kinds.TOKEN, devices=["cpu", "cuda:1"]
         )
 
 
