@@ -8,6 +8,10 @@ Usage (``benches/run.sh`` runs it in the venv it sets up)::
     DISCOVM_LIBRARY=target/release/libdiscovm.so PYTHONPATH=python \\
         python benches/numpy_tp_bench.py [--quick] [--workers 1,2,4]
 
+It runs in the environment it is given, as a user's script does: worker processes get the
+session's default share of the cores for their BLAS threads (``OPENBLAS_NUM_THREADS`` and its
+kin) unless one of those variables is set; worker threads use this process's BLAS.
+
 Each round opens a fresh session of each kind (their order alternates), warms it up and takes
 the median time of a step; the table shows the median of the rounds and, in brackets, the best
 round, then threads' time over processes' with the target (processes at least 1.5x faster
@@ -23,9 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-# One BLAS thread per worker: the comparison is between workers, not BLAS pools.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), os.environ.get("PYTHONPATH")]))
 sys.path.insert(0, str(HERE))

@@ -390,6 +390,30 @@ fn modules_load_in_every_worker_process() {
 }
 
 #[test]
+fn a_worker_program_that_cannot_import_python_modules_fails_to_start_when_asked_for_one() {
+    let options = |imports: &[&str]| SessionOptions {
+        worker_imports: imports.iter().map(|m| m.to_string()).collect(),
+        ..process_options()
+    };
+    let err = Session::new_process(2, 1, options(&["tvm.exec.disco_worker?", "my.functions"]))
+        .err()
+        .expect("the session must not start");
+    assert_error(
+        &err,
+        ErrorKind::Runtime,
+        "starting the worker processes: worker 0: the session asks its workers to import the \
+         Python modules `my.functions`, which only a Python worker program",
+    );
+    // Modules wanted only where they are installed are left alone.
+    let s = Session::new_process(2, 1, options(&["tvm.exec.disco_worker?"])).unwrap();
+    s.sync_all().unwrap();
+    let err = Session::new_process(1, 1, options(&["not a module"]))
+        .err()
+        .expect("a bad name must be refused");
+    assert_error(&err, ErrorKind::Value, "`not a module` is not the name of a Python module");
+}
+
+#[test]
 fn the_default_worker_program_serves_the_built_ins() {
     let options = SessionOptions {
         worker_program: Some(default_worker_program().to_str().unwrap().to_string()),
