@@ -41,6 +41,12 @@ def test_the_entrypoint_s_functions_are_there_and_its_main_does_not_run():
         assert [result.debug_get_from_remote(w) for w in range(2)] == [42, 42]
 
 
+def test_an_entrypoint_that_serves_the_session_itself_as_it_is_imported_serves_it_once():
+    with discovm.ProcessSession(2, entrypoint="serving_worker_module") as sess:
+        result = sess.get_global_func("tests.serving.answer")()
+        assert [result.debug_get_from_remote(w) for w in range(2)] == [42, 42]
+
+
 def _run(script: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Runs ``script`` in a fresh interpreter whose environment has none of the thread
     variables but those in ``env``."""
