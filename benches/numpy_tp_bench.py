@@ -74,9 +74,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rounds, few steps")
     parser.add_argument("--workers", default="1,2,4", help="worker counts (default 1,2,4)")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--threads-per-worker",
+        type=int,
+        default=0,
+        help="the process sessions' threads_per_worker (default 0: the cores shared; -1: "
+        "the environment's BLAS threads, as before sessions shared the cores)",
+    )
     options = parser.parse_args()
     rounds, steps, warmup_s = (2, 20, 0.05) if options.quick else (options.rounds, 300, 0.3)
-    kinds = [("threads", discovm.ThreadedSession), ("processes", discovm.ProcessSession)]
+    def processes(workers: int) -> discovm.ProcessSession:
+        return discovm.ProcessSession(workers, threads_per_worker=options.threads_per_worker)
+
+    kinds = [("threads", discovm.ThreadedSession), ("processes", processes)]
     print(
         f"numpy tensor-parallel MLP step (dim {DIM}, hidden {HIDDEN}, batch {BATCH}; "
         f"{rounds} rounds; µs per step, median of rounds [best round])"
