@@ -127,6 +127,7 @@ fn fake_controller(workers: u32, heartbeat_ms: u64) -> (Child, TcpStream) {
         device_type: discovm::abi::KDL_CPU,
         timeout_ms: 0,
         heartbeat_ms,
+        setup: auth::WorkerSetup::default(),
     };
     answer.welcome(&mut stream, &welcome).unwrap();
     (node, stream)
