@@ -370,6 +370,27 @@ fn a_node_without_gloo_makes_the_cpu_backend_unavailable_naming_the_package() {
 }
 
 #[test]
+fn a_node_s_workers_are_asked_for_the_controller_s_python_modules() {
+    // This machine's workers are threads, which import nothing: only the node's are asked.
+    let port = free_port("127.0.0.1");
+    let child = node(port, 1, TOKEN, &[]);
+    let options = SessionOptions {
+        local_threads: true,
+        worker_imports: vec!["tvm.exec.disco_worker?".into(), "my.functions".into()],
+        ..options(20_000)
+    };
+    let err = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options)
+        .err()
+        .expect("the node's workers cannot import Python modules");
+    assert_error(
+        &err,
+        ErrorKind::Runtime,
+        "worker 1: the session asks its workers to import the Python modules `my.functions`",
+    );
+    let _ = ended(child, Duration::from_secs(20));
+}
+
+#[test]
 fn a_node_with_a_rank_from_its_launcher_takes_that_place() {
     let port = free_port("127.0.0.1");
     // Ranks 2 and 1 join in that order; worker ids follow the ranks, not the order.

@@ -410,7 +410,11 @@ fn a_worker_program_that_cannot_import_python_modules_fails_to_start_when_asked_
     let err = Session::new_process(1, 1, options(&["not a module"]))
         .err()
         .expect("a bad name must be refused");
-    assert_error(&err, ErrorKind::Value, "`not a module` is not the name of a Python module");
+    assert_error(
+        &err,
+        ErrorKind::Value,
+        "`not a module` is not the name of a Python module",
+    );
 }
 
 #[test]

@@ -55,7 +55,11 @@ pub unsafe extern "C" fn dvm_session_new_process(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dvm_worker_main(argc: c_int, argv: *const *mut c_char) -> c_int {
     // SAFETY: as `main` receives them, by contract.
-    unsafe { program_main("discovm worker", argc, argv, |args| serve_worker(args, None)) }
+    unsafe {
+        program_main("discovm worker", argc, argv, |args| {
+            serve_worker(args, None)
+        })
+    }
 }
 
 /// Runs `serve` on a program's arguments (without its name) and turns the outcome into its

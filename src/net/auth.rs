@@ -320,13 +320,19 @@ fn read_setup(stream: &mut impl Read) -> Result<WorkerSetup> {
         )));
     }
     let mut names = vec![0u8; len];
-    stream
-        .read_exact(&mut names)
-        .map_err(|e| refused(format_args!("reading the modules of the controller's Setup: {e}")))?;
+    stream.read_exact(&mut names).map_err(|e| {
+        refused(format_args!(
+            "reading the modules of the controller's Setup: {e}"
+        ))
+    })?;
     let names = String::from_utf8(names)
         .map_err(|_| refused("the modules of the controller's Setup are not UTF-8"))?;
     Ok(WorkerSetup {
-        imports: names.split('\n').filter(|n| !n.is_empty()).map(str::to_owned).collect(),
+        imports: names
+            .split('\n')
+            .filter(|n| !n.is_empty())
+            .map(str::to_owned)
+            .collect(),
         threads_per_worker: u32_at(&setup, 8) as i32,
     })
 }

@@ -38,5 +38,5 @@ pub(crate) use node::serve_node;
 #[cfg(not(loom))]
 pub(crate) use process::serve as serve_worker;
 pub use registers::Reg;
-pub use worker_env::WorkerThreads;
 pub use worker::{WorkerInfo, current as current_worker, with_stream as with_worker_stream};
+pub use worker_env::WorkerThreads;

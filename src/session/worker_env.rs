@@ -20,16 +20,18 @@ use crate::object::{Error, Result};
 pub(crate) const IMPORTS_VAR: &str = "DISCOVM_WORKER_IMPORTS";
 /// The variables that bound the threads of OpenMP, OpenBLAS and MKL.
 #[cfg(not(loom))]
-pub(crate) const THREAD_VARS: [&str; 3] = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"];
+pub(crate) const THREAD_VARS: [&str; 3] =
+    ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"];
 
-/// How many threads the OpenMP and BLAS libraries of each worker process start.
+/// How many threads the OpenMP and BLAS libraries of each worker process start
+/// (`OMP_NUM_THREADS`, `OPENBLAS_NUM_THREADS`, `MKL_NUM_THREADS`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WorkerThreads {
-    /// The machine's cores divided by its workers (at least one), unless one of
-    /// [`THREAD_VARS`] is set.
+    /// The machine's cores divided by its workers (at least one), unless one of the variables
+    /// is set.
     #[default]
     ShareCores,
-    /// This many, unless one of [`THREAD_VARS`] is set.
+    /// This many, unless one of the variables is set.
     Exactly(u32),
     /// What the environment says (the libraries' own default: a thread per core).
     Inherit,
@@ -41,14 +43,12 @@ impl WorkerThreads {
         match value {
             0 => Ok(WorkerThreads::ShareCores),
             -1 => Ok(WorkerThreads::Inherit),
-            n => u32::try_from(n)
-                .map(WorkerThreads::Exactly)
-                .map_err(|_| {
-                    Error::value(format!(
-                        "threads_per_worker is {n} (0: the cores shared among the workers, \
+            n => u32::try_from(n).map(WorkerThreads::Exactly).map_err(|_| {
+                Error::value(format!(
+                    "threads_per_worker is {n} (0: the cores shared among the workers, \
                          -1: the environment's, or a positive count)"
-                    ))
-                }),
+                ))
+            }),
         }
     }
 
@@ -70,7 +70,9 @@ pub(crate) fn check_imports(imports: &[String]) -> Result<()> {
         let module = name.strip_suffix('?').unwrap_or(name);
         let valid = !module.is_empty()
             && module.split('.').all(|part| {
-                part.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                part.chars()
+                    .next()
+                    .is_some_and(|c| c.is_alphabetic() || c == '_')
                     && part.chars().all(|c| c.is_alphanumeric() || c == '_')
             });
         if !valid {
@@ -96,7 +98,9 @@ pub(crate) fn worker_environment(
     if !imports.is_empty() {
         env.push((IMPORTS_VAR.to_string(), imports.join(",")));
     }
-    let user_chose = THREAD_VARS.iter().any(|var| std::env::var_os(var).is_some());
+    let user_chose = THREAD_VARS
+        .iter()
+        .any(|var| std::env::var_os(var).is_some());
     let count = match threads {
         _ if user_chose => return env,
         WorkerThreads::Inherit => return env,
@@ -116,7 +120,11 @@ pub(crate) fn worker_environment(
             count as u32
         }
     };
-    env.extend(THREAD_VARS.iter().map(|var| (var.to_string(), count.to_string())));
+    env.extend(
+        THREAD_VARS
+            .iter()
+            .map(|var| (var.to_string(), count.to_string())),
+    );
     env
 }
 
@@ -130,7 +138,11 @@ mod tests {
             assert_eq!(WorkerThreads::from_value(value).unwrap().to_value(), value);
         }
         let error = WorkerThreads::from_value(-2).unwrap_err();
-        assert!(error.message.contains("threads_per_worker is -2"), "{}", error.message);
+        assert!(
+            error.message.contains("threads_per_worker is -2"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
@@ -139,13 +151,22 @@ mod tests {
         check_imports(&ok).unwrap();
         for bad in ["", "a..b", "1a", "a b", "os;rm", "?"] {
             let error = check_imports(&[bad.to_string()]).unwrap_err();
-            assert!(error.message.contains(&format!("`{bad}`")), "{}", error.message);
+            assert!(
+                error.message.contains(&format!("`{bad}`")),
+                "{}",
+                error.message
+            );
         }
     }
 
     #[test]
     fn imports_travel_in_one_variable() {
-        let env = worker_environment(&["a".into(), "b.c?".into()], WorkerThreads::Inherit, 2, false);
+        let env = worker_environment(
+            &["a".into(), "b.c?".into()],
+            WorkerThreads::Inherit,
+            2,
+            false,
+        );
         assert_eq!(env, [(IMPORTS_VAR.to_string(), "a,b.c?".to_string())]);
         assert!(worker_environment(&[], WorkerThreads::Inherit, 2, false).is_empty());
     }

@@ -6,13 +6,15 @@ use super::{Args, entry_point};
 use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
-use crate::object::{Any, AnyView, Error, ErrorKind, ObjectRef, Result};
+#[cfg(not(loom))]
+use crate::object::ErrorKind;
+use crate::object::{Any, AnyView, Error, ObjectRef, Result};
 use crate::session::{
     CopyDirection, DRef, Session, SessionCell, SessionOptions, Target, WorkerCell,
-    WorkerThreads, new_worker_handle, session_handle,
+    new_worker_handle, session_handle,
 };
 #[cfg(not(loom))]
-use crate::session::{serve_node, serve_worker};
+use crate::session::{WorkerThreads, serve_node, serve_worker};
 
 /// The session argument 0 holds, lent for the call.
 fn session(args: &Args<'_>) -> Result<ManuallyDrop<ObjectRef<SessionCell>>> {

@@ -559,13 +559,20 @@ fn environment(set: &[(String, String)]) -> Vec<CString> {
         entry.extend_from_slice(value);
         CString::new(entry).ok()
     };
-    let replaced = |key: &OsStr| key == CONTROLLER_PID_VAR || set.iter().any(|(k, _)| key == k.as_str());
+    let replaced =
+        |key: &OsStr| key == CONTROLLER_PID_VAR || set.iter().any(|(k, _)| key == k.as_str());
     let mut env: Vec<CString> = std::env::vars_os()
         .filter(|(key, _)| !replaced(key))
         .filter_map(|(key, value)| entry(key.into_vec(), value.as_bytes()))
         .collect();
-    env.extend(set.iter().filter_map(|(k, v)| entry(k.clone().into_bytes(), v.as_bytes())));
-    env.extend(entry(CONTROLLER_PID_VAR.into(), std::process::id().to_string().as_bytes()));
+    env.extend(
+        set.iter()
+            .filter_map(|(k, v)| entry(k.clone().into_bytes(), v.as_bytes())),
+    );
+    env.extend(entry(
+        CONTROLLER_PID_VAR.into(),
+        std::process::id().to_string().as_bytes(),
+    ));
     env
 }
 
@@ -701,8 +708,14 @@ pub(super) mod tests {
     pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
     pub(crate) fn sh(script: &str, inherit: &[BorrowedFd<'_>], use_pidfd: bool) -> Child {
-        spawn_with(Path::new("/bin/sh"), ["-c", script], inherit, &[], use_pidfd)
-            .unwrap_or_else(|e| panic!("{e}"))
+        spawn_with(
+            Path::new("/bin/sh"),
+            ["-c", script],
+            inherit,
+            &[],
+            use_pidfd,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// Reads one byte, waiting for it until `deadline`; `None` at end of file.
@@ -860,9 +873,18 @@ pub(super) mod tests {
     fn child_gets_the_variables_it_is_given_over_this_process_s() {
         let (mut reader, writer) = io::pipe().unwrap();
         // PATH is set in this process: the child sees the given value instead.
-        let env = [("PATH".to_string(), "/given".to_string()), ("DVM_TEST_VAR".into(), "x y".into())];
+        let env = [
+            ("PATH".to_string(), "/given".to_string()),
+            ("DVM_TEST_VAR".into(), "x y".into()),
+        ];
         let script = "printf '%s|%s' \"$PATH\" \"$DVM_TEST_VAR\" >&3";
-        let child = spawn(Path::new("/bin/sh"), ["-c", script], &[writer.as_fd()], &env).unwrap();
+        let child = spawn(
+            Path::new("/bin/sh"),
+            ["-c", script],
+            &[writer.as_fd()],
+            &env,
+        )
+        .unwrap();
         drop(writer);
         assert_eq!(read_to_eof(&mut reader, PATIENCE), "/given|x y");
         assert_eq!(child.wait_timeout(PATIENCE), Some(ExitCause::Exited(0)));
