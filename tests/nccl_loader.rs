@@ -5,7 +5,7 @@
 //! stub by the unit tests of `src/device/nccl/`; the real library's collectives run in the
 //! GPU check (`tests/c/cuda_nccl.c`).
 
-#[path = "support/nccl_stub.rs"]
+#[path = "../src/device/nccl/stub.rs"]
 mod nccl_stub;
 
 use std::path::PathBuf;

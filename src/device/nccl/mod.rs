@@ -5,9 +5,7 @@
 
 mod comm;
 mod loader;
-/// The stand-in library's build, shared with the integration tests.
 #[cfg(test)]
-#[path = "../../../tests/support/nccl_stub.rs"]
 mod stub;
 #[cfg(test)]
 mod tests;
