@@ -17,7 +17,7 @@
 mod built_library;
 #[path = "support/c_build.rs"]
 mod c_build;
-#[path = "support/nccl_stub.rs"]
+#[path = "../src/device/nccl/stub.rs"]
 mod nccl_stub;
 
 use std::collections::HashMap;

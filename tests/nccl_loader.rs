@@ -2,10 +2,10 @@
 //! (`tests/support/nccl_stub.c`, compiled here): the version, a unique id,
 //! `DISCOVM_NCCL_LIBRARY`, and what `init_ccl("nccl")` says when NCCL loads but there is no GPU.
 //! NCCL's error texts and the waits on non-blocking communicators are checked against the same
-//! stub by the unit tests of `src/device/nccl.rs`; the real library's collectives run in the
+//! stub by the unit tests of `src/device/nccl/`; the real library's collectives run in the
 //! GPU check (`tests/c/cuda_nccl.c`).
 
-#[path = "support/nccl_stub.rs"]
+#[path = "../src/device/nccl/stub.rs"]
 mod nccl_stub;
 
 use std::path::PathBuf;

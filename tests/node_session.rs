@@ -12,7 +12,7 @@ mod c_build;
 mod errors;
 #[path = "support/gloo.rs"]
 mod gloo;
-#[path = "support/nccl_stub.rs"]
+#[path = "../src/device/nccl/stub.rs"]
 mod nccl_stub;
 #[path = "support/ports.rs"]
 mod ports;

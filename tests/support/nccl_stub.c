@@ -9,7 +9,7 @@
  * operation was still in progress (which NCCL forbids), and the configuration it was made
  * with. ncclStubCommNew makes a communicator directly, whose asynchronous error the test may
  * set (ncclStubSetAsyncError). Built as a shared library by tests/nccl_loader.rs and by the
- * unit tests of src/device/nccl.rs (one copy per test). */
+ * unit tests of src/device/nccl/ (one copy per test). */
 #include <limits.h>
 #include <stdlib.h>
 

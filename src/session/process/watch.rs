@@ -6,10 +6,6 @@
 //! The controller's [`Watcher`] polls its children's pidfds (plus an eventfd that tells it to
 //! look again or stop); a worker's [`exit_with_parent`] thread polls its controller's.
 
-// The process session watches its workers, and the worker program its controller, through this
-// module; until they are wired in, only the tests call it.
-#![cfg_attr(not(test), allow(dead_code))]
-
 use std::ffi::OsStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

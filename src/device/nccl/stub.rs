@@ -1,5 +1,6 @@
-//! Builds the stand-in libraries (`nccl_stub.c`, NCCL's C ABI without a GPU, and the others
-//! in this folder) for the tests that load them.
+//! Builds the stand-in libraries of `tests/support/` (`nccl_stub.c`, NCCL's C ABI without a
+//! GPU, and the others) for the tests that load them: the unit tests of this module, and the
+//! integration tests, which include this file.
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
