@@ -60,4 +60,9 @@ func (d *DRef) Set(worker int, v any) error {
 
 // Close drops the reference; the register is freed on every worker once the last one goes.
 // Closing again does nothing.
-func (d *DRef) Close() { d.release() }
+func (d *DRef) Close() {
+	if d.ptr != nil {
+		d.release()
+		runtime.SetFinalizer(d, nil)
+	}
+}

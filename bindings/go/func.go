@@ -130,7 +130,12 @@ func (f *Func) Call(args ...any) (any, error) {
 
 // Close drops the reference (a registered function stays in the registry). Closing again
 // does nothing.
-func (f *Func) Close() { f.release() }
+func (f *Func) Close() {
+	if f.ptr != nil {
+		f.release()
+		runtime.SetFinalizer(f, nil)
+	}
+}
 
 //export goCallFunc
 func goCallFunc(h C.uintptr_t, args *C.DVMAny, numArgs C.int32_t, result *C.DVMAny) C.int32_t {

@@ -244,6 +244,7 @@ func (s *Session) Close() error {
 	}
 	err := s.Shutdown()
 	s.release()
+	runtime.SetFinalizer(s, nil)
 	return err
 }
 

@@ -112,7 +112,12 @@ func (t *Tensor) transfer(slice any, call func(*C.dvm_tensor, unsafe.Pointer, C.
 
 // Close drops the reference; work still queued that uses the tensor keeps it alive until it
 // ran. Closing again does nothing.
-func (t *Tensor) Close() { t.release() }
+func (t *Tensor) Close() {
+	if t.ptr != nil {
+		t.release()
+		runtime.SetFinalizer(t, nil)
+	}
+}
 
 // Stream runs copies in order on one device.
 type Stream struct{ object }
@@ -183,7 +188,12 @@ func (s *Stream) Sync() error {
 }
 
 // Close drops the reference; the stream first finishes its work. Closing again does nothing.
-func (s *Stream) Close() { s.release() }
+func (s *Stream) Close() {
+	if s.ptr != nil {
+		s.release()
+		runtime.SetFinalizer(s, nil)
+	}
+}
 
 // DeviceCount is how many devices of a type (CPU, CUDA, CUDAHost) the library can use.
 func DeviceCount(deviceType int32) (int, error) {

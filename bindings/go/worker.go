@@ -81,7 +81,12 @@ func (w *Worker) Device() (Device, error) {
 }
 
 // Close drops the handle. Closing again does nothing.
-func (w *Worker) Close() { w.release() }
+func (w *Worker) Close() {
+	if w.ptr != nil {
+		w.release()
+		runtime.SetFinalizer(w, nil)
+	}
+}
 
 // CurrentWorkerID is the id of the worker running the calling Go function, or -1 off
 // worker threads. A Go function running on a worker is locked to the worker's thread while
