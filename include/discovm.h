@@ -356,6 +356,27 @@ dvm_status dvm_func_list_global_names(DVMAny *out);
 dvm_status dvm_func_remove_global(const char *name);
 
 /**
+ * Makes a function from a callback that may run on another thread than its caller (hosts
+ * such as Node.js run a callback on the thread that owns it while the caller waits). Calls
+ * run `call(self, args, num_args, worker_id, result)`, where `worker_id` is the caller's
+ * worker (`dvm_current_worker_id()` on the calling thread: -1 off worker threads). The
+ * callback returns 0 with an owned value in `result`, or nonzero with a string in `result`
+ * holding the error's kind, a NUL byte, and its message (a string without NUL: the message
+ * of a `RuntimeError`); the caller then receives that error, raised on its own thread. When
+ * the function dies, `deleter(self)` runs (if not NULL).
+ *
+ * Ownership: `*out` is a new reference; free it with `dvm_func_free`.
+ * Errors: `ValueError` if `call` or `out` is NULL.
+ * Undefined: `call` or `deleter` that is not a function of its type; a callback that leaves
+ * anything but an owned value (or None) in `result`.
+ * Thread safety: any thread; the callback may later run on any thread.
+ */
+dvm_status dvm_func_new_hosted(void *self_,
+                               int32_t (*call)(void*, const DVMAny*, int32_t, int32_t, DVMAny*),
+                               void (*deleter)(void*),
+                               dvm_func **out);
+
+/**
  * Starts a session across `num_nodes` machines of `workers_per_node` workers each, in
  * `num_groups` groups of equal size (worker ids node-major). This machine is node 0, with
  * worker processes of its own (as `dvm_session_new_process` starts them; worker threads with

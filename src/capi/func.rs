@@ -28,7 +28,7 @@ pub(crate) unsafe fn function_arg(
     Ok(lend(object, Function::from_object))
 }
 
-fn into_handle(f: Function) -> *mut dvm_func {
+pub(super) fn into_handle(f: Function) -> *mut dvm_func {
     f.into_object().into_raw().as_ptr().cast()
 }
 

@@ -11,6 +11,7 @@ mod device;
 mod dref;
 mod error;
 mod func;
+mod hosted;
 #[cfg(not(loom))]
 mod node;
 #[cfg(not(loom))]
@@ -26,6 +27,7 @@ pub use device::*;
 pub use dref::*;
 pub use error::*;
 pub use func::*;
+pub use hosted::*;
 #[cfg(not(loom))]
 pub use node::*;
 #[cfg(not(loom))]

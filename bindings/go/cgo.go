@@ -1,0 +1,5 @@
+package discovm
+
+// #cgo pkg-config: discovm
+// #include "shim.h"
+import "C"

@@ -1,0 +1,3 @@
+module discovm
+
+go 1.19
