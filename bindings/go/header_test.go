@@ -83,7 +83,7 @@ var knownOptions = []string{
 	"int64_t timeout_ms", "int32_t spin_us", "int32_t num_cpu_affinity",
 	"const int32_t *cpu_affinity", "int32_t num_devices", "const DLDevice *devices",
 	"const char *worker_program", "const char *session_token", "int64_t heartbeat_ms",
-	"int32_t upload_modules", "int32_t local_threads",
+	"int32_t upload_modules", "int32_t local_threads", "int32_t threads_per_worker",
 }
 
 // cHeader is what the tests compare: include/discovm.h without comments and preprocessor

@@ -31,6 +31,10 @@ type Options struct {
 	UploadModules bool
 	// LocalThreads makes this machine's workers threads (socket sessions).
 	LocalThreads bool
+	// ThreadsPerWorker bounds the OpenMP and BLAS threads of each worker process (process
+	// and socket sessions): 0 the machine's cores divided by its workers, -1 the
+	// environment's, n that many; a thread variable the environment sets wins.
+	ThreadsPerWorker int
 }
 
 // cOptions is Options in C memory (the struct, its arrays and strings), freed by free.
@@ -76,6 +80,7 @@ func (o *Options) toC() *cOptions {
 	if o.LocalThreads {
 		c.local_threads = 1
 	}
+	c.threads_per_worker = C.int32_t(o.ThreadsPerWorker)
 	return out
 }
 

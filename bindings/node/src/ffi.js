@@ -91,7 +91,7 @@ export const OPTION_FIELDS = [
   'int64_t timeout_ms', 'int32_t spin_us', 'int32_t num_cpu_affinity',
   'const int32_t *cpu_affinity', 'int32_t num_devices', 'const DLDevice *devices',
   'const char *worker_program', 'const char *session_token', 'int64_t heartbeat_ms',
-  'int32_t upload_modules', 'int32_t local_threads',
+  'int32_t upload_modules', 'int32_t local_threads', 'int32_t threads_per_worker',
 ];
 
 /** The handle types of the header. */

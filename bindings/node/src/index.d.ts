@@ -31,6 +31,8 @@ export interface SessionOptions {
   heartbeatMs?: number;
   uploadModules?: boolean;
   localThreads?: boolean;
+  /** OpenMP and BLAS threads of each worker process: 0 the cores shared, -1 the environment's, n. */
+  threadsPerWorker?: number;
 }
 
 export class Session extends Handle {

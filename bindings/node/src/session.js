@@ -35,6 +35,7 @@ function cOptions(o = {}) {
     heartbeat_ms: o.heartbeatMs ?? 0,
     upload_modules: o.uploadModules ? 1 : 0,
     local_threads: o.localThreads ? 1 : 0,
+    threads_per_worker: o.threadsPerWorker ?? 0,
   };
   return { options, free: () => keep.forEach((p) => koffi.free(p)) };
 }
