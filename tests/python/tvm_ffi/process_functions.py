@@ -5,6 +5,7 @@ process for a ThreadedSession, each worker process for a ProcessSession)."""
 import os
 
 import numpy as np
+import tvm_ffi
 
 import discovm
 
@@ -22,3 +23,8 @@ def _exit(status: int) -> None:
 @discovm.register_global_func("tests.process.scaled_sum", override=True)
 def _scaled_sum(t, k: float) -> float:
     return float(np.from_dlpack(t).sum()) * k
+
+
+@discovm.register_global_func("tests.process.library_module", override=True)
+def _library_module() -> tvm_ffi.Module:
+    return tvm_ffi.load_module(str(discovm.library_path()))
