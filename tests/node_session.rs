@@ -991,6 +991,50 @@ fn upload_module() -> std::path::PathBuf {
         .clone()
 }
 
+/// A module function is looked up on the workers of every node at once: one the module lacks,
+/// or one of a module whose load failed, fails the lookup, and an earlier failed call is left
+/// for the next sync.
+#[test]
+fn module_functions_fail_at_lookup_on_every_node() {
+    let (s, _nodes) = session_of(2, 1, options(30_000));
+    let baseline: Vec<usize> = (0..2).map(|w| s.live_registers(w).unwrap()).collect();
+    let path = upload_module();
+    let path = path.to_str().unwrap();
+    let module = s.load_module(path).unwrap();
+    let err = s.module_func(&module, "no_such_function").unwrap_err();
+    assert_error(&err, ErrorKind::Key, "has no function `no_such_function`");
+    assert!(err.message.contains(path), "{}", err.message);
+
+    let fail = s.get_global_func("proc.fail_on").unwrap();
+    let failed = call(&s, &fail, &[Any::Int(1), Any::Int(7)]);
+    let from_upload = s.module_func(&module, "upload_from_upload_dir").unwrap();
+    assert_error(
+        &s.sync_all().unwrap_err(),
+        ErrorKind::Worker,
+        "worker 1: `proc.fail_on` failed: ValueError: boom on purpose",
+    );
+    let answers = call(&s, &from_upload, &[]);
+    assert_eq!(int(s.get_register(answers.reg(), 1).unwrap()), 0);
+
+    let text = std::env::temp_dir().join(format!("discovm-no-library-{}", std::process::id()));
+    std::fs::write(&text, "not a shared library\n").unwrap();
+    let bad = s.load_module(text.to_str().unwrap()).unwrap();
+    let err = s.module_func(&bad, "upload_from_upload_dir").unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "cannot load module");
+    assert!(err.message.contains("worker 1: "), "{}", err.message);
+    assert_error(
+        &s.sync_all().unwrap_err(),
+        ErrorKind::Worker,
+        "cannot load module",
+    );
+    std::fs::remove_file(&text).unwrap();
+
+    drop((module, fail, failed, from_upload, answers, bad));
+    let live: Vec<usize> = (0..2).map(|w| s.live_registers(w).unwrap()).collect();
+    assert_eq!(live, baseline, "every register is free again");
+    s.shutdown().unwrap();
+}
+
 #[test]
 fn uploaded_modules_load_from_each_nodes_own_copy_which_goes_with_the_node() {
     let module_file = upload_module();

@@ -387,6 +387,10 @@ fn modules_load_in_every_worker_process() {
     for w in 0..3 {
         assert_eq!(int(s.get_register(ids.reg(), w).unwrap()), w as i64);
     }
+    // Each worker process looks a function up in its own copy: one it lacks fails the lookup.
+    let err = s.module_func(&module, "no_such_function").unwrap_err();
+    assert_error(&err, ErrorKind::Key, "has no function `no_such_function`");
+    assert!(err.message.contains(path), "{}", err.message);
 }
 
 #[test]

@@ -448,6 +448,58 @@ fn missing_global_functions_fail_at_lookup(kind: Kind) {
     s.sync_all().unwrap();
 }
 
+each_kind!(missing_module_functions_fail_at_lookup);
+fn missing_module_functions_fail_at_lookup(kind: Kind) {
+    let s = session(kind, 2);
+    let baseline: Vec<usize> = (0..2).map(|w| s.live_registers(w).unwrap()).collect();
+    let path = built_library::shared_library().to_str().unwrap();
+    let module = s.load_module(path).unwrap();
+    let err = s.module_func(&module, "no_such_function").unwrap_err();
+    assert_error(&err, ErrorKind::Key, "has no function `no_such_function`");
+    assert!(err.message.contains(path), "{}", err.message);
+    s.sync_all()
+        .expect("a failed lookup leaves nothing for the next wait");
+
+    // A lookup after an unrelated failed call: it succeeds, and the sync reports the failure.
+    let fail = s.get_global_func("proc.fail_on").unwrap();
+    let failed = call(&s, &fail, &[Any::Int(1), Any::Int(7)]);
+    let version = s.module_func(&module, "version").unwrap();
+    let err = s.module_func(&module, "nope").unwrap_err();
+    assert_error(&err, ErrorKind::Key, "nope");
+    assert!(!err.message.contains("boom"), "{}", err.message);
+    assert_error(
+        &s.sync_all().unwrap_err(),
+        ErrorKind::Worker,
+        "boom on purpose",
+    );
+    let versions = call(&s, &version, &[]);
+    let on_1 = s.get_register(versions.reg(), 1).unwrap();
+    assert_eq!(on_1.view().as_str().unwrap(), env!("CARGO_PKG_VERSION"));
+
+    // A module whose load failed fails the lookup with the loader's reason; its load's failure
+    // still goes to the next wait.
+    let text = std::env::temp_dir().join(format!("discovm-no-library-{}", std::process::id()));
+    std::fs::write(&text, "not a shared library\n").unwrap();
+    let bad = s.load_module(text.to_str().unwrap()).unwrap();
+    let err = s.module_func(&bad, "version").unwrap_err();
+    assert_error(&err, ErrorKind::Worker, "cannot load module");
+    assert!(
+        err.message.contains(text.to_str().unwrap()),
+        "{}",
+        err.message
+    );
+    assert_error(
+        &s.sync_all().unwrap_err(),
+        ErrorKind::Worker,
+        "cannot load module",
+    );
+    std::fs::remove_file(&text).unwrap();
+
+    drop((module, fail, failed, version, versions, bad));
+    let live: Vec<usize> = (0..2).map(|w| s.live_registers(w).unwrap()).collect();
+    assert_eq!(live, baseline, "every register is free again");
+}
+
 each_kind!(bad_inputs_are_clear_errors_and_leave_the_session_usable);
 fn bad_inputs_are_clear_errors_and_leave_the_session_usable(kind: Kind) {
     let (s, other) = (session(kind, 2), session(kind, 1));

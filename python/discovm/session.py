@@ -160,8 +160,18 @@ class DModule(DRef):
     __slots__ = ()
 
     def __getitem__(self, name: str) -> DPackedFunc:
-        """The module's function ``name`` on every worker. A module without it fails each
-        worker's next wait with a ``WorkerError`` naming the function."""
+        """The module's function ``name`` on every worker, looked up on all of them at once.
+
+        Raises
+        ------
+        KeyError
+            If a worker's module has no function ``name`` (the message names it and the
+            module's path).
+        WorkerError
+            If the module failed to load on a worker (with the loader's reason).
+        TypeError
+            If a worker holds something else than a module.
+        """
         session = self.session
         return DPackedFunc._adopt(
             module().session_module_func(session._handle, self, name), session

@@ -300,14 +300,18 @@ pub unsafe extern "C" fn dvm_session_load_module(
 }
 
 /// The function `name` of the module `module` holds on every worker (a DRef from
-/// `dvm_session_load_module`, or a tvm-ffi module that a worker function returned); returns at
-/// once with a DRef to the function on each, ready for `dvm_session_call`.
+/// `dvm_session_load_module`, or a tvm-ffi module that a worker function returned), after the
+/// calls sent before. Every worker looks it up in its own module, all asked at once, so a
+/// missing function fails here rather than later on the workers; returns once every worker has
+/// it, with a DRef to the function on each, ready for `dvm_session_call`.
 ///
 /// Ownership: `module` is borrowed; `*out` is a new DRef; release it with `dvm_dref_free`.
-/// Errors: `ValueError` for NULL arguments, an empty `name` or a `module` of another session;
-/// `TypeError` if `module` is not a DRef; `SessionClosed` after shutdown. A module without
-/// that function (or a value that is not a module) fails each worker's next wait with a
-/// `WorkerError` naming the function, its symbol and the module's path.
+/// Errors: `KeyError` naming the function and the module (its path and the symbol
+/// `__tvm_ffi_<name>`, for a module `dvm_session_load_module` loaded) if a worker's module
+/// lacks it; `WorkerError` with the loader's reason if the module failed to load on a worker;
+/// `TypeError` if `module` is not a DRef, or a worker holds no module in it; `ValueError` for
+/// NULL arguments, an empty `name` or a `module` of another session; `SessionClosed` after
+/// shutdown. Failures of earlier calls are not reported here but by the next wait.
 /// Undefined: `session` or `module` after their last release; `name` that is not
 /// NUL-terminated.
 /// Thread safety: any thread.

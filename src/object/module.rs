@@ -170,7 +170,21 @@ pub fn module_function(module: &AnyView<'_>, name: &str) -> Result<Function> {
     let lookup = registry::get_global("ffi.ModuleGetFunction")?;
     let found = lookup.call(&[*module, Any::from(name).view(), Any::Bool(true).view()])?;
     match found {
-        Any::None => Err(Error::key(format!("module has no function `{name}`"))),
+        Any::None => Err(Error::key(format!(
+            "{} has no function `{name}`",
+            describe_tvm_ffi_module(module)
+        ))),
         other => other.view().as_function(),
+    }
+}
+
+/// How errors name one of tvm-ffi's modules, which need not know a path: by its kind (such as
+/// TVM's `relax.VMExecutable`), where tvm-ffi says it.
+fn describe_tvm_ffi_module(module: &AnyView<'_>) -> String {
+    let kind = registry::get_global("ffi.ModuleGetKind").and_then(|get| get.call(&[*module]));
+    let kind = kind.as_ref().map(Any::view);
+    match kind.as_ref().map(AnyView::as_str) {
+        Ok(Ok(kind)) => format!("the tvm-ffi module of kind `{kind}`"),
+        _ => "the tvm-ffi module".to_string(),
     }
 }

@@ -864,20 +864,28 @@ impl Session {
     }
 
     /// [`Session::get_global_func`] for sessions with workers in other processes: every worker
-    /// looks the name up in its own registry, all asked at once, and the first that lacks it
-    /// fails the call.
+    /// looks the name up in its own registry.
     fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
+        self.look_up(name, "looking up a global function", |reg, name, reply| {
+            Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
+        })
+    }
+
+    /// A new register on every worker holding the function `name` each worker finds itself, by
+    /// the lookup `make` sends it with the register, the name and the reply: all asked at once,
+    /// and a worker that finds nothing fails the call (the register is freed again).
+    pub(super) fn look_up(
+        self: &Arc<Self>,
+        name: Arc<str>,
+        what: &str,
+        make: impl Fn(Reg, Arc<str>, Reply<()>) -> Message,
+    ) -> Result<DRef> {
         self.check_open()?;
         self.queue_frees()?;
         let dref = DRef::new(self.clone(), self.registers.allocate(), Some(name.clone()));
-        self.ask_workers(
-            0..self.workers.len(),
-            "looking up a global function",
-            |reply| {
-                let (reg, name) = (dref.reg(), name.clone());
-                Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
-            },
-        )?;
+        self.ask_workers(0..self.workers.len(), what, |reply| {
+            make(dref.reg(), name.clone(), reply)
+        })?;
         Ok(dref)
     }
 

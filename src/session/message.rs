@@ -31,6 +31,16 @@ pub struct GlobalLookup {
     pub reply: Reply<()>,
 }
 
+/// A lookup of the function `name` of the module in register `module` on a worker, stored in
+/// `reg`; the reply comes once it is there, or with why not: the module's `KeyError` for a name
+/// it lacks, or the failure its register holds (a load that failed).
+pub struct ModuleLookup {
+    pub reg: Reg,
+    pub module: Reg,
+    pub name: Arc<str>,
+    pub reply: Reply<()>,
+}
+
 /// The direction of a copy between the host and worker 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CopyDirection {
@@ -82,6 +92,8 @@ pub enum Message {
     /// Store a global function of the worker's own registry in a register (boxed: rare, and
     /// it would make every slot larger).
     GetGlobalFunc(Box<GlobalLookup>),
+    /// Store a function of a module the worker holds in a register (boxed, as above).
+    GetModuleFunc(Box<ModuleLookup>),
     Copy {
         reg: Reg,
         /// Boxed: it is large and rare, and every queue slot is as large as its largest message.

@@ -1,15 +1,18 @@
 //! Modules on workers: every worker loads a shared library into a register, and its exported
 //! functions become DRefs.
 //!
-//! Both steps are ordinary calls of two worker built-ins, so they travel to workers as any call
-//! does and every kind of session runs them unchanged: a worker loads the library itself, in its
-//! own process, and a failure is an error value of that worker's call.
+//! A load is an ordinary call of a worker built-in, so it travels to workers as any call does
+//! and every kind of session runs it unchanged: a worker loads the library itself, in its own
+//! process, and a failure is an error value of that worker's call. A function is looked up as a
+//! global function is, by a request every worker answers from the module it holds, so a name a
+//! module lacks fails the lookup itself.
 
 use std::sync::{Arc, Once};
 
 use super::builtins::on_worker;
 use super::controller::{Session, Target};
 use super::dref::DRef;
+use super::message::{Message, ModuleLookup};
 use crate::object::args::{arity, optional};
 use crate::object::module::{Module, check_file, module_function};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
@@ -131,18 +134,27 @@ impl Session {
     }
 
     /// The function `name` of the module `module` holds on every worker (loaded by
-    /// [`Session::load_module`], or a tvm-ffi module a worker function returned); returns at
-    /// once. A missing function fails each worker's next wait with a `KeyError` naming it.
+    /// [`Session::load_module`], or a tvm-ffi module a worker function returned), in a new
+    /// register on each, after the calls sent before. Every worker looks it up in its own
+    /// module, all asked at once, and the call returns once all have it: a module that lacks
+    /// it is a `KeyError` naming the function and the module (its path, for one loaded from a
+    /// file); a module whose load failed, that load's error; a value that is no module, a
+    /// `TypeError`. Failures of earlier calls are not reported here but at the next wait.
     pub fn module_func(self: &Arc<Self>, module: &DRef, name: &str) -> Result<DRef> {
         self.check_owner(module, "module")?;
         if name.is_empty() {
             return Err(Error::value("a module function needs a non-empty name"));
         }
-        let get = self.get_global_func(GET_FUNCTION)?;
-        self.call(
-            Target::All,
-            &get,
-            &[Any::from(module.clone()).view(), Any::from(name).view()],
-        )
+        let module = module.reg();
+        let lookup = |reg, name, reply| {
+            let lookup = ModuleLookup {
+                reg,
+                module,
+                name,
+                reply,
+            };
+            Message::GetModuleFunc(Box::new(lookup))
+        };
+        self.look_up(name.into(), "looking up a module function", lookup)
     }
 }

@@ -7,7 +7,7 @@
 //! of a node's connection) delivers each to its request, and a reply whose waiter gave up
 //! leaves its failure for the next wait, as a worker thread keeps it for its next sync.
 
-use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply};
+use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply};
 use super::registers::Reg;
 use crate::object::{Any, AnyView, Error, Result};
 use crate::sync::Mutex;
@@ -241,6 +241,23 @@ impl RequestBook {
                 let GlobalLookup { reg, name, reply } = *lookup;
                 let request = id();
                 Frame::<Any>::GetGlobalFunc { request, reg, name }.encode(&mut out)?;
+                (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
+            }
+            Message::GetModuleFunc(lookup) => {
+                let ModuleLookup {
+                    reg,
+                    module,
+                    name,
+                    reply,
+                } = *lookup;
+                let request = id();
+                let frame = Frame::<Any>::GetModuleFunc {
+                    request,
+                    reg,
+                    module,
+                    name,
+                };
+                frame.encode(&mut out)?;
                 (request, complete_with(reply, |_| Ok(()), Carry::Nothing))
             }
             Message::Copy {

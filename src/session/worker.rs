@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use super::ccl::nccl;
 use super::controller::Session;
-use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Store, worker_error};
+use super::message::{
+    Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
+};
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::channel::{Channel, SpinPolicy, Watchers};
@@ -284,6 +286,23 @@ impl Worker {
                     reply.complete(found);
                 }
             }
+            // Like a global lookup, it reports its own failure alone: the failures since the
+            // last sync stay for the next one.
+            Message::GetModuleFunc(lookup) => {
+                let ModuleLookup {
+                    reg,
+                    module,
+                    name,
+                    reply,
+                } = *lookup;
+                if reply.claim() {
+                    let found = self.module_function(module, &name).map(|function| {
+                        self.registers
+                            .set(reg, Slot::Value(function.into()), Some(name));
+                    });
+                    reply.complete(found);
+                }
+            }
             Message::Copy {
                 reg,
                 host,
@@ -350,6 +369,14 @@ impl Worker {
                 )
             })?;
         Function::call_view(&callee, &views).map_err(attribute)
+    }
+
+    /// The function `name` of the module in register `module`: the module's `KeyError` if it
+    /// lacks it, a `TypeError` if the register holds no module, the failure of the call that
+    /// made the module (its load) if the register holds that.
+    fn module_function(&self, module: Reg, name: &str) -> Result<Function> {
+        let module = self.value(module, &format!("looking up `{name}`"))?;
+        crate::object::module::module_function(&module.view(), name)
     }
 
     /// The value in `reg`, or why there is none (`use_` says what it was wanted for).

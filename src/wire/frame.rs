@@ -31,13 +31,14 @@ pub enum Kind {
     Shutdown,
     Lend,
     KillCall,
+    GetModuleFunc,
     Ok,
     Err,
 }
 
 impl Kind {
     /// Every kind, in the order of their codes.
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::Call,
         Kind::Store,
         Kind::Kill,
@@ -50,6 +51,7 @@ impl Kind {
         Kind::Shutdown,
         Kind::Lend,
         Kind::KillCall,
+        Kind::GetModuleFunc,
         Kind::Ok,
         Kind::Err,
     ];
@@ -69,6 +71,7 @@ impl Kind {
             Kind::Shutdown => 10,
             Kind::Lend => 11,
             Kind::KillCall => 12,
+            Kind::GetModuleFunc => 13,
             Kind::Ok => 128,
             Kind::Err => 129,
         }
@@ -93,6 +96,7 @@ impl Kind {
             Kind::Shutdown => "Shutdown",
             Kind::Lend => "Lend",
             Kind::KillCall => "KillCall",
+            Kind::GetModuleFunc => "GetModuleFunc",
             Kind::Ok => "Ok",
             Kind::Err => "Err",
         }
@@ -146,6 +150,16 @@ pub enum Frame<P = Any> {
         reg: u32,
         name: Arc<str>,
     },
+    /// Looks the function `name` up in the module in register `module` (a module the worker
+    /// loaded, or one a function returned) and stores it in register `reg`. Replied with None,
+    /// or `Err`: a `KeyError` if the module has no such function, the failure `module` holds,
+    /// or a `TypeError` if it holds no module.
+    GetModuleFunc {
+        request: u64,
+        reg: u32,
+        module: u32,
+        name: Arc<str>,
+    },
     /// Copies `source` into the tensor in register `reg` on worker 0; replied with None.
     /// `source` is a host tensor ([`Value::Plain`] holding a Tensor) or a [`Value::Arena`].
     CopyToWorker0 {
@@ -184,6 +198,7 @@ impl<P> Frame<P> {
             Frame::Get { .. } => Kind::Get,
             Frame::CountLive { .. } => Kind::CountLive,
             Frame::GetGlobalFunc { .. } => Kind::GetGlobalFunc,
+            Frame::GetModuleFunc { .. } => Kind::GetModuleFunc,
             Frame::CopyToWorker0 { .. } => Kind::CopyToWorker0,
             Frame::CopyFromWorker0 { .. } => Kind::CopyFromWorker0,
             Frame::Shutdown => Kind::Shutdown,
@@ -340,6 +355,17 @@ impl<P: Packed> Frame<P> {
                 s.u64(*request)?;
                 write_reg(s, *reg, "reg")?;
                 s.u32(0)?;
+                write_str(s, name)
+            }
+            Frame::GetModuleFunc {
+                request,
+                reg,
+                module,
+                name,
+            } => {
+                s.u64(*request)?;
+                write_reg(s, *reg, "reg")?;
+                write_reg(s, *module, "module")?;
                 write_str(s, name)
             }
             Frame::CopyToWorker0 {
@@ -610,6 +636,18 @@ impl Frame {
                 r.reserved("the word after `reg`")?;
                 let name = read_str(r, &"`name`")?.into();
                 Frame::GetGlobalFunc { request, reg, name }
+            }
+            Kind::GetModuleFunc => {
+                let request = read_request(r)?;
+                let reg = read_reg(r, "reg")?;
+                let module = read_reg(r, "module")?;
+                let name = read_str(r, &"`name`")?.into();
+                Frame::GetModuleFunc {
+                    request,
+                    reg,
+                    module,
+                    name,
+                }
             }
             Kind::CopyToWorker0 => {
                 let request = read_request(r)?;

@@ -205,6 +205,15 @@ fn samples() -> Vec<(&'static str, Frame)> {
             },
         ),
         (
+            "get-module-func",
+            Frame::GetModuleFunc {
+                request: 10,
+                reg: 11,
+                module: 5,
+                name: "current_worker_id".into(),
+            },
+        ),
+        (
             "copy-to-worker0-host",
             Frame::CopyToWorker0 {
                 request: 5,
@@ -597,6 +606,25 @@ fn frames_keep_their_fields() {
         }
         other => panic!("{other:?}"),
     }
+    match round_trip(&Frame::GetModuleFunc {
+        request: 7,
+        reg: 3,
+        module: u32::MAX,
+        name: "vm_initialization".into(),
+    }) {
+        Frame::GetModuleFunc {
+            request,
+            reg,
+            module,
+            name,
+        } => {
+            assert_eq!(
+                (request, reg, module, &*name),
+                (7, 3, u32::MAX, "vm_initialization")
+            );
+        }
+        other => panic!("{other:?}"),
+    }
     match round_trip(&Frame::CopyFromWorker0 {
         request: 1,
         reg: 2,
@@ -795,6 +823,16 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
         ErrorKind::Value,
         "`reg`: register 0 is reserved (no DRef holds it)",
     );
+    refused(
+        &Frame::<Any>::GetModuleFunc {
+            request: 1,
+            reg: 2,
+            module: 0,
+            name: "f".into(),
+        },
+        ErrorKind::Value,
+        "`module`: register 0 is reserved (no DRef holds it)",
+    );
     let past_the_end = ArenaTensor {
         offset: u64::MAX,
         byte_offset: 1,
@@ -934,12 +972,12 @@ fn bad_headers_are_refused() {
     bytes[4] = 2;
     assert_eq!(
         refusal(&bytes),
-        "bad wire frame: wire version 2.2 is not supported (this reader reads 1.x)"
+        "bad wire frame: wire version 2.3 is not supported (this reader reads 1.x)"
     );
     assert_eq!(
-        refusal(&raw_with(3, 99, &[])),
-        "bad wire frame: unknown frame kind 99 (in a version 1.3 frame; this reader knows the \
-         kinds of version 1.2)"
+        refusal(&raw_with(4, 99, &[])),
+        "bad wire frame: unknown frame kind 99 (in a version 1.4 frame; this reader knows the \
+         kinds of version 1.3)"
     );
 }
 
@@ -961,7 +999,7 @@ fn a_newer_minor_version_is_read() {
     assert_eq!(
         refusal(&bytes),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 300 (in a \
-         version 1.7 frame; this reader knows the tags of version 1.2)"
+         version 1.7 frame; this reader knows the tags of version 1.3)"
     );
 }
 
@@ -1094,7 +1132,7 @@ fn unknown_tags_and_values_of_the_wrong_tag_are_refused() {
     assert_eq!(
         refusal(&ok_with(Payload::default().u32(99).u32(0))),
         "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 99 (in a \
-         version 1.0 frame; this reader knows the tags of version 1.2)"
+         version 1.0 frame; this reader knows the tags of version 1.3)"
     );
     let int = Payload::default().u32(tag::INT).u32(0).i64(1);
     let store = raw(Kind::Store, Payload::default().u32(1).u32(0).bytes(&int.0));
@@ -1130,6 +1168,15 @@ fn unknown_tags_and_values_of_the_wrong_tag_are_refused() {
     assert_eq!(
         refusal(&get_func),
         "bad wire frame: GetGlobalFunc frame, at byte 32: `name` must be a Str (65), not tag 66 \
+         (Bytes)"
+    );
+    let get_module_func = raw(
+        Kind::GetModuleFunc,
+        Payload::default().u64(1).u32(1).u32(2).bytes(&bytes.0),
+    );
+    assert_eq!(
+        refusal(&get_module_func),
+        "bad wire frame: GetModuleFunc frame, at byte 32: `name` must be a Str (65), not tag 66 \
          (Bytes)"
     );
 }
@@ -1172,6 +1219,15 @@ fn non_canonical_fields_are_refused() {
         refusal(&raw(Kind::Kill, Payload::default().u32(0).u32(0))),
         "bad wire frame: Kill frame, at byte 16: `reg`: register 0 is reserved (no DRef holds \
          it)"
+    );
+    let name = Payload::default().u32(tag::STR).u32(0).u64(0);
+    assert_eq!(
+        refusal(&raw(
+            Kind::GetModuleFunc,
+            Payload::default().u64(1).u32(2).u32(0).bytes(&name.0)
+        )),
+        "bad wire frame: GetModuleFunc frame, at byte 28: `module`: register 0 is reserved (no \
+         DRef holds it)"
     );
     assert_eq!(
         refusal(&ok_with(Payload::default().u32(tag::REGISTER).u32(0))),
@@ -1508,6 +1564,14 @@ fn frame() -> impl Strategy<Value = Frame> {
             Frame::GetGlobalFunc {
                 request,
                 reg,
+                name: name.into(),
+            }
+        }),
+        (any::<u64>(), reg.clone(), reg.clone(), name).prop_map(|(request, reg, module, name)| {
+            Frame::GetModuleFunc {
+                request,
+                reg,
+                module,
                 name: name.into(),
             }
         }),

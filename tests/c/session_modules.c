@@ -2,8 +2,10 @@
  * Modules on workers, seen from C: this library is itself a module (it exports its functions
  * as `__tvm_ffi_<name>`), so each worker loads it and calls `current_worker_id` from it, getting
  * its own id. A path that is not a file fails at the call (ValueError naming it); a file the
- * loader refuses, a missing function and a module called as a function fail the next wait
- * (WorkerError with the loader's reason, the symbol, the type); the session goes on after each.
+ * loader refuses and a module called as a function fail the next wait (WorkerError with the
+ * loader's reason, the type); a function the module lacks fails the lookup (KeyError naming it
+ * and the module's path), as does a function of a module whose load failed (with the loader's
+ * reason) or of a value that is no module (TypeError); the session goes on after each.
  */
 #define _GNU_SOURCE
 
@@ -68,24 +70,26 @@ int main(void) {
   close(fd);
   dvm_dref* bad;
   CHECK_OK(dvm_session_load_module(s, text_path, &bad));
+  EXPECT_STATUS(dvm_session_module_func(s, bad, "current_worker_id", &untouched),
+                DVM_WORKER_ERROR, "cannot load module");
   expect_sync_fails(s, "cannot load module");
   dvm_dref_free(bad);
   unlink(text_path);
 
-  /* 5. A function the module lacks: named with its symbol at the next wait. */
-  dvm_dref* missing;
-  CHECK_OK(dvm_session_module_func(s, module, "no_such_function", &missing));
-  expect_sync_fails(s, "__tvm_ffi_no_such_function");
-  dvm_dref_free(missing);
+  /* 5. A function the module lacks: refused at the lookup, naming its symbol and the path. */
+  EXPECT_STATUS(dvm_session_module_func(s, module, "no_such_function", &untouched),
+                DVM_KEY_ERROR, "__tvm_ffi_no_such_function");
+  EXPECT_STATUS(dvm_session_module_func(s, module, "no_such_function", &untouched),
+                DVM_KEY_ERROR, library_path());
+  CHECK(untouched == (dvm_dref*)&untouched);
 
   /* 6. A module called as if it were a function, and a function taken from a non-module. */
   dvm_dref* wrong = broadcast(s, module, NULL, 0);
   expect_sync_fails(s, "discovm.Module");
   dvm_dref_free(wrong);
-  dvm_dref* not_module;
-  CHECK_OK(dvm_session_module_func(s, worker_id, "current_worker_id", &not_module));
-  expect_sync_fails(s, "expected a module");
-  dvm_dref_free(not_module);
+  EXPECT_STATUS(dvm_session_module_func(s, worker_id, "current_worker_id", &untouched),
+                DVM_TYPE_ERROR, "expected a module");
+  CHECK(untouched == (dvm_dref*)&untouched);
 
   /* 7. The session went on through all of it. */
   ids = broadcast(s, worker_id, NULL, 0);

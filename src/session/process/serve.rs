@@ -23,7 +23,9 @@ use crate::device::cpu::{HostTensor, pin_current_thread};
 use crate::object::{Any, Error, Result, Tensor};
 use crate::session::builtins;
 use crate::session::completion::Completion;
-use crate::session::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
+use crate::session::message::{
+    Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply, Store,
+};
 use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
 use crate::session::worker_env::IMPORTS_VAR;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
@@ -415,6 +417,22 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
             let answer = Answer::Unit(request, reply.clone());
             let lookup = GlobalLookup { reg, name, reply };
             (Message::GetGlobalFunc(Box::new(lookup)), Some(answer), None)
+        }
+        Frame::GetModuleFunc {
+            request,
+            reg,
+            module,
+            name,
+        } => {
+            let reply = slot();
+            let answer = Answer::Unit(request, reply.clone());
+            let lookup = ModuleLookup {
+                reg,
+                module,
+                name,
+                reply,
+            };
+            (Message::GetModuleFunc(Box::new(lookup)), Some(answer), None)
         }
         Frame::CopyToWorker0 {
             request,

@@ -5,6 +5,7 @@ process for a ThreadedSession, each worker process for a ProcessSession)."""
 import os
 
 import numpy as np
+import tvm_ffi
 
 import discovm
 
@@ -27,3 +28,8 @@ def _scaled_sum(t, k: float) -> float:
 @discovm.register_global_func("tests.process.getenv", override=True)
 def _getenv(name: str) -> str:
     return os.environ.get(name, "<unset>")
+
+
+@discovm.register_global_func("tests.process.library_module", override=True)
+def _library_module() -> tvm_ffi.Module:
+    return tvm_ffi.load_module(str(discovm.library_path()))

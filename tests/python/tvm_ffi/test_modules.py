@@ -1,7 +1,7 @@
 """Modules on the workers through the package: the library itself is a module (its functions
 are exported under tvm-ffi's convention), loaded on every worker with ``Session.load_module``;
-bad paths, missing functions and modules used as functions are clear errors, and the session
-goes on."""
+bad paths, missing functions (at the lookup) and modules used as functions are clear errors,
+and the session goes on."""
 
 from __future__ import annotations
 
@@ -9,6 +9,10 @@ import numpy as np
 import pytest
 
 import discovm
+
+each_kind = pytest.mark.parametrize(
+    "sess", [discovm.ThreadedSession, discovm.ProcessSession], indirect=True
+)
 
 
 def test_a_module_s_functions_run_on_every_worker(sess):
@@ -32,17 +36,32 @@ def test_a_path_that_is_no_file_is_refused_at_the_call(sess, tmp_path):
 def test_a_file_that_is_no_library_fails_the_next_wait_with_the_loader_s_reason(sess, tmp_path):
     text = tmp_path / "notes.txt"
     text.write_text("not a shared library\n")
-    sess.load_module(text)
+    mod = sess.load_module(text)
+    with pytest.raises(discovm.WorkerError, match="cannot load module .*notes.txt"):
+        mod["version"]
     with pytest.raises(discovm.WorkerError, match="cannot load module .*notes.txt"):
         sess.sync_all()
     assert sess.get_global_func("runtime.disco.worker_rank")().debug_get_from_remote(2) == 2
 
 
-def test_a_missing_function_fails_the_next_wait_naming_its_symbol(sess):
+@each_kind
+def test_a_missing_function_fails_the_lookup_naming_it_and_the_module_s_path(sess):
     mod = sess.load_module(discovm.library_path())
-    mod["no_such_function"]
-    with pytest.raises(discovm.WorkerError, match="__tvm_ffi_no_such_function"):
-        sess.sync_worker_0()
+    with pytest.raises(KeyError, match="has no function `no_such_function`") as raised:
+        mod["no_such_function"]
+    assert str(discovm.library_path()) in str(raised.value)
+    assert "__tvm_ffi_no_such_function" in str(raised.value)
+    sess.sync_all()  # nothing was left for the next wait
+    assert mod["version"]().debug_get_from_remote(3) == discovm.version()
+
+
+@each_kind
+def test_a_module_a_worker_function_returned_is_looked_up_too(sess):
+    sess.import_python_module("process_functions")
+    mod = discovm.DModule(sess.get_global_func("tests.process.library_module")(), sess)
+    assert mod["version"]().debug_get_from_remote(1) == discovm.version()
+    with pytest.raises(KeyError, match="tvm-ffi module of kind `library` has no function `nope`"):
+        mod["nope"]
 
 
 def test_a_module_is_not_a_function_and_a_function_is_not_a_module(sess):
@@ -51,9 +70,8 @@ def test_a_module_is_not_a_function_and_a_function_is_not_a_module(sess):
     with pytest.raises(discovm.WorkerError, match="discovm.Module"):
         sess.sync_worker_0()
     rank = sess.get_global_func("runtime.disco.worker_rank")
-    discovm.DModule(rank, sess)["version"]
-    with pytest.raises(discovm.WorkerError, match="expected a module"):
-        sess.sync_worker_0()
+    with pytest.raises(TypeError, match="expected a module"):
+        discovm.DModule(rank, sess)["version"]
 
 
 def test_load_vm_module_needs_apache_tvm_or_a_file(sess, tmp_path):
