@@ -75,7 +75,10 @@ fn go(args: &[&str], env: &[(&str, &str)]) -> String {
 #[test]
 fn go_tests_pass() {
     let out = go(&["test", "-count=1", "-v", "./..."], &[]);
-    assert!(out.contains("--- PASS: TestHeaderMatchesTheBinding"), "{out}");
+    assert!(
+        out.contains("--- PASS: TestHeaderMatchesTheBinding"),
+        "{out}"
+    );
     assert!(out.contains("--- PASS: TestSocketSessions"), "{out}");
 }
 
