@@ -140,6 +140,7 @@ macro_rules! programs {
 programs! {
     func_call_values: Program::new("tests/c/func_call_values.c");
     func_errors: Program::new("tests/c/func_errors.c");
+    func_hosted: Program::new("tests/c/func_hosted.c");
     device_count: Program::new("tests/c/device_count.c");
     object_ref_counting: Program::new("tests/c/object_ref_counting.c");
     session_calls: Program::new("tests/c/session_calls.c");
