@@ -21,6 +21,7 @@ use written::written_out;
 
 type SafeCall = unsafe extern "C" fn(*mut c_void, *const DVMAny, i32, *mut DVMAny) -> i32;
 type Deleter = unsafe extern "C" fn(*mut c_void);
+type HostedCall = unsafe extern "C" fn(*mut c_void, *const DVMAny, i32, i32, *mut DVMAny) -> i32;
 
 /// One argument of a C call.
 #[derive(Clone, Copy, Debug)]
@@ -31,6 +32,7 @@ pub enum Arg {
     Device(DLDevice),
     DType(DLDataType),
     Call(Option<SafeCall>),
+    HostedCall(Option<HostedCall>),
     Deleter(Option<Deleter>),
 }
 
@@ -49,6 +51,7 @@ impl Arg {
         match self {
             Arg::Ptr(p) => p.is_null(),
             Arg::Call(c) => c.is_none(),
+            Arg::HostedCall(c) => c.is_none(),
             Arg::Deleter(d) => d.is_none(),
             _ => false,
         }
@@ -58,6 +61,7 @@ impl Arg {
     fn null(self) -> Arg {
         match self {
             Arg::Call(_) => Arg::Call(None),
+            Arg::HostedCall(_) => Arg::HostedCall(None),
             Arg::Deleter(_) => Arg::Deleter(None),
             _ => Arg::Ptr(null_mut()),
         }
@@ -89,6 +93,7 @@ arg_readers! {
     device: Device -> DLDevice, "a DLDevice";
     dtype: DType -> DLDataType, "a DLDataType";
     call: Call -> Option<SafeCall>, "a callback";
+    hosted_call: HostedCall -> Option<HostedCall>, "a hosted callback";
     deleter: Deleter -> Option<Deleter>, "a deleter";
 }
 
@@ -135,6 +140,16 @@ unsafe extern "C" fn returns_none(
     0
 }
 
+unsafe extern "C" fn hosted_returns_none(
+    _self: *mut c_void,
+    _args: *const DVMAny,
+    _num_args: i32,
+    _worker_id: i32,
+    _result: *mut DVMAny,
+) -> i32 {
+    0
+}
+
 /// Every C function, in the header's order. The SAFETY of each call: the arguments are the
 /// fixture's live objects and buffers, or the bad values a case puts in their place, which the
 /// function must refuse before using them.
@@ -168,6 +183,12 @@ const APIS: &[Api] = &[
         valid: |f| vec![Arg::Ptr(null_mut()), Arg::Call(Some(returns_none)), Arg::Deleter(None),
                         ptr(f.out())],
         call: |a| status(unsafe { dvm_func_new(a.p(0), a.call(1), a.deleter(2), a.p(3)) }) },
+    Api { name: "dvm_func_new_hosted",
+        valid: |f| vec![Arg::Ptr(null_mut()), Arg::HostedCall(Some(hosted_returns_none)),
+                        Arg::Deleter(None), ptr(f.out())],
+        call: |a| status(unsafe {
+            dvm_func_new_hosted(a.p(0), a.hosted_call(1), a.deleter(2), a.p(3))
+        }) },
     Api { name: "dvm_func_free",
         valid: |f| vec![ptr(f.function)],
         call: |a| { unsafe { dvm_func_free(a.p(0)) }; Returned::Nothing } },
