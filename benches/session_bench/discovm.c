@@ -174,7 +174,7 @@ const bench_backend bench_discovm_backend = {
     .last_error = discovm_last_error,
 };
 
-/* Copies to and from worker 0 go through the session's arena (README.md, "Process sessions"):
+/* Copies to and from worker 0 go through the session's arena (docs/processes.md):
  * every size is measured. */
 const bench_backend bench_discovm_process_backend = {
     .name = "discovm process",

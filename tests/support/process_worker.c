@@ -1,6 +1,6 @@
 /*
  * process_worker.c: the worker program of the process-session tests, a user's worker program
- * as the README describes one: it registers its functions, then returns dvm_worker_main.
+ * as docs/processes.md describes one: it registers its functions, then returns dvm_worker_main.
  * Those the session tests call on both kinds of session (fail_on, expect_next, count, wait_for,
  * and add and echo) are registered for worker threads too, by support/session_kinds.rs.
  *
