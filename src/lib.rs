@@ -5,15 +5,17 @@
 //! ecosystem unchanged. The layers, from the bottom up:
 //!
 //! - [`abi`]: `#[repr(C)]` mirrors of the value, object and DLPack layouts, with layout asserts.
+//! - `sync`: the primitives of the lock-free protocols: the standard library's, or loom's.
 //! - [`object`]: owned values ([`object::Any`], [`object::ObjectRef`]), strings, shapes,
 //!   tensors, functions, the global function registry and the error type.
-//! - [`channel`]: the lock-free queue between threads and how a waiting thread waits (a short
-//!   PAUSE spin, then yields, then park), shared by sessions and streams.
-//! - [`device`]: host memory copies and thread placement.
+//! - [`device`]: host memory, CUDA, and NCCL and Gloo loaded at run time.
+//! - [`channel`]: the lock-free queue between threads, the shared-memory rings, and how a
+//!   waiting thread waits (a short spin, then yields, then parks), shared by every layer above.
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
-//! - [`session`]: sessions of worker threads or worker processes: controller, workers,
-//!   registers, DRefs, and the link to each worker.
-//! - [`wire`]: the encoding of values and messages that cross to worker processes.
+//! - [`wire`]: the encoding of values and messages that cross to worker processes and nodes.
+//! - [`net`]: between machines: the handshake that keeps strangers out, and routed frames.
+//! - [`session`]: sessions of worker threads, worker processes or nodes: the controller, the
+//!   workers, registers, DRefs, the collectives, and the link to each worker.
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread. Its
 //!   `dvm_*` functions are the C API; its `__tvm_ffi_*` functions make the library a tvm-ffi
 //!   module (`TVM_FFI.md`).
