@@ -156,12 +156,14 @@ pub(crate) fn serve(
     };
     stream.set_read_timeout(Some(heartbeat)).map_err(io)?;
     let (rank, count) = (welcome.rank as usize, welcome.workers_per_node as usize);
+    // A setup the node cannot follow fails its start, which the controller hears of below.
+    let threads = WorkerThreads::from_value(welcome.setup.threads_per_worker.into());
     let options = SessionOptions {
         timeout: (welcome.timeout_ms > 0).then(|| Duration::from_millis(welcome.timeout_ms)),
         worker_program,
         worker_args,
         worker_imports: welcome.setup.imports,
-        threads_per_worker: WorkerThreads::from_value(welcome.setup.threads_per_worker.into())?,
+        threads_per_worker: threads.clone().unwrap_or_default(),
         ..SessionOptions::default()
     };
     let here = Here {
@@ -169,7 +171,8 @@ pub(crate) fn serve(
         count,
     };
     let writer: Writer = Arc::new(Mutex::new(BufWriter::new(stream.try_clone().map_err(io)?)));
-    let started = workers_devices(welcome.device_type, count).and_then(|devices| {
+    let devices = threads.and_then(|_| workers_devices(welcome.device_type, count));
+    let started = devices.and_then(|devices| {
         let uploads = Uploads::create()?;
         let (links, watcher) = process::start_workers(
             welcome.num_nodes as usize * count,
