@@ -14,11 +14,18 @@
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
 //! - [`wire`]: the encoding of values and messages that cross to worker processes and nodes.
 //! - [`net`]: between machines: the handshake that keeps strangers out, and routed frames.
-//! - [`session`]: sessions of worker threads, worker processes or nodes: the controller, the
-//!   workers, registers, DRefs, the collectives, and the link to each worker.
+//! - `os`: starting worker programs, ending them, and hearing of each death as it happens.
+//! - [`worker`]: what runs on a worker, whatever hosts it: messages in order, the register
+//!   file, the built-ins, modules, and the dispatchers code TVM compiled calls.
+//! - [`ccl`]: the collectives between workers: the CPU protocol, the hierarchy across
+//!   machines, and the NCCL and Gloo backends.
+//! - [`session`]: the controller: options, sessions of worker threads, worker processes or
+//!   nodes, DRefs, and the link to each worker (a node's relay included).
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread. Its
 //!   `dvm_*` functions are the C API; its `__tvm_ffi_*` functions make the library a tvm-ffi
 //!   module (`TVM_FFI.md`).
+//!
+//! A module imports only from the layers listed before its own (`tests/layers.rs` checks).
 
 // Model-checking builds (`--cfg loom`) compile the crate for its models, without worker
 // processes: what only those use goes unused there.
@@ -28,6 +35,8 @@
 pub mod abi;
 pub mod capi;
 /// cbindgen:ignore
+pub mod ccl;
+/// cbindgen:ignore
 pub mod channel;
 /// cbindgen:ignore
 pub mod device;
@@ -36,6 +45,9 @@ pub mod net;
 /// cbindgen:ignore
 pub mod object;
 /// cbindgen:ignore
+#[cfg(not(loom))]
+mod os;
+/// cbindgen:ignore
 pub mod session;
 /// cbindgen:ignore
 mod sync;
@@ -43,6 +55,8 @@ mod sync;
 pub mod vm;
 /// cbindgen:ignore
 pub mod wire;
+/// cbindgen:ignore
+pub mod worker;
 
 pub use object::{Any, AnyView, Error, ErrorKind, Result};
 

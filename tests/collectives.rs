@@ -27,9 +27,10 @@ use std::sync::{Arc, Once};
 use std::time::Duration;
 
 use discovm::abi::{DLDataType, DLDevice, KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
+use discovm::ccl::{f32_to_bf16, f32_to_f16};
 use discovm::object::{Function, Shape, Tensor, registry};
-use discovm::session::ccl::{f32_to_bf16, f32_to_f16};
-use discovm::session::{CopyDirection, DRef, Session, SessionOptions, Target, current_worker};
+use discovm::session::{CopyDirection, DRef, Session, SessionOptions, Target};
+use discovm::worker::current as current_worker;
 use discovm::{Any, AnyView, Error, ErrorKind, Result};
 use session_calls::{F32, call as remote_call, host_tensor};
 use session_kinds::{Kind, start};

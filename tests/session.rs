@@ -26,9 +26,8 @@ use std::time::Duration;
 use discovm::abi::DLTensor;
 use discovm::device::cpu::HostTensor;
 use discovm::object::{Function, Shape, registry};
-use discovm::session::{
-    CopyDirection, DRef, QUEUE_CAPACITY, SessionOptions, Target, current_worker, with_worker_stream,
-};
+use discovm::session::{CopyDirection, DRef, QUEUE_CAPACITY, SessionOptions, Target};
+use discovm::worker::{current as current_worker, with_stream as with_worker_stream};
 use discovm::{Any, Error, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_dl, host_tensor, int};

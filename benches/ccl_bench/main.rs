@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use discovm::abi::{DLDataType, KDL_FLOAT};
 use discovm::object::{Function, Shape, Tensor, registry};
-use discovm::session::{Session, SessionOptions, Target, current_worker};
+use discovm::session::{Session, SessionOptions, Target};
+use discovm::worker::current as current_worker;
 use discovm::{Any, AnyView, Result};
 
 const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);

@@ -8,9 +8,8 @@ use super::session::{call_with, dvm_session, session_arg};
 use super::{boundary, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DVMAny};
 use crate::object::{Error, ErrorKind, ObjectRef};
-use crate::session::{
-    Target, WorkerCell, current_worker, current_worker_handle, new_worker_handle,
-};
+use crate::session::{Target, WorkerCell, current_worker_handle, new_worker_handle};
+use crate::worker::current as current_worker;
 
 /// One worker of a session (an object; `dvm_object_*` work on it).
 #[allow(non_camel_case_types)]

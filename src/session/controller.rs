@@ -6,207 +6,77 @@
 // Model-checking builds have thread links alone.
 #![cfg_attr(loom, allow(irrefutable_let_patterns))]
 
-use std::sync::{Arc, OnceLock, PoisonError};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::builtins;
-use super::ccl::{self, CpuCcl, CurrentCcl};
-use super::completion::Completion;
 use super::dref::DRef;
 use super::health::Health;
-use super::link::{self, ThreadLink, WorkerLink};
-use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
+use super::link::{self, WorkerLink};
 #[cfg(not(loom))]
-use super::node::{self, NodeLink};
+use super::node::{self};
 #[cfg(not(loom))]
 use super::process;
-use super::registers::{Reg, RegisterIds};
-use super::worker::{self, Exited, Signals, SignalsAt, WorkerInfo, WorkerShared};
-use super::worker_env::WorkerThreads;
 use crate::abi::DLDevice;
-use crate::channel::Channel;
+use crate::ccl::CurrentCcl;
 use crate::channel::SpinPolicy;
-use crate::device::cpu::{HostTensor, available_cpus, pin_current_thread};
-#[cfg(not(loom))]
-use crate::net::auth::Secret;
+use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
-use crate::sync::thread;
 use crate::sync::time::Instant;
+use crate::worker::completion::Completion;
+use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
+use crate::worker::registers::{Reg, RegisterIds};
+use crate::worker::{self};
 
 crate::sync::thread_local! {
     /// Each host thread reuses one reply slot for its syncs.
     static SYNC_REPLY: std::cell::Cell<Option<Reply<()>>> = const { std::cell::Cell::new(None) };
 }
 
-/// The most workers a threaded session may have.
-pub const MAX_WORKERS: usize = 1024;
-/// Each worker queue holds this many messages before senders wait for room.
-pub const QUEUE_CAPACITY: usize = 4096;
-
-/// How a session is set up.
-#[derive(Clone, Debug, Default)]
-pub struct SessionOptions {
-    /// How long any wait may take; `None` waits as long as it takes.
-    pub timeout: Option<Duration>,
-    /// How long waiting threads (workers and controller) spin and yield before parking.
-    pub spin: SpinPolicy,
-    /// The CPU each worker is pinned to (`None`: not pinned); empty pins nobody.
-    pub cpu_affinity: Vec<Option<usize>>,
-    /// The device of each worker; empty means CPU for every worker.
-    pub devices: Vec<DLDevice>,
-    /// The program worker processes run (process sessions); `None`: `$DISCOVM_WORKER`, else
-    /// `discovm-worker` next to this library.
-    pub worker_program: Option<String>,
-    /// Arguments put before the session's own on each worker's command line (`-m
-    /// discovm.worker` when the program is a Python interpreter).
-    pub worker_args: Vec<String>,
-    /// Python modules every worker process imports before it serves its first call (a name
-    /// ending in `?` only where its package is installed); the nodes' workers too. Only a
-    /// Python worker program can: any other fails to start when asked for one without `?`.
-    pub worker_imports: Vec<String>,
-    /// How many threads the OpenMP and BLAS libraries of each worker process start (worker
-    /// processes of this machine and of every node).
-    pub threads_per_worker: WorkerThreads,
-    /// Sessions across machines: the secret every node must prove it holds (`None`:
-    /// `$DISCOVM_SESSION_TOKEN`; without either, nodes may join from the loopback interface
-    /// only).
-    pub session_token: Option<String>,
-    /// Sessions across machines: how long a silent node (or controller) counts as alive
-    /// (`None`: 2 s).
-    pub heartbeat: Option<Duration>,
-    /// Sessions across machines: `load_module` sends the module's bytes to the other nodes,
-    /// which load their own copy (otherwise each node loads the path it is given).
-    pub upload_modules: bool,
-    /// Sessions across machines: this machine's workers are threads of this process, not
-    /// worker processes.
-    pub local_threads: bool,
-}
-
-impl SessionOptions {
-    /// Options from the numbers a caller gives: `timeout_ms` bounds every wait (0: no bound),
-    /// `spin_us` is how long waiters spin and yield before they park (0: the default, negative:
-    /// park at once), `cpu_affinity` has the CPU of each worker (-1: not pinned) or nothing,
-    /// `devices` the device of each worker or nothing. Counts are checked against the workers
-    /// when the session starts.
-    pub fn from_values(
-        timeout_ms: i64,
-        spin_us: i64,
-        cpu_affinity: impl IntoIterator<Item = i64>,
-        devices: Vec<DLDevice>,
-    ) -> Result<SessionOptions> {
-        let timeout = match timeout_ms {
-            0 => None,
-            ms if ms > 0 => Some(Duration::from_millis(ms as u64)),
-            ms => return Err(Error::value(format!("timeout_ms is negative ({ms})"))),
-        };
-        let budget = match spin_us {
-            0 => SpinPolicy::DEFAULT_BUDGET,
-            us if us < 0 => Duration::ZERO,
-            us => Duration::from_micros(us as u64),
-        };
-        let cpu_affinity = cpu_affinity
-            .into_iter()
-            .enumerate()
-            .map(|(w, cpu)| match cpu {
-                -1 => Ok(None),
-                cpu => usize::try_from(cpu).map(Some).map_err(|_| {
-                    Error::value(format!(
-                        "cpu_affinity[{w}] is {cpu} (use -1 for no pinning)"
-                    ))
-                }),
-            })
-            .collect::<Result<_>>()?;
-        Ok(SessionOptions {
-            timeout,
-            spin: SpinPolicy { budget },
-            cpu_affinity,
-            devices,
-            worker_program: None,
-            worker_args: Vec::new(),
-            worker_imports: Vec::new(),
-            threads_per_worker: WorkerThreads::default(),
-            session_token: None,
-            heartbeat: None,
-            upload_modules: false,
-            local_threads: false,
-        })
-    }
-}
-
-/// A session: its workers are threads of this process or worker processes.
 /// What watches a session's worker processes (nothing in model-checking builds, which have none).
 #[cfg(not(loom))]
-type Watcher = process::Watcher;
+pub(super) type DeathWatch = process::DeathWatch;
 #[cfg(loom)]
-type Watcher = ();
+pub(super) type DeathWatch = ();
 
+/// A session: a controller and its workers (threads of this process, worker processes, or
+/// workers on other nodes), each reached through its link.
 pub struct Session {
-    workers: Vec<WorkerLink>,
+    pub(super) workers: Vec<WorkerLink>,
     /// The device of each worker.
-    devices: Vec<DLDevice>,
-    num_groups: usize,
-    registers: RegisterIds,
-    closed: AtomicBool,
-    timeout: Option<Duration>,
-    spin: SpinPolicy,
+    pub(super) devices: Vec<DLDevice>,
+    pub(super) num_groups: usize,
+    pub(super) registers: RegisterIds,
+    pub(super) closed: AtomicBool,
+    pub(super) timeout: Option<Duration>,
+    pub(super) spin: SpinPolicy,
     /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown;
     /// the watcher of worker processes breaks it when one dies).
-    ccl: CurrentCcl,
+    pub(super) ccl: CurrentCcl,
     /// Registers of dropped DRefs that not every worker was told of yet: the next send tells
     /// every worker, before its own message (see `free_register`).
-    frees: Mutex<Vec<Reg>>,
+    pub(super) frees: Mutex<Vec<Reg>>,
     /// Whether frees wait for the next send even when there is room for them (every worker is
     /// reached through frames, where a free of its own costs a frame).
-    frees_wait: bool,
+    pub(super) frees_wait: bool,
     /// Whether `frees` may hold something (so that sends skip its lock otherwise).
-    has_frees: AtomicBool,
+    pub(super) has_frees: AtomicBool,
     /// The watch over worker processes (process sessions), which records a worker's death in
     /// its link as it happens.
-    watcher: Option<Watcher>,
+    pub(super) watcher: Option<DeathWatch>,
     /// Held by `init_ccl` from sending the new communicator to the workers until it keeps it,
     /// so that every worker installs the same one last, and that is the one kept. (Not `ccl`'s
     /// lock: shutdown takes that one to break waits that this call's sync may be stuck behind.)
-    ccl_setup: Mutex<()>,
+    pub(super) ccl_setup: Mutex<()>,
     /// Whether `load_module` ships modules to the other nodes (sessions across machines).
-    upload_modules: bool,
+    pub(super) upload_modules: bool,
     /// Whether the session is broken, for sessions whose workers can die (worker processes,
     /// nodes).
-    health: Option<Arc<Health>>,
+    pub(super) health: Option<Arc<Health>>,
     /// How many times `init_ccl` laid out communicators in the nodes' arenas (sessions across
     /// machines): each goes to the area after the last one's.
-    node_ccl_inits: AtomicUsize,
-}
-
-/// Where the workers find a new CPU communicator.
-#[derive(Clone, Copy)]
-enum CclPlace {
-    /// Staged in this process under this number (worker threads).
-    Staged(i64),
-    /// In this area of the session's arena (worker processes).
-    #[cfg_attr(loom, allow(dead_code))]
-    Arena(usize),
-}
-
-impl CclPlace {
-    /// The built-in that installs the communicator on every worker, and its arguments.
-    fn init_call(self, timeout: Option<Duration>, spin: SpinPolicy) -> (&'static str, Vec<Any>) {
-        match self {
-            CclPlace::Staged(stage) => (
-                "runtime.disco.cpu.init_ccl_per_worker",
-                vec![Any::Int(stage)],
-            ),
-            CclPlace::Arena(area) => (
-                "runtime.disco.cpu.init_ccl_in_arena",
-                vec![
-                    Any::Int(area as i64),
-                    Any::Int(timeout.map_or(-1, |t| t.as_millis() as i64)),
-                    Any::Int(spin.budget.as_micros() as i64),
-                ],
-            ),
-        }
-    }
+    pub(super) node_ccl_inits: AtomicUsize,
 }
 
 /// Which workers a call goes to.
@@ -277,392 +147,14 @@ impl BoundCall {
     }
 }
 
-fn closed_error() -> Error {
+pub(super) fn closed_error() -> Error {
     Error::new(ErrorKind::SessionClosed, "the session has been shut down")
 }
 
-fn check_counts(num_workers: i64, num_groups: i64) -> Result<(usize, usize)> {
-    let workers = usize::try_from(num_workers)
-        .ok()
-        .filter(|n| (1..=MAX_WORKERS).contains(n))
-        .ok_or_else(|| {
-            Error::value(format!(
-                "num_workers {num_workers} is out of range (1..={MAX_WORKERS})"
-            ))
-        })?;
-    let groups = usize::try_from(num_groups)
-        .ok()
-        .filter(|g| (1..=workers).contains(g))
-        .ok_or_else(|| {
-            Error::value(format!(
-                "num_groups {num_groups} is out of range (1..={workers})"
-            ))
-        })?;
-    if workers % groups != 0 {
-        return Err(Error::value(format!(
-            "num_workers {workers} is not a multiple of num_groups {groups}"
-        )));
-    }
-    Ok((workers, groups))
-}
-
-/// The devices of `workers` workers, of which the first `here` run on this machine: each of
-/// those needs a backend here (the host, or a GPU the CUDA driver found).
-fn check_devices(options: &SessionOptions, workers: usize, here: usize) -> Result<Vec<DLDevice>> {
-    if options.devices.is_empty() {
-        return Ok(vec![DLDevice::cpu(); workers]);
-    }
-    if options.devices.len() != workers {
-        return Err(Error::value(format!(
-            "devices holds {} devices for {workers} workers",
-            options.devices.len()
-        )));
-    }
-    for (w, device) in options.devices.iter().enumerate().take(here) {
-        crate::device::backend(*device).map_err(|e| e.context(format_args!("devices[{w}]")))?;
-    }
-    Ok(options.devices.clone())
-}
-
-fn check_affinity(options: &SessionOptions, workers: usize) -> Result<()> {
-    let given = options.cpu_affinity.len();
-    if given != 0 && given != workers {
-        return Err(Error::value(format!(
-            "cpu_affinity holds {given} CPU ids for {workers} workers"
-        )));
-    }
-    let cpus = available_cpus();
-    match options
-        .cpu_affinity
-        .iter()
-        .enumerate()
-        .find(|(_, c)| c.is_some_and(|c| c >= cpus))
-    {
-        Some((w, cpu)) => Err(Error::value(format!(
-            "cpu_affinity[{w}] is {}, out of range (this process may use {cpus} CPUs)",
-            cpu.unwrap_or_default()
-        ))),
-        None => Ok(()),
-    }
-}
-
 impl Session {
-    /// What every kind of session checks before it starts a worker: the counts and the
-    /// options (the devices of the first `here` workers, those on this machine, or of all);
-    /// the number of groups and each worker's device.
-    fn check_start(
-        num_workers: i64,
-        num_groups: i64,
-        options: &SessionOptions,
-        here: Option<usize>,
-    ) -> Result<(usize, Vec<DLDevice>)> {
-        let (num_workers, num_groups) = check_counts(num_workers, num_groups)?;
-        let devices = check_devices(options, num_workers, here.unwrap_or(num_workers))?;
-        check_affinity(options, num_workers)?;
-        builtins::register();
-        Ok((num_groups, devices))
-    }
-
-    /// Starts `num_workers` worker threads in `num_groups` groups of equal size.
-    pub fn new_threaded(
-        num_workers: i64,
-        num_groups: i64,
-        options: SessionOptions,
-    ) -> Result<Arc<Session>> {
-        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
-        let (workers, started) =
-            Self::start_threads(&devices, devices.len(), num_groups, &options)?;
-        let ccl = CurrentCcl::default();
-        let session = Self::assemble(workers, devices, num_groups, &options, None, ccl, None);
-        session.threads_started(started)?;
-        Ok(session)
-    }
-
-    /// Starts a worker thread on each of `devices`, workers `0 ..` of a session of
-    /// `num_workers`; returns their links and the replies that say they run (see
-    /// [`Session::threads_started`]).
-    fn start_threads(
-        devices: &[DLDevice],
-        num_workers: usize,
-        num_groups: usize,
-        options: &SessionOptions,
-    ) -> Result<(Vec<WorkerLink>, Vec<Reply<()>>)> {
-        super::tvm_dispatch::install()?;
-        let mut workers = Vec::with_capacity(devices.len());
-        let mut started = Vec::with_capacity(devices.len());
-        for (id, &device) in devices.iter().enumerate() {
-            let shared = Arc::new(WorkerShared {
-                exited: Exited::default(),
-                signals: SignalsAt::Own(Signals::default()),
-                timeout: options.timeout,
-                session: OnceLock::new(),
-            });
-            let info = WorkerInfo {
-                id,
-                num_workers,
-                num_groups,
-                device,
-            };
-            let cpu = options.cpu_affinity.get(id).copied().flatten();
-            let ready: Reply<()> = Reply::new(Completion::new());
-            let channel = Arc::new(Channel::new(QUEUE_CAPACITY));
-            let (thread_shared, thread_ready, spin) = (shared.clone(), ready.clone(), options.spin);
-            let thread_channel = channel.clone();
-            let thread = thread::Builder::new()
-                .name(format!("dvm-worker-{id}"))
-                .spawn(move || {
-                    let pinned = cpu.map_or(Ok(()), pin_current_thread);
-                    let failed = pinned.is_err();
-                    thread_ready.complete(pinned);
-                    if !failed {
-                        worker::run(thread_shared, &thread_channel, info, spin, cpu.is_some());
-                    } else {
-                        thread_shared.exited.mark();
-                    }
-                })
-                .map_err(|e| Error::runtime(format!("cannot start worker thread {id}: {e}")));
-            let thread = match thread {
-                Ok(thread) => thread,
-                Err(error) => {
-                    Self::stop_partial(&workers);
-                    return Err(error);
-                }
-            };
-            workers.push(WorkerLink::Thread(ThreadLink {
-                shared,
-                channel,
-                thread: Mutex::new(Some(thread)),
-            }));
-            started.push(ready);
-        }
-        Ok((workers, started))
-    }
-
-    /// Gives the session's worker threads their session and waits until each runs (`started`,
-    /// from [`Session::start_threads`]).
-    fn threads_started(self: &Arc<Self>, started: Vec<Reply<()>>) -> Result<()> {
-        for link in &self.workers {
-            if let WorkerLink::Thread(link) = link {
-                let _ = link.shared.session.set(Arc::downgrade(self));
-            }
-        }
-        for ready in started {
-            ready.wait(self.spin, None, || "starting a worker".into(), || Ok(()))??;
-        }
-        Ok(())
-    }
-
-    /// Starts a worker process on each of `devices`, workers `0 ..` of a session of
-    /// `num_workers` on this machine; returns their links, their watcher and the record of
-    /// whether the session is broken.
-    #[cfg(not(loom))]
-    fn start_processes(
-        devices: &[DLDevice],
-        num_workers: usize,
-        num_groups: usize,
-        options: &SessionOptions,
-        ccl: &CurrentCcl,
-    ) -> Result<(Vec<WorkerLink>, Watcher, Arc<Health>)> {
-        let here = process::Here {
-            first: 0,
-            count: devices.len(),
-        };
-        let (links, watcher) = process::start_workers(
-            num_workers,
-            num_groups,
-            options,
-            devices,
-            (here, None),
-            ccl.clone(),
-        )?;
-        let health = links[0].session().health.clone();
-        let links = links
-            .into_iter()
-            .map(|l| WorkerLink::Process(Box::new(l)))
-            .collect();
-        Ok((links, watcher, health))
-    }
-
-    #[cfg(not(loom))]
-    /// Starts `num_workers` worker processes in `num_groups` groups of equal size, each
-    /// running the worker program (`options.worker_program`, else `$DISCOVM_WORKER`, else
-    /// `discovm-worker` next to this library), and returns once every one has answered.
-    pub fn new_process(
-        num_workers: i64,
-        num_groups: i64,
-        options: SessionOptions,
-    ) -> Result<Arc<Session>> {
-        let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
-        let ccl = CurrentCcl::default();
-        let (links, watcher, health) =
-            Self::start_processes(&devices, devices.len(), num_groups, &options, &ccl)?;
-        let session = Self::assemble(
-            links,
-            devices,
-            num_groups,
-            &options,
-            Some(watcher),
-            ccl,
-            Some(health),
-        );
-        // Every worker answers once it runs: one that cannot start is reported here.
-        session
-            .sync_all()
-            .map_err(|e| e.context("starting the worker processes"))?;
-        Ok(session)
-    }
-
-    #[cfg(not(loom))]
-    /// Starts a session across `num_nodes` machines of `workers_per_node` workers each (worker
-    /// ids node-major): this machine is node 0, with worker processes of its own (worker
-    /// threads with `options.local_threads`); it listens on
-    /// `host:port` until every other node joined (`discovm-node HOST PORT WORKERS` there), within
-    /// the session's timeout (two minutes without one), then stops listening. A node joins only
-    /// if it proves it holds the session's secret (`options.session_token`, else
-    /// `$DISCOVM_SESSION_TOKEN`); without one, only nodes on the loopback interface may. Workers
-    /// on other nodes are processes on the CPU.
-    pub fn new_socket(
-        num_nodes: i64,
-        workers_per_node: i64,
-        num_groups: i64,
-        host: &str,
-        port: i64,
-        options: SessionOptions,
-    ) -> Result<Arc<Session>> {
-        let nodes = usize::try_from(num_nodes)
-            .ok()
-            .filter(|&n| (1..=MAX_WORKERS).contains(&n))
-            .ok_or_else(|| {
-                Error::value(format!(
-                    "num_nodes {num_nodes} is out of range (1..={MAX_WORKERS})"
-                ))
-            })?;
-        let per_node = usize::try_from(workers_per_node)
-            .ok()
-            .filter(|&n| n >= 1 && n * nodes <= MAX_WORKERS)
-            .ok_or_else(|| {
-                Error::value(format!(
-                    "workers_per_node {workers_per_node} is out of range (1..={} for {nodes} \
-                     nodes)",
-                    MAX_WORKERS / nodes
-                ))
-            })?;
-        let port = u16::try_from(port)
-            .map_err(|_| Error::value(format!("port {port} is out of range (0..=65535)")))?;
-        let total = (nodes * per_node) as i64;
-        let (num_groups, devices) = Self::check_start(total, num_groups, &options, Some(per_node))?;
-        let device_types = node::node_device_types(&options.devices, nodes, per_node)?;
-        let listener = std::net::TcpListener::bind((host, port))
-            .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;
-        let ccl = CurrentCcl::default();
-        let here = &devices[..per_node];
-        let (mut links, watcher, health, started) = if options.local_threads {
-            let (links, started) = Self::start_threads(here, devices.len(), num_groups, &options)?;
-            (links, None, Arc::new(Health::new(ccl.clone())), started)
-        } else {
-            let (links, watcher, health) =
-                Self::start_processes(here, devices.len(), num_groups, &options, &ccl)?;
-            (links, Some(watcher), health, Vec::new())
-        };
-        let shape = node::Shape {
-            num_nodes: nodes,
-            workers_per_node: per_node,
-            num_groups,
-            device_types,
-            setup: crate::net::auth::WorkerSetup {
-                imports: options.worker_imports.clone(),
-                threads_per_worker: options.threads_per_worker.to_value() as i32,
-            },
-        };
-        let secret = match &options.session_token {
-            Some(token) => Secret::new(token.as_bytes()),
-            None => Secret::from_env(),
-        };
-        let heartbeat = options.heartbeat.unwrap_or(node::HEARTBEAT);
-        let joined = node::join_nodes(
-            &listener,
-            shape,
-            options.timeout,
-            heartbeat,
-            &secret,
-            &health,
-        );
-        drop(listener);
-        let nodes = match joined {
-            Ok(nodes) => nodes,
-            Err(error) => {
-                Self::stop_partial(&links);
-                return Err(error);
-            }
-        };
-        for node in &nodes {
-            links.extend(
-                (0..per_node)
-                    .map(|local| WorkerLink::Node(Box::new(NodeLink::new(node.clone(), local)))),
-            );
-        }
-        let session = Self::assemble(
-            links,
-            devices,
-            num_groups,
-            &options,
-            watcher,
-            ccl,
-            Some(health),
-        );
-        session.threads_started(started)?;
-        session
-            .sync_all()
-            .map_err(|e| e.context("starting the workers of the session's nodes"))?;
-        Ok(session)
-    }
-
-    /// A session of started workers.
-    fn assemble(
-        workers: Vec<WorkerLink>,
-        devices: Vec<DLDevice>,
-        num_groups: usize,
-        options: &SessionOptions,
-        watcher: Option<Watcher>,
-        ccl: CurrentCcl,
-        health: Option<Arc<Health>>,
-    ) -> Arc<Session> {
-        let frees_wait = workers
-            .iter()
-            .all(|link| !matches!(link, WorkerLink::Thread(_)));
-        Arc::new(Session {
-            frees_wait,
-            workers,
-            devices,
-            num_groups,
-            registers: RegisterIds::default(),
-            closed: AtomicBool::new(false),
-            timeout: options.timeout,
-            spin: options.spin,
-            ccl,
-            frees: Mutex::new(Vec::new()),
-            has_frees: AtomicBool::new(false),
-            watcher,
-            ccl_setup: Mutex::new(()),
-            upload_modules: options.upload_modules,
-            health,
-            node_ccl_inits: AtomicUsize::new(0),
-        })
-    }
-
     /// Whether the workers are processes.
-    fn has_processes(&self) -> bool {
+    pub(super) fn has_processes(&self) -> bool {
         self.watcher.is_some()
-    }
-
-    /// Stops workers started before a failure to start another.
-    fn stop_partial(workers: &[WorkerLink]) {
-        for (worker, link) in workers.iter().enumerate() {
-            let _ = link.stop(worker, SpinPolicy::default(), None);
-            fence(Ordering::SeqCst);
-            link.wake_fenced();
-            let _ = link.join(worker, None, None);
-        }
     }
 
     pub fn num_workers(&self) -> usize {
@@ -694,7 +186,7 @@ impl Session {
             })
     }
 
-    fn deadline(&self) -> Option<Instant> {
+    pub(super) fn deadline(&self) -> Option<Instant> {
         self.timeout.map(|t| Instant::now() + t)
     }
 
@@ -714,24 +206,24 @@ impl Session {
         Ok(())
     }
 
-    fn alive(&self, worker: usize) -> Result<()> {
+    pub(super) fn alive(&self, worker: usize) -> Result<()> {
         self.workers[worker].alive(worker)
     }
 
     /// Queues a message for `worker` without waking it.
-    fn push(&self, worker: usize, message: Message) -> Result<()> {
+    pub(super) fn push(&self, worker: usize, message: Message) -> Result<()> {
         self.workers[worker].push(message, self.spin, self.deadline(), || self.alive(worker))
     }
 
     /// Wakes the sleeping workers among `workers` after one fence for all the pushes before.
-    fn wake(&self, workers: impl Iterator<Item = usize>) {
+    pub(super) fn wake(&self, workers: impl Iterator<Item = usize>) {
         fence(Ordering::SeqCst);
         for worker in workers {
             self.workers[worker].wake_fenced();
         }
     }
 
-    fn targets(&self, target: Target) -> std::ops::Range<usize> {
+    pub(super) fn targets(&self, target: Target) -> std::ops::Range<usize> {
         match target {
             Target::All => 0..self.workers.len(),
             Target::One(worker) => worker..worker + 1,
@@ -742,7 +234,7 @@ impl Session {
     ///
     /// Nothing here orders sends against a concurrent shutdown: a message queued after the
     /// final `Shutdown` is never run, and its waiter learns so from the worker's exit.
-    fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
+    pub(super) fn run(&self, target: Target, message: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
         self.queue_frees()?;
         let pushed = self.push_range(self.targets(target), message, &[]);
@@ -752,7 +244,7 @@ impl Session {
 
     /// [`Session::run`] of a call for every worker: the frees waiting for a send ride on it,
     /// one message per worker for both.
-    fn run_call_on_all(&self, call: impl Fn() -> Message) -> Result<()> {
+    pub(super) fn run_call_on_all(&self, call: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
         let kills = self.take_frees();
         let all = 0..self.workers.len();
@@ -764,7 +256,7 @@ impl Session {
 
     /// Queues `message()` for the workers of `range` without waking them, after `kills`
     /// (registers they empty first; only a call takes them).
-    fn push_range(
+    pub(super) fn push_range(
         &self,
         range: std::ops::Range<usize>,
         message: impl Fn() -> Message,
@@ -781,13 +273,19 @@ impl Session {
         )
     }
 
-    fn store(&self, target: Target, reg: Reg, value: Any, name: Option<Arc<str>>) -> Result<()> {
+    pub(super) fn store(
+        &self,
+        target: Target,
+        reg: Reg,
+        value: Any,
+        name: Option<Arc<str>>,
+    ) -> Result<()> {
         let store = Arc::new(Store { reg, value, name });
         self.run(target, || Message::Store(store.clone()))
     }
 
     /// Waits for a worker's reply.
-    fn wait<T>(
+    pub(super) fn wait<T>(
         &self,
         worker: usize,
         reply: &Reply<T>,
@@ -804,7 +302,7 @@ impl Session {
     }
 
     /// Sends a request that carries `reply` to one worker and waits for the answer.
-    fn request<T>(
+    pub(super) fn request<T>(
         &self,
         worker: usize,
         what: &str,
@@ -813,7 +311,7 @@ impl Session {
         self.request_with(worker, what, Reply::new(Completion::new()), make)
     }
 
-    fn request_with<T>(
+    pub(super) fn request_with<T>(
         &self,
         worker: usize,
         what: &str,
@@ -847,7 +345,7 @@ impl Session {
         if self.is_closed() {
             return Err(closed_error());
         }
-        super::tvm_dispatch::install()?;
+        crate::worker::tvm_dispatch::install()?;
         let name: Arc<str> = name.into();
         // A function object cannot cross to a worker in another process: each looks it up.
         if self
@@ -865,7 +363,7 @@ impl Session {
 
     /// [`Session::get_global_func`] for sessions with workers in other processes: every worker
     /// looks the name up in its own registry.
-    fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
+    pub(super) fn get_global_func_of_workers(self: &Arc<Self>, name: Arc<str>) -> Result<DRef> {
         self.look_up(name, "looking up a global function", |reg, name, reply| {
             Message::GetGlobalFunc(Box::new(GlobalLookup { reg, name, reply }))
         })
@@ -890,7 +388,7 @@ impl Session {
     }
 
     /// Argument `position` of a call, as the workers will get it (errors name it `args[i]`).
-    fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
+    pub(super) fn encode(self: &Arc<Self>, position: usize, arg: &AnyView<'_>) -> Result<Arg> {
         if let Some(dref) = DRef::from_view(arg) {
             self.check_owner(&dref, format_args!("args[{position}]"))?;
             return Ok(Arg::Register(dref.reg()));
@@ -962,122 +460,6 @@ impl Session {
         Ok(node::hex(&hash))
     }
 
-    /// The session's other nodes, by rank, each with its first worker.
-    #[cfg(not(loom))]
-    fn nodes(&self) -> Vec<(&Arc<node::NodeConnection>, usize)> {
-        let mut nodes: Vec<(&Arc<node::NodeConnection>, usize)> = Vec::new();
-        for (w, link) in self.workers.iter().enumerate() {
-            if let WorkerLink::Node(link) = link
-                && !nodes
-                    .last()
-                    .is_some_and(|(node, _)| Arc::ptr_eq(node, link.node()))
-            {
-                nodes.push((link.node(), w));
-            }
-        }
-        nodes
-    }
-
-    /// Sets up Gloo between the workers of a session with nodes: every worker binds its pairs
-    /// on its node's address, the controller collects their addresses and gives every worker
-    /// the table, and the workers connect (see `ccl::gloo`).
-    #[cfg(not(loom))]
-    fn init_gloo(self: &Arc<Self>) -> Result<()> {
-        let nodes = self.nodes();
-        let here = nodes[0].0.addresses().1;
-        let hosts: Vec<String> = std::iter::once(here)
-            .chain(nodes.iter().map(|(node, _)| node.addresses().0))
-            .map(|ip| ip.to_string())
-            .collect();
-        let timeout_ms = self.timeout.map_or(-1, |t| t.as_millis() as i64);
-        // Several workers per node meet in their node first (hierarchical): worker processes in
-        // their node's arena, in the communicator area after the last one's, and this
-        // machine's worker threads in a communicator staged here.
-        let per_node = self.workers.len() / hosts.len();
-        let area = if per_node > 1 {
-            let last = self.node_ccl_inits.fetch_add(1, Ordering::SeqCst);
-            (last % process::CCL_AREAS) as i64
-        } else {
-            -1
-        };
-        let threads = (area >= 0 && matches!(self.workers[0], WorkerLink::Thread(_))).then(|| {
-            let per_group = self.workers.len() / self.num_groups;
-            let (_, groups) = ccl::gloo::node_groups(per_node, per_group);
-            let fresh = Arc::new(CpuCcl::new(per_node, groups, self.timeout, self.spin));
-            (ccl::stage(fresh.clone()), fresh)
-        });
-        let stage = threads.as_ref().map_or(-1, |(stage, _)| *stage);
-        let set_up = self.open_gloo(&hosts, timeout_ms, area, stage);
-        if let Some((stage, fresh)) = threads {
-            ccl::unstage(stage);
-            if set_up.is_ok() {
-                self.keep_ccl(Some(fresh));
-            } else {
-                // Threads that took it would wait for those that did not.
-                fresh.abort(&Error::runtime(
-                    "the init_ccl that made this communicator failed; call init_ccl again",
-                ));
-            }
-        }
-        set_up
-    }
-
-    /// Has every worker open its Gloo pairs (`ccl::gloo::OPEN`, with `hosts`, `timeout_ms`,
-    /// `area` and `stage`), gives every worker the table of their addresses and has them
-    /// connect.
-    #[cfg(not(loom))]
-    fn open_gloo(
-        self: &Arc<Self>,
-        hosts: &[String],
-        timeout_ms: i64,
-        area: i64,
-        stage: i64,
-    ) -> Result<()> {
-        // A worker that cannot load Gloo says so: the backend is unavailable.
-        let kinded = |e: Error| {
-            let unavailable = ErrorKind::DeviceUnavailable;
-            if e.message
-                .contains(&format!("failed: {}: ", unavailable.name()))
-            {
-                Error::new(unavailable, e.message)
-            } else {
-                e
-            }
-        };
-        let open = self.get_global_func(ccl::gloo::OPEN)?;
-        let opened = self.call(
-            Target::All,
-            &open,
-            &[
-                Any::from(hosts.join(",").as_str()).view(),
-                Any::Int(timeout_ms).view(),
-                Any::Int(area).view(),
-                Any::Int(self.spin.budget.as_micros() as i64).view(),
-                Any::Int(stage).view(),
-            ],
-        )?;
-        let mut table = Vec::new();
-        for w in 0..self.workers.len() {
-            let row = opened.get(w as i64).map_err(&kinded)?;
-            let view = row.view();
-            let row = view.as_bytes().map_err(|e| {
-                Error::runtime(format!(
-                    "worker {w} returned no Gloo addresses: {}",
-                    e.message
-                ))
-            })?;
-            table.extend_from_slice(&(row.len() as u32).to_le_bytes());
-            table.extend_from_slice(row);
-        }
-        let connect = self.get_global_func(ccl::gloo::CONNECT)?;
-        let _ = self.call(
-            Target::All,
-            &connect,
-            &[Any::Bytes(crate::object::Bytes::new(&table)).view()],
-        )?;
-        self.sync_all()
-    }
-
     /// `func` of this session bound to `target`, for calls that repeat: [`BoundCall::call`] is
     /// [`Session::call`] without checking the target and the function again.
     pub fn bind(self: &Arc<Self>, target: Target, func: DRef) -> Result<BoundCall> {
@@ -1090,7 +472,10 @@ impl Session {
     }
 
     /// The arguments of a call, as the workers will get them (one `Arc` shared by all).
-    fn encode_args(self: &Arc<Self>, args: &[AnyView<'_>]) -> Result<Option<Arc<[Arg]>>> {
+    pub(super) fn encode_args(
+        self: &Arc<Self>,
+        args: &[AnyView<'_>],
+    ) -> Result<Option<Arc<[Arg]>>> {
         if args.is_empty() {
             return Ok(None);
         }
@@ -1103,7 +488,7 @@ impl Session {
     }
 
     /// [`Session::call`] for a function of this session, in register `func`.
-    fn call_register(
+    pub(super) fn call_register(
         self: &Arc<Self>,
         target: Target,
         func: Reg,
@@ -1131,7 +516,7 @@ impl Session {
     /// the call and for the frees waiting for a send (which it carries when `worker` is the
     /// session's only one, and waits for otherwise); `Ok(None)`, having queued no call,
     /// otherwise.
-    fn try_call_register(
+    pub(super) fn try_call_register(
         self: &Arc<Self>,
         worker: usize,
         func: Reg,
@@ -1211,7 +596,7 @@ impl Session {
 
     /// A sync of `workers`, found in sync without a message (frees waiting for a send go with
     /// the next one): whether the session is open and the workers are still there.
-    fn synced(&self, workers: std::ops::Range<usize>) -> Result<()> {
+    pub(super) fn synced(&self, workers: std::ops::Range<usize>) -> Result<()> {
         self.check_open()?;
         workers
             .into_iter()
@@ -1222,7 +607,7 @@ impl Session {
     /// (fan-out), all within one timeout; the caller has sent the frees waiting for a send.
     /// Failures of several workers are reported together, the first one's kind first, each
     /// cause once.
-    fn ask_workers(
+    pub(super) fn ask_workers(
         &self,
         workers: impl IntoIterator<Item = usize>,
         what: &str,
@@ -1297,188 +682,6 @@ impl Session {
             direction,
             reply,
         })
-    }
-
-    /// Frees a register on every worker (from a dropped DRef), after all earlier calls. Worker
-    /// threads are told at once, where their queues have room; otherwise, and for workers
-    /// reached through frames, the next send tells every worker before its own message (a
-    /// call to every worker carries the frees in its own frame). This never waits: a DRef may
-    /// be dropped by a thread the workers themselves wait for (a Python thread holding the
-    /// interpreter lock that a worker's Python function needs).
-    pub(crate) fn free_register(&self, reg: Reg) {
-        if self.check_open().is_err() {
-            return;
-        }
-        // A worker told here and again by the next send empties an empty register.
-        if !self.frees_wait
-            && self
-                .workers
-                .iter()
-                .all(|link| link.try_push(Message::Kill(reg)).is_ok())
-        {
-            self.registers.release(reg);
-            return;
-        }
-        self.frees
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(reg);
-        self.has_frees.store(true, Ordering::SeqCst);
-    }
-
-    /// The frees waiting for a send, taken; [`Session::settle_frees`] settles them.
-    fn take_frees(&self) -> Vec<Reg> {
-        // A load first: the flag is clear on most sends.
-        if !self.has_frees.load(Ordering::SeqCst) || !self.has_frees.swap(false, Ordering::SeqCst) {
-            return Vec::new();
-        }
-        std::mem::take(&mut *self.frees.lock().unwrap_or_else(PoisonError::into_inner))
-    }
-
-    /// Releases taken frees for reuse once every worker was `told`, or keeps them for the next
-    /// send (a worker told twice empties an empty register).
-    fn settle_frees(&self, kills: Vec<Reg>, told: bool) {
-        if told {
-            kills
-                .into_iter()
-                .for_each(|reg| self.registers.release(reg));
-        } else if !kills.is_empty() {
-            self.frees
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .extend(kills);
-            self.has_frees.store(true, Ordering::SeqCst);
-        }
-    }
-
-    /// Queues the frees waiting for a send to every worker, waiting for room as sends do.
-    fn queue_frees(&self) -> Result<()> {
-        let kills = self.take_frees();
-        if kills.is_empty() {
-            return Ok(());
-        }
-        // One message per free for all the workers (one per node for a node's workers).
-        let all = 0..self.workers.len();
-        let queued = kills
-            .iter()
-            .try_for_each(|&reg| self.push_range(all.clone(), || Message::Kill(reg), &[]));
-        self.settle_frees(kills, queued.is_ok());
-        queued
-    }
-
-    /// Sets up collectives between the workers: `"cpu"` (shared memory, every worker on the
-    /// CPU; Gloo between nodes) or `"nccl"` (NCCL, every worker on a GPU of its own, on every
-    /// node). `device_ids`
-    /// may be empty; otherwise it has one entry per worker (for `"nccl"`, each worker's CUDA
-    /// device id). The workers install the communicator in order with earlier calls, so a
-    /// collective sent before this fails; calling it again replaces the communicator.
-    pub fn init_ccl(self: &Arc<Self>, backend: &str, device_ids: &[i32]) -> Result<()> {
-        self.check_open()?;
-        if !matches!(backend, "cpu" | "nccl") {
-            return Err(Error::value(format!(
-                "unknown collective backend {backend:?} (expected \"cpu\" or \"nccl\")"
-            )));
-        }
-        #[cfg(not(loom))]
-        let machines = self.nodes().len() + 1;
-        #[cfg(loom)]
-        let machines = 1;
-        let across_nodes = machines > 1;
-        let workers = self.workers.len();
-        if !device_ids.is_empty() && device_ids.len() != workers {
-            return Err(Error::value(format!(
-                "device_ids holds {} device ids for {workers} workers",
-                device_ids.len()
-            )));
-        }
-        let _one_at_a_time = self
-            .ccl_setup
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if backend == "cpu"
-            && let Some(w) = (0..workers).find(|&w| self.worker_device(w) != DLDevice::cpu())
-        {
-            return Err(Error::value(format!(
-                "the cpu backend needs every worker on the CPU; worker {w} is not"
-            )));
-        }
-        // A worker waiting for work of its NCCL communicators (a collective a peer never
-        // joined) sees the count change, aborts them and gets to the new ones: the way back
-        // after a sync that timed out.
-        for link in &self.workers {
-            link.note_new_ccl();
-        }
-        #[cfg(not(loom))]
-        if across_nodes && backend == "cpu" {
-            return self.init_gloo();
-        }
-        let (init, args, cpu) = if backend == "nccl" {
-            // Workers can share a GPU only on one machine.
-            let per_machine = workers / machines;
-            let args =
-                ccl::nccl::init_args(&self.devices, per_machine, self.num_groups, device_ids)?;
-            (
-                "runtime.disco.nccl.init_ccl_per_worker",
-                args.to_vec(),
-                None,
-            )
-        } else {
-            let (fresh, place) = self.new_cpu_ccl()?;
-            let (init, args) = place.init_call(self.timeout, self.spin);
-            (init, args, Some((fresh, place)))
-        };
-        let views: Vec<AnyView<'_>> = args.iter().map(Any::view).collect();
-        let installed = self.get_global_func(init).and_then(|func| {
-            let _out = self.call(Target::All, &func, &views)?;
-            self.sync_all()
-        });
-        if let Some((fresh, place)) = &cpu {
-            if let CclPlace::Staged(stage) = place {
-                ccl::unstage(*stage);
-            }
-            if installed.is_err() {
-                // Workers that installed it would wait for those that did not.
-                fresh.abort(&Error::runtime(
-                    "the init_ccl that made this communicator failed; call init_ccl again",
-                ));
-            }
-        }
-        installed?;
-        self.keep_ccl(cpu.map(|(fresh, _)| fresh));
-        Ok(())
-    }
-
-    /// Keeps `fresh` as the CPU communicator the workers hold (shutdown and a worker's death
-    /// break its waits), ending the one it replaces.
-    fn keep_ccl(&self, fresh: Option<Arc<CpuCcl>>) {
-        let old = std::mem::replace(
-            &mut *self.ccl.lock().unwrap_or_else(PoisonError::into_inner),
-            fresh,
-        );
-        if let Some(old) = old {
-            old.abort(&Error::runtime(
-                "the communicator was replaced by a later init_ccl",
-            ));
-        }
-    }
-
-    /// A new CPU communicator between the workers: staged for worker threads to take, or laid
-    /// out in the arena of worker processes.
-    fn new_cpu_ccl(&self) -> Result<(Arc<CpuCcl>, CclPlace)> {
-        #[cfg(not(loom))]
-        if let Some(links) = self.workers[0].process_session() {
-            let fresh = links.new_ccl(self.num_groups, self.timeout, self.spin)?;
-            let area = fresh.area().expect("a communicator in the arena");
-            return Ok((fresh, CclPlace::Arena(area)));
-        }
-        let fresh = Arc::new(CpuCcl::new(
-            self.workers.len(),
-            self.num_groups,
-            self.timeout,
-            self.spin,
-        ));
-        let stage = ccl::stage(fresh.clone());
-        Ok((fresh, CclPlace::Staged(stage)))
     }
 
     /// Stops every worker after the work already queued and joins their threads. Later calls

@@ -5,8 +5,8 @@
 use std::sync::{Arc, LazyLock};
 
 use super::controller::Session;
-use super::registers::Reg;
 use crate::object::{Any, AnyView, ObjectRef, ObjectType, Result, alloc_object, type_key};
+use crate::worker::registers::Reg;
 
 pub struct DRefCell {
     session: Arc<Session>,

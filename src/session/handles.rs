@@ -3,8 +3,8 @@
 use std::sync::{Arc, LazyLock, Weak};
 
 use super::controller::Session;
-use super::worker;
 use crate::object::{Any, Error, ErrorKind, ObjectRef, ObjectType, Result, alloc_object, type_key};
+use crate::worker;
 
 /// The cell of a session handle.
 pub struct SessionCell(pub Arc<Session>);
@@ -18,24 +18,29 @@ impl std::ops::Deref for SessionCell {
 
 /// How a worker handle reaches its session: handles the user asked for keep it alive (as
 /// DRefs do); a worker's own handle does not, so a session's threads never keep it alive.
-pub enum SessionLink {
+pub enum SessionRef {
     Strong(Arc<Session>),
-    Weak(Weak<Session>),
+    /// What the worker keeps of its session, which is this session's (or nothing).
+    Weak(Option<Weak<dyn std::any::Any + Send + Sync>>),
 }
 
 /// The cell of a worker handle.
 pub struct WorkerCell {
-    pub session: SessionLink,
+    pub session: SessionRef,
     pub id: usize,
 }
 
 impl WorkerCell {
     pub fn session(&self) -> Result<Arc<Session>> {
         match &self.session {
-            SessionLink::Strong(session) => Ok(session.clone()),
-            SessionLink::Weak(session) => session.upgrade().ok_or_else(|| {
-                Error::new(ErrorKind::SessionClosed, "the worker's session is gone")
-            }),
+            SessionRef::Strong(session) => Ok(session.clone()),
+            SessionRef::Weak(session) => session
+                .as_ref()
+                .and_then(Weak::upgrade)
+                .and_then(|s| s.downcast::<Session>().ok())
+                .ok_or_else(|| {
+                    Error::new(ErrorKind::SessionClosed, "the worker's session is gone")
+                }),
         }
     }
 }
@@ -61,7 +66,7 @@ pub fn session_handle(session: Arc<Session>) -> ObjectRef<SessionCell> {
     alloc_object(SessionCell::type_index(), SessionCell(session))
 }
 
-fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
+fn worker_handle(session: SessionRef, id: usize) -> ObjectRef<WorkerCell> {
     alloc_object(WorkerCell::type_index(), WorkerCell { session, id })
 }
 
@@ -70,7 +75,7 @@ fn worker_handle(session: SessionLink, id: usize) -> ObjectRef<WorkerCell> {
 pub fn new_worker_handle(session: &Arc<Session>, worker: i64) -> Result<ObjectRef<WorkerCell>> {
     session.check_open()?;
     let id = session.worker_index(worker)?;
-    Ok(worker_handle(SessionLink::Strong(session.clone()), id))
+    Ok(worker_handle(SessionRef::Strong(session.clone()), id))
 }
 
 /// The handle of the worker running the calling thread (a new reference to one handle the
@@ -78,6 +83,6 @@ pub fn new_worker_handle(session: &Arc<Session>, worker: i64) -> Result<ObjectRe
 /// threads.
 pub fn current_worker_handle() -> Option<Any> {
     worker::current_handle(|info, session| {
-        Any::from(worker_handle(SessionLink::Weak(session), info.id))
+        Any::from(worker_handle(SessionRef::Weak(session.cloned()), info.id))
     })
 }

@@ -8,7 +8,7 @@
 
 use std::sync::{OnceLock, PoisonError};
 
-use super::ccl::CurrentCcl;
+use crate::ccl::CurrentCcl;
 use crate::object::{Error, Result};
 use crate::sync::atomic::{AtomicBool, Ordering};
 

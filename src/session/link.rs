@@ -13,13 +13,10 @@
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::message::{CopyDirection, Message, Reply};
 #[cfg(not(loom))]
 use super::node::{NodeConnection, NodeLink};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
-use super::registers::Reg;
-use super::worker::{Signals, WorkerShared};
 use crate::channel::{Channel, SpinPolicy};
 use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
@@ -27,6 +24,9 @@ use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
+use crate::worker::message::{CopyDirection, Message, Reply};
+use crate::worker::registers::Reg;
+use crate::worker::{Signals, WorkerShared};
 
 /// Queues `message()` for each of `targets` without waking them, after `kills`, registers
 /// each target empties first (only a call takes them). Threads get the typed messages

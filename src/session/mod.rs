@@ -1,42 +1,46 @@
 //! Sessions: a controller broadcasting packed calls to workers (threads of this process, worker
 //! processes, or workers on other nodes) that keep their results in register files, addressed
-//! by remote references (DRefs).
+//! by remote references (DRefs). This layer is the controller's side and the links to each kind
+//! of worker; what a worker runs is `worker`'s, and the collectives are `ccl`'s.
 
-mod builtins;
-pub mod ccl;
-mod completion;
+mod collectives;
 mod controller;
 mod dref;
+mod frees;
 mod handles;
 mod health;
 mod link;
 #[cfg(all(test, loom))]
 mod loom_model;
-mod message;
 mod module;
 // Nodes and worker processes are not model-checked: the models cover the protocols they share.
 #[cfg(not(loom))]
 mod node;
+mod options;
 #[cfg(not(loom))]
 mod process;
-mod registers;
 #[cfg(not(loom))]
 mod requests;
-mod tvm_dispatch;
-mod worker;
+mod start;
 mod worker_env;
 
 pub use crate::channel::SpinPolicy;
-pub use controller::{BoundCall, MAX_WORKERS, QUEUE_CAPACITY, Session, SessionOptions, Target};
+pub use crate::worker::{CopyDirection, Reg};
+pub use controller::{BoundCall, Session, Target};
 pub use dref::{DRef, DRefCell};
 pub use handles::{
-    SessionCell, SessionLink, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
+    SessionCell, SessionRef, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
 };
-pub use message::CopyDirection;
 #[cfg(not(loom))]
 pub(crate) use node::serve_node;
+pub use options::{MAX_WORKERS, QUEUE_CAPACITY, SessionOptions};
 #[cfg(not(loom))]
 pub(crate) use process::serve as serve_worker;
-pub use registers::Reg;
-pub use worker::{WorkerInfo, current as current_worker, with_stream as with_worker_stream};
 pub use worker_env::WorkerThreads;
+
+/// Registers, once per process, every built-in a worker offers: the worker's own and the
+/// collectives'. Whatever hosts workers calls it before they run.
+pub(crate) fn register_builtins() {
+    crate::worker::builtins::register();
+    crate::ccl::register();
+}

@@ -7,12 +7,14 @@
 //! of a node's connection) delivers each to its request, and a reply whose waiter gave up
 //! leaves its failure for the next wait, as a worker thread keeps it for its next sync.
 
-use super::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply};
-use super::registers::Reg;
 use crate::object::{Any, AnyView, Error, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::wire::{Frame, Gathered, Value};
+use crate::worker::message::{
+    Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply,
+};
+use crate::worker::registers::Reg;
 use std::sync::PoisonError;
 
 /// The name a worker gives the tensor of a copy that crosses as a frame; the controller puts

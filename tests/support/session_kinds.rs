@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Once};
 
 use discovm::object::{Function, registry};
-use discovm::session::{Session, SessionOptions, current_worker};
+use discovm::session::{Session, SessionOptions};
+use discovm::worker::current as current_worker;
 use discovm::{Any, AnyView, Error, Result};
 
 use crate::worker_programs::test_worker_program;

@@ -4,7 +4,8 @@
 use super::entry_point;
 use crate::capi::func::function_arg;
 use crate::object::{Any, Array, Error, Str, registry};
-use crate::session::{current_worker, current_worker_handle};
+use crate::session::current_worker_handle;
+use crate::worker::current as current_worker;
 
 entry_point! {
     /// `version() -> str`: the library version, as `dvm_version`.

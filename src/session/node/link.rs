@@ -22,11 +22,11 @@ use crate::channel::{SpinPolicy, Watchers};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::health::Health;
-use crate::session::message::{Message, Reply};
 use crate::session::requests::{RequestBook, try_send};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
+use crate::worker::message::{Message, Reply};
 
 use super::outbox::{DIRECT_FROM, MAX_BUFFERED, Outbox};
 

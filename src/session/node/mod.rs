@@ -11,16 +11,15 @@
 mod link;
 mod outbox;
 mod serve;
-mod uploads;
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::Duration;
 
+pub(crate) use crate::worker::uploads::{hash, hex, keep_uploads_at};
 pub(crate) use link::{NodeConnection, NodeLink};
 pub(crate) use serve::serve as serve_node;
-pub(crate) use uploads::{hash, hex, keep_uploads_at, uploaded_path};
 
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};

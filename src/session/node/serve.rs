@@ -15,19 +15,19 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::uploads::Uploads;
 use super::{HEARTBEAT, workers_devices};
+use crate::ccl::CurrentCcl;
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
-use crate::session::ccl::CurrentCcl;
-use crate::session::controller::SessionOptions;
+use crate::session::options::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::session::worker_env::WorkerThreads;
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
 use crate::wire::{Frame, HEADER_SIZE, Kind, Limits, Value};
+use crate::worker::uploads::Uploads;
 
 /// How long a node keeps trying to reach a controller that does not listen yet.
 const CONNECT_FOR: Duration = Duration::from_secs(60);

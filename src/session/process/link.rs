@@ -9,23 +9,23 @@
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
-use super::arena::{Arena, CCL_AREAS};
-use super::launch::Child;
 use crate::abi::DLDevice;
+use crate::ccl::CpuCcl;
 use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{SpinPolicy, Watchers, spin_briefly};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
-use crate::session::ccl::CpuCcl;
-use crate::session::completion::Completion;
+use crate::os::Child;
 use crate::session::health::Health;
-use crate::session::message::{CopyDirection, Message, Reply};
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
-use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
+use crate::worker::Signals;
+use crate::worker::arena::{Arena, CCL_AREAS};
+use crate::worker::completion::Completion;
+use crate::worker::message::{CopyDirection, Message, Reply};
 
 /// One worker process, as the controller reaches it.
 pub(crate) struct ProcessLink {
@@ -90,9 +90,11 @@ impl SessionLinks {
             .unwrap_or_else(PoisonError::into_inner);
         let in_use = current.as_ref().and_then(|ccl| ccl.area());
         let area = in_use.map_or(0, |area| (area + 1) % CCL_AREAS);
-        Ok(Arc::new(
-            self.arena.new_ccl(area, num_groups, timeout, spin)?,
-        ))
+        let area = self.arena.fresh_ccl_area(area)?;
+        // SAFETY: the arena's areas were sized by `ccl_bytes`, and this one was zeroed just now.
+        Ok(Arc::new(unsafe {
+            CpuCcl::in_area(area, num_groups, timeout, spin)
+        }))
     }
 }
 
@@ -278,7 +280,7 @@ impl ProcessLink {
     }
 
     /// Copies between `host` and the tensor in register `reg` on worker 0 in place, when the
-    /// worker has it in the session's arena: the worker lends it (see [`super::arena`]), this
+    /// worker has it in the session's arena: the worker lends it (see [`crate::worker::arena`]), this
     /// thread copies and gives it back. Returns false, having copied nothing, for a tensor
     /// outside the arena (the caller sends the copy as a frame then). Errors name the copy as
     /// `name`.

@@ -1,44 +1,46 @@
 //! Sessions whose workers are processes: starting and watching them, the controller's link to
-//! each, and the loop a worker process runs.
+//! each, and the loop a worker process runs (beside the link, as the two speak one protocol
+//! over the same rings and arena).
 
-mod arena;
-mod launch;
 mod link;
 mod serve;
-mod watch;
 
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use arena::{
-    CCL_AREAS, ccl as worker_ccl, empty as arena_empty, fresh_ccl, workers_in_arena,
-};
-pub(crate) use launch::worker_program;
+pub(crate) use crate::os::DeathWatch;
+pub(crate) use crate::worker::arena::CCL_AREAS;
 pub(crate) use link::ProcessLink;
 pub(crate) use link::SessionLinks;
+pub(crate) use serve::Here;
 pub(crate) use serve::serve;
-pub(crate) use watch::Watcher;
 
-use super::ccl::CurrentCcl;
-use super::controller::SessionOptions;
 use super::health::Health;
-use super::worker::WorkerInfo;
+use super::options::SessionOptions;
 use super::worker_env::{check_imports, worker_environment};
 use crate::abi::DLDevice;
+use crate::ccl::{CpuCcl, CurrentCcl};
 use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::object::{Error, Result};
-use arena::Arena;
-pub(crate) use serve::Here;
+use crate::os::{spawn, worker_program};
+use crate::worker::WorkerInfo;
+use crate::worker::arena::Arena;
 use serve::WorkerArgs;
 
 /// Data bytes of each ring between the controller and a worker process (one each way). A frame
 /// (a call's arguments, a tensor copied to or from worker 0) must fit in one.
 pub(crate) const RING_CAPACITY: usize = 8 << 20;
 
+/// Bytes of one communicator's records in the arena of `workers` worker processes.
+pub(crate) fn ccl_bytes(workers: usize) -> Result<usize> {
+    CpuCcl::shared_bytes(workers)
+        .ok_or_else(|| Error::value(format!("a communicator of {workers} workers is too large")))
+}
+
 /// Starts one worker process per device of `devices` (the workers `here` of a session of
 /// `num_workers`; on a node, `uploads` is where it keeps the modules uploaded to it), each with
-/// its rings and the environment the options ask for, and a watcher that records the death of any of them in its link and breaks the
-/// session's communicator `ccl` with it.
+/// its rings and the environment the options ask for, and a watcher that records the death of
+/// any of them in its link and breaks the session's communicator `ccl` with it.
 pub(crate) fn start_workers(
     num_workers: usize,
     num_groups: usize,
@@ -46,7 +48,7 @@ pub(crate) fn start_workers(
     devices: &[DLDevice],
     (here, uploads): (Here, Option<&std::path::Path>),
     ccl: CurrentCcl,
-) -> Result<(Vec<ProcessLink>, Watcher)> {
+) -> Result<(Vec<ProcessLink>, DeathWatch)> {
     let program = worker_program(options.worker_program.as_deref())?;
     check_imports(&options.worker_imports)?;
     // Only nodes keep uploads; the controller, not a node, tells the user what workers get.
@@ -60,7 +62,7 @@ pub(crate) fn start_workers(
     let mut links = Vec::with_capacity(devices.len());
     let session = Arc::new(SessionLinks {
         health: Arc::new(Health::new(ccl)),
-        arena: Arc::new(Arena::create(devices.len())?),
+        arena: Arc::new(Arena::create(devices.len(), ccl_bytes(devices.len())?)?),
     });
     for (local, &device) in devices.iter().enumerate() {
         let id = here.first + local;
@@ -83,7 +85,7 @@ pub(crate) fn start_workers(
         };
         let command_line = options.worker_args.iter().cloned().chain(args.to_args());
         let inherit = [memory.fd(), session.arena.fd()];
-        let child = launch::spawn(&program, command_line, &inherit, &env)
+        let child = spawn(&program, command_line, &inherit, &env)
             .map_err(|e| e.context(format_args!("starting worker {id}")))?;
         let memory = Arc::new(memory);
         let requests = Producer::attach(memory.clone(), 0)?;
@@ -103,7 +105,7 @@ pub(crate) fn start_workers(
         links.iter().map(|l| (l.death(), l.pid())).collect();
     let wakers: Vec<_> = links.iter().map(ProcessLink::wakers).collect();
     // The watcher counts the workers here from 0.
-    let watcher = Watcher::new(move |worker, cause| {
+    let watcher = DeathWatch::new(move |worker, cause| {
         if let Some((death, pid)) = deaths.get(worker) {
             // A worker that ends after the session told it to stop has not broken it.
             session

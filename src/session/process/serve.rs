@@ -12,23 +12,22 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::arena::{self, Arena};
-use super::launch::FIRST_INHERITED_FD;
-use super::watch::exit_with_parent;
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
 use crate::channel::ring::{Consumer, MAX_GATHERED, Producer, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::device::cpu::{HostTensor, pin_current_thread};
 use crate::object::{Any, Error, Result, Tensor};
-use crate::session::builtins;
-use crate::session::completion::Completion;
-use crate::session::message::{
-    Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply, Store,
-};
-use crate::session::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
+use crate::os::FIRST_INHERITED_FD;
+use crate::os::exit_with_parent;
 use crate::session::worker_env::IMPORTS_VAR;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
+use crate::worker::arena::{self, Arena};
+use crate::worker::completion::Completion;
+use crate::worker::message::{
+    Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply, Store,
+};
+use crate::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
 pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v4";
@@ -183,14 +182,15 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
     // in this process owns it.
     let fd = unsafe { OwnedFd::from_raw_fd(FIRST_INHERITED_FD + 1) };
     let here = args.here;
-    arena::attach(Arena::attach(fd, here.count)?, args.info.id - here.first)?;
+    let arena = Arena::attach(fd, here.count, super::ccl_bytes(here.count)?)?;
+    arena::attach(arena, args.info.id - here.first)?;
     if let Some(uploads) = args.uploads {
         crate::session::node::keep_uploads_at(uploads.into());
     }
     if let Some(cpu) = args.cpu {
         pin_current_thread(cpu)?;
     }
-    builtins::register();
+    crate::session::register_builtins();
     let shared = Arc::new(WorkerShared {
         exited: Exited::default(),
         signals: SignalsAt::Shared(arena::signals()?),

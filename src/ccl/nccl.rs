@@ -61,10 +61,10 @@ use crate::device::{DeviceStream, poll};
 use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
-use crate::session::builtins::on_worker;
-use crate::session::worker::{self, WorkerInfo, WorkerShared, with_stream};
 use crate::sync::atomic::Ordering;
 use crate::vm::{Arg, Stream};
+use crate::worker::builtins::on_worker;
+use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
@@ -181,7 +181,7 @@ pub(crate) struct Watch {
 /// Makes every wait of the calling worker thread for its GPU (a small read, from one of its
 /// functions, of a tensor a collective last wrote, as well as its syncs) watched while the
 /// worker has NCCL communicators (see `device::poll::watch_this_thread`).
-pub(crate) fn watch_worker_thread() {
+fn watch_worker_thread() {
     poll::watch_this_thread(Rc::new(|| {
         watch().map(|watch| Box::new(move || watch.check()) as poll::Check)
     }));
@@ -370,6 +370,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         shared,
     };
     COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
+    watch_worker_thread();
     flushed.map(|()| Any::None)
 }
 
@@ -603,8 +604,8 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::worker::{Exited, Signals, SignalsAt};
     use crate::sync::atomic::AtomicU64;
+    use crate::worker::{Exited, Signals, SignalsAt};
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {

@@ -56,7 +56,7 @@ use std::ops::Index;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-pub use builtins::{register, stage, unstage};
+pub use builtins::{stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
 use crate::channel::{PARK_SLICE, SpinPolicy};
@@ -65,6 +65,17 @@ use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
+#[cfg(not(loom))]
+use crate::worker::arena::{self, CclArea};
+
+/// Registers every collective built-in once per process: the CPU ones (each runs a worker's
+/// NCCL or Gloo version instead when it has those communicators) and the backends' inits.
+pub fn register() {
+    builtins::register();
+    nccl::register();
+    #[cfg(not(loom))]
+    gloo::register();
+}
 pub(crate) use board::Buf;
 use board::{
     Board, FAILED, PostRecord, RECV, RECV_SHARED, SEND, SEND_SHARED, STAGED, SlotsAt, Staging,
@@ -340,26 +351,23 @@ impl CpuCcl {
         }
     }
 
-    /// A communicator between worker processes, on records in communicator area `area` of
-    /// memory they all map, which lies at `place` (where, and the base and length that offsets
-    /// count in).
+    /// A communicator between worker processes, on the records in `area` of their arena.
     ///
     /// # Safety
-    /// As [`Board::shared`].
+    /// The area holds [`CpuCcl::shared_bytes`] for its workers, zeroed before any of them
+    /// used it for this communicator (as [`Board::shared`] asks).
     #[cfg(not(loom))]
-    pub(crate) unsafe fn shared(
-        num_workers: usize,
+    pub(crate) unsafe fn in_area(
+        area: CclArea,
         num_groups: usize,
-        (area, place): (usize, (std::ptr::NonNull<u8>, usize, usize)),
-        mapping: Arc<dyn Send + Sync>,
         timeout: Option<Duration>,
         spin: SpinPolicy,
     ) -> CpuCcl {
-        let (at, base, len) = place;
         // SAFETY: as the caller promises.
-        let board = unsafe { Board::shared(num_workers, at, base, len, mapping) };
+        let board =
+            unsafe { Board::shared(area.workers, area.at, area.base, area.len, area.mapping) };
         CpuCcl {
-            area: Some(area),
+            area: Some(area.index),
             ..Self::on(board, num_groups, timeout, spin)
         }
     }
@@ -739,4 +747,34 @@ impl CpuCcl {
             )))
         })
     }
+}
+
+/// The CPU communicator the controller laid out in communicator area `area` of this worker
+/// process's arena (this worker's side).
+#[cfg(not(loom))]
+pub(crate) fn in_this_arena(
+    area: usize,
+    num_groups: usize,
+    timeout: Option<Duration>,
+    spin: SpinPolicy,
+) -> Result<CpuCcl> {
+    let area = arena::ccl_area(area)?;
+    // SAFETY: the session sizes its arena's areas with `shared_bytes`, and the controller
+    // zeroed this one before it sent the call that installs the communicator.
+    Ok(unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) })
+}
+
+/// A new CPU communicator between the worker processes of this machine's arena, laid out by
+/// this worker in communicator area `area`, for a session whose controller is on another
+/// machine (the other workers here take it with [`in_this_arena`] once this returned).
+#[cfg(not(loom))]
+pub(crate) fn fresh_in_this_arena(
+    area: usize,
+    num_groups: usize,
+    timeout: Option<Duration>,
+    spin: SpinPolicy,
+) -> Result<CpuCcl> {
+    let area = arena::fresh_ccl_area(area)?;
+    // SAFETY: sized as above, and zeroed just now.
+    Ok(unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) })
 }

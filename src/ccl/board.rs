@@ -527,7 +527,7 @@ impl Board {
                     bits: 8,
                     lanes: 1,
                 };
-                crate::session::process::arena_empty(&dims, u8, crate::abi::DLDevice::cpu())?
+                crate::worker::arena::empty(&dims, u8, crate::abi::DLDevice::cpu())?
                     .map(Staging::Shared)
                     .ok_or_else(|| {
                         Error::value(format!(

@@ -3,7 +3,7 @@
 //!
 //! The idea that makes it work: a pidfd becomes readable when its process ends, so one thread
 //! blocked in `poll()` on the pidfds hears of a death as it happens, with no timeout to tune.
-//! The controller's [`Watcher`] polls its children's pidfds (plus an eventfd that tells it to
+//! The controller's [`DeathWatch`] polls its children's pidfds (plus an eventfd that tells it to
 //! look again or stop); a worker's [`exit_with_parent`] thread polls its controller's.
 
 use std::ffi::OsStr;
@@ -37,7 +37,7 @@ type OnExit = dyn Fn(usize, &ExitCause) + Send + Sync;
 /// One thread per session, not per child: a single `poll()` over all pidfds hears of each
 /// death as soon as one thread per child would, costs one stack whatever the number of
 /// workers, and gives the session its reports in one order, from one thread.
-pub(crate) struct Watcher {
+pub(crate) struct DeathWatch {
     shared: Arc<Shared>,
     thread: Option<JoinHandle<()>>,
 }
@@ -64,7 +64,7 @@ impl Shared {
     }
 }
 
-impl Watcher {
+impl DeathWatch {
     /// Starts the watching thread. `on_exit(worker, cause)` is called on that thread once for
     /// each watched child, after the child was reaped (by the watcher, or by whoever reaped it
     /// first: `Child::terminate` or dropping the `Child`), and never after the watcher was
@@ -97,7 +97,7 @@ impl Watcher {
                     "could not start the thread that watches worker processes: {e}"
                 ))
             })?;
-        Ok(Watcher {
+        Ok(DeathWatch {
             shared,
             thread: Some(thread),
         })
@@ -117,7 +117,7 @@ impl Watcher {
     }
 }
 
-impl Drop for Watcher {
+impl Drop for DeathWatch {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         self.shared.wake();
@@ -318,9 +318,9 @@ mod tests {
     type Report = (usize, ExitCause, Instant);
 
     /// A watcher whose reports arrive on the returned receiver, stamped with when they came.
-    fn watcher() -> (Watcher, mpsc::Receiver<Report>) {
+    fn watcher() -> (DeathWatch, mpsc::Receiver<Report>) {
         let (sender, reports) = mpsc::channel();
-        let watcher = Watcher::new(move |worker, cause: &ExitCause| {
+        let watcher = DeathWatch::new(move |worker, cause: &ExitCause| {
             let _ = sender.send((worker, *cause, Instant::now()));
         })
         .unwrap();

@@ -26,7 +26,7 @@ use super::reduce::ReduceOp;
 use crate::abi::{DLDataType, DLDevice};
 use crate::object::args::is_none;
 use crate::object::{Any, AnyView, Error, Result, Shape, Tensor};
-use crate::session::builtins::worker_empty;
+use crate::worker::builtins::worker_empty;
 
 /// Runs collective built-in `name` on a hierarchical session when its team calls for it;
 /// `None` leaves it to the flat meshes.

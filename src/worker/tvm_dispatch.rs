@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use super::worker;
+use super::runtime as worker;
 use crate::abi::{DVMAny, DVMFunctionCell, DVMSafeCall, OBJECT_HEADER_SIZE};
 use crate::object::libtvm_ffi::{self, LibTvmFfi};
 use crate::object::{AnyObject, Error, Function, FunctionCell, ObjectRef, Result, error, registry};
@@ -286,7 +286,7 @@ mod tests {
 
     #[test]
     fn every_name_is_a_discovm_built_in() {
-        super::super::builtins::register();
+        crate::session::register_builtins();
         for name in NAMES {
             assert!(registry::get_own(name).is_some(), "{name}");
         }
@@ -294,7 +294,7 @@ mod tests {
 
     #[test]
     fn install_without_libtvm_ffi_changes_nothing() {
-        super::super::builtins::register();
+        crate::session::register_builtins();
         if libtvm_ffi::get().is_none() {
             install().unwrap();
             install().unwrap();

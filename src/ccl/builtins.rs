@@ -12,8 +12,8 @@ use super::{Buf, CpuCcl, Post, Posts, Team};
 use crate::abi::KDL_CPU;
 use crate::object::args::{argument, arity, is_none};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
-use crate::session::builtins::on_worker;
-use crate::session::worker::WorkerInfo;
+use crate::worker::WorkerInfo;
+use crate::worker::builtins::on_worker;
 
 thread_local! {
     /// The communicator of the worker running on this thread.
@@ -681,7 +681,7 @@ fn init_in_arena(args: &[AnyView<'_>]) -> Result<Any> {
     let spin = crate::channel::SpinPolicy {
         budget: std::time::Duration::from_micros(number(2, "spin_us")?.unwrap_or(0)),
     };
-    let ccl = crate::session::process::worker_ccl(area as usize, info.num_groups, timeout, spin)?;
+    let ccl = super::in_this_arena(area as usize, info.num_groups, timeout, spin)?;
     CCL.with(|c| *c.borrow_mut() = Some(Arc::new(ccl)));
     Ok(Any::None)
 }
@@ -710,8 +710,8 @@ pub(super) fn by_name(name: &str) -> Option<Collective> {
 /// A built-in as registered.
 type Builtin = Box<dyn Fn(&[AnyView<'_>]) -> Result<Any> + Send + Sync>;
 
-/// Registers the collective built-ins once per process.
-pub fn register() {
+/// Registers the CPU collective built-ins once per process.
+pub(super) fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let collectives = COLLECTIVES.into_iter().map(|(name, body)| {

@@ -20,13 +20,12 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, PoisonError};
 
+use super::runtime::Signals;
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
 use crate::channel::shm::SharedMemory;
 use crate::channel::{SharedSleeper, SpinPolicy};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, Result, Tensor};
-use crate::session::ccl::CpuCcl;
-use crate::session::worker::Signals;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::wire::ArenaTensor;
@@ -83,6 +82,8 @@ impl Handled {
 pub(crate) struct Arena {
     memory: SharedMemory,
     workers: usize,
+    /// Bytes of one communicator area, whole pages.
+    ccl_area_bytes: usize,
     /// The workers this process saw dead through their life mutex.
     lost: Box<[AtomicBool]>,
 }
@@ -90,42 +91,84 @@ pub(crate) struct Arena {
 /// How many communicator areas the arena has.
 pub(crate) const CCL_AREAS: usize = 2;
 
-impl Arena {
-    fn bytes_for(workers: usize) -> Option<usize> {
-        let regions = REGION_BYTES.checked_mul(workers)?;
-        regions.checked_add(Self::regions_start(workers)?)
+/// A communicator area of an arena: where it lies, the base and length of the mapping that
+/// offsets of buffers count in, and the mapping, which stays while this value lives.
+pub(crate) struct CclArea {
+    /// Which of the arena's [`CCL_AREAS`] this is.
+    pub index: usize,
+    pub at: NonNull<u8>,
+    pub base: usize,
+    pub len: usize,
+    /// How many workers share the arena.
+    pub workers: usize,
+    pub mapping: Arc<dyn Send + Sync>,
+}
+
+/// The sizes of an arena's parts, from its workers and the bytes of one communicator's records
+/// (the caller's, so that the collectives' layout stays theirs).
+#[derive(Clone, Copy)]
+struct Layout {
+    workers: usize,
+    ccl_area_bytes: usize,
+}
+
+impl Layout {
+    fn new(workers: usize, ccl_bytes: usize) -> Option<Layout> {
+        let ccl_area_bytes = ccl_bytes.checked_next_multiple_of(page_size())?;
+        Some(Layout {
+            workers,
+            ccl_area_bytes,
+        })
     }
 
-    /// Bytes of one communicator area, whole pages.
-    fn ccl_area_bytes(workers: usize) -> Option<usize> {
-        CpuCcl::shared_bytes(workers)?.checked_next_multiple_of(page_size())
+    fn bytes(self) -> Option<usize> {
+        let regions = REGION_BYTES.checked_mul(self.workers)?;
+        regions.checked_add(self.regions_start()?)
     }
 
-    fn ccl_areas_start(workers: usize) -> Option<usize> {
-        workers
+    fn ccl_areas_start(self) -> Option<usize> {
+        self.workers
             .checked_mul(size_of::<WorkerLine>())?
             .checked_next_multiple_of(page_size())
     }
 
-    fn regions_start(workers: usize) -> Option<usize> {
-        Self::ccl_area_bytes(workers)?
+    fn regions_start(self) -> Option<usize> {
+        self.ccl_area_bytes
             .checked_mul(CCL_AREAS)?
-            .checked_add(Self::ccl_areas_start(workers)?)
+            .checked_add(self.ccl_areas_start()?)
     }
+}
 
-    fn mapped(memory: SharedMemory, workers: usize) -> Arena {
-        Arena {
-            memory,
-            workers,
-            lost: (0..workers).map(|_| AtomicBool::new(false)).collect(),
+impl Arena {
+    fn layout(&self) -> Layout {
+        Layout {
+            workers: self.workers,
+            ccl_area_bytes: self.ccl_area_bytes,
         }
     }
 
-    /// A new arena for `workers` workers (the controller's).
-    pub fn create(workers: usize) -> Result<Arena> {
-        let len = Self::bytes_for(workers)
-            .ok_or_else(|| Error::value(format!("an arena for {workers} workers is too large")))?;
-        let arena = Arena::mapped(SharedMemory::create("discovm-arena", len)?, workers);
+    fn sized(workers: usize, ccl_bytes: usize) -> Result<(Layout, usize)> {
+        let too_large = || Error::value(format!("an arena for {workers} workers is too large"));
+        let layout = Layout::new(workers, ccl_bytes).ok_or_else(too_large)?;
+        Ok((layout, layout.bytes().ok_or_else(too_large)?))
+    }
+
+    fn mapped(memory: SharedMemory, layout: Layout) -> Arena {
+        Arena {
+            memory,
+            workers: layout.workers,
+            ccl_area_bytes: layout.ccl_area_bytes,
+            lost: (0..layout.workers)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
+        }
+    }
+
+    /// A new arena for `workers` workers whose communicators take `ccl_bytes` each (the
+    /// controller's).
+    pub fn create(workers: usize, ccl_bytes: usize) -> Result<Arena> {
+        let (layout, len) = Self::sized(workers, ccl_bytes)?;
+        let arena = Arena::mapped(SharedMemory::create("discovm-arena", len)?, layout);
         (0..workers).try_for_each(|worker| arena.init_life(worker))?;
         Ok(arena)
     }
@@ -159,16 +202,18 @@ impl Arena {
         }
     }
 
-    /// The arena the controller passed this worker process as `fd`.
-    pub fn attach(fd: OwnedFd, workers: usize) -> Result<Arena> {
+    /// The arena the controller passed this worker process as `fd`, made by `create` with the
+    /// same `workers` and `ccl_bytes`.
+    pub fn attach(fd: OwnedFd, workers: usize, ccl_bytes: usize) -> Result<Arena> {
         let memory = SharedMemory::from_fd(fd)?;
-        if Some(memory.len()) != Self::bytes_for(workers) {
+        let (layout, len) = Self::sized(workers, ccl_bytes)?;
+        if memory.len() != len {
             return Err(Error::value(format!(
                 "the session's arena has {} bytes, not what {workers} workers need",
                 memory.len()
             )));
         }
-        Ok(Arena::mapped(memory, workers))
+        Ok(Arena::mapped(memory, layout))
     }
 
     pub fn fd(&self) -> BorrowedFd<'_> {
@@ -223,49 +268,47 @@ impl Arena {
 
     /// Where `worker`'s region starts, in bytes from the start of the arena.
     fn region_start(&self, worker: usize) -> usize {
-        Self::regions_start(self.workers).expect("checked when mapped") + worker * REGION_BYTES
+        self.layout().regions_start().expect("checked when mapped") + worker * REGION_BYTES
     }
 
-    /// Communicator area `area`: where it lies, and the base and length of the mapping that
-    /// offsets of buffers count in.
-    fn ccl_area(&self, area: usize) -> Result<(NonNull<u8>, usize, usize)> {
+    /// Communicator area `area`, as it is.
+    fn ccl_area(self: &Arc<Self>, area: usize) -> Result<CclArea> {
         if area >= CCL_AREAS {
             return Err(Error::index(format!(
                 "communicator area {area} out of range (the arena has {CCL_AREAS})"
             )));
         }
-        let bytes = Self::ccl_area_bytes(self.workers).expect("checked when mapped");
-        let start =
-            Self::ccl_areas_start(self.workers).expect("checked when mapped") + area * bytes;
+        let start = self
+            .layout()
+            .ccl_areas_start()
+            .expect("checked when mapped")
+            + area * self.ccl_area_bytes;
         let base = self.memory.as_ptr();
-        // SAFETY: within the mapping (`bytes_for` counts the areas).
+        // SAFETY: within the mapping (`Layout::bytes` counts the areas).
         let at = unsafe { NonNull::new_unchecked(base.add(start)) };
-        Ok((at, base as usize, self.memory.len()))
+        Ok(CclArea {
+            index: area,
+            at,
+            base: base as usize,
+            len: self.memory.len(),
+            workers: self.workers,
+            mapping: self.clone(),
+        })
     }
 
-    /// A new CPU communicator between the session's workers in communicator area `area`,
-    /// which is zeroed first (the controller's side; no worker may use the area meanwhile).
-    pub fn new_ccl(
-        self: &Arc<Self>,
-        area: usize,
-        num_groups: usize,
-        timeout: Option<std::time::Duration>,
-        spin: SpinPolicy,
-    ) -> Result<CpuCcl> {
+    /// Communicator area `area`, zeroed, for a new communicator (the side that lays it out;
+    /// no worker may use the area meanwhile).
+    pub fn fresh_ccl_area(self: &Arc<Self>, area: usize) -> Result<CclArea> {
         let place = self.ccl_area(area)?;
-        let bytes = Self::ccl_area_bytes(self.workers).expect("checked when mapped");
+        let bytes = self.ccl_area_bytes;
         // SAFETY: whole pages of the area, which nobody uses: removing them makes them read
         // as zeros.
-        let rc = unsafe { libc::madvise(place.0.as_ptr().cast(), bytes, libc::MADV_REMOVE) };
+        let rc = unsafe { libc::madvise(place.at.as_ptr().cast(), bytes, libc::MADV_REMOVE) };
         if rc != 0 {
             // SAFETY: as above; zeroing by hand where the system would not.
-            unsafe { place.0.as_ptr().write_bytes(0, bytes) };
+            unsafe { place.at.as_ptr().write_bytes(0, bytes) };
         }
-        let mapping: Arc<dyn Send + Sync> = self.clone();
-        let at = (area, place);
-        // SAFETY: the area holds what the communicator needs (`ccl_area_bytes`), is
-        // page-aligned, zeroed above, and mapped while `mapping` lives.
-        Ok(unsafe { CpuCcl::shared(self.workers, num_groups, at, mapping, timeout, spin) })
+        Ok(place)
     }
 
     /// The compact bytes of `tensor`, if they lie within `worker`'s region (a reply from a
@@ -418,35 +461,16 @@ fn region_for_ccl() -> Result<&'static Region> {
     })
 }
 
-/// The CPU communicator the controller laid out in communicator area `area` (this worker
-/// process's side).
-pub(crate) fn ccl(
-    area: usize,
-    num_groups: usize,
-    timeout: Option<std::time::Duration>,
-    spin: SpinPolicy,
-) -> Result<CpuCcl> {
-    let region = region_for_ccl()?;
-    let place = region.arena.ccl_area(area)?;
-    let mapping: Arc<dyn Send + Sync> = region.arena.clone();
-    let (workers, at) = (region.arena.workers, (area, place));
-    // SAFETY: the controller zeroed the area before it sent the call that installs it; the
-    // mapping stays while `mapping` lives.
-    Ok(unsafe { CpuCcl::shared(workers, num_groups, at, mapping, timeout, spin) })
+/// Communicator area `area` of this worker process's arena, as the controller laid it out.
+pub(crate) fn ccl_area(area: usize) -> Result<CclArea> {
+    region_for_ccl()?.arena.ccl_area(area)
 }
 
-/// A new CPU communicator between the worker processes of this machine's arena, laid out (and
-/// zeroed) by this worker in communicator area `area`, for a session whose controller is on
-/// another machine (the other workers here take it with [`ccl`] once this returned).
-pub(crate) fn fresh_ccl(
-    area: usize,
-    num_groups: usize,
-    timeout: Option<std::time::Duration>,
-    spin: SpinPolicy,
-) -> Result<CpuCcl> {
-    region_for_ccl()?
-        .arena
-        .new_ccl(area, num_groups, timeout, spin)
+/// Communicator area `area` of this worker process's arena, zeroed by this worker for a new
+/// communicator, for a session whose controller is on another machine (the other workers here
+/// take it with [`ccl_area`] once the communicator is made).
+pub(crate) fn fresh_ccl_area(area: usize) -> Result<CclArea> {
+    region_for_ccl()?.arena.fresh_ccl_area(area)
 }
 
 /// How many workers share this worker process's arena (its machine's); `None` for a worker
@@ -566,9 +590,10 @@ mod tests {
 
     #[test]
     fn a_workers_signals_set_by_the_controller_reach_its_mapping() {
-        let controller = Arena::create(2).unwrap();
+        // Any size of communicator records will do here.
+        let controller = Arena::create(2, 4096).unwrap();
         let fd = controller.fd().try_clone_to_owned().unwrap();
-        let worker = Arena::attach(fd, 2).unwrap();
+        let worker = Arena::attach(fd, 2, 4096).unwrap();
         let seen = worker.signals(1);
         assert!(!seen.stopping.load(Ordering::SeqCst));
         assert_eq!(seen.ccl_generation.load(Ordering::SeqCst), 0);

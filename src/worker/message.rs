@@ -1,4 +1,5 @@
-//! What the controller sends to workers: typed values, never serialised. A broadcast's
+//! What the controller sends to workers, as typed values: a worker thread takes them as they
+//! are, a worker process or node as frames (`session::requests`). A broadcast's
 //! arguments are built once and shared by every worker through one `Arc`; a call without
 //! arguments travels inline, with nothing to allocate.
 

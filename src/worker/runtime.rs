@@ -6,8 +6,6 @@ use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use super::ccl::nccl;
-use super::controller::Session;
 use super::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
 };
@@ -15,7 +13,7 @@ use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::channel::{Channel, SpinPolicy, Watchers};
 use crate::device::cpu::SharedCpuWatch;
-use crate::device::cuda;
+use crate::device::{cuda, poll};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
@@ -30,8 +28,9 @@ pub struct WorkerShared {
     /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
     /// up after it.
     pub timeout: Option<Duration>,
-    /// The session, once it exists (for the worker's own handle; weak, so no cycle).
-    pub session: OnceLock<Weak<Session>>,
+    /// The session, once it exists (for the worker's own handle; weak, so no cycle). The
+    /// worker knows it only as something to hand back to its owner.
+    pub session: OnceLock<Weak<dyn std::any::Any + Send + Sync>>,
 }
 
 /// What the controller tells a worker outside its queue, for waits that could otherwise last
@@ -154,12 +153,14 @@ pub fn current() -> Option<WorkerInfo> {
 
 /// The worker's handle object, made once per thread by `make` from the worker and a weak
 /// reference to its session, and kept while the worker runs.
-pub fn current_handle(make: impl FnOnce(WorkerInfo, Weak<Session>) -> Any) -> Option<Any> {
+pub fn current_handle(
+    make: impl FnOnce(WorkerInfo, Option<&Weak<dyn std::any::Any + Send + Sync>>) -> Any,
+) -> Option<Any> {
     CURRENT.with(|c| {
         let mut current = c.borrow_mut();
         let (info, shared, handle) = current.as_mut()?;
         if matches!(handle, Any::None) {
-            *handle = make(*info, shared.session.get().cloned().unwrap_or_default());
+            *handle = make(*info, shared.session.get());
         }
         Some(handle.clone())
     })
@@ -180,7 +181,7 @@ impl Drop for ExitGuard {
 /// A worker's state on its own thread: its registers and the failures its next sync reports.
 /// A thread of this process or the main thread of a worker process drives it, one message at a
 /// time.
-pub(super) struct Worker {
+pub(crate) struct Worker {
     info: WorkerInfo,
     /// Whether the user pinned this worker (then it never moves itself).
     pinned: bool,
@@ -210,7 +211,7 @@ pub fn run(
 impl Worker {
     /// Makes the calling thread worker `info.id`: what functions it runs see as their worker,
     /// with the worker's device bound (a failure to bind is reported at the first sync).
-    pub(super) fn start(shared: Arc<WorkerShared>, info: WorkerInfo, pinned: bool) -> Worker {
+    pub(crate) fn start(shared: Arc<WorkerShared>, info: WorkerInfo, pinned: bool) -> Worker {
         let exit = ExitGuard(shared.clone());
         CURRENT.with(|c| *c.borrow_mut() = Some((info, shared, Any::None)));
         let mut worker = Worker {
@@ -229,24 +230,23 @@ impl Worker {
                 format!("worker {}: {}", info.id, cause.message),
             ));
         }
-        nccl::watch_worker_thread();
         worker
     }
 
     /// Ends the worker after its last message: its device work, then its values, on its own
     /// thread, as they were made there.
-    pub(super) fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         // NCCL work queued and never synced would hold the stream's teardown in the driver if
         // a peer never joined it: it is waited for by polling first, which gives up (aborting
         // the communicators) as the session is shutting down.
-        if nccl::watch().is_some() {
+        if poll::this_threads_check().is_some() {
             self.sync_device();
         }
         self.registers.clear();
     }
 
     /// Runs one message; false once it was the last (`Shutdown`).
-    pub(super) fn handle(&mut self, message: Message) -> bool {
+    pub(crate) fn handle(&mut self, message: Message) -> bool {
         match message {
             Message::Call { func, out, args } => {
                 self.call(func, out, args.as_deref().unwrap_or(&[]))
@@ -400,11 +400,11 @@ impl Worker {
     /// Waits for the device work the worker queued, and keeps its failures for the reply: the
     /// work on its stream, if it has one, and on a GPU also the kernels its functions launched
     /// on the device's default stream. A worker with NCCL communicators polls instead of
-    /// blocking in the driver, watching them (see [`nccl::watch`]): a collective a peer never
-    /// joins then ends in an error instead of holding the worker for good.
+    /// blocking in the driver, with the check its collectives set for its thread (see
+    /// [`poll::watch_this_thread`]): a collective a peer never joins then ends in an error
+    /// instead of holding the worker for good.
     fn sync_device(&mut self) {
-        let watch = nccl::watch();
-        let mut check = watch.as_ref().map(|watch| move || watch.check());
+        let mut check = poll::this_threads_check();
         if let Some(stream) = STREAM.with(|s| s.borrow().clone())
             && let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _))
         {
@@ -418,7 +418,7 @@ impl Worker {
     }
 
     /// Keeps `error` for the next sync to report.
-    pub(super) fn note_failure(&mut self, error: &Error) {
+    pub(crate) fn note_failure(&mut self, error: &Error) {
         match &mut self.failure {
             Some((_, more)) => *more += 1,
             None => self.failure = Some((error.clone(), 0)),
@@ -488,8 +488,8 @@ impl Worker {
         with_stream(|stream| {
             // The copy waits in the driver for the stream's earlier work, which NCCL work may
             // keep from ever finishing: with NCCL, that work is waited for by polling first.
-            if let Some(watch) = nccl::watch() {
-                watch.sync(stream)?;
+            if let Some(mut check) = poll::this_threads_check() {
+                stream.sync_checked(Some(&mut *check))?;
             }
             stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
         })

@@ -3,7 +3,7 @@
 
 use std::sync::Once;
 
-use super::worker::{self, WorkerInfo};
+use super::runtime::{self as worker, WorkerInfo};
 use crate::abi::{DLDataType, DLDevice};
 use crate::device;
 use crate::device::cpu::pin_current_thread;
@@ -11,7 +11,7 @@ use crate::object::args::{argument, arity, optional};
 use crate::object::{Any, AnyView, Error, Function, Result, Shape, Tensor, registry};
 
 /// The worker running the calling thread, or an error naming the built-in `name`.
-pub(super) fn on_worker(name: &str) -> Result<WorkerInfo> {
+pub(crate) fn on_worker(name: &str) -> Result<WorkerInfo> {
     worker::current()
         .ok_or_else(|| Error::runtime(format!("`{name}` must run on a session worker thread")))
 }
@@ -38,9 +38,9 @@ fn empty(info: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
 
 /// A tensor of `dims` and `dtype` on `device`, as `runtime.disco.empty` makes it: in a worker
 /// process, a host tensor goes to the session's arena while it has room.
-pub(super) fn worker_empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
+pub(crate) fn worker_empty(dims: &[i64], dtype: DLDataType, device: DLDevice) -> Result<Tensor> {
     #[cfg(not(loom))]
-    if let Some(tensor) = super::process::arena_empty(dims, dtype, device)? {
+    if let Some(tensor) = super::arena::empty(dims, dtype, device)? {
         return Ok(tensor);
     }
     device::empty(dims, dtype, device)
@@ -95,9 +95,5 @@ pub fn register() {
         builtin("runtime.disco.empty", empty);
         builtin("runtime.disco.bind_worker_to_cpu_core", bind_to_core);
         super::module::register();
-        super::ccl::register();
-        super::ccl::nccl::register();
-        #[cfg(not(loom))]
-        super::ccl::gloo::register();
     });
 }

@@ -35,8 +35,8 @@ use crate::channel::SpinPolicy;
 use crate::device::gloo::Mesh;
 use crate::object::args::{argument, arity, is_none};
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, registry};
-use crate::session::builtins::on_worker;
-use crate::session::worker::WorkerInfo;
+use crate::worker::WorkerInfo;
+use crate::worker::builtins::on_worker;
 
 pub(crate) const OPEN: &str = "runtime.disco.gloo.open_per_worker";
 pub(crate) const CONNECT: &str = "runtime.disco.gloo.connect_per_worker";
@@ -255,12 +255,8 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             (Some(local), None)
         }
         (true, 0, None) => {
-            let ccl = crate::session::process::fresh_ccl(
-                attach.area,
-                local_groups,
-                attach.timeout,
-                attach.spin,
-            )?;
+            let ccl =
+                super::fresh_in_this_arena(attach.area, local_groups, attach.timeout, attach.spin)?;
             let local = Local {
                 ccl: Arc::new(ccl),
                 info: local_info,
@@ -293,7 +289,7 @@ pub(crate) fn node_groups(per_node: usize, per_group: usize) -> (bool, usize) {
 
 /// The worker process shares its machine's arena with the `per_node` workers of its node.
 fn check_arena(per_node: usize) -> Result<()> {
-    match crate::session::process::workers_in_arena() {
+    match crate::worker::arena::workers_in_arena() {
         Some(workers) if workers == per_node => Ok(()),
         found => Err(Error::runtime(format!(
             "a hierarchical communicator needs the {per_node} worker processes of this node to \
@@ -342,7 +338,7 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         }
     }
     if let Some(attach) = attach {
-        let ccl = crate::session::process::worker_ccl(
+        let ccl = super::in_this_arena(
             attach.area,
             attach.info.num_groups,
             attach.timeout,
