@@ -730,7 +730,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
     let calls: Vec<(Vec<u32>, u32)> = kept
         .iter()
         .filter_map(|frame| match frame {
-            Frame::Call { kills, out, .. } => Some((kills.clone(), *out)),
+            Frame::Call { frees, out, .. } => Some((frees.clone(), *out)),
             _ => None,
         })
         .collect();
@@ -740,7 +740,7 @@ fn a_dropped_drefs_free_rides_in_the_frame_of_the_next_call_to_every_worker() {
         "the second call carries the first one's free"
     );
     assert!(
-        !kept.iter().any(|frame| matches!(frame, Frame::Kill { .. })),
+        !kept.iter().any(|frame| matches!(frame, Frame::Free { .. })),
         "a free went as a frame of its own: {kept:?}"
     );
 }

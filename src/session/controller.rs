@@ -246,27 +246,27 @@ impl Session {
     /// one message per worker for both.
     pub(super) fn run_call_on_all(&self, call: impl Fn() -> Message) -> Result<()> {
         self.check_open()?;
-        let kills = self.take_frees();
+        let frees = self.take_frees();
         let all = 0..self.workers.len();
-        let pushed = self.push_range(all.clone(), call, &kills);
-        self.settle_frees(kills, pushed.is_ok());
+        let pushed = self.push_range(all.clone(), call, &frees);
+        self.settle_frees(frees, pushed.is_ok());
         self.wake(all);
         pushed
     }
 
-    /// Queues `message()` for the workers of `range` without waking them, after `kills`
+    /// Queues `message()` for the workers of `range` without waking them, after `frees`
     /// (registers they empty first; only a call takes them).
     pub(super) fn push_range(
         &self,
         range: std::ops::Range<usize>,
         message: impl Fn() -> Message,
-        kills: &[Reg],
+        frees: &[Reg],
     ) -> Result<()> {
         link::push_to(
             &self.workers,
             range,
             message,
-            kills,
+            frees,
             self.spin,
             self.deadline(),
             |w| self.alive(w),
@@ -423,7 +423,7 @@ impl Session {
         self.check_owner(there.0, "func")?;
         let (here_args, there_args) = (self.encode_args(here.1)?, self.encode_args(there.1)?);
         self.check_open()?;
-        let kills = self.take_frees();
+        let frees = self.take_frees();
         let all = 0..self.workers.len();
         let local = all
             .clone()
@@ -436,9 +436,9 @@ impl Session {
             args: args.clone(),
         };
         let pushed = self
-            .push_range(0..local, || call(here.0, &here_args), &kills)
-            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args), &kills));
-        self.settle_frees(kills, pushed.is_ok());
+            .push_range(0..local, || call(here.0, &here_args), &frees)
+            .and_then(|()| self.push_range(local..all.end, || call(there.0, &there_args), &frees));
+        self.settle_frees(frees, pushed.is_ok());
         self.wake(all);
         pushed.map(|()| out)
     }
@@ -525,16 +525,16 @@ impl Session {
         self.check_open()?;
         let args = self.encode_args(args)?;
         // Waiting frees go first, to every worker: here only when this one is all of them.
-        let kills = self.take_frees();
+        let frees = self.take_frees();
         let link = &self.workers[worker];
-        let told = (kills.is_empty() || self.workers.len() == 1)
-            && kills
+        let told = (frees.is_empty() || self.workers.len() == 1)
+            && frees
                 .iter()
-                .all(|&reg| link.try_push(Message::Kill(reg)).is_ok());
+                .all(|&reg| link.try_push(Message::Free(reg)).is_ok());
         let out = self.registers.allocate();
         let called = told && link.try_push(Message::Call { func, out, args }).is_ok();
         // A free queued twice empties an empty register: harmless, as it is not reused yet.
-        self.settle_frees(kills, told);
+        self.settle_frees(frees, told);
         if !called {
             self.registers.release(out); // no worker saw it
             return Ok(None);

@@ -26,7 +26,7 @@ impl Session {
             && self
                 .workers
                 .iter()
-                .all(|link| link.try_push(Message::Kill(reg)).is_ok())
+                .all(|link| link.try_push(Message::Free(reg)).is_ok())
         {
             self.registers.release(reg);
             return;
@@ -49,32 +49,32 @@ impl Session {
 
     /// Releases taken frees for reuse once every worker was `told`, or keeps them for the next
     /// send (a worker told twice empties an empty register).
-    pub(super) fn settle_frees(&self, kills: Vec<Reg>, told: bool) {
+    pub(super) fn settle_frees(&self, frees: Vec<Reg>, told: bool) {
         if told {
-            kills
+            frees
                 .into_iter()
                 .for_each(|reg| self.registers.release(reg));
-        } else if !kills.is_empty() {
+        } else if !frees.is_empty() {
             self.frees
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .extend(kills);
+                .extend(frees);
             self.has_frees.store(true, Ordering::SeqCst);
         }
     }
 
     /// Queues the frees waiting for a send to every worker, waiting for room as sends do.
     pub(super) fn queue_frees(&self) -> Result<()> {
-        let kills = self.take_frees();
-        if kills.is_empty() {
+        let frees = self.take_frees();
+        if frees.is_empty() {
             return Ok(());
         }
         // One message per free for all the workers (one per node for a node's workers).
         let all = 0..self.workers.len();
-        let queued = kills
+        let queued = frees
             .iter()
-            .try_for_each(|&reg| self.push_range(all.clone(), || Message::Kill(reg), &[]));
-        self.settle_frees(kills, queued.is_ok());
+            .try_for_each(|&reg| self.push_range(all.clone(), || Message::Free(reg), &[]));
+        self.settle_frees(frees, queued.is_ok());
         queued
     }
 }

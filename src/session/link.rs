@@ -28,9 +28,9 @@ use crate::worker::message::{CopyDirection, Message, Reply};
 use crate::worker::registers::Reg;
 use crate::worker::{Signals, WorkerShared};
 
-/// Queues `message()` for each of `targets` without waking them, after `kills`, registers
+/// Queues `message()` for each of `targets` without waking them, after `frees`, registers
 /// each target empties first (only a call takes them). Threads get the typed messages
-/// themselves; worker processes get one encoding of the call with its kills, made once for all
+/// themselves; worker processes get one encoding of the call with its frees, made once for all
 /// of them, and nodes the same bytes: that encoding where it was made, else one for a stream
 /// (large tensors written from their own memory); a node of several workers gets one message
 /// for all of them when every one is targeted.
@@ -38,7 +38,7 @@ pub(super) fn push_to(
     links: &[WorkerLink],
     targets: std::ops::Range<usize>,
     message: impl Fn() -> Message,
-    kills: &[Reg],
+    frees: &[Reg],
     spin: SpinPolicy,
     deadline: Option<Instant>,
     alive: impl Fn(usize) -> Result<()>,
@@ -55,13 +55,13 @@ pub(super) fn push_to(
         match &links[worker] {
             WorkerLink::Thread(link) => {
                 let push = |message| link.channel.push(message, spin, deadline, || alive(worker));
-                kills.iter().try_for_each(|&reg| push(Message::Kill(reg)))?;
+                frees.iter().try_for_each(|&reg| push(Message::Free(reg)))?;
                 push(message())?
             }
             #[cfg(not(loom))]
             WorkerLink::Process(link) => {
                 let frame = once(&mut encoded, || {
-                    super::requests::encode_broadcast(&message(), kills)
+                    super::requests::encode_broadcast(&message(), frees)
                 })?;
                 link.send_encoded(frame, spin, deadline)?
             }
@@ -84,7 +84,7 @@ pub(super) fn push_to(
                     Some(frame) => link.send_encoded(frame, whole)?,
                     None => {
                         let frame = once(&mut gathered, || {
-                            super::requests::gather_broadcast(&message(), kills)
+                            super::requests::gather_broadcast(&message(), frees)
                         })?;
                         link.send_gathered(frame, whole)?
                     }

@@ -59,17 +59,17 @@ pub(crate) fn try_send(
 }
 
 /// Encodes a message that needs no reply (a call, a store, a free, the shutdown), once for
-/// every worker it goes to; `kills`, the registers to empty first, ride on a call (nothing
+/// every worker it goes to; `frees`, the registers to empty first, ride on a call (nothing
 /// else takes them). A value that cannot cross is a `TypeError` naming it.
-pub(crate) fn encode_broadcast(message: &Message, kills: &[Reg]) -> Result<Vec<u8>> {
+pub(crate) fn encode_broadcast(message: &Message, frees: &[Reg]) -> Result<Vec<u8>> {
     let mut out = frame_buffer();
-    broadcast_frame(message, kills, |frame| frame.encode(&mut out))?;
+    broadcast_frame(message, frees, |frame| frame.encode(&mut out))?;
     Ok(out)
 }
 
 /// [`encode_broadcast`] for a stream: large host tensors are written from their own memory.
-pub(crate) fn gather_broadcast(message: &Message, kills: &[Reg]) -> Result<Gathered> {
-    broadcast_frame(message, kills, |frame| {
+pub(crate) fn gather_broadcast(message: &Message, frees: &[Reg]) -> Result<Gathered> {
+    broadcast_frame(message, frees, |frame| {
         frame.encode_gathered(frame_buffer())
     })
 }
@@ -82,11 +82,11 @@ pub(crate) fn recycle_gathered(frame: Gathered) {
 /// Hands `encode` the frame of a message that needs no reply.
 fn broadcast_frame<R>(
     message: &Message,
-    kills: &[Reg],
+    frees: &[Reg],
     encode: impl FnOnce(&Frame<AnyView<'_>>) -> Result<R>,
 ) -> Result<R> {
-    if !kills.is_empty() && !matches!(message, Message::Call { .. }) {
-        return Err(Error::runtime("only a call carries kills"));
+    if !frees.is_empty() && !matches!(message, Message::Call { .. }) {
+        return Err(Error::runtime("only a call carries frees"));
     }
     let frame = match message {
         Message::Call {
@@ -104,7 +104,7 @@ fn broadcast_frame<R>(
                 })
                 .collect();
             Frame::Call {
-                kills: kills.to_vec(),
+                frees: frees.to_vec(),
                 func: *func,
                 out: *reg,
                 args,
@@ -115,7 +115,7 @@ fn broadcast_frame<R>(
             name: store.name.clone(),
             value: Value::Plain(store.value.view()),
         },
-        Message::Kill(reg) => Frame::Kill { reg: *reg },
+        Message::Free(reg) => Frame::Free { reg: *reg },
         Message::Shutdown => Frame::Shutdown,
         _ => {
             return Err(Error::runtime(

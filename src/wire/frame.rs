@@ -21,7 +21,7 @@ use crate::object::{Any, Error, ErrorKind, HostBlock, Result};
 pub enum Kind {
     Call,
     Store,
-    Kill,
+    Free,
     Sync,
     Get,
     CountLive,
@@ -30,7 +30,7 @@ pub enum Kind {
     CopyFromWorker0,
     Shutdown,
     Lend,
-    KillCall,
+    FreeCall,
     GetModuleFunc,
     Ok,
     Err,
@@ -41,7 +41,7 @@ impl Kind {
     pub const ALL: [Kind; 15] = [
         Kind::Call,
         Kind::Store,
-        Kind::Kill,
+        Kind::Free,
         Kind::Sync,
         Kind::Get,
         Kind::CountLive,
@@ -50,7 +50,7 @@ impl Kind {
         Kind::CopyFromWorker0,
         Kind::Shutdown,
         Kind::Lend,
-        Kind::KillCall,
+        Kind::FreeCall,
         Kind::GetModuleFunc,
         Kind::Ok,
         Kind::Err,
@@ -61,7 +61,7 @@ impl Kind {
         match self {
             Kind::Call => 1,
             Kind::Store => 2,
-            Kind::Kill => 3,
+            Kind::Free => 3,
             Kind::Sync => 4,
             Kind::Get => 5,
             Kind::CountLive => 6,
@@ -70,7 +70,7 @@ impl Kind {
             Kind::CopyFromWorker0 => 9,
             Kind::Shutdown => 10,
             Kind::Lend => 11,
-            Kind::KillCall => 12,
+            Kind::FreeCall => 12,
             Kind::GetModuleFunc => 13,
             Kind::Ok => 128,
             Kind::Err => 129,
@@ -86,7 +86,7 @@ impl Kind {
         match self {
             Kind::Call => "Call",
             Kind::Store => "Store",
-            Kind::Kill => "Kill",
+            Kind::Free => "Free",
             Kind::Sync => "Sync",
             Kind::Get => "Get",
             Kind::CountLive => "CountLive",
@@ -95,7 +95,7 @@ impl Kind {
             Kind::CopyFromWorker0 => "CopyFromWorker0",
             Kind::Shutdown => "Shutdown",
             Kind::Lend => "Lend",
-            Kind::KillCall => "KillCall",
+            Kind::FreeCall => "FreeCall",
             Kind::GetModuleFunc => "GetModuleFunc",
             Kind::Ok => "Ok",
             Kind::Err => "Err",
@@ -116,13 +116,13 @@ impl Kind {
 /// too, and come back in the reply to the request.
 #[derive(Clone, Debug)]
 pub enum Frame<P = Any> {
-    /// Empties the registers of `kills`, in order, then calls the function in register `func`
+    /// Empties the registers of `frees`, in order, then calls the function in register `func`
     /// with `args` (a [`Value::Register`] argument is that register's value on the worker) and
     /// stores the result, or the failure, in `out`. No reply: a failure is reported by the next
-    /// `Sync`. A `Call` frame without kills, a `KillCall` frame with them: the frees of a
+    /// `Sync`. A `Call` frame without frees, a `FreeCall` frame with them: the frees of a
     /// controller's dropped DRefs ride on its next call.
     Call {
-        kills: Vec<u32>,
+        frees: Vec<u32>,
         func: u32,
         out: u32,
         args: Vec<Value<P>>,
@@ -135,7 +135,7 @@ pub enum Frame<P = Any> {
         value: Value<P>,
     },
     /// Empties register `reg`. No reply.
-    Kill { reg: u32 },
+    Free { reg: u32 },
     /// Replied once everything sent before it ran: `Ok` with None, or `Err` with the first
     /// failure since the last sync.
     Sync { request: u64 },
@@ -190,10 +190,10 @@ pub enum Frame<P = Any> {
 impl<P> Frame<P> {
     pub fn kind(&self) -> Kind {
         match self {
-            Frame::Call { kills, .. } if kills.is_empty() => Kind::Call,
-            Frame::Call { .. } => Kind::KillCall,
+            Frame::Call { frees, .. } if frees.is_empty() => Kind::Call,
+            Frame::Call { .. } => Kind::FreeCall,
             Frame::Store { .. } => Kind::Store,
-            Frame::Kill { .. } => Kind::Kill,
+            Frame::Free { .. } => Kind::Free,
             Frame::Sync { .. } => Kind::Sync,
             Frame::Get { .. } => Kind::Get,
             Frame::CountLive { .. } => Kind::CountLive,
@@ -215,7 +215,7 @@ fn write_reg(s: &mut dyn Sink, reg: u32, name: impl Display) -> Result<()> {
     s.u32(reg)
 }
 
-/// A call's count of `what` (its arguments, its kills) and the reserved word after it.
+/// A call's count of `what` (its arguments, its frees) and the reserved word after it.
 fn write_count(s: &mut dyn Sink, count: usize, what: &str) -> Result<()> {
     let count = u32::try_from(count)
         .map_err(|_| Error::value(format!("a call cannot carry {count} {what}")))?;
@@ -310,17 +310,17 @@ impl<P: Packed> Frame<P> {
     fn write_payload(&self, s: &mut dyn Sink) -> Result<()> {
         match self {
             Frame::Call {
-                kills,
+                frees,
                 func,
                 out,
                 args,
             } => {
-                if !kills.is_empty() {
-                    write_count(s, kills.len(), "kills")?;
-                    for (i, reg) in kills.iter().enumerate() {
-                        write_reg(s, *reg, format_args!("kills[{i}]"))?;
+                if !frees.is_empty() {
+                    write_count(s, frees.len(), "frees")?;
+                    for (i, reg) in frees.iter().enumerate() {
+                        write_reg(s, *reg, format_args!("frees[{i}]"))?;
                     }
-                    if kills.len() % 2 == 1 {
+                    if frees.len() % 2 == 1 {
                         s.u32(0)?;
                     }
                 }
@@ -341,7 +341,7 @@ impl<P: Packed> Frame<P> {
                 }
                 write_value(s, value, &"`value`")
             }
-            Frame::Kill { reg } => {
+            Frame::Free { reg } => {
                 write_reg(s, *reg, "reg")?;
                 s.u32(0)
             }
@@ -422,12 +422,12 @@ fn read_reg(r: &mut Reader<'_>, name: impl Display) -> Result<u32> {
     Ok(reg)
 }
 
-/// A `KillCall`'s registers to empty: a count (at least 1), a reserved word, the registers,
+/// A `FreeCall`'s registers to empty: a count (at least 1), a reserved word, the registers,
 /// and a zero word when the count is odd.
-fn read_kills(r: &mut Reader<'_>) -> Result<Vec<u32>> {
+fn read_frees(r: &mut Reader<'_>) -> Result<Vec<u32>> {
     let at = r.offset();
-    let count = r.u32("the kill count")?;
-    r.reserved("the word after the kill count")?;
+    let count = r.u32("the free count")?;
+    r.reserved("the word after the free count")?;
     // Every register takes 4 bytes: a count the payload cannot hold is refused before
     // anything is allocated for it.
     let most = r.remaining() / 4;
@@ -435,19 +435,19 @@ fn read_kills(r: &mut Reader<'_>) -> Result<Vec<u32>> {
         return Err(r.error_at(
             at,
             format_args!(
-                "{count} kills declared, but a KillCall kills from 1 to as many as the {} \
+                "{count} frees declared, but a FreeCall frees from 1 to as many as the {} \
                  bytes left hold ({most})",
                 r.remaining()
             ),
         ));
     }
-    let kills = (0..count)
-        .map(|i| read_reg(r, format_args!("kills[{i}]")))
+    let frees = (0..count)
+        .map(|i| read_reg(r, format_args!("frees[{i}]")))
         .collect::<Result<Vec<_>>>()?;
     if count % 2 == 1 {
-        r.reserved("the padding after the kills")?;
+        r.reserved("the padding after the frees")?;
     }
-    Ok(kills)
+    Ok(frees)
 }
 
 fn read_request(r: &mut Reader<'_>) -> Result<u64> {
@@ -558,9 +558,9 @@ impl Frame {
         let kind = header.kind.name();
         let r = &mut Reader::new(payload, HEADER_SIZE, header.minor, kind).with_mode(mode);
         let frame = match header.kind {
-            Kind::Call | Kind::KillCall => {
-                let kills = match header.kind {
-                    Kind::KillCall => read_kills(r)?,
+            Kind::Call | Kind::FreeCall => {
+                let frees = match header.kind {
+                    Kind::FreeCall => read_frees(r)?,
                     _ => Vec::new(),
                 };
                 let func = read_reg(r, "func")?;
@@ -585,7 +585,7 @@ impl Frame {
                     .map(|i| read_value(r, &format_args!("`args[{i}]`")))
                     .collect::<Result<_>>()?;
                 Frame::Call {
-                    kills,
+                    frees,
                     func,
                     out,
                     args,
@@ -607,10 +607,10 @@ impl Frame {
                 let value = read_value(r, &"`value`")?;
                 Frame::Store { reg, name, value }
             }
-            Kind::Kill => {
+            Kind::Free => {
                 let reg = read_reg(r, "reg")?;
                 r.reserved("the word after `reg`")?;
-                Frame::Kill { reg }
+                Frame::Free { reg }
             }
             Kind::Sync => Frame::Sync {
                 request: read_request(r)?,

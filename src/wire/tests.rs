@@ -144,7 +144,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-no-args",
             Frame::Call {
-                kills: vec![],
+                frees: vec![],
                 func: 1,
                 out: 2,
                 args: vec![],
@@ -153,7 +153,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-every-value",
             Frame::Call {
-                kills: vec![],
+                frees: vec![],
                 func: 3,
                 out: 4,
                 args: every_value(),
@@ -175,11 +175,11 @@ fn samples() -> Vec<(&'static str, Frame)> {
                 value: Value::Plain(Any::from("a stored string")),
             },
         ),
-        ("kill", Frame::Kill { reg: 7 }),
+        ("free", Frame::Free { reg: 7 }),
         (
-            "kill-call",
+            "free-call",
             Frame::Call {
-                kills: vec![7, 8, 9],
+                frees: vec![7, 8, 9],
                 func: 1,
                 out: 2,
                 args: vec![Value::Register(8)],
@@ -378,7 +378,7 @@ fn tensor_data_is_8_byte_aligned_in_the_frame() {
         ],
     ] {
         let bytes = encode(&Frame::Call {
-            kills: vec![],
+            frees: vec![],
             func: 1,
             out: 2,
             args,
@@ -399,7 +399,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     };
     let (first, second) = (large((64 << 10) + 3, 1), large(100_000, 2));
     let frame = Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 1,
         out: 2,
         args: vec![
@@ -420,7 +420,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     assert!(gathered.into_bytes().len() < 1024);
     // What cannot cross fails before anything is written.
     let bad = Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 1,
         out: 2,
         args: vec![
@@ -532,13 +532,13 @@ fn borrowed_values_encode_as_owned_ones_do() {
         host_tensor(&[2], I8, &[9, 8]).into(),
     ];
     let owned: Frame = Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 1,
         out: 2,
         args: values.iter().cloned().map(Value::Plain).collect(),
     };
     let borrowed: Frame<AnyView<'_>> = Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 1,
         out: 2,
         args: values.iter().map(|v| Value::Plain(v.view())).collect(),
@@ -566,18 +566,18 @@ fn every_frame_kind_round_trips() {
 #[test]
 fn frames_keep_their_fields() {
     match round_trip(&Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 3,
         out: 4,
         args: every_value(),
     }) {
         Frame::Call {
-            kills,
+            frees,
             func,
             out,
             args,
         } => {
-            assert!(kills.is_empty());
+            assert!(frees.is_empty());
             assert_eq!((func, out, args.len()), (3, 4, every_value().len()));
             assert!(matches!(args[2], Value::Plain(Any::Int(-5))));
             assert!(matches!(args[11], Value::Register(12)));
@@ -662,8 +662,8 @@ fn frames_keep_their_fields() {
         Frame::Get { request: 3, reg: 9 }
     ));
     assert!(matches!(
-        round_trip(&Frame::Kill { reg: 1 }),
-        Frame::Kill { reg: 1 }
+        round_trip(&Frame::Free { reg: 1 }),
+        Frame::Free { reg: 1 }
     ));
 }
 
@@ -712,7 +712,7 @@ fn refused<P: Packed>(frame: &Frame<P>, kind: ErrorKind, message: &str) {
 
 fn call(args: Vec<Value>) -> Frame {
     Frame::Call {
-        kills: vec![],
+        frees: vec![],
         func: 1,
         out: 2,
         args,
@@ -800,7 +800,7 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
     );
     refused(
         &Frame::<Any>::Call {
-            kills: vec![],
+            frees: vec![],
             func: 0,
             out: 2,
             args: vec![],
@@ -810,16 +810,16 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
     );
     refused(
         &Frame::<Any>::Call {
-            kills: vec![3, 0],
+            frees: vec![3, 0],
             func: 1,
             out: 2,
             args: vec![],
         },
         ErrorKind::Value,
-        "`kills[1]`: register 0 is reserved (no DRef holds it)",
+        "`frees[1]`: register 0 is reserved (no DRef holds it)",
     );
     refused(
-        &Frame::<Any>::Kill { reg: 0 },
+        &Frame::<Any>::Free { reg: 0 },
         ErrorKind::Value,
         "`reg`: register 0 is reserved (no DRef holds it)",
     );
@@ -1101,28 +1101,28 @@ fn lengths_past_the_payload_are_refused_before_allocating() {
 #[test]
 fn kill_calls_kill_at_least_one_register_and_pad_to_eight_bytes() {
     let call = Payload::default().u32(1).u32(2).u32(0).u32(0).0;
-    let kill_call = |head: Payload| raw(Kind::KillCall, head.bytes(&call));
+    let kill_call = |head: Payload| raw(Kind::FreeCall, head.bytes(&call));
     // One kill, then its padding word, then the call.
     let frame = decode(&kill_call(Payload::default().u32(1).u32(0).u32(7).u32(0))).unwrap();
-    assert!(matches!(frame, Frame::Call { kills, func: 1, out: 2, .. } if kills == [7]));
+    assert!(matches!(frame, Frame::Call { frees, func: 1, out: 2, .. } if frees == [7]));
     assert_eq!(
         refusal(&kill_call(Payload::default().u32(0).u32(0))),
-        "bad wire frame: KillCall frame, at byte 16: 0 kills declared, but a KillCall kills \
+        "bad wire frame: FreeCall frame, at byte 16: 0 frees declared, but a FreeCall frees \
          from 1 to as many as the 16 bytes left hold (4)"
     );
     assert_eq!(
         refusal(&kill_call(Payload::default().u32(u32::MAX).u32(0))),
-        "bad wire frame: KillCall frame, at byte 16: 4294967295 kills declared, but a KillCall \
-         kills from 1 to as many as the 16 bytes left hold (4)"
+        "bad wire frame: FreeCall frame, at byte 16: 4294967295 frees declared, but a FreeCall \
+         frees from 1 to as many as the 16 bytes left hold (4)"
     );
     assert_eq!(
         refusal(&kill_call(Payload::default().u32(1).u32(0).u32(7).u32(5))),
-        "bad wire frame: KillCall frame, at byte 28: the padding after the kills is 5, not 0 \
+        "bad wire frame: FreeCall frame, at byte 28: the padding after the frees is 5, not 0 \
          (reserved)"
     );
     assert_eq!(
         refusal(&kill_call(Payload::default().u32(2).u32(0).u32(7).u32(0))),
-        "bad wire frame: KillCall frame, at byte 28: `kills[1]`: register 0 is reserved (no \
+        "bad wire frame: FreeCall frame, at byte 28: `frees[1]`: register 0 is reserved (no \
          DRef holds it)"
     );
 }
@@ -1206,8 +1206,8 @@ fn non_canonical_fields_are_refused() {
          (reserved)"
     );
     assert_eq!(
-        refusal(&raw(Kind::Kill, Payload::default().u32(3).u32(1))),
-        "bad wire frame: Kill frame, at byte 20: the word after `reg` is 1, not 0 (reserved)"
+        refusal(&raw(Kind::Free, Payload::default().u32(3).u32(1))),
+        "bad wire frame: Free frame, at byte 20: the word after `reg` is 1, not 0 (reserved)"
     );
     // Booleans are 0 or 1.
     assert_eq!(
@@ -1216,8 +1216,8 @@ fn non_canonical_fields_are_refused() {
     );
     // Register 0.
     assert_eq!(
-        refusal(&raw(Kind::Kill, Payload::default().u32(0).u32(0))),
-        "bad wire frame: Kill frame, at byte 16: `reg`: register 0 is reserved (no DRef holds \
+        refusal(&raw(Kind::Free, Payload::default().u32(0).u32(0))),
+        "bad wire frame: Free frame, at byte 16: `reg`: register 0 is reserved (no DRef holds \
          it)"
     );
     let name = Payload::default().u32(tag::STR).u32(0).u64(0);
@@ -1543,8 +1543,8 @@ fn frame() -> impl Strategy<Value = Frame> {
             reg.clone(),
             vec(spec(), 0..6)
         )
-            .prop_map(|(kills, func, out, specs)| Frame::Call {
-                kills,
+            .prop_map(|(frees, func, out, specs)| Frame::Call {
+                frees,
                 func,
                 out,
                 args: specs.iter().map(make).collect(),
@@ -1556,7 +1556,7 @@ fn frame() -> impl Strategy<Value = Frame> {
                 value: make(&spec),
             }
         }),
-        reg.clone().prop_map(|reg| Frame::Kill { reg }),
+        reg.clone().prop_map(|reg| Frame::Free { reg }),
         any::<u64>().prop_map(|request| Frame::Sync { request }),
         (any::<u64>(), reg.clone()).prop_map(|(request, reg)| Frame::Get { request, reg }),
         any::<u64>().prop_map(|request| Frame::CountLive { request }),
@@ -1646,14 +1646,14 @@ proptest! {
     fn random_calls_round_trip(
         specs in vec(spec(), 0..8),
         func in 1..=u32::MAX,
-        kills in vec(1..=u32::MAX, 0..5),
+        frees in vec(1..=u32::MAX, 0..5),
     ) {
-        let frame = Frame::Call { kills: kills.clone(), func, out: 1, args: specs.iter().map(make).collect() };
-        let Frame::Call { kills: back_kills, func: back_func, args, .. } = round_trip(&frame)
+        let frame = Frame::Call { frees: frees.clone(), func, out: 1, args: specs.iter().map(make).collect() };
+        let Frame::Call { frees: back_kills, func: back_func, args, .. } = round_trip(&frame)
         else {
             return Err(TestCaseError::fail("not a Call frame"));
         };
-        prop_assert_eq!(back_kills, kills);
+        prop_assert_eq!(back_kills, frees);
         prop_assert_eq!(back_func, func);
         prop_assert_eq!(args.len(), specs.len());
         for (spec, arg) in specs.iter().zip(&args) {

@@ -80,7 +80,7 @@ pub enum Message {
     Store(Arc<Store>),
     /// Empties a register. Queued without waking the worker: nobody waits for it, and the
     /// next message that needs the worker wakes it.
-    Kill(Reg),
+    Free(Reg),
     /// Reply once everything before it ran, with the first error since the last sync, if any.
     Sync(Reply<()>),
     /// Reply with an owned copy of a register's value.

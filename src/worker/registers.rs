@@ -24,7 +24,7 @@ impl RegisterIds {
         state.0
     }
 
-    /// Returns an id; call only after the kill for it was queued on every worker.
+    /// Returns an id; call only after the free of it was queued on every worker.
     pub fn release(&self, reg: Reg) {
         self.state
             .lock()
@@ -79,7 +79,7 @@ impl RegisterFile {
     }
 
     /// Empties a register, dropping its value.
-    pub fn kill(&mut self, reg: Reg) {
+    pub fn free(&mut self, reg: Reg) {
         self.set(reg, Slot::Empty, None);
     }
 
@@ -122,9 +122,9 @@ mod tests {
         assert_eq!(file.live(), 2);
         assert!(matches!(file.get(5), Slot::Value(Any::Int(6))));
         assert!(matches!(file.get(100), Slot::Empty));
-        file.kill(5);
-        file.kill(2);
-        file.kill(7);
+        file.free(5);
+        file.free(2);
+        file.free(7);
         assert_eq!(file.live(), 0);
     }
 }

@@ -256,7 +256,7 @@ impl Worker {
                 self.registers
                     .set(*reg, Slot::Value(value.clone()), name.clone());
             }
-            Message::Kill(reg) => self.registers.kill(reg),
+            Message::Free(reg) => self.registers.free(reg),
             // A request is answered only if its waiter has not given up (timed out): a reply
             // nobody reads must not swallow a failure the next wait should report.
             Message::Sync(reply) => {

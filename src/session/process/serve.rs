@@ -244,13 +244,13 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
                 (true, Some(copy_from(&mut worker, request, reg)))
             }
             Frame::Call {
-                kills,
+                frees,
                 func,
                 out,
                 args,
             } => {
-                for reg in kills {
-                    worker.handle(Message::Kill(reg));
+                for reg in frees {
+                    worker.handle(Message::Free(reg));
                 }
                 (worker.handle(call(func, out, args)?), None)
             }
@@ -401,7 +401,7 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
                 None,
             )
         }
-        Frame::Kill { reg } => (Message::Kill(reg), None, None),
+        Frame::Free { reg } => (Message::Free(reg), None, None),
         Frame::Get { request, reg } => {
             let reply = slot();
             let answer = Answer::Value(request, reply.clone());
