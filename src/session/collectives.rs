@@ -257,7 +257,11 @@ impl Session {
     /// break its waits), ending the one it replaces.
     pub(super) fn keep_ccl(&self, fresh: Option<Arc<CpuCcl>>) {
         let old = std::mem::replace(
-            &mut *self.ccl.lock().unwrap_or_else(PoisonError::into_inner),
+            &mut *self
+                .state
+                .ccl
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
             fresh,
         );
         if let Some(old) = old {

@@ -10,14 +10,13 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::dref::DRef;
-use super::health::Health;
 use super::link::{self, WorkerLink};
 #[cfg(not(loom))]
 use super::node::{self};
 #[cfg(not(loom))]
 use super::process;
+use super::state::SessionState;
 use crate::abi::DLDevice;
-use crate::ccl::CurrentCcl;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
@@ -48,12 +47,8 @@ pub struct Session {
     pub(super) devices: Vec<DLDevice>,
     pub(super) num_groups: usize,
     pub(super) registers: RegisterIds,
-    pub(super) closed: AtomicBool,
     pub(super) timeout: Option<Duration>,
     pub(super) spin: SpinPolicy,
-    /// The CPU communicator `init_ccl` set up, if any (kept to break its waits at shutdown;
-    /// the watcher of worker processes breaks it when one dies).
-    pub(super) ccl: CurrentCcl,
     /// Registers of dropped DRefs that not every worker was told of yet: the next send tells
     /// every worker, before its own message (see `free_register`).
     pub(super) frees: Mutex<Vec<Reg>>,
@@ -66,14 +61,14 @@ pub struct Session {
     /// its link as it happens.
     pub(super) watcher: Option<DeathWatch>,
     /// Held by `init_ccl` from sending the new communicator to the workers until it keeps it,
-    /// so that every worker installs the same one last, and that is the one kept. (Not `ccl`'s
+    /// so that every worker installs the same one last, and that is the one kept. (Not the `ccl`'s
     /// lock: shutdown takes that one to break waits that this call's sync may be stuck behind.)
     pub(super) ccl_setup: Mutex<()>,
     /// Whether `load_module` ships modules to the other nodes (sessions across machines).
     pub(super) upload_modules: bool,
-    /// Whether the session is broken, for sessions whose workers can die (worker processes,
-    /// nodes).
-    pub(super) health: Option<Arc<Health>>,
+    /// Whether the session is open, stopping or broken, and the CPU communicator `init_ccl`
+    /// set up, if any (kept to break its waits at shutdown; the death of a worker breaks it).
+    pub(super) state: Arc<SessionState>,
     /// How many times `init_ccl` laid out communicators in the nodes' arenas (sessions across
     /// machines): each goes to the area after the last one's.
     pub(super) node_ccl_inits: AtomicUsize,
@@ -170,7 +165,7 @@ impl Session {
     }
 
     pub fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::SeqCst)
+        self.state.is_stopping()
     }
 
     /// Checks a worker index from C.
@@ -192,14 +187,12 @@ impl Session {
 
     /// Fails with `SessionClosed` after shutdown.
     pub fn check_open(&self) -> Result<()> {
-        if self.closed.load(Ordering::SeqCst) {
+        if self.state.is_stopping() {
             return Err(closed_error());
         }
         // A session whose worker process or node died is broken: everything fails with that
         // cause (worker 0's link may see its own death before anyone recorded it).
-        if let Some(health) = &self.health {
-            health.check()?;
-        }
+        self.state.check()?;
         if self.has_processes() {
             self.alive(0)?;
         }
@@ -687,7 +680,7 @@ impl Session {
     /// Stops every worker after the work already queued and joins their threads. Later calls
     /// fail with `SessionClosed`; shutting down again does nothing.
     pub fn shutdown(&self) -> Result<()> {
-        if self.closed.swap(true, Ordering::SeqCst) {
+        if !self.state.begin_stopping() {
             return Ok(());
         }
         // A collective some worker never joins would keep its worker from ever reading the
@@ -697,6 +690,7 @@ impl Session {
             link.mark_stopping();
         }
         if let Some(ccl) = self
+            .state
             .ccl
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -709,8 +703,7 @@ impl Session {
         }
         // Worker processes get one grace period, together; those of a broken session none,
         // since nothing they still do can be seen.
-        let broken = self.health.as_ref().is_some_and(|h| h.check().is_err())
-            || (self.has_processes() && self.alive(0).is_err());
+        let broken = self.state.is_broken() || (self.has_processes() && self.alive(0).is_err());
         let deadline = match self.deadline() {
             _ if broken => Some(Instant::now()),
             Some(deadline) => Some(deadline),

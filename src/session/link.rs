@@ -300,7 +300,7 @@ impl WorkerLink {
 
     /// What the links of a session of worker processes share; None for worker threads.
     #[cfg(not(loom))]
-    pub fn process_session(&self) -> Option<&Arc<super::process::SessionLinks>> {
+    pub fn process_session(&self) -> Option<&Arc<super::process::ProcessSet>> {
         match self {
             WorkerLink::Thread(_) => None,
             WorkerLink::Process(link) => Some(link.session()),

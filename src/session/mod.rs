@@ -8,7 +8,6 @@ mod controller;
 mod dref;
 mod frees;
 mod handles;
-mod health;
 mod link;
 #[cfg(all(test, loom))]
 mod loom_model;
@@ -22,6 +21,7 @@ mod process;
 #[cfg(not(loom))]
 mod requests;
 mod start;
+mod state;
 mod worker_env;
 
 pub use crate::channel::SpinPolicy;

@@ -7,15 +7,14 @@
 use std::sync::{Arc, OnceLock};
 
 use super::controller::{DeathWatch, Session};
-use super::health::Health;
 use super::link::{ThreadLink, WorkerLink};
 #[cfg(not(loom))]
 use super::node::{self, NodeLink};
 use super::options::*;
 #[cfg(not(loom))]
 use super::process;
+use super::state::SessionState;
 use crate::abi::DLDevice;
-use crate::ccl::CurrentCcl;
 use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::pin_current_thread;
@@ -56,8 +55,8 @@ impl Session {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
         let (workers, started) =
             Self::start_threads(&devices, devices.len(), num_groups, &options)?;
-        let ccl = CurrentCcl::default();
-        let session = Self::assemble(workers, devices, num_groups, &options, None, ccl, None);
+        let state = Arc::new(SessionState::new());
+        let session = Self::assemble(workers, devices, num_groups, &options, None, state);
         session.threads_started(started)?;
         Ok(session)
     }
@@ -138,16 +137,16 @@ impl Session {
     }
 
     /// Starts a worker process on each of `devices`, workers `0 ..` of a session of
-    /// `num_workers` on this machine; returns their links, their watcher and the record of
-    /// whether the session is broken.
+    /// `num_workers` on this machine, which share the session's `state`; returns their links
+    /// and their watcher.
     #[cfg(not(loom))]
     pub(super) fn start_processes(
         devices: &[DLDevice],
         num_workers: usize,
         num_groups: usize,
         options: &SessionOptions,
-        ccl: &CurrentCcl,
-    ) -> Result<(Vec<WorkerLink>, DeathWatch, Arc<Health>)> {
+        state: &Arc<SessionState>,
+    ) -> Result<(Vec<WorkerLink>, DeathWatch)> {
         let here = process::Here {
             first: 0,
             count: devices.len(),
@@ -158,14 +157,13 @@ impl Session {
             options,
             devices,
             (here, None),
-            ccl.clone(),
+            state.clone(),
         )?;
-        let health = links[0].session().health.clone();
         let links = links
             .into_iter()
             .map(|l| WorkerLink::Process(Box::new(l)))
             .collect();
-        Ok((links, watcher, health))
+        Ok((links, watcher))
     }
 
     #[cfg(not(loom))]
@@ -178,18 +176,10 @@ impl Session {
         options: SessionOptions,
     ) -> Result<Arc<Session>> {
         let (num_groups, devices) = Self::check_start(num_workers, num_groups, &options, None)?;
-        let ccl = CurrentCcl::default();
-        let (links, watcher, health) =
-            Self::start_processes(&devices, devices.len(), num_groups, &options, &ccl)?;
-        let session = Self::assemble(
-            links,
-            devices,
-            num_groups,
-            &options,
-            Some(watcher),
-            ccl,
-            Some(health),
-        );
+        let state = Arc::new(SessionState::new());
+        let (links, watcher) =
+            Self::start_processes(&devices, devices.len(), num_groups, &options, &state)?;
+        let session = Self::assemble(links, devices, num_groups, &options, Some(watcher), state);
         // Every worker answers once it runs: one that cannot start is reported here.
         session
             .sync_all()
@@ -239,15 +229,15 @@ impl Session {
         let device_types = node::node_device_types(&options.devices, nodes, per_node)?;
         let listener = std::net::TcpListener::bind((host, port))
             .map_err(|e| Error::value(format!("cannot listen for nodes on {host}:{port}: {e}")))?;
-        let ccl = CurrentCcl::default();
+        let state = Arc::new(SessionState::new());
         let here = &devices[..per_node];
-        let (mut links, watcher, health, started) = if options.local_threads {
+        let (mut links, watcher, started) = if options.local_threads {
             let (links, started) = Self::start_threads(here, devices.len(), num_groups, &options)?;
-            (links, None, Arc::new(Health::new(ccl.clone())), started)
+            (links, None, started)
         } else {
-            let (links, watcher, health) =
-                Self::start_processes(here, devices.len(), num_groups, &options, &ccl)?;
-            (links, Some(watcher), health, Vec::new())
+            let (links, watcher) =
+                Self::start_processes(here, devices.len(), num_groups, &options, &state)?;
+            (links, Some(watcher), Vec::new())
         };
         let shape = node::Shape {
             num_nodes: nodes,
@@ -270,7 +260,7 @@ impl Session {
             options.timeout,
             heartbeat,
             &secret,
-            &health,
+            &state,
         );
         drop(listener);
         let nodes = match joined {
@@ -286,15 +276,7 @@ impl Session {
                     .map(|local| WorkerLink::Node(Box::new(NodeLink::new(node.clone(), local)))),
             );
         }
-        let session = Self::assemble(
-            links,
-            devices,
-            num_groups,
-            &options,
-            watcher,
-            ccl,
-            Some(health),
-        );
+        let session = Self::assemble(links, devices, num_groups, &options, watcher, state);
         session.threads_started(started)?;
         session
             .sync_all()
@@ -309,8 +291,7 @@ impl Session {
         num_groups: usize,
         options: &SessionOptions,
         watcher: Option<DeathWatch>,
-        ccl: CurrentCcl,
-        health: Option<Arc<Health>>,
+        state: Arc<SessionState>,
     ) -> Arc<Session> {
         let frees_wait = workers
             .iter()
@@ -321,16 +302,14 @@ impl Session {
             devices,
             num_groups,
             registers: RegisterIds::default(),
-            closed: AtomicBool::new(false),
             timeout: options.timeout,
             spin: options.spin,
-            ccl,
             frees: Mutex::new(Vec::new()),
             has_frees: AtomicBool::new(false),
             watcher,
             ccl_setup: Mutex::new(()),
             upload_modules: options.upload_modules,
-            health,
+            state,
             node_ccl_inits: AtomicUsize::new(0),
         })
     }

@@ -21,8 +21,8 @@ use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{SpinPolicy, Watchers};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
-use crate::session::health::Health;
 use crate::session::requests::{RequestBook, try_send};
+use crate::session::state::SessionState;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
@@ -57,7 +57,7 @@ pub(crate) struct NodeConnection {
     /// The flusher waits here.
     flusher: Watchers,
     /// Whether the session is broken or stopping.
-    health: Arc<Health>,
+    state: Arc<SessionState>,
 }
 
 impl NodeConnection {
@@ -69,7 +69,7 @@ impl NodeConnection {
         count: usize,
         stream: TcpStream,
         heartbeat: Duration,
-        health: Arc<Health>,
+        state: Arc<SessionState>,
     ) -> Result<Arc<NodeConnection>> {
         let io = |e: std::io::Error| Error::runtime(format!("node {rank}'s connection: {e}"));
         let peer = stream.peer_addr().map_err(io)?;
@@ -94,7 +94,7 @@ impl NodeConnection {
             stopped: AtomicBool::new(false),
             unsent: AtomicBool::new(false),
             flusher: Watchers::default(),
-            health,
+            state,
         });
         let read = connection.clone();
         std::thread::Builder::new()
@@ -233,7 +233,7 @@ impl NodeConnection {
     /// Records that the node is gone with `error` and fails every request waiting on it; the
     /// session is broken with it, unless it was stopping.
     fn lose(&self, error: Error) {
-        let error = self.health.record_death(&self.death, error).clone();
+        let error = self.state.record_death(&self.death, error).clone();
         for book in &self.books {
             book.fail_all(&error);
         }
@@ -242,15 +242,7 @@ impl NodeConnection {
     /// Fails with why the node is gone (`SessionClosed` once the session stopped), or with why
     /// the session is broken.
     pub fn alive(&self, worker: usize) -> Result<()> {
-        match (self.death.get(), self.health.broken.get()) {
-            (Some(_), _) if self.health.stopping.load(Ordering::SeqCst) => Err(Error::new(
-                ErrorKind::SessionClosed,
-                format!("worker {worker} has exited"),
-            )),
-            (Some(death), _) => Err(death.clone()),
-            (None, Some(first)) => Err(first.clone()),
-            (None, None) => Ok(()),
-        }
+        self.state.alive(worker, self.death.get())
     }
 
     /// Writes one routed frame (sent by the flusher, or by a thread about to wait).
@@ -350,7 +342,7 @@ impl NodeConnection {
 
     /// Sends `Shutdown` to every worker of the node, once.
     fn stop(&self) -> Result<()> {
-        self.health.stopping.store(true, Ordering::SeqCst);
+        self.state.begin_stopping();
         if self.stopped.swap(true, Ordering::SeqCst) || self.death.get().is_some() {
             return Ok(());
         }

@@ -24,7 +24,7 @@ pub(crate) use serve::serve as serve_node;
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};
 use crate::object::{Error, ErrorKind, Result};
-use crate::session::health::Health;
+use crate::session::state::SessionState;
 use crate::sync::time::Instant;
 
 /// How often each side must hear from the other unless the session says otherwise.
@@ -117,7 +117,7 @@ pub(crate) fn join_nodes(
     timeout: Option<Duration>,
     heartbeat: Duration,
     secret: &Secret,
-    health: &Arc<Health>,
+    state: &Arc<SessionState>,
 ) -> Result<Vec<Arc<NodeConnection>>> {
     let io = |e: std::io::Error| Error::runtime(format!("listening for nodes: {e}"));
     listener.set_nonblocking(true).map_err(io)?;
@@ -212,7 +212,7 @@ pub(crate) fn join_nodes(
         .skip(1)
         .map(|(rank, stream)| {
             let stream = stream.expect("every rank joined");
-            NodeConnection::start(rank, rank * wpn, wpn, stream, heartbeat, health.clone())
+            NodeConnection::start(rank, rank * wpn, wpn, stream, heartbeat, state.clone())
         })
         .collect::<Result<Vec<_>>>()?;
     start_heartbeats(nodes.clone(), heartbeat);

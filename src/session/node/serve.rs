@@ -16,13 +16,13 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::{HEARTBEAT, workers_devices};
-use crate::ccl::CurrentCcl;
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
 use crate::session::options::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
+use crate::session::state::SessionState;
 use crate::session::worker_env::WorkerThreads;
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
@@ -180,7 +180,7 @@ pub(crate) fn serve(
             &options,
             &devices,
             (here, Some(uploads.dir())),
-            CurrentCcl::default(),
+            Arc::new(SessionState::new()),
         )?;
         Ok((uploads, links, watcher))
     });

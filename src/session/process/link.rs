@@ -16,8 +16,8 @@ use crate::channel::{SpinPolicy, Watchers, spin_briefly};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
-use crate::session::health::Health;
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
+use crate::session::state::SessionState;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
@@ -41,7 +41,7 @@ pub(crate) struct ProcessLink {
     /// Why the worker is gone, once the watcher saw it die.
     death: Arc<OnceLock<Error>>,
     /// What every worker's link in the session shares.
-    session: Arc<SessionLinks>,
+    session: Arc<ProcessSet>,
     /// Wakes the threads waiting on this worker.
     wakers: Arc<LinkWakers>,
     limits: Limits,
@@ -65,16 +65,18 @@ impl LinkWakers {
     }
 }
 
-/// What the links to a session's worker processes share.
-pub(crate) struct SessionLinks {
-    /// Whether the session is broken (the first death of a worker), and its communicator.
-    pub health: Arc<Health>,
+/// The session's worker processes on this machine, as their links share them: the session's
+/// state and its arena.
+pub(crate) struct ProcessSet {
+    /// Whether the session is stopping or broken (the first death of a worker), and its
+    /// communicator.
+    pub state: Arc<SessionState>,
     /// The session's arena, where worker 0 lends tensors for copies and CPU communicators
     /// keep their records.
     pub arena: Arc<Arena>,
 }
 
-impl SessionLinks {
+impl ProcessSet {
     /// A new CPU communicator in the arena's area that the workers' current one does not use
     /// (`runtime.disco.cpu.init_ccl_in_arena` installs it by its area's number).
     pub fn new_ccl(
@@ -84,7 +86,7 @@ impl SessionLinks {
         spin: SpinPolicy,
     ) -> Result<Arc<CpuCcl>> {
         let current = self
-            .health
+            .state
             .ccl
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
@@ -105,7 +107,7 @@ impl ProcessLink {
     }
 
     /// What the links of this worker's session share.
-    pub fn session(&self) -> &Arc<SessionLinks> {
+    pub fn session(&self) -> &Arc<ProcessSet> {
         &self.session
     }
 
@@ -116,7 +118,7 @@ impl ProcessLink {
         requests: Producer,
         replies: Consumer,
         death: Arc<OnceLock<Error>>,
-        session: Arc<SessionLinks>,
+        session: Arc<ProcessSet>,
     ) -> ProcessLink {
         let pid = child.pid();
         let wakers = Arc::new(LinkWakers {
@@ -164,18 +166,9 @@ impl ProcessLink {
             // Before the watcher saw it: the first to notice records it as the watcher would.
             let cause = self.child.try_exit()?;
             let error = cause.worker_error(self.worker, self.pid());
-            Some(self.session.health.record_death(&self.death, error))
+            Some(self.session.state.record_death(&self.death, error))
         });
-        let health = &self.session.health;
-        match (death, health.broken.get()) {
-            (Some(_), _) if health.stopping.load(Ordering::SeqCst) => Err(Error::new(
-                ErrorKind::SessionClosed,
-                format!("worker {} has exited", self.worker),
-            )),
-            (Some(death), _) => Err(death.clone()),
-            (None, Some(first)) => Err(first.clone()),
-            (None, None) => Ok(()),
-        }
+        self.session.state.alive(self.worker, death)
     }
 
     /// Sends a frame encoded by [`encode_broadcast`], waiting for room as `spin`
@@ -232,7 +225,7 @@ impl ProcessLink {
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
     pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
-        self.session.health.stopping.store(true, Ordering::SeqCst);
+        self.session.state.begin_stopping();
         let own_death = || match self.death.get() {
             Some(death) => Err(death.clone()),
             None => Ok(()),

@@ -10,15 +10,15 @@ use std::sync::{Arc, OnceLock};
 pub(crate) use crate::os::DeathWatch;
 pub(crate) use crate::worker::arena::CCL_AREAS;
 pub(crate) use link::ProcessLink;
-pub(crate) use link::SessionLinks;
+pub(crate) use link::ProcessSet;
 pub(crate) use serve::Here;
 pub(crate) use serve::serve;
 
-use super::health::Health;
 use super::options::SessionOptions;
+use super::state::SessionState;
 use super::worker_env::{check_imports, worker_environment};
 use crate::abi::DLDevice;
-use crate::ccl::{CpuCcl, CurrentCcl};
+use crate::ccl::CpuCcl;
 use crate::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::object::{Error, Result};
@@ -40,14 +40,14 @@ pub(crate) fn ccl_bytes(workers: usize) -> Result<usize> {
 /// Starts one worker process per device of `devices` (the workers `here` of a session of
 /// `num_workers`; on a node, `uploads` is where it keeps the modules uploaded to it), each with
 /// its rings and the environment the options ask for, and a watcher that records the death of
-/// any of them in its link and breaks the session's communicator `ccl` with it.
+/// any of them in its link and breaks the session (`state`) with it.
 pub(crate) fn start_workers(
     num_workers: usize,
     num_groups: usize,
     options: &SessionOptions,
     devices: &[DLDevice],
     (here, uploads): (Here, Option<&std::path::Path>),
-    ccl: CurrentCcl,
+    state: Arc<SessionState>,
 ) -> Result<(Vec<ProcessLink>, DeathWatch)> {
     let program = worker_program(options.worker_program.as_deref())?;
     check_imports(&options.worker_imports)?;
@@ -60,8 +60,8 @@ pub(crate) fn start_workers(
     );
     let half = ring_bytes(RING_CAPACITY)?;
     let mut links = Vec::with_capacity(devices.len());
-    let session = Arc::new(SessionLinks {
-        health: Arc::new(Health::new(ccl)),
+    let session = Arc::new(ProcessSet {
+        state,
         arena: Arc::new(Arena::create(devices.len(), ccl_bytes(devices.len())?)?),
     });
     for (local, &device) in devices.iter().enumerate() {
@@ -109,7 +109,7 @@ pub(crate) fn start_workers(
         if let Some((death, pid)) = deaths.get(worker) {
             // A worker that ends after the session told it to stop has not broken it.
             session
-                .health
+                .state
                 .record_death(death, cause.worker_error(here.first + worker, *pid));
             // Every wait on the session fails now: wake those parked on any worker's rings.
             for waiting in &wakers {
