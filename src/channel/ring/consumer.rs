@@ -85,8 +85,8 @@ impl Consumer {
     /// Errors: `RuntimeError` if the producer's position or the record in shared memory is
     /// corrupt.
     #[cfg(test)]
-    pub fn try_recv(&mut self) -> Result<Option<Frame<'_>>> {
-        Ok(self.state.poll(&self.ring)?.map(|record| Frame {
+    pub fn try_recv(&mut self) -> Result<Option<Received<'_>>> {
+        Ok(self.state.poll(&self.ring)?.map(|record| Received {
             consumer: self,
             record: Some(record),
             gathered: Vec::new(),
@@ -105,12 +105,12 @@ impl Consumer {
         policy: SpinPolicy,
         deadline: Option<Instant>,
         check: impl FnMut() -> Result<()>,
-    ) -> Result<Frame<'_>> {
+    ) -> Result<Received<'_>> {
         self.recv_placed(policy, deadline, check, |_| None)
     }
 
     /// [`Consumer::recv`], where a frame that comes in parts may be gathered in a block of
-    /// memory of its own, which the caller can keep ([`Frame::take_placed`]): given the first
+    /// memory of its own, which the caller can keep ([`Received::take_placed`]): given the first
     /// part, `place` says how long the whole frame is and which of its bytes should start on a
     /// 64-byte boundary (`None`: gather it in the consumer's own memory, as `recv` does).
     ///
@@ -122,7 +122,7 @@ impl Consumer {
         deadline: Option<Instant>,
         mut check: impl FnMut() -> Result<()>,
         place: impl FnOnce(&[u8]) -> Option<(usize, usize)>,
-    ) -> Result<Frame<'_>> {
+    ) -> Result<Received<'_>> {
         let mut gathered = std::mem::take(&mut self.gathered);
         let mut place = Some(place);
         let mut placed: Option<(HostBlock, Range<usize>)> = None;
@@ -143,7 +143,7 @@ impl Consumer {
                 break Some(record);
             }
             // A part, or the last of them: copied out and released at once.
-            // SAFETY: as in `Frame::deref`: a checked record, the producer's no more until it
+            // SAFETY: as in `Received::deref`: a checked record, the producer's no more until it
             // is released below.
             let part = unsafe {
                 std::slice::from_raw_parts(ring.payload(record.at, record.len), record.len)
@@ -192,7 +192,7 @@ impl Consumer {
                 range.len()
             )));
         }
-        Ok(Frame {
+        Ok(Received {
             consumer: self,
             record,
             gathered,
@@ -263,7 +263,7 @@ fn release(ring: &RingRef, tail: u64) {
 
 /// A received frame: its bytes, borrowed from the ring until it is dropped, or, for a frame
 /// that came in parts, gathered in memory of its own.
-pub struct Frame<'a> {
+pub struct Received<'a> {
     consumer: &'a mut Consumer,
     /// The record it lies in; `None` for a frame gathered from parts.
     record: Option<Record>,
@@ -272,7 +272,7 @@ pub struct Frame<'a> {
     placed: Option<(HostBlock, Range<usize>)>,
 }
 
-impl Frame<'_> {
+impl Received<'_> {
     /// The block a frame in parts was gathered in ([`Consumer::recv_placed`]) and where in it
     /// the frame lies, for the caller to keep; `None` for another frame (or once taken).
     pub fn take_placed(&mut self) -> Option<(HostBlock, Range<usize>)> {
@@ -280,7 +280,7 @@ impl Frame<'_> {
     }
 }
 
-impl Deref for Frame<'_> {
+impl Deref for Received<'_> {
     type Target = [u8];
 
     fn deref(&self) -> &[u8] {
@@ -298,7 +298,7 @@ impl Deref for Frame<'_> {
     }
 }
 
-impl Drop for Frame<'_> {
+impl Drop for Received<'_> {
     fn drop(&mut self) {
         let consumer = &mut *self.consumer;
         if let Some(record) = self.record {

@@ -19,7 +19,7 @@ mod layout;
 mod producer;
 mod view;
 
-pub use consumer::{Consumer, Frame};
+pub use consumer::{Consumer, Received};
 pub use layout::{MAX_CAPACITY, MAX_GATHERED, MIN_CAPACITY, RING_ALIGN, init_ring, ring_bytes};
 pub use producer::{Producer, Reservation};
 pub use view::Waker;
