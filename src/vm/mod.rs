@@ -37,6 +37,6 @@ mod stream;
 
 pub use dependence::{Access, settle};
 pub use executor::QUEUE_CAPACITY;
-pub use instruction::{Arg, DeviceWork};
+pub use instruction::{DeviceWork, Operand};
 pub use small_mem::{check_access, read, write};
 pub use stream::{Placement, Stream, StreamCell, StreamPoint, stream_handle};
