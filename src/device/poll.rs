@@ -83,6 +83,7 @@ pub(crate) fn poll_until(
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
     let mut backoff = Backoff::default();
+    // Not `channel::wait`: nothing wakes a waiter when a device passes a point, so this polls.
     loop {
         if passed()? {
             return Ok(());

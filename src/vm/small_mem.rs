@@ -119,6 +119,7 @@ impl Handshake {
 /// finished the access.
 fn wait_unshared<T>(shared: &crate::sync::Arc<T>) {
     let mut spins = 0u32;
+    // Not `channel::wait`: the executor lets go right after `finish` and wakes nobody for it.
     while crate::sync::Arc::strong_count(shared) > 1 {
         spins += 1;
         if spins < 64 {
