@@ -1,7 +1,9 @@
-//! Waiting for a device without blocking in its driver: a poll, then a pause that spins,
-//! yields, then sleeps, with a check between polls that may give up. Work a device runs may
-//! wait forever for another thread (an NCCL collective a peer never joins, a communicator a
-//! peer never joins), and a thread blocked in the driver could never give up on it.
+//! Waiting for a device without blocking in its driver. Work a device runs may wait forever for
+//! another thread (an NCCL collective or a communicator a peer never joins), and a thread
+//! blocked in the driver could never give up on it. The one idea: such a wait polls the device,
+//! pausing between polls (a spin, then yields, then sleeps of bounded back-off), and runs a
+//! check between polls that may give up; a thread whose waits are watched gets that check made
+//! anew for each wait that begins.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -31,13 +33,16 @@ pub(crate) fn watch_this_thread(make_check: CheckMaker) {
 /// [`watch_this_thread`]).
 pub(crate) fn this_threads_check() -> Option<Check> {
     // A thread's last destructors may still wait: by then there is no check maker.
-    let make_check = CHECK_MAKER.try_with(|m| m.borrow().clone()).ok().flatten()?;
+    let make_check = CHECK_MAKER
+        .try_with(|m| m.borrow().clone())
+        .ok()
+        .flatten()?;
     make_check()
 }
 
 /// How many polls of a polling wait only spin, and until which one they yield the CPU; later
 /// polls sleep, from [`FIRST_SLEEP`] doubling up to [`LONGEST_SLEEP`]. A collective that
-/// finishes within microseconds is seen at once; a long one costs the (2-vCPU) machine little.
+/// finishes within microseconds is seen at once; a long one costs the machine little.
 const SPIN_POLLS: u32 = 16;
 const YIELD_POLLS: u32 = 64;
 const FIRST_SLEEP: Duration = Duration::from_micros(10);

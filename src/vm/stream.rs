@@ -17,14 +17,16 @@ use crate::object::{Error, ErrorKind, Function, Result, Tensor};
 /// Which thread runs a stream's instructions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
-    /// One executor per device, shared by all its streams (the default; see the module docs).
+    /// One executor per device, shared by all its streams (the default, as in OneFlow's VM):
+    /// soft syncs between streams of one executor never block, and need no thread switch.
     #[default]
     SharedPerDevice,
     /// A thread of the stream's own.
     OwnThread,
     /// No thread: each instruction runs on the thread that submits it, in order, before the
     /// submission returns. For a stream one thread owns (a session worker's): its work never
-    /// waits for another thread. A callback running on such a stream cannot queue work on it.
+    /// waits for another thread, nor wakes one. A callback running on such a stream cannot
+    /// queue work on it.
     Inline,
 }
 
