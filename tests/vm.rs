@@ -14,7 +14,7 @@ use discovm::abi::{
     KDL_CUDA_HOST, KDL_FLOAT, KDL_INT,
 };
 use discovm::object::{Any, Error, ErrorKind, Function, Tensor};
-use discovm::vm::{self, Arg, Placement, Stream};
+use discovm::vm::{self, Operand, Placement, Stream};
 use errors::assert_error;
 
 const I64: DLDataType = DLDataType::new(KDL_INT, 64, 1);
@@ -76,8 +76,8 @@ fn two_streams_ping_ponging_writes_end_exact() {
         let b = Stream::with_placement(CPU, placement).unwrap();
         let inc = increment();
         for _ in 0..10_000 {
-            a.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
-            b.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+            a.call(&inc, vec![Operand::Write(t.clone())]).unwrap();
+            b.call(&inc, vec![Operand::Write(t.clone())]).unwrap();
         }
         assert_eq!(read_i64(&t), 20_000, "{placement:?}");
         a.sync().unwrap();
@@ -96,7 +96,7 @@ fn two_host_threads_writing_through_two_streams_lose_nothing() {
                     let stream = Stream::with_placement(CPU, placement).unwrap();
                     let inc = increment();
                     for _ in 0..10_000 {
-                        stream.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+                        stream.call(&inc, vec![Operand::Write(t.clone())]).unwrap();
                     }
                     stream.sync().unwrap();
                 });
@@ -113,7 +113,7 @@ fn synchronous_writes_interleave_with_stream_writes_in_order() {
         let a = Stream::with_placement(CPU, placement).unwrap();
         let inc = increment();
         for round in 0..2_000i64 {
-            a.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+            a.call(&inc, vec![Operand::Write(t.clone())]).unwrap();
             assert_eq!(read_i64(&t), 2 * round + 1);
             write_i64s(&t, &[2 * round + 2]);
         }
@@ -228,10 +228,10 @@ fn a_failing_callback_poisons_only_what_depends_on_it() {
     write_i64s(&good, &[41]);
     a.call(
         &failing("ValueError", "the kernel rejected its input"),
-        vec![Arg::Write(bad.clone()), Arg::Value(Any::from(3i64))],
+        vec![Operand::Write(bad.clone()), Operand::Value(Any::from(3i64))],
     )
     .unwrap();
-    a.call(&increment(), vec![Arg::Write(good.clone())])
+    a.call(&increment(), vec![Operand::Write(good.clone())])
         .unwrap();
     b.copy(&from_bad, &bad).unwrap();
     b.copy(&from_good, &good).unwrap();
@@ -257,7 +257,7 @@ fn a_failing_callback_poisons_only_what_depends_on_it() {
     let out = tensor(&[1], I64);
     a.call(
         &increment(),
-        vec![Arg::Write(out.clone()), Arg::Read(bad.clone())],
+        vec![Operand::Write(out.clone()), Operand::Read(bad.clone())],
     )
     .unwrap();
     assert!(
@@ -293,7 +293,7 @@ fn a_stream_is_settled_when_its_work_ran_and_no_failure_waits() {
     let inline = Stream::with_placement(CPU, Placement::Inline).unwrap();
     assert!(inline.is_settled());
     inline
-        .call(&increment(), vec![Arg::Write(tensor(&[1], I64))])
+        .call(&increment(), vec![Operand::Write(tensor(&[1], I64))])
         .unwrap();
     assert!(inline.is_settled());
     inline
@@ -319,7 +319,8 @@ fn a_checked_sync_of_a_host_stream_waits_as_a_sync_and_never_calls_its_check() {
     let a = Stream::new(CPU).unwrap();
     let t = tensor(&[1], I64);
     for _ in 0..5 {
-        a.call(&increment(), vec![Arg::Write(t.clone())]).unwrap();
+        a.call(&increment(), vec![Operand::Write(t.clone())])
+            .unwrap();
     }
     a.call(&failing("RuntimeError", "boom"), vec![]).unwrap();
     let mut checks = 0;
@@ -347,7 +348,7 @@ fn dropping_a_stream_finishes_its_pending_work() {
         stream.call(&gate_callback(gate.clone()), vec![]).unwrap();
         let inc = increment();
         for _ in 0..1_000 {
-            stream.call(&inc, vec![Arg::Write(t.clone())]).unwrap();
+            stream.call(&inc, vec![Operand::Write(t.clone())]).unwrap();
         }
         let opener = {
             let gate = gate.clone();
@@ -505,7 +506,7 @@ fn bad_inputs_give_clear_errors() {
         err.message
     );
     let err = stream
-        .call(&increment(), vec![Arg::Write(read_only.clone())])
+        .call(&increment(), vec![Operand::Write(read_only.clone())])
         .unwrap_err();
     assert!(
         err.message.starts_with("`args[0]` is read-only"),
@@ -583,13 +584,13 @@ fn device_work_runs_in_stream_order_and_fails_like_a_callback() {
         let t = tensor(&[1], I64);
         write_i64s(&t, &[5]);
         stream
-            .call(&increment(), vec![Arg::Write(t.clone())])
+            .call(&increment(), vec![Operand::Write(t.clone())])
             .unwrap();
         let seen = Arc::new(AtomicUsize::new(0));
         let (seen2, t2) = (seen.clone(), t.clone());
         stream
             .launch(
-                vec![Arg::Read(t.clone())],
+                vec![Operand::Read(t.clone())],
                 Box::new(move |dev| {
                     assert!(dev.can_reach(CPU) && dev.completes_on_host());
                     // SAFETY: the tensor holds one int64 and the VM orders this after its writer.
@@ -602,7 +603,7 @@ fn device_work_runs_in_stream_order_and_fails_like_a_callback() {
         let out = tensor(&[1], I64);
         stream
             .launch(
-                vec![Arg::Read(t.clone()), Arg::Write(out.clone())],
+                vec![Operand::Read(t.clone()), Operand::Write(out.clone())],
                 Box::new(|_| Err(Error::runtime("the device refused"))),
             )
             .unwrap();
@@ -642,7 +643,7 @@ fn waiting_from_a_callback_on_the_same_executor_fails_instead_of_hanging() {
         vm::read(&t2, &mut out).map(|()| Any::None)
     });
     stream
-        .call(&reads_inside, vec![Arg::Write(t.clone())])
+        .call(&reads_inside, vec![Operand::Write(t.clone())])
         .unwrap();
     let err = stream.sync().unwrap_err();
     assert_error(
@@ -663,7 +664,7 @@ fn a_callback_may_queue_work_on_its_own_stream() {
             .upgrade()
             .ok_or_else(|| Error::runtime("stream gone"))?;
         for _ in 0..10 {
-            stream.call(&increment(), vec![Arg::Write(t2.clone())])?;
+            stream.call(&increment(), vec![Operand::Write(t2.clone())])?;
         }
         Ok(Any::None)
     });
@@ -679,7 +680,7 @@ fn an_inline_stream_runs_each_instruction_before_the_submission_returns() {
     let t = tensor(&[1], I64);
     for _ in 0..1000 {
         inline
-            .call(&increment(), vec![Arg::Write(t.clone())])
+            .call(&increment(), vec![Operand::Write(t.clone())])
             .unwrap();
     }
     // No sync: the work is already done, on this thread.
@@ -695,10 +696,13 @@ fn an_inline_stream_is_ordered_after_other_streams() {
     let gate = Arc::new(AtomicBool::new(false));
     let t = tensor(&[1], I64);
     threaded
-        .call(&gate_callback(gate.clone()), vec![Arg::Write(t.clone())])
+        .call(
+            &gate_callback(gate.clone()),
+            vec![Operand::Write(t.clone())],
+        )
         .unwrap();
     threaded
-        .call(&increment(), vec![Arg::Write(t.clone())])
+        .call(&increment(), vec![Operand::Write(t.clone())])
         .unwrap();
     let opener = {
         let gate = gate.clone();
@@ -706,13 +710,13 @@ fn an_inline_stream_is_ordered_after_other_streams() {
     };
     // Waits on this thread for the threaded stream's two writes, then adds its own.
     inline
-        .call(&increment(), vec![Arg::Write(t.clone())])
+        .call(&increment(), vec![Operand::Write(t.clone())])
         .unwrap();
     opener.join().unwrap();
     assert_eq!(read_i64(&t), 2);
     // And a threaded stream waits for what the inline stream wrote.
     threaded
-        .call(&increment(), vec![Arg::Write(t.clone())])
+        .call(&increment(), vec![Operand::Write(t.clone())])
         .unwrap();
     threaded.sync().unwrap();
     assert_eq!(read_i64(&t), 3);
@@ -724,12 +728,12 @@ fn an_inline_stream_takes_work_only_from_its_thread_and_is_read_from_any() {
     let t = tensor(&[1], I64);
     write_i64s(&t, &[41]);
     inline
-        .call(&increment(), vec![Arg::Write(t.clone())])
+        .call(&increment(), vec![Operand::Write(t.clone())])
         .unwrap();
     let (other, t2) = (inline.clone(), t.clone());
     let from_another_thread = std::thread::spawn(move || {
         let err = other
-            .call(&increment(), vec![Arg::Write(t2.clone())])
+            .call(&increment(), vec![Operand::Write(t2.clone())])
             .unwrap_err();
         // A small read of what the inline stream wrote still works from here.
         (err, read_i64(&t2))
@@ -761,7 +765,7 @@ fn a_callback_on_an_inline_stream_may_read_tensors_but_not_queue_on_its_stream()
         stream.call(&increment(), vec![]).map(|()| Any::None)
     });
     inline
-        .call(&reads_then_queues, vec![Arg::Write(t.clone())])
+        .call(&reads_then_queues, vec![Operand::Write(t.clone())])
         .unwrap();
     let err = inline.sync().unwrap_err();
     assert_error(&err, ErrorKind::Runtime, "cannot queue work on it");

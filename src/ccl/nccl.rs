@@ -62,7 +62,7 @@ use crate::object::args::{argument, arity, is_none};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
-use crate::vm::{Arg, Stream};
+use crate::vm::{Operand, Stream};
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
@@ -458,17 +458,21 @@ fn sized(what: &str, big: &Region, big_role: &str, small: &Region, times: usize)
 fn uses<'a>(
     reads: impl IntoIterator<Item = &'a Region>,
     writes: impl IntoIterator<Item = &'a Region>,
-) -> Vec<Arg> {
+) -> Vec<Operand> {
     reads
         .into_iter()
-        .map(|r| Arg::Read(r.tensor().clone()))
-        .chain(writes.into_iter().map(|r| Arg::Write(r.tensor().clone())))
+        .map(|r| Operand::Read(r.tensor().clone()))
+        .chain(
+            writes
+                .into_iter()
+                .map(|r| Operand::Write(r.tensor().clone())),
+        )
         .collect()
 }
 
 /// Enqueues `work` on the worker's stream, ordered after earlier uses of its tensors (`uses`).
 fn enqueue(
-    uses: Vec<Arg>,
+    uses: Vec<Operand>,
     work: impl Fn(&dyn DeviceStream) -> Result<()> + Send + 'static,
 ) -> Result<()> {
     with_stream(|stream| stream.launch(uses, Box::new(work)))

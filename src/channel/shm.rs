@@ -3,15 +3,9 @@
 //!
 //! The one idea: the size is sealed. Neither process can shrink the file under the other's
 //! mapping (an access past the new end would raise SIGBUS) or grow it, so a mapping of the size
-//! checked once stays valid whatever the peer does.
-//!
-//! A memfd has no name in any filesystem: nothing appears under /dev/shm, nothing outlives the
-//! last process that holds it, and no other user can open it. Another process reaches it only
-//! through a descriptor it was given, or through `/proc/PID/fd`, which takes the right to ptrace
-//! the owner; its mode is 0600 as well. Descriptors are close-on-exec. A launcher that puts the
-//! descriptor in place with `dup2` (posix_spawn's file actions) passes it as it is, since the
-//! copy `dup2` makes is not close-on-exec; for a `std::process::Command`,
-//! [`SharedMemory::share_with_child`] keeps it open in that one child.
+//! checked once stays valid whatever the peer does. A memfd has no name in any filesystem:
+//! nothing appears under /dev/shm, nothing outlives the last process that holds it, and another
+//! process reaches it only through a descriptor it was given.
 //!
 //! Under `cfg(loom)` the memory is a heap allocation that the model's threads share.
 
@@ -33,6 +27,13 @@ mod mapped {
     /// A read-write `MAP_SHARED` mapping of a whole sealed memfd, and the descriptor. Unmapped
     /// on drop (the descriptor is closed then too; the memory lives on while another process
     /// holds it).
+    ///
+    /// No other user can open the memory: another process reaches it only through a descriptor
+    /// it was given, or through `/proc/PID/fd`, which takes the right to ptrace the owner; its
+    /// mode is 0600 as well. Descriptors are close-on-exec. A launcher that puts the descriptor
+    /// in place with `dup2` (posix_spawn's file actions) passes it as it is, since the copy
+    /// `dup2` makes is not close-on-exec; for a `std::process::Command`,
+    /// [`SharedMemory::share_with_child`] keeps it open in that one child.
     pub struct SharedMemory {
         base: NonNull<u8>,
         len: usize,

@@ -1,14 +1,13 @@
 //! How a waiter waits, the one policy of the library: a short PAUSE spin (enough for a
 //! cross-core round trip), then `yield_now` until the spin budget runs out (a yielding waiter
-//! hands its vCPU to runnable threads, which matters when workers outnumber cores), then park
-//! in slices, checking between slices that waiting still makes sense.
+//! hands its CPU to runnable threads, which matters when threads outnumber CPUs), then park in
+//! slices, checking between slices that waiting still makes sense.
 //!
-//! The side that makes progress wakes a waiter only when the waiter announced that it sleeps:
-//! the waiter announces, fences and polls once more before parking; the waker publishes its
-//! progress, fences and then looks at the announcement. Store, fence, load on both sides: one
-//! of them sees the other. The loop is written once ([`wait_for`]); what differs is how the
-//! waiter parks: a thread of this process parks and is unparked ([`Sleeper`]), a process
-//! sleeps on a futex word in shared memory that its peer process wakes ([`SharedSleeper`]).
+//! The one idea: the side that makes progress wakes a waiter only when the waiter announced
+//! that it sleeps. The waiter announces, fences and polls once more before parking; the waker
+//! publishes its progress, fences, then looks at the announcement: one of them sees the other.
+//! The loop is written once ([`wait_for`]); a thread of this process parks and is unparked
+//! ([`Sleeper`]), a process sleeps on a futex word in shared memory ([`SharedSleeper`]).
 
 use std::sync::PoisonError;
 use std::time::Duration;

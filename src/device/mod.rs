@@ -1,15 +1,12 @@
-//! Devices and memory: the [`Device`](crate::device::Device) trait the VM drives, and its backends (the host, and
-//! CUDA GPUs when the driver finds them), reached through [`backend`](crate::device::backend).
+//! Devices and memory: the [`Device`](crate::device::Device) trait the VM drives, and its
+//! backends (the host, and CUDA GPUs when the driver finds them), reached through
+//! [`backend`](crate::device::backend).
 //!
-//! A backend gives the VM three things: memory (allocate, free), streams on which copies are
-//! issued in order, and markers that order one stream after a point on another. The VM keeps
-//! the instruction order, the dependence tracking and the host-side waits; a backend only says
-//! how to issue work, which memory a stream can reach, and whether finishing it on the host
-//! means the device finished it too.
-//!
-//! Host memory comes in two kinds: the host's own (`kDLCPU`) and page-locked host memory
-//! (`kDLCUDAHost`, from the CUDA driver when it finds a GPU), which GPUs copy to and from
-//! without staging. Both are host memory to the VM ([`is_host_memory`](crate::device::is_host_memory)).
+//! The one idea: a backend gives the VM only memory (allocate, free), streams on which copies
+//! are issued in order, and markers that order one stream after a point on another; the VM
+//! keeps the instruction order, the dependence tracking and the host-side waits. Host memory is
+//! the host's own (`kDLCPU`) or page-locked (`kDLCUDAHost`, which GPUs copy without staging);
+//! both are host memory to the VM ([`is_host_memory`](crate::device::is_host_memory)).
 
 use std::any::Any as StdAny;
 use std::ptr::NonNull;

@@ -1,7 +1,9 @@
-//! Waiting for a device without blocking in its driver: a poll, then a pause that spins,
-//! yields, then sleeps, with a check between polls that may give up. Work a device runs may
-//! wait forever for another thread (an NCCL collective a peer never joins, a communicator a
-//! peer never joins), and a thread blocked in the driver could never give up on it.
+//! Waiting for a device without blocking in its driver. Work a device runs may wait forever for
+//! another thread (an NCCL collective or a communicator a peer never joins), and a thread
+//! blocked in the driver could never give up on it. The one idea: such a wait polls the device,
+//! pausing between polls (a spin, then yields, then sleeps of bounded back-off), and runs a
+//! check between polls that may give up; a thread whose waits are watched gets that check made
+//! anew for each wait that begins.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -13,31 +15,34 @@ use crate::object::Result;
 pub(crate) type Check = Box<dyn FnMut() -> Result<()>>;
 
 /// Makes the check for a wait beginning now, or `None` when the thread's waits may block.
-pub(crate) type Watcher = Rc<dyn Fn() -> Option<Check>>;
+pub(crate) type CheckMaker = Rc<dyn Fn() -> Option<Check>>;
 
 thread_local! {
-    static WATCHER: RefCell<Option<Watcher>> = const { RefCell::new(None) };
+    static CHECK_MAKER: RefCell<Option<CheckMaker>> = const { RefCell::new(None) };
 }
 
 /// Makes every wait of the calling thread for its device that would block in the driver (a
-/// stream or event sync, the sync after a small copy) poll instead, with the check `watcher`
-/// makes when the wait begins, whenever it makes one: how a session worker with NCCL
-/// communicators stays able to give up on work that waits for a peer, in waits of any kind.
-pub(crate) fn watch_this_thread(watcher: Watcher) {
-    WATCHER.with(|w| *w.borrow_mut() = Some(watcher));
+/// stream or event sync, the sync after a small copy) poll instead, with the check
+/// `make_check` makes when the wait begins, whenever it makes one: how a session worker with
+/// NCCL communicators stays able to give up on work that waits for a peer, in waits of any kind.
+pub(crate) fn watch_this_thread(make_check: CheckMaker) {
+    CHECK_MAKER.with(|m| *m.borrow_mut() = Some(make_check));
 }
 
 /// The check for a wait of the calling thread beginning now, if its waits are watched (see
 /// [`watch_this_thread`]).
 pub(crate) fn this_threads_check() -> Option<Check> {
-    // A thread's last destructors may still wait: by then there is no watcher.
-    let watcher = WATCHER.try_with(|w| w.borrow().clone()).ok().flatten()?;
-    watcher()
+    // A thread's last destructors may still wait: by then there is no check maker.
+    let make_check = CHECK_MAKER
+        .try_with(|m| m.borrow().clone())
+        .ok()
+        .flatten()?;
+    make_check()
 }
 
 /// How many polls of a polling wait only spin, and until which one they yield the CPU; later
 /// polls sleep, from [`FIRST_SLEEP`] doubling up to [`LONGEST_SLEEP`]. A collective that
-/// finishes within microseconds is seen at once; a long one costs the (2-vCPU) machine little.
+/// finishes within microseconds is seen at once; a long one costs the machine little.
 const SPIN_POLLS: u32 = 16;
 const YIELD_POLLS: u32 = 64;
 const FIRST_SLEEP: Duration = Duration::from_micros(10);
@@ -83,6 +88,7 @@ pub(crate) fn poll_until(
     check: &mut dyn FnMut() -> Result<()>,
 ) -> Result<()> {
     let mut backoff = Backoff::default();
+    // Not `channel::wait`: nothing wakes a waiter when a device passes a point, so this polls.
     loop {
         if passed()? {
             return Ok(());

@@ -260,7 +260,7 @@ mod tests {
     #[test]
     fn a_stream_closed_from_its_own_callback_keeps_its_uses_until_its_device_work_finished() {
         use crate::object::{Any, Function};
-        use crate::vm::Arg;
+        use crate::vm::Operand;
         use crate::vm::mock_device::imported;
         use std::sync::atomic::Ordering;
         let device = Arc::new(MockDevice::default());
@@ -284,7 +284,7 @@ mod tests {
                 Ok(Any::None)
             })
         };
-        a.call(&callback, vec![Arg::Value(Any::None)]).unwrap();
+        a.call(&callback, vec![Operand::Value(Any::None)]).unwrap();
         assert_eq!(
             *kept.lock().unwrap(),
             Some(true),

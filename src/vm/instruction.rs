@@ -13,8 +13,9 @@ pub(crate) struct HostPtr(pub *mut u8);
 // SAFETY: the submitter promised the memory stays valid and untouched until the copy finished.
 unsafe impl Send for HostPtr {}
 
-/// An argument of a callback run on a stream.
-pub enum Arg {
+/// An operand of a callback (or device work) run on a stream: a tensor it reads or writes, which
+/// orders it after the tensor's earlier uses, or any other value, passed as it is.
+pub enum Operand {
     /// A tensor the callback only reads.
     Read(Tensor),
     /// A tensor the callback writes (and may read).
@@ -53,7 +54,7 @@ pub(crate) enum Op {
         nbytes: usize,
     },
     /// A packed function, or device work, with its arguments.
-    Call { body: Body, args: Vec<Arg> },
+    Call { body: Body, args: Vec<Operand> },
     /// Nothing but the waits (a cross-stream wait).
     Mark,
 }
@@ -144,8 +145,8 @@ impl Op {
             }
             Op::Call { body, args } => {
                 let tensors = args.iter().filter_map(|a| match a {
-                    Arg::Read(t) | Arg::Write(t) => Some(t),
-                    Arg::Value(_) => None,
+                    Operand::Read(t) | Operand::Write(t) => Some(t),
+                    Operand::Value(_) => None,
                 });
                 let poisoned = first_poison(tensors);
                 let result = match (&poisoned, body) {
@@ -155,7 +156,7 @@ impl Op {
                 };
                 if let Err(error) = &result {
                     for arg in args {
-                        if let Arg::Write(t) = arg {
+                        if let Operand::Write(t) = arg {
                             TensorDeps::of(t).set_poison(error);
                         }
                     }
@@ -168,12 +169,12 @@ impl Op {
     }
 }
 
-fn call(func: &Function, args: &[Arg]) -> Result<()> {
+fn call(func: &Function, args: &[Operand]) -> Result<()> {
     let owned: Vec<Any> = args
         .iter()
         .map(|a| match a {
-            Arg::Read(t) | Arg::Write(t) => Any::from(t.clone()),
-            Arg::Value(v) => v.clone(),
+            Operand::Read(t) | Operand::Write(t) => Any::from(t.clone()),
+            Operand::Value(v) => v.clone(),
         })
         .collect();
     let views: Vec<AnyView<'_>> = owned.iter().map(Any::view).collect();

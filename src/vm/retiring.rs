@@ -1,24 +1,13 @@
 //! Retiring instructions: on a device stream whose work outlives the host call (a GPU's), an
 //! instruction is finished on the host once it was issued, but the device may still read and
-//! write its tensors. What it holds (its tensors, its callback and values) is kept here until
-//! the device has passed it, so that memory this library does not own (a DLPack import, whose
-//! deleter hands it back to its producer; another library's tensor object) is not given back
-//! while a copy still uses it.
-//!
-//! Every instruction is held, not only those holding memory of others: memory this library
-//! allocated is freed in stream order anyway (see `device::cuda`), so holding it a little
-//! longer costs memory for a short while and nothing else, and one rule keeps the bookkeeping
-//! free of per-tensor checks. Host streams hold nothing: their work is done when issued.
-//!
-//! Held instructions are let go: by a sync of the stream (after the device finished what was
-//! issued), by its close, by `settle`, by a small read or write on it (which waits for the
-//! device); and, without any of these, in batches: every
-//! [`BATCH`] instructions a marker is recorded after the batch, and batches whose marker the
-//! device passed (a query, which never blocks) are let go. When more than [`MAX_BATCHES`]
-//! batches are waiting, the executor waits on the device for the oldest one (the device is far
-//! behind; this bounds what is held, to about `BATCH * (MAX_BATCHES + 1)` instructions).
-//!
-//! Instructions are let go outside the lock: a deleter may call back into this library.
+//! write its tensors. The one idea: what it holds (its tensors, its callback and values) is
+//! kept here until the device has passed it, so that memory this library does not own (a
+//! DLPack import, whose deleter hands it back to its producer; another library's tensor object)
+//! is not given back while a copy still uses it. Every instruction is held, not only those
+//! holding memory of others: memory this library allocated is freed in stream order anyway (see
+//! `device::cuda`), so holding it a little longer costs only memory, and one rule keeps the
+//! bookkeeping free of per-tensor checks. Host streams hold nothing: their work is done when
+//! issued. Instructions are let go outside the lock: a deleter may call back into this library.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -53,6 +42,14 @@ struct Held {
 }
 
 /// What a device stream's finished instructions still hold.
+///
+/// Held instructions are let go: by a sync of the stream (after the device finished what was
+/// issued), by its close, by `settle`, by a small read or write on it (which waits for the
+/// device); and, without any of these, in batches: every [`BATCH`] instructions a marker is
+/// recorded after the batch, and batches whose marker the device passed (a query, which never
+/// blocks) are let go. When more than [`MAX_BATCHES`] batches are waiting, the executor waits on
+/// the device for the oldest one (the device is far behind; this bounds what is held, to about
+/// `BATCH * (MAX_BATCHES + 1)` instructions).
 #[derive(Default)]
 pub(crate) struct Retiring {
     held: Mutex<Held>,

@@ -1,16 +1,12 @@
 //! Synchronous small-memory access (`dvm_tensor_read` / `dvm_tensor_write`). When every earlier
-//! use of the tensor is over (on a GPU, once a sync or a marker showed the device passed it),
-//! the caller does the access itself: a plain copy for host memory; for device memory a copy
-//! on a stream of the device kept for such accesses, waited for at once. Otherwise the caller
-//! queues one instruction on the stream that last wrote the tensor, ordered after every
-//! earlier use on any stream, and waits for it.
+//! use of the tensor is over, the caller does the access itself ([`access_here`],
+//! [`access_directly`]); otherwise it queues one instruction on the stream that last wrote the
+//! tensor, ordered after every earlier use on any stream, and waits for it.
 //!
-//! The instruction is the calling thread's own and is reused, so the hot path allocates
-//! nothing. The caller waits in two phases on one state word: while the executor has other
-//! work queued, it may park until the executor *starts* the access (the executor wakes it just
-//! before copying, so the wake-up overlaps the copy); then it spins until the access is done.
-//! When the executor has nothing else queued, the caller skips the first phase and only spins,
-//! so the executor finds nobody asleep and wakes nobody.
+//! The one idea: the instruction is the calling thread's own and is reused, so the hot path
+//! allocates nothing, and the caller waits on one state word in two phases ([`Handshake`]): it
+//! may park until the executor *starts* the access (whose wake-up then overlaps the copy), then
+//! spins until it is done; with nothing else queued it only spins, so the executor wakes nobody.
 
 use std::cell::RefCell;
 use std::sync::{Arc, PoisonError};
@@ -37,7 +33,10 @@ const DONE: u32 = 2;
 const SKIP_BLOCKING_THRESHOLD: usize = 1;
 
 /// The handshake between the thread that waits for an access and the executor that runs it:
-/// one state word, the waiter's sleep flag and the access's outcome.
+/// one state word, the waiter's sleep flag and the access's outcome. While the executor has
+/// other work queued, the waiter may park until the executor starts the access (the executor
+/// wakes it just before copying); then it spins until the access is done. When the executor has
+/// nothing else queued, the waiter skips the first phase, so the executor finds nobody asleep.
 pub(crate) struct Handshake {
     state: AtomicU32,
     waiter: Thread,
@@ -119,6 +118,7 @@ impl Handshake {
 /// finished the access.
 fn wait_unshared<T>(shared: &crate::sync::Arc<T>) {
     let mut spins = 0u32;
+    // Not `channel::wait`: the executor lets go right after `finish` and wakes nobody for it.
     while crate::sync::Arc::strong_count(shared) > 1 {
         spins += 1;
         if spins < 64 {

@@ -5,7 +5,7 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use super::dependence::{Access, TensorDeps, Use, Waits};
 use super::executor::{Executor, Task};
-use super::instruction::{Arg, Body, DeviceWork, HostPtr, Instruction, Op};
+use super::instruction::{Body, DeviceWork, HostPtr, Instruction, Op, Operand};
 use super::progress::Progress;
 use super::retiring::Retiring;
 use crate::abi::DLDevice;
@@ -17,14 +17,16 @@ use crate::object::{Error, ErrorKind, Function, Result, Tensor};
 /// Which thread runs a stream's instructions.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Placement {
-    /// One executor per device, shared by all its streams (the default; see the module docs).
+    /// One executor per device, shared by all its streams (the default, as in OneFlow's VM):
+    /// soft syncs between streams of one executor never block, and need no thread switch.
     #[default]
     SharedPerDevice,
     /// A thread of the stream's own.
     OwnThread,
     /// No thread: each instruction runs on the thread that submits it, in order, before the
     /// submission returns. For a stream one thread owns (a session worker's): its work never
-    /// waits for another thread. A callback running on such a stream cannot queue work on it.
+    /// waits for another thread, nor wakes one. A callback running on such a stream cannot
+    /// queue work on it.
     Inline,
 }
 
@@ -446,23 +448,23 @@ impl Stream {
     /// Queues a call of `func` with `args`; tensors among them are ordered as read or written.
     /// A failure is reported by the next sync, and poisons the tensors passed as written: later
     /// instructions that use them skip and fail too, until they are overwritten whole.
-    pub fn call(&self, func: &Function, args: Vec<Arg>) -> Result<()> {
+    pub fn call(&self, func: &Function, args: Vec<Operand>) -> Result<()> {
         self.submit_call(Body::Function(func.clone()), args)
     }
 
     /// Queues `work` on the device stream underneath this one, ordered like [`Stream::call`]
     /// by the tensors in `args` (read or written by the work), with the same failure rules.
-    pub fn launch(&self, args: Vec<Arg>, work: DeviceWork) -> Result<()> {
+    pub fn launch(&self, args: Vec<Operand>, work: DeviceWork) -> Result<()> {
         self.submit_call(Body::Device(work), args)
     }
 
-    fn submit_call(&self, body: Body, args: Vec<Arg>) -> Result<()> {
+    fn submit_call(&self, body: Body, args: Vec<Operand>) -> Result<()> {
         let mut uses: Vec<(Tensor, Access)> = Vec::new();
         for (i, arg) in args.iter().enumerate() {
             let (tensor, access) = match arg {
-                Arg::Read(t) => (t, Access::Read),
-                Arg::Write(t) => (t, Access::Write),
-                Arg::Value(_) => continue,
+                Operand::Read(t) => (t, Access::Read),
+                Operand::Write(t) => (t, Access::Write),
+                Operand::Value(_) => continue,
             };
             self.core.check_tensor(tensor, &format!("args[{i}]"))?;
             if access == Access::Write {

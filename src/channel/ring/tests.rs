@@ -11,8 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use super::layout::{FRAME, HEADER_BYTES, Header, Layout, PAD, VERSION, record_word};
 use super::*;
-use crate::object::ErrorKind;
+use crate::channel::shm::SharedMemory;
+use crate::channel::wait::SpinPolicy;
+use crate::object::{Error, ErrorKind, Result};
 
 /// Long enough for any of these tests on a loaded machine; ends a wait that went wrong.
 const PATIENCE: Duration = Duration::from_secs(60);
