@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use discovm::channel::ring::{Consumer, Producer, init_ring, ring_bytes};
 use discovm::channel::shm::SharedMemory;
-use discovm::channel::{Channel, SpinPolicy};
+use discovm::channel::{Channel, Deadline, SpinPolicy};
 
 const RING: usize = 64 << 10;
 /// A zero-length frame ends an echo loop.
@@ -43,11 +43,11 @@ fn echo(memory: Arc<SharedMemory>, policy: SpinPolicy, check: impl Fn() -> disco
     let mut from = Consumer::attach(memory.clone(), 0).unwrap();
     let mut to = Producer::attach(memory, ring_bytes(RING).unwrap()).unwrap();
     loop {
-        let frame = from.recv(policy, None, &check).unwrap();
+        let frame = from.recv(policy, Deadline::NEVER, &check).unwrap();
         if frame.is_empty() {
             return;
         }
-        to.send(&frame, policy, None, &check).unwrap();
+        to.send(&frame, policy, Deadline::NEVER, &check).unwrap();
     }
 }
 
@@ -95,8 +95,10 @@ impl RingPair {
     }
 
     fn round_trip(&mut self, frame: &[u8], policy: SpinPolicy) {
-        self.out.send(frame, policy, None, no_check).unwrap();
-        let echo = self.back.recv(policy, None, no_check).unwrap();
+        self.out
+            .send(frame, policy, Deadline::NEVER, no_check)
+            .unwrap();
+        let echo = self.back.recv(policy, Deadline::NEVER, no_check).unwrap();
         assert_eq!(echo.len(), frame.len());
     }
 
@@ -105,16 +107,20 @@ impl RingPair {
         let (mut sent, mut received) = (0, 0);
         while received < count {
             while sent < count && sent - received < window {
-                self.out.send(frame, policy, None, no_check).unwrap();
+                self.out
+                    .send(frame, policy, Deadline::NEVER, no_check)
+                    .unwrap();
                 sent += 1;
             }
-            drop(self.back.recv(policy, None, no_check).unwrap());
+            drop(self.back.recv(policy, Deadline::NEVER, no_check).unwrap());
             received += 1;
         }
     }
 
     fn stop(mut self, policy: SpinPolicy) {
-        self.out.send(STOP, policy, None, no_check).unwrap();
+        self.out
+            .send(STOP, policy, Deadline::NEVER, no_check)
+            .unwrap();
         match self.peer {
             Peer::Thread(handle) => handle.join().unwrap(),
             Peer::Process(ref mut child) => assert!(child.wait().unwrap().success()),
@@ -142,14 +148,14 @@ impl ChannelPair {
                 if value == u64::MAX {
                     return;
                 }
-                to.send(value, policy, None, no_check).unwrap();
+                to.send(value, policy, Deadline::NEVER, no_check).unwrap();
             }
         });
         ChannelPair { out, back, peer }
     }
 
     fn round_trip(&self, policy: SpinPolicy) {
-        self.out.send(1, policy, None, no_check).unwrap();
+        self.out.send(1, policy, Deadline::NEVER, no_check).unwrap();
         assert_eq!(self.back.recv(policy), 1);
     }
 
@@ -157,7 +163,7 @@ impl ChannelPair {
         let (mut sent, mut received) = (0, 0);
         while received < count {
             while sent < count && sent - received < window {
-                self.out.send(7, policy, None, no_check).unwrap();
+                self.out.send(7, policy, Deadline::NEVER, no_check).unwrap();
                 sent += 1;
             }
             self.back.recv(policy);
@@ -166,7 +172,9 @@ impl ChannelPair {
     }
 
     fn stop(self, policy: SpinPolicy) {
-        self.out.send(u64::MAX, policy, None, no_check).unwrap();
+        self.out
+            .send(u64::MAX, policy, Deadline::NEVER, no_check)
+            .unwrap();
         self.peer.join().unwrap();
     }
 }

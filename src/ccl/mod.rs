@@ -692,7 +692,7 @@ impl CpuCcl {
         self.board.waiter(me).sleeper.wait(
             park,
             PARK_SLICE,
-            deadline,
+            deadline.map_or(crate::sync::Deadline::NEVER, crate::sync::Deadline::at),
             || format!("{what} in {}", team.name),
             slow,
             poll,

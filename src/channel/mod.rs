@@ -13,9 +13,9 @@ mod wait;
 
 use crate::object::Result;
 use crate::sync::ArrayQueue;
+pub use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread::Thread;
-use crate::sync::time::Instant;
 #[cfg(not(loom))]
 pub(crate) use wait::spin_briefly;
 pub(crate) use wait::{PARK_SLICE, SharedSleeper, Watchers};
@@ -67,7 +67,7 @@ impl<T> Channel<T> {
         &self,
         value: T,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let mut pending = match self.queue.push(value) {
@@ -110,7 +110,7 @@ impl<T> Channel<T> {
         &self,
         value: T,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         self.push(value, policy, deadline, check)?;
@@ -121,7 +121,13 @@ impl<T> Channel<T> {
     /// Receives the next value, waiting as long as it takes (the consumer thread only).
     pub fn recv(&self, policy: SpinPolicy) -> T {
         self.sleeper
-            .wait(policy, None, String::new, || Ok(()), || self.queue.pop())
+            .wait(
+                policy,
+                Deadline::NEVER,
+                String::new,
+                || Ok(()),
+                || self.queue.pop(),
+            )
             .expect("a wait without deadline or failing check cannot fail")
     }
 }

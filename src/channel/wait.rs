@@ -15,6 +15,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::futex::Futex;
@@ -88,7 +89,7 @@ fn wait_for<T>(
     sleeper: &impl Park,
     policy: SpinPolicy,
     slices: (Duration, Duration),
-    deadline: Option<Instant>,
+    deadline: Deadline,
     what: impl Fn() -> String,
     mut check: impl FnMut() -> Result<()>,
     mut poll: impl FnMut() -> Option<T>,
@@ -122,18 +123,15 @@ fn wait_for<T>(
             sleeper.announce(false);
             return Err(error);
         }
-        let park = match deadline {
-            Some(deadline) => {
-                let now = Instant::now();
-                if now >= deadline {
-                    sleeper.announce(false);
-                    return Err(Error::new(
-                        ErrorKind::Timeout,
-                        format!("{} timed out", what()),
-                    ));
-                }
-                (deadline - now).min(slice)
+        let park = match deadline.remaining() {
+            Some(left) if left.is_zero() => {
+                sleeper.announce(false);
+                return Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!("{} timed out", what()),
+                ));
             }
+            Some(left) => left.min(slice),
             None => slice,
         };
         sleeper.park(park);
@@ -190,7 +188,7 @@ impl Sleeper {
     pub fn wait<T>(
         &self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
@@ -211,7 +209,7 @@ impl Sleeper {
     pub fn wait_unwoken<T>(
         &self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
@@ -281,7 +279,7 @@ impl Watchers {
     pub(crate) fn wait<T>(
         &self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,
@@ -358,7 +356,7 @@ impl SharedSleeper {
         &self,
         policy: SpinPolicy,
         slice: Duration,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         check: impl FnMut() -> Result<()>,
         poll: impl FnMut() -> Option<T>,

@@ -20,9 +20,10 @@ use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
-use crate::sync::time::Instant;
+use crate::sync::deadline::STOP_GRACE;
 use crate::worker::completion::Completion;
 use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::worker::registers::{Reg, RegisterIds};
@@ -181,8 +182,8 @@ impl Session {
             })
     }
 
-    pub(super) fn deadline(&self) -> Option<Instant> {
-        self.timeout.map(|t| Instant::now() + t)
+    pub(super) fn deadline(&self) -> Deadline {
+        Deadline::after(self.timeout)
     }
 
     /// Fails with `SessionClosed` after shutdown.
@@ -283,7 +284,7 @@ impl Session {
         worker: usize,
         reply: &Reply<T>,
         what: &str,
-        deadline: Option<Instant>,
+        deadline: Deadline,
     ) -> Result<T> {
         self.workers[worker].wait(
             reply,
@@ -705,10 +706,9 @@ impl Session {
         // since nothing they still do can be seen.
         let broken = self.state.is_broken() || (self.has_processes() && self.alive(0).is_err());
         let deadline = match self.deadline() {
-            _ if broken => Some(Instant::now()),
-            Some(deadline) => Some(deadline),
-            None if self.has_processes() => Some(Instant::now() + link::PROCESS_GRACE),
-            None => None,
+            _ if broken => Deadline::now(),
+            never if never.is_never() && self.has_processes() => Deadline::after(Some(STOP_GRACE)),
+            deadline => deadline,
         };
         let mut first = None;
         for (worker, link) in self.workers.iter().enumerate() {

@@ -11,7 +11,6 @@
 #![cfg_attr(loom, allow(irrefutable_let_patterns))]
 
 use std::sync::{Arc, PoisonError};
-use std::time::Duration;
 
 #[cfg(not(loom))]
 use super::node::{NodeConnection, NodeLink};
@@ -20,8 +19,11 @@ use super::process::ProcessLink;
 use crate::channel::{Channel, SpinPolicy};
 use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
+#[cfg(not(loom))]
+use crate::sync::deadline::STOP_GRACE;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 use crate::worker::message::{CopyDirection, Message, Reply};
@@ -40,7 +42,7 @@ pub(super) fn push_to(
     message: impl Fn() -> Message,
     frees: &[Reg],
     spin: SpinPolicy,
-    deadline: Option<Instant>,
+    deadline: Deadline,
     alive: impl Fn(usize) -> Result<()>,
 ) -> Result<()> {
     #[cfg(not(loom))]
@@ -112,9 +114,6 @@ fn once<T>(made: &mut Option<T>, make: impl FnOnce() -> Result<T>) -> Result<&T>
     }
     Ok(made.as_ref().expect("made above"))
 }
-
-/// How long worker processes have to stop after `Shutdown` when the session sets no timeout.
-pub(crate) const PROCESS_GRACE: Duration = Duration::from_secs(10);
 
 /// A worker thread of this process.
 pub(super) struct ThreadLink {
@@ -192,7 +191,7 @@ impl WorkerLink {
         &self,
         message: Message,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         match self {
@@ -212,7 +211,7 @@ impl WorkerLink {
 
     /// Tells the worker to stop after the work already queued, waiting for room as `spin` and
     /// `deadline` say; a worker that is gone needs nothing.
-    pub fn stop(&self, worker: usize, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
+    pub fn stop(&self, worker: usize, spin: SpinPolicy, deadline: Deadline) -> Result<()> {
         match self {
             WorkerLink::Thread(link) => link
                 .channel
@@ -265,7 +264,7 @@ impl WorkerLink {
         name: &str,
         direction: CopyDirection,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
     ) -> Result<bool> {
         match self {
             // A worker thread copies through the caller's pointers, in its own order.
@@ -285,7 +284,7 @@ impl WorkerLink {
         &self,
         reply: &Reply<T>,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         check: impl FnMut() -> Result<()>,
     ) -> Result<T> {
@@ -338,7 +337,7 @@ impl WorkerLink {
     /// Waits for the worker to end after its `Shutdown`, until `deadline`; a worker process
     /// still running then is killed. `me` is the worker the calling thread is, if any (a
     /// worker dropping its own session cannot wait for itself).
-    pub fn join(&self, worker: usize, deadline: Option<Instant>, me: Option<usize>) -> Result<()> {
+    pub fn join(&self, worker: usize, deadline: Deadline, me: Option<usize>) -> Result<()> {
         let started = Instant::now();
         match self {
             WorkerLink::Thread(link) => {
@@ -353,7 +352,7 @@ impl WorkerLink {
                 if me == Some(worker) && thread::current().id() == handle.thread().id() {
                     return Ok(()); // it exits when it returns to its loop
                 }
-                if deadline.is_some() {
+                if !deadline.is_never() {
                     // A worker that does not stop in time is left running, its thread detached.
                     link.shared
                         .exited
@@ -372,9 +371,9 @@ impl WorkerLink {
                 Ok(())
             }
             #[cfg(not(loom))]
-            WorkerLink::Process(link) => link.join(deadline.unwrap_or(started + PROCESS_GRACE)),
+            WorkerLink::Process(link) => link.join(deadline.or_at(started + STOP_GRACE)),
             #[cfg(not(loom))]
-            WorkerLink::Node(link) => link.join(deadline.unwrap_or(started + PROCESS_GRACE)),
+            WorkerLink::Node(link) => link.join(deadline.or_at(started + STOP_GRACE)),
         }
     }
 }

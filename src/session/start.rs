@@ -21,6 +21,7 @@ use crate::device::cpu::pin_current_thread;
 #[cfg(not(loom))]
 use crate::net::auth::Secret;
 use crate::object::{Error, Result};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
@@ -131,7 +132,12 @@ impl Session {
             }
         }
         for ready in started {
-            ready.wait(self.spin, None, || "starting a worker".into(), || Ok(()))??;
+            ready.wait(
+                self.spin,
+                Deadline::NEVER,
+                || "starting a worker".into(),
+                || Ok(()),
+            )??;
         }
         Ok(())
     }
@@ -253,7 +259,9 @@ impl Session {
             Some(token) => Secret::new(token.as_bytes()),
             None => Secret::from_env(),
         };
-        let heartbeat = options.heartbeat.unwrap_or(node::HEARTBEAT);
+        let heartbeat = options
+            .heartbeat
+            .unwrap_or(crate::sync::deadline::HEARTBEAT);
         let joined = node::join_nodes(
             &listener,
             shape,
@@ -317,10 +325,10 @@ impl Session {
     /// Stops workers started before a failure to start another.
     pub(super) fn stop_partial(workers: &[WorkerLink]) {
         for (worker, link) in workers.iter().enumerate() {
-            let _ = link.stop(worker, SpinPolicy::default(), None);
+            let _ = link.stop(worker, SpinPolicy::default(), Deadline::NEVER);
             fence(Ordering::SeqCst);
             link.wake_fenced();
-            let _ = link.join(worker, None, None);
+            let _ = link.join(worker, Deadline::NEVER, None);
         }
     }
 }

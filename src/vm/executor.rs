@@ -17,6 +17,7 @@ use crate::channel::Channel;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Deadline;
 
 /// Instructions an executor's queue holds before submitters wait for room.
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -192,7 +193,9 @@ impl Executor {
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         if let Err(error) = self
             .channel
-            .send(task, SpinPolicy::default(), None, || self.check_alive())
+            .send(task, SpinPolicy::default(), Deadline::NEVER, || {
+                self.check_alive()
+            })
         {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(error);
@@ -222,7 +225,7 @@ impl Executor {
             self.in_flight.fetch_add(1, Ordering::AcqRel);
             if self
                 .channel
-                .send(Task::Exit, SpinPolicy::default(), None, || {
+                .send(Task::Exit, SpinPolicy::default(), Deadline::NEVER, || {
                     self.check_alive()
                 })
                 .is_err()

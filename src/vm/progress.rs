@@ -7,6 +7,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::channel::{SpinPolicy, Watchers};
+use crate::sync::Deadline;
 
 #[derive(Default)]
 pub(crate) struct Progress {
@@ -31,7 +32,7 @@ impl Progress {
         self.watchers
             .wait(
                 SpinPolicy::default(),
-                None,
+                Deadline::NEVER,
                 String::new,
                 || Ok(()),
                 || (self.done() >= seq).then_some(()),

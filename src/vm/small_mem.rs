@@ -20,6 +20,7 @@ use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::device::{DeviceStream, MemPtr, backend, is_host_memory};
 use crate::object::{Error, Result, Tensor};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU32, Ordering};
 use crate::sync::thread::{self, Thread};
@@ -89,7 +90,7 @@ impl Handshake {
             // Busy: block (spin, yield, then park) until the executor starts the access.
             self.sleeper.wait(
                 policy,
-                None,
+                Deadline::NEVER,
                 String::new,
                 || Ok(()),
                 || (self.state.load(Ordering::Acquire) >= STARTED).then_some(()),
@@ -97,7 +98,7 @@ impl Handshake {
         }
         self.sleeper.wait(
             policy,
-            None,
+            Deadline::NEVER,
             String::new,
             || Ok(()),
             || (self.state.load(Ordering::Acquire) == DONE).then_some(()),

@@ -26,6 +26,7 @@ use crate::channel::shm::SharedMemory;
 use crate::channel::{SharedSleeper, SpinPolicy};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, Result, Tensor};
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::wire::ArenaTensor;
@@ -342,7 +343,7 @@ impl Arena {
         line.sleeper.wait(
             spin,
             crate::channel::PARK_SLICE,
-            None,
+            Deadline::NEVER,
             || format!("worker {worker} waiting for its lent tensor"),
             || Ok(()),
             || (line.returned.load(Ordering::Acquire) == request).then_some(()),

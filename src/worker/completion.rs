@@ -3,9 +3,9 @@
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::object::Result;
+use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::thread::{self, Thread};
-use crate::sync::time::Instant;
 use crate::sync::{Arc, Mutex};
 
 const PENDING: u8 = 0;
@@ -100,14 +100,16 @@ impl<T> Completion<T> {
     pub fn wait(
         &self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
         mut check: impl FnMut() -> Result<()>,
     ) -> Result<T> {
         let poll = || self.try_take();
         match self.sleeper.wait(policy, deadline, &what, &mut check, poll) {
             Err(timeout) if self.abandon() => Err(timeout),
-            Err(_) => self.sleeper.wait(policy, None, what, check, poll),
+            Err(_) => self
+                .sleeper
+                .wait(policy, Deadline::NEVER, what, check, poll),
             Ok(value) => Ok(value),
         }
     }

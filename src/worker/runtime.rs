@@ -15,8 +15,8 @@ use crate::channel::{Channel, SpinPolicy, Watchers};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::{cuda, poll};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
+use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use crate::sync::time::Instant;
 use crate::vm::{Placement, Stream};
 
 /// What a worker shares with the controller.
@@ -85,7 +85,7 @@ impl Exited {
     }
 
     /// Waits until the worker left its loop, or `deadline` passes (a timeout naming `what`).
-    pub fn wait(&self, deadline: Option<Instant>, what: impl Fn() -> String) -> Result<()> {
+    pub fn wait(&self, deadline: Deadline, what: impl Fn() -> String) -> Result<()> {
         self.watchers.wait(
             SpinPolicy::default(),
             deadline,

@@ -15,8 +15,8 @@ use super::view::{RingRef, Waker, corrupt};
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::{PARK_SLICE, SpinPolicy};
 use crate::object::{HostBlock, Result};
+use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
-use crate::sync::time::Instant;
 
 /// A consumer keeps the memory it gathered a frame in for the next one up to this many bytes.
 const KEEP_GATHERED: usize = 128 << 20;
@@ -103,7 +103,7 @@ impl Consumer {
     pub fn recv(
         &mut self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<Received<'_>> {
         self.recv_placed(policy, deadline, check, |_| None)
@@ -119,7 +119,7 @@ impl Consumer {
     pub fn recv_placed(
         &mut self,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         mut check: impl FnMut() -> Result<()>,
         place: impl FnOnce(&[u8]) -> Option<(usize, usize)>,
     ) -> Result<Received<'_>> {

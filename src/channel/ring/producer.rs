@@ -17,8 +17,8 @@ use super::view::{RingRef, Waker, corrupt};
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::{PARK_SLICE, SpinPolicy};
 use crate::object::{Error, Result};
+use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
-use crate::sync::time::Instant;
 
 /// The sending end of a ring.
 pub struct Producer {
@@ -76,7 +76,7 @@ impl Producer {
         &mut self,
         len: usize,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         mut check: impl FnMut() -> Result<()>,
     ) -> Result<Reservation<'_>> {
         let capacity = self.ring.capacity;
@@ -121,7 +121,7 @@ impl Producer {
         &mut self,
         frame: &[u8],
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let mut rest = frame;
@@ -147,7 +147,7 @@ impl Producer {
         &mut self,
         len: usize,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         mut check: impl FnMut() -> Result<()>,
         mut fill: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
@@ -181,7 +181,7 @@ impl Producer {
         &mut self,
         len: usize,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
         write: impl FnOnce(&mut [u8]) -> R,
     ) -> Result<R> {
@@ -208,7 +208,7 @@ impl Producer {
         bytes: u64,
         len: usize,
         policy: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         check: impl FnMut() -> Result<()>,
     ) -> Result<()> {
         let capacity = self.ring.capacity;

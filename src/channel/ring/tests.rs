@@ -16,12 +16,13 @@ use super::*;
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::SpinPolicy;
 use crate::object::{Error, ErrorKind, Result};
+use crate::sync::Deadline;
 
 /// Long enough for any of these tests on a loaded machine; ends a wait that went wrong.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-fn deadline() -> Option<Instant> {
-    Some(Instant::now() + PATIENCE)
+fn deadline() -> Deadline {
+    Deadline::after(Some(PATIENCE))
 }
 
 fn alive() -> Result<()> {
@@ -160,8 +161,12 @@ fn a_stream_between_two_threads_keeps_every_byte_in_order() {
 fn a_full_ring_waits_for_room_and_the_consumer_wakes_it() {
     let (memory, mut producer, mut consumer) = ring(256);
     producer.set_check_interval(Duration::from_secs(3600));
-    producer.send(&[1; 120], PARK_AT_ONCE, None, alive).unwrap();
-    producer.send(&[2; 120], PARK_AT_ONCE, None, alive).unwrap();
+    producer
+        .send(&[1; 120], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
+    producer
+        .send(&[2; 120], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     let checks = Arc::new(AtomicUsize::new(0));
     let counted = checks.clone();
     let sender = thread::spawn(move || {
@@ -192,7 +197,7 @@ fn a_consumer_parked_on_an_empty_ring_is_woken_by_a_send() {
     });
     until_asleep(&memory, READABLE);
     producer
-        .send(b"wake up", PARK_AT_ONCE, None, alive)
+        .send(b"wake up", PARK_AT_ONCE, Deadline::NEVER, alive)
         .unwrap();
     assert_eq!(receiver.join().unwrap().unwrap(), b"wake up");
 }
@@ -203,7 +208,9 @@ fn a_consumer_parked_on_an_empty_ring_is_woken_by_a_send() {
 fn a_frame_behind_a_pad_waits_for_the_consumer_to_skip_the_pad() {
     let (memory, mut producer, mut consumer) = ring(256);
     consumer.set_check_interval(Duration::from_secs(3600));
-    producer.send(&[7; 64], PARK_AT_ONCE, None, alive).unwrap(); // offset 0..72
+    producer
+        .send(&[7; 64], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap(); // offset 0..72
     drop(consumer.try_recv().unwrap().unwrap());
     // 184 bytes before the end; a 200-byte record needs the pad's room too.
     let receiver = thread::spawn(move || {
@@ -387,9 +394,13 @@ fn corrupt_headers_and_records_are_errors_not_crashes() {
     // The consumer's position goes backwards, or past what was written.
     for tail in [8, 512] {
         let (memory, mut producer, mut consumer) = ring(256);
-        producer.send(&[1; 200], PARK_AT_ONCE, None, alive).unwrap();
+        producer
+            .send(&[1; 200], PARK_AT_ONCE, Deadline::NEVER, alive)
+            .unwrap();
         drop(consumer.try_recv().unwrap().unwrap());
-        producer.send(&[1; 200], PARK_AT_ONCE, None, alive).unwrap();
+        producer
+            .send(&[1; 200], PARK_AT_ONCE, Deadline::NEVER, alive)
+            .unwrap();
         ring_u64(&memory, TAIL).store(tail, SeqCst);
         let error = producer
             .send(&[1; 200], PARK_AT_ONCE, deadline(), alive)
@@ -406,7 +417,7 @@ fn corrupt_headers_and_records_are_errors_not_crashes() {
     header_u32(&memory, READABLE).store(77, SeqCst);
     header_u32(&memory, WRITABLE).store(u32::MAX, SeqCst);
     producer
-        .send(b"still works", PARK_AT_ONCE, None, alive)
+        .send(b"still works", PARK_AT_ONCE, Deadline::NEVER, alive)
         .unwrap();
     let frame = consumer.recv(PARK_AT_ONCE, deadline(), alive).unwrap();
     assert_eq!(&*frame, b"still works");
@@ -435,7 +446,9 @@ fn a_failing_check_ends_a_parked_wait_with_its_error() {
     assert_eq!(checks, 3);
 
     producer.set_check_interval(Duration::from_millis(1));
-    producer.send(&[0; 120], PARK_AT_ONCE, None, alive).unwrap();
+    producer
+        .send(&[0; 120], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     let error = producer
         .send(&[0; 8], PARK_AT_ONCE, deadline(), || {
             Err(Error::runtime("the peer is gone"))
@@ -447,14 +460,16 @@ fn a_failing_check_ends_a_parked_wait_with_its_error() {
 #[test]
 fn a_deadline_ends_a_wait_with_a_timeout() {
     let (_memory, mut producer, mut consumer) = ring(128);
-    let soon = Some(Instant::now() + Duration::from_millis(5));
+    let soon = Deadline::after(Some(Duration::from_millis(5)));
     let error = consumer
         .recv(SpinPolicy::default(), soon, alive)
         .err()
         .unwrap();
     assert_eq!(error.kind, ErrorKind::Timeout);
     assert_eq!(error.message, "receiving from a ring timed out");
-    producer.send(&[0; 100], PARK_AT_ONCE, None, alive).unwrap();
+    producer
+        .send(&[0; 100], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     let error = producer
         .send(&[0; 100], PARK_AT_ONCE, soon, alive)
         .unwrap_err();
@@ -506,21 +521,27 @@ fn senders_on_several_threads_share_the_producer_behind_a_lock() {
 fn reservations_write_in_place_and_publishing_can_wait_for_one_wake_up() {
     let (_memory, mut producer, mut consumer) = ring(256);
     {
-        let mut reservation = producer.reserve(5, PARK_AT_ONCE, None, alive).unwrap();
+        let mut reservation = producer
+            .reserve(5, PARK_AT_ONCE, Deadline::NEVER, alive)
+            .unwrap();
         reservation.copy_from_slice(b"never");
     } // not committed: not sent
     assert!(consumer.try_recv().unwrap().is_none());
-    let mut reservation = producer.reserve(3, PARK_AT_ONCE, None, alive).unwrap();
+    let mut reservation = producer
+        .reserve(3, PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     reservation.copy_from_slice(b"one");
     reservation.publish();
-    let mut reservation = producer.reserve(3, PARK_AT_ONCE, None, alive).unwrap();
+    let mut reservation = producer
+        .reserve(3, PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     reservation.copy_from_slice(b"two");
     reservation.publish();
     producer.wake_consumer();
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), b"one");
     assert_eq!(&*consumer.try_recv().unwrap().unwrap(), b"two");
     let written = producer
-        .send_with(4, PARK_AT_ONCE, None, alive, |buf| {
+        .send_with(4, PARK_AT_ONCE, Deadline::NEVER, alive, |buf| {
             buf.copy_from_slice(b"four");
             buf.len()
         })
@@ -539,8 +560,12 @@ fn rings_side_by_side_in_one_mapping() {
     let memory = Arc::new(memory);
     let mut first = Producer::attach(memory.clone(), 0).unwrap();
     let mut second = Producer::attach(memory.clone(), bytes).unwrap();
-    first.send(&[1; 120], PARK_AT_ONCE, None, alive).unwrap();
-    second.send(&[2; 120], PARK_AT_ONCE, None, alive).unwrap();
+    first
+        .send(&[1; 120], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
+    second
+        .send(&[2; 120], PARK_AT_ONCE, Deadline::NEVER, alive)
+        .unwrap();
     let mut first = Consumer::attach(memory.clone(), 0).unwrap();
     let mut second = Consumer::attach(memory, bytes).unwrap();
     assert_eq!(&*second.try_recv().unwrap().unwrap(), &[2; 120]);

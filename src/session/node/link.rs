@@ -23,6 +23,7 @@ use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
 use crate::session::state::SessionState;
+use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
@@ -117,7 +118,7 @@ impl NodeConnection {
             // and need no wake-up each.
             let woken = self.flusher.wait(
                 SpinPolicy::default(),
-                None,
+                Deadline::NEVER,
                 || format!("node {}'s flusher", self.rank),
                 || Ok(()),
                 // A load: polling writes nothing to the line the writers set.
@@ -509,7 +510,7 @@ impl NodeLink {
         &self,
         reply: &Reply<T>,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
     ) -> Result<Result<T>> {
         let value = reply.wait(spin, deadline, what, || self.alive())?;
@@ -522,7 +523,7 @@ impl NodeLink {
         let node = &self.node;
         let waited = node.ended_watchers.wait(
             SpinPolicy::default(),
-            Some(deadline),
+            Deadline::at(deadline),
             || format!("{} stopping", node.describe()),
             || Ok(()),
             || node.ended().then_some(()),

@@ -25,14 +25,8 @@ use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::state::SessionState;
-use crate::sync::time::Instant;
-
-/// How often each side must hear from the other unless the session says otherwise.
-pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
-/// How long the controller waits for nodes to join a session without a timeout.
-const JOIN_WITHOUT_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long a peer has for each message of the handshake.
-const HANDSHAKE_STEP: Duration = Duration::from_secs(5);
+use crate::sync::Deadline;
+use crate::sync::deadline::{HANDSHAKE_STEP, NODE_JOIN, timeout_ms};
 
 /// The shape of a session across machines.
 #[derive(Clone, Debug)]
@@ -127,14 +121,14 @@ pub(crate) fn join_nodes(
             auth::TOKEN_VAR
         );
     }
-    let deadline = Instant::now() + timeout.unwrap_or(JOIN_WITHOUT_TIMEOUT);
+    let deadline = Deadline::after(Some(timeout.unwrap_or(NODE_JOIN)));
     let welcome = |rank: usize| Welcome {
         rank: rank as u32,
         num_nodes: shape.num_nodes as u32,
         workers_per_node: shape.workers_per_node as u32,
         num_groups: shape.num_groups as u32,
         device_type: shape.device_types[rank],
-        timeout_ms: timeout.map_or(0, |t| t.as_millis() as u64),
+        timeout_ms: timeout_ms(timeout),
         heartbeat_ms: heartbeat.as_millis() as u64,
         setup: shape.setup.clone(),
     };
@@ -189,7 +183,7 @@ pub(crate) fn join_nodes(
                 }
             }
         }
-        if Instant::now() >= deadline {
+        if deadline.passed() {
             let missing: Vec<String> = (1..shape.num_nodes)
                 .filter(|&r| joined[r].is_none())
                 .map(|r| r.to_string())

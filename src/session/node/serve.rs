@@ -15,7 +15,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::{HEARTBEAT, workers_devices};
+use super::workers_devices;
 use crate::channel::SpinPolicy;
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
@@ -24,13 +24,13 @@ use crate::session::options::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::session::state::SessionState;
 use crate::session::worker_env::WorkerThreads;
+use crate::sync::Deadline;
 use crate::sync::Mutex;
+use crate::sync::deadline::{HANDSHAKE_STEP, HEARTBEAT, NODE_CONNECT, STOP_GRACE, timeout_from_ms};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, HEADER_SIZE, Kind, Limits, Value};
 use crate::worker::uploads::Uploads;
 
-/// How long a node keeps trying to reach a controller that does not listen yet.
-const CONNECT_FOR: Duration = Duration::from_secs(60);
 /// The variables a launcher gives each process its rank in (Slurm, Open MPI, PMI, torchrun).
 pub(crate) const RANK_VARS: [&str; 4] =
     ["SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "RANK"];
@@ -90,13 +90,11 @@ impl NodeArgs {
 
 /// Connects to the controller, retrying while it does not listen yet.
 fn connect(args: &NodeArgs) -> Result<TcpStream> {
-    let until = Instant::now() + CONNECT_FOR;
+    let until = Deadline::after(Some(NODE_CONNECT));
     loop {
         match TcpStream::connect((args.host.as_str(), args.port)) {
             Ok(stream) => return Ok(stream),
-            Err(e)
-                if Instant::now() < until && e.kind() == std::io::ErrorKind::ConnectionRefused =>
-            {
+            Err(e) if !until.passed() && e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => {
@@ -142,9 +140,7 @@ pub(crate) fn serve(
     let mut stream = connect(&args)?;
     let io = |e: std::io::Error| Error::runtime(format!("the connection to the controller: {e}"));
     stream.set_nodelay(true).map_err(io)?;
-    stream
-        .set_read_timeout(Some(super::HANDSHAKE_STEP))
-        .map_err(io)?;
+    stream.set_read_timeout(Some(HANDSHAKE_STEP)).map_err(io)?;
     let join = Join {
         rank: args.rank,
         workers: args.workers,
@@ -159,7 +155,7 @@ pub(crate) fn serve(
     // A setup the node cannot follow fails its start, which the controller hears of below.
     let threads = WorkerThreads::from_value(welcome.setup.threads_per_worker.into());
     let options = SessionOptions {
-        timeout: (welcome.timeout_ms > 0).then(|| Duration::from_millis(welcome.timeout_ms)),
+        timeout: timeout_from_ms(welcome.timeout_ms),
         worker_program,
         worker_args,
         worker_imports: welcome.setup.imports,
@@ -220,9 +216,7 @@ pub(crate) fn serve(
     );
     // After a shutdown the workers stop on their own; a lost controller's are killed now.
     let grace = match &relayed {
-        Ok(()) => options
-            .timeout
-            .unwrap_or(crate::session::link::PROCESS_GRACE),
+        Ok(()) => options.timeout.unwrap_or(STOP_GRACE),
         Err(_) => Duration::ZERO,
     };
     let deadline = Instant::now() + grace;
@@ -308,9 +302,9 @@ fn relay_requests(
         for link in &links[targets.clone()] {
             // A worker that is gone is reported by its relay thread.
             let _ = if shutdown {
-                link.send_shutdown(spin, None)
+                link.send_shutdown(spin, Deadline::NEVER)
             } else {
-                link.send_encoded(&message.frame, spin, None)
+                link.send_encoded(&message.frame, spin, Deadline::NEVER)
             };
         }
         if shutdown && targets.len() == links.len() {
@@ -333,7 +327,7 @@ fn relay_one(
 ) -> std::result::Result<(), ReadError> {
     let mut filled = 0;
     let mut failed_read = None;
-    let sent = link.send_from(len, spin, None, |part| {
+    let sent = link.send_from(len, spin, Deadline::NEVER, |part| {
         // The header, already read, starts the first part (a part holds more than a header).
         let at = if filled == 0 {
             part[..HEADER_SIZE].copy_from_slice(header);
@@ -381,7 +375,7 @@ fn sync_one(
         }
     }
     // A worker that is gone is reported by its relay thread.
-    let _ = link.send_encoded(frame, spin, None);
+    let _ = link.send_encoded(frame, spin, Deadline::NEVER);
 }
 
 /// Sends the replies of the worker at `local` to the controller until it stops; a worker that

@@ -18,6 +18,7 @@ use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
 use crate::session::state::SessionState;
+use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
@@ -173,12 +174,7 @@ impl ProcessLink {
 
     /// Sends a frame encoded by [`encode_broadcast`], waiting for room as `spin`
     /// and `deadline` say.
-    pub fn send_encoded(
-        &self,
-        frame: &[u8],
-        spin: SpinPolicy,
-        deadline: Option<Instant>,
-    ) -> Result<()> {
+    pub fn send_encoded(&self, frame: &[u8], spin: SpinPolicy, deadline: Deadline) -> Result<()> {
         self.alive()?;
         self.send_counted(|requests| requests.send(frame, spin, deadline, || self.alive()))
     }
@@ -215,7 +211,7 @@ impl ProcessLink {
         &self,
         len: usize,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         fill: impl FnMut(&mut [u8]) -> Result<()>,
     ) -> Result<()> {
         self.alive()?;
@@ -224,7 +220,7 @@ impl ProcessLink {
 
     /// Tells the worker to leave its loop, whether or not the session is broken (a worker
     /// that is gone needs nothing).
-    pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Option<Instant>) -> Result<()> {
+    pub fn send_shutdown(&self, spin: SpinPolicy, deadline: Deadline) -> Result<()> {
         self.session.state.begin_stopping();
         let own_death = || match self.death.get() {
             Some(death) => Err(death.clone()),
@@ -239,12 +235,7 @@ impl ProcessLink {
 
     /// Sends `message`: a request that waits for a reply registers how its reply completes it
     /// first.
-    pub fn send(
-        &self,
-        message: Message,
-        spin: SpinPolicy,
-        deadline: Option<Instant>,
-    ) -> Result<()> {
+    pub fn send(&self, message: Message, spin: SpinPolicy, deadline: Deadline) -> Result<()> {
         self.book
             .send(message, |frame, _| self.send_encoded(frame, spin, deadline))
     }
@@ -264,7 +255,7 @@ impl ProcessLink {
             };
             // A full ring ends the wait at its first check, before any park.
             let full = || Err(Error::runtime("the ring is full"));
-            let sent = requests.send(frame, now, None, full).is_ok();
+            let sent = requests.send(frame, now, Deadline::NEVER, full).is_ok();
             if sent {
                 self.count_sent();
             }
@@ -284,7 +275,7 @@ impl ProcessLink {
         name: &str,
         direction: CopyDirection,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
     ) -> Result<bool> {
         let request = self.book.next_id();
         let reply: Reply<Option<ArenaTensor>> = Reply::new(Completion::new());
@@ -362,7 +353,7 @@ impl ProcessLink {
         &self,
         reply: &Reply<T>,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: impl Fn() -> String,
     ) -> Result<Result<T>> {
         let waited = self.wait_for(reply, spin, deadline, &what);
@@ -382,7 +373,7 @@ impl ProcessLink {
         &self,
         reply: &Reply<T>,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: &impl Fn() -> String,
     ) -> Result<Result<T>> {
         loop {
@@ -416,7 +407,7 @@ impl ProcessLink {
         replies: &mut Consumer,
         reply: &Reply<T>,
         spin: SpinPolicy,
-        deadline: Option<Instant>,
+        deadline: Deadline,
         what: &impl Fn() -> String,
     ) -> Result<Result<T>> {
         loop {
@@ -441,7 +432,7 @@ impl ProcessLink {
     /// relaying them); fails once the worker is gone.
     pub fn recv_raw<R>(&self, spin: SpinPolicy, take: impl FnOnce(&[u8]) -> R) -> Result<R> {
         let mut replies = self.replies.lock().unwrap_or_else(PoisonError::into_inner);
-        let frame = replies.recv(spin, None, || self.alive())?;
+        let frame = replies.recv(spin, Deadline::NEVER, || self.alive())?;
         Ok(take(&frame))
     }
 

@@ -21,6 +21,7 @@ use crate::object::{Any, Error, Result, Tensor};
 use crate::os::FIRST_INHERITED_FD;
 use crate::os::exit_with_parent;
 use crate::session::worker_env::IMPORTS_VAR;
+use crate::sync::Deadline;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 use crate::worker::arena::{self, Arena};
 use crate::worker::completion::Completion;
@@ -208,7 +209,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
     loop {
         // A large frame is gathered so that its large tensor's data can stay where it lands.
         let placement = |first: &[u8]| Frame::placement(first, &limits);
-        let mut frame = requests.recv_placed(args.spin, None, || Ok(()), placement)?;
+        let mut frame = requests.recv_placed(args.spin, Deadline::NEVER, || Ok(()), placement)?;
         let decoded = match frame.take_placed() {
             Some((block, range)) => Frame::decode_in_block(&Arc::new(block), range, &limits),
             None => Frame::decode(&frame, &limits),
@@ -309,7 +310,7 @@ fn reply(
         out.clear();
         Frame::<Any>::Err { request, error }.encode(out)?;
     }
-    replies.send(out, spin, None, || Ok(()))?;
+    replies.send(out, spin, Deadline::NEVER, || Ok(()))?;
     out.shrink_to(1 << 16);
     Ok(())
 }
