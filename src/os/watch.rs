@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use super::launch::{
-    CONTROLLER_PID_VAR, Child, ExitCause, Process, pidfd_open, pidfd_unavailable, wait_readable,
-};
+use super::child::{Child, Process};
+use super::exit::ExitCause;
+use super::pidfd::{pidfd_open, pidfd_unavailable, wait_readable};
+use super::spawn::CONTROLLER_PID_VAR;
 use crate::object::{Error, Result};
 
 /// How often the watcher looks at children that have no pidfd (kernels without pidfds), and
@@ -310,8 +311,8 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Instant;
 
-    use super::super::launch::spawn;
-    use super::super::launch::tests::{PATIENCE, assert_reaped, read_line, read_to_eof, send, sh};
+    use super::super::spawn::spawn;
+    use super::super::tests::{PATIENCE, assert_reaped, read_line, read_to_eof, send, sh};
     use super::*;
     use crate::object::ErrorKind;
 
@@ -480,7 +481,7 @@ mod tests {
     /// Starts a shell (the controller) that starts `worker_role` (the worker) with the
     /// controller's pid in its environment, then runs `then`; the worker holds the returned
     /// pipe's other end, so end of file there means the worker is gone.
-    fn controller_with_worker(then: &str) -> (super::super::launch::Child, io::PipeReader) {
+    fn controller_with_worker(then: &str) -> (Child, io::PipeReader) {
         let name = module_path!().split_once("::").unwrap().1.to_string() + "::worker_role";
         let script = format!(
             "{ROLE_VAR}=1 {CONTROLLER_PID_VAR}=$$ \"$0\" \"$1\" --exact -q --test-threads=1 \
