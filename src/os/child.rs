@@ -90,6 +90,7 @@ impl Process {
         // The pidfd said "ended" last time round, yet waitpid did not agree (a tracer holds
         // the child): it would say so again at once, so nap instead.
         let mut said_ended = false;
+        // Not channel::wait: poll() on the pidfd wakes at the death; without one, waitpid naps.
         loop {
             if let Some(cause) = self.try_reap() {
                 return Some(cause);

@@ -19,6 +19,7 @@ use super::exit::ExitCause;
 use super::pidfd::wait_readable;
 use super::program::{WORKER_PROGRAM, find_worker_program, worker_program};
 use super::spawn::{CONTROLLER_PID_VAR, spawn, spawn_with};
+use crate::channel::{Sleeper, SpinPolicy};
 use crate::object::{ErrorKind, Result};
 
 /// Long enough for any child to start on a loaded machine; only failures wait this long.
@@ -35,11 +36,30 @@ pub(crate) fn sh(script: &str, inherit: &[BorrowedFd<'_>], use_pidfd: bool) -> C
     .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// What `poll` gives once it gives something, which must happen within [`PATIENCE`]; else a
+/// panic that says `never`. It waits as a waiter that nobody wakes: parked, in growing slices.
+pub(crate) fn eventually<T>(never: &str, poll: impl FnMut() -> Option<T>) -> T {
+    let park_at_once = SpinPolicy {
+        budget: Duration::ZERO,
+    };
+    let deadline = Instant::now() + PATIENCE;
+    Sleeper::default()
+        .wait_unwoken(
+            park_at_once,
+            Some(deadline),
+            || never.to_string(),
+            || Ok(()),
+            poll,
+        )
+        .unwrap_or_else(|_| panic!("{never}"))
+}
+
 /// Reads one byte, waiting for it until `deadline`; `None` at end of file.
 fn read_byte(
     reader: &mut PipeReader,
     deadline: Instant,
 ) -> std::result::Result<Option<u8>, String> {
+    // Not channel::wait: poll() on the pipe wakes when a byte or the end of file comes.
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -149,11 +169,9 @@ fn child_holds_only_stdio_and_inherited_descriptors() {
             &[reader.as_fd(), writer.as_fd()],
             use_pidfd,
         );
-        let deadline = Instant::now() + PATIENCE;
-        while state(child.pid()) != Some('T') {
-            assert!(Instant::now() < deadline, "the child never stopped");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        eventually("the child never stopped", || {
+            (state(child.pid()) == Some('T')).then_some(())
+        });
         let held: BTreeSet<i32> = std::fs::read_dir(format!("/proc/{}/fd", child.pid()))
             .unwrap()
             .map(|entry| {
@@ -214,14 +232,7 @@ fn try_exit_reports_the_exit_status() {
         let child = sh("read line <&3; exit 3", &[reader.as_fd()], use_pidfd);
         assert_eq!(child.try_exit(), None);
         drop(writer);
-        let deadline = Instant::now() + PATIENCE;
-        let cause = loop {
-            if let Some(cause) = child.try_exit() {
-                break cause;
-            }
-            assert!(Instant::now() < deadline, "the child never exited");
-            std::thread::sleep(Duration::from_millis(1));
-        };
+        let cause = eventually("the child never exited", || child.try_exit());
         assert_eq!(cause, ExitCause::Exited(3));
         assert_eq!(cause.to_string(), "exited with status 3");
         assert_eq!(child.try_exit(), Some(cause));

@@ -139,6 +139,7 @@ fn watch_children(shared: &Shared, on_exit: &OnExit) {
         events: libc::POLLIN,
         revents: 0,
     };
+    // Not channel::wait: poll() on the pidfds wakes at each death; ones without a pidfd are swept.
     loop {
         if shared.stop.load(Ordering::Acquire) {
             // Whoever asks these children how they are now has to reap them.
@@ -267,7 +268,8 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
         .name("discovm-parent".into())
         .spawn(move || {
             if let Some(pidfd) = pidfd {
-                // Only an error in poll itself ends this loop; then fall back to polling.
+                // Not channel::wait: poll() on the pidfd wakes when the controller ends. Only an
+                // error in poll itself ends this loop; then fall back to polling.
                 loop {
                     if wait_readable(pidfd.as_raw_fd(), None) {
                         parent_gone();
@@ -276,12 +278,14 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
                         break;
                     }
                 }
+                // Polled by hand: poll() failed, so only kill(0) tells that the controller ended.
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 while unsafe { libc::kill(controller, 0) } == 0 {
                     thread::sleep(PARENT_POLL_INTERVAL);
                 }
                 parent_gone();
             }
+            // Polled by hand: without a pidfd, only a change of getppid() tells of the end.
             loop {
                 // SAFETY: getppid has no preconditions.
                 if unsafe { libc::getppid() } != controller {
@@ -312,7 +316,9 @@ mod tests {
     use std::time::Instant;
 
     use super::super::spawn::spawn;
-    use super::super::tests::{PATIENCE, assert_reaped, read_line, read_to_eof, send, sh};
+    use super::super::tests::{
+        PATIENCE, assert_reaped, eventually, read_line, read_to_eof, send, sh,
+    };
     use super::*;
     use crate::object::ErrorKind;
 
@@ -413,17 +419,7 @@ mod tests {
         watcher.watch(0, &child);
         drop(watcher);
         send(&child, libc::SIGKILL);
-        let deadline = Instant::now() + PATIENCE;
-        let cause = loop {
-            if let Some(cause) = child.try_exit() {
-                break cause;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "try_exit never saw the child end"
-            );
-            thread::sleep(Duration::from_millis(1));
-        };
+        let cause = eventually("try_exit never saw the child end", || child.try_exit());
         assert_eq!(cause, ExitCause::Killed(libc::SIGKILL));
         assert!(
             reports.recv().is_err(),
@@ -473,6 +469,7 @@ mod tests {
             // SAFETY: _exit ends this process at once.
             unsafe { libc::_exit(2) };
         }
+        // Parked until the test ends this process: nothing wakes it, and nothing needs to.
         loop {
             thread::park();
         }
