@@ -2,8 +2,16 @@
 //! descriptors they need, ending them without leaving one behind, and hearing of each death
 //! (a child's, or the controller's) as it happens, through pidfds.
 
-mod launch;
+mod child;
+mod exit;
+mod pidfd;
+mod program;
+mod spawn;
+#[cfg(test)]
+mod tests;
 mod watch;
 
-pub(crate) use launch::{Child, FIRST_INHERITED_FD, spawn, worker_program};
+pub(crate) use child::Child;
+pub(crate) use program::worker_program;
+pub(crate) use spawn::{FIRST_INHERITED_FD, spawn};
 pub(crate) use watch::{DeathWatch, exit_with_parent};

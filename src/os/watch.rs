@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use super::launch::{
-    CONTROLLER_PID_VAR, Child, ExitCause, Process, pidfd_open, pidfd_unavailable, wait_readable,
-};
+use super::child::{Child, Process};
+use super::exit::ExitCause;
+use super::pidfd::{pidfd_open, pidfd_unavailable, wait_readable};
+use super::spawn::CONTROLLER_PID_VAR;
 use crate::object::{Error, Result};
 
 /// How often the watcher looks at children that have no pidfd (kernels without pidfds), and
@@ -138,6 +139,7 @@ fn watch_children(shared: &Shared, on_exit: &OnExit) {
         events: libc::POLLIN,
         revents: 0,
     };
+    // Not channel::wait: poll() on the pidfds wakes at each death; ones without a pidfd are swept.
     loop {
         if shared.stop.load(Ordering::Acquire) {
             // Whoever asks these children how they are now has to reap them.
@@ -266,7 +268,8 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
         .name("discovm-parent".into())
         .spawn(move || {
             if let Some(pidfd) = pidfd {
-                // Only an error in poll itself ends this loop; then fall back to polling.
+                // Not channel::wait: poll() on the pidfd wakes when the controller ends. Only an
+                // error in poll itself ends this loop; then fall back to polling.
                 loop {
                     if wait_readable(pidfd.as_raw_fd(), None) {
                         parent_gone();
@@ -275,12 +278,14 @@ fn start_watching_parent(controller: libc::pid_t) -> Result<()> {
                         break;
                     }
                 }
+                // Polled by hand: poll() failed, so only kill(0) tells that the controller ended.
                 // SAFETY: kill with signal 0 only checks that the process exists.
                 while unsafe { libc::kill(controller, 0) } == 0 {
                     thread::sleep(PARENT_POLL_INTERVAL);
                 }
                 parent_gone();
             }
+            // Polled by hand: without a pidfd, only a change of getppid() tells of the end.
             loop {
                 // SAFETY: getppid has no preconditions.
                 if unsafe { libc::getppid() } != controller {
@@ -310,8 +315,10 @@ mod tests {
     use std::sync::mpsc;
     use std::time::Instant;
 
-    use super::super::launch::spawn;
-    use super::super::launch::tests::{PATIENCE, assert_reaped, read_line, read_to_eof, send, sh};
+    use super::super::spawn::spawn;
+    use super::super::tests::{
+        PATIENCE, assert_reaped, eventually, read_line, read_to_eof, send, sh,
+    };
     use super::*;
     use crate::object::ErrorKind;
 
@@ -412,17 +419,7 @@ mod tests {
         watcher.watch(0, &child);
         drop(watcher);
         send(&child, libc::SIGKILL);
-        let deadline = Instant::now() + PATIENCE;
-        let cause = loop {
-            if let Some(cause) = child.try_exit() {
-                break cause;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "try_exit never saw the child end"
-            );
-            thread::sleep(Duration::from_millis(1));
-        };
+        let cause = eventually("try_exit never saw the child end", || child.try_exit());
         assert_eq!(cause, ExitCause::Killed(libc::SIGKILL));
         assert!(
             reports.recv().is_err(),
@@ -472,6 +469,7 @@ mod tests {
             // SAFETY: _exit ends this process at once.
             unsafe { libc::_exit(2) };
         }
+        // Parked until the test ends this process: nothing wakes it, and nothing needs to.
         loop {
             thread::park();
         }
@@ -480,7 +478,7 @@ mod tests {
     /// Starts a shell (the controller) that starts `worker_role` (the worker) with the
     /// controller's pid in its environment, then runs `then`; the worker holds the returned
     /// pipe's other end, so end of file there means the worker is gone.
-    fn controller_with_worker(then: &str) -> (super::super::launch::Child, io::PipeReader) {
+    fn controller_with_worker(then: &str) -> (Child, io::PipeReader) {
         let name = module_path!().split_once("::").unwrap().1.to_string() + "::worker_role";
         let script = format!(
             "{ROLE_VAR}=1 {CONTROLLER_PID_VAR}=$$ \"$0\" \"$1\" --exact -q --test-threads=1 \
