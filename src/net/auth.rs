@@ -1,19 +1,13 @@
 //! Who may join a session across machines: a handshake at the start of every connection from a
-//! node, in which each side proves that it holds the session's secret.
+//! node, in which each side proves that it holds the session's secret. `WIRE.md` ("Joining: the
+//! handshake") gives its messages byte by byte: `Hello`, `Challenge`, `Proof`, `Accept`, and
+//! for a node that is welcome, `Setup`.
 //!
 //! The one idea: each side sends a fresh random nonce and answers with HMAC-SHA256, keyed by the
 //! secret, over everything said so far and a label of its role. The secret never crosses, a
 //! recorded handshake is worth nothing in another (the nonces differ), one side's answer cannot
 //! be reflected as the other's (the labels differ), and the controller proves itself first, so a
-//! node never answers a stranger. Every message has a fixed size, and the MACs are compared in
-//! constant time. Without a secret the key is empty: the handshake still runs, and the
-//! controller accepts peers on the loopback interface only.
-//!
-//! The messages, in order (layouts in `WIRE.md`, "Joining a session across machines"):
-//! `Hello` (node: its rank and worker count, its nonce), `Challenge` (controller: its nonce and
-//! MAC), `Proof` (node: its MAC), `Accept` (controller: the verdict, the node's rank and the
-//! session's shape), and after a welcoming `Accept` the one message that is not of fixed size,
-//! `Setup` (controller: what the node's workers are started with).
+//! node never answers a stranger.
 
 use std::io::{Read, Write};
 

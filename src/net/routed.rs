@@ -1,15 +1,10 @@
 //! Routed frames on a connection between the controller and a node, once the node joined: each
-//! message is an 8-byte route (which of the node's workers, and what follows), then, for most, one
-//! wire frame.
+//! message is a route (which of the node's workers, and what follows), then, for most, one wire
+//! frame; `WIRE.md` ("Routed frames") gives the layout.
 //!
 //! The one idea: a reader checks the route and the frame's header before it reads (and
 //! allocates) the payload, so a peer can make it read no more than its frame limit, and any
 //! bytes that are not a route and a frame end the connection with a reason.
-//!
-//! Layout (`WIRE.md`, "Routed frames"): `u32` route (a worker's index on the node, from 0, or
-//! [`ALL`]), `u32` what follows ([`What`]), then the frame for [`What::Frame`] and
-//! [`What::Death`], or for [`What::Upload`] a `u64` length and that many bytes: a module's
-//! SHA-256, then the module.
 
 use std::io::{self, Read, Write};
 

@@ -1,10 +1,10 @@
 //! Host memory for tensors: 64-byte aligned, zeroed or for overwriting, or as a [`HostBlock`]
-//! that frees itself. Small blocks come from the global allocator; large ones (from 2 MiB) are
-//! anonymous mappings of their own, in whole huge pages.
+//! that frees itself. Small blocks come from the global allocator; large ones (from
+//! [`HUGE_PAGE`] bytes) are anonymous mappings of their own, in whole huge pages.
 //!
 //! The one idea: a large block's cost is its first touch, not its allocation (the system
 //! zeroes every page as it faults in), so large blocks are mapped for transparent huge pages
-//! (one fault per 2 MiB) and freed ones are kept for reuse, up to [`KEPT_BYTES`] in all: a
+//! (one fault per huge page) and freed ones are kept for reuse, up to [`KEPT_BYTES`] in all: a
 //! tensor of the same size allocated again (the next round's activations, the next copy's
 //! destination) finds its pages already there.
 

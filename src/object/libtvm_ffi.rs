@@ -1,14 +1,12 @@
-//! libtvm_ffi's C functions, when that library is in the process.
+//! libtvm_ffi's C functions, when that library is in the process: tvm-ffi's Python package
+//! loads `libtvm_ffi.so` into the global scope before it loads this library as a module, and a
+//! C++ program built on tvm-ffi links it.
 //!
-//! tvm-ffi's Python package loads `libtvm_ffi.so` into the process's global scope before it
-//! loads this library as a module, and a C++ program built on tvm-ffi links it. Either way its
-//! functions are found by name at run time; this library never links against it. Where it is
-//! present, errors are raised into its thread-local slot too (a caller built on tvm-ffi reads
-//! only that one), object types get their indices from its registry (so that it knows every
-//! object this library hands out), and a global function missing from this library's registry
-//! is looked up in its registry. Where it is absent, lookups find nothing and the library keeps
-//! its own slot, indices and registry. Functions can be made and registered there too (the
-//! session's dispatchers of Disco's built-ins use this).
+//! The one idea: its functions are found by name at run time, never linked against. Where it
+//! is present, errors are raised into its slot too (a caller built on tvm-ffi reads only that
+//! one), object types take their indices from its registry, a global function missing here is
+//! looked up there, and functions can be made and registered there; where it is absent,
+//! lookups find nothing and the library keeps its own slot, indices and registry.
 
 use std::ffi::{CStr, c_void};
 use std::ptr::NonNull;

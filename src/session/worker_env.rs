@@ -1,11 +1,11 @@
-//! What a worker process's environment holds besides that of the process that starts it: the Python modules the
-//! session asks it to import before it serves, and how many threads the OpenMP and BLAS
-//! libraries its functions load may start.
+//! What a worker process's environment holds besides that of the process that starts it: the
+//! Python modules the session asks it to import before it serves, and how many threads the
+//! OpenMP and BLAS libraries its functions load may start.
 //!
 //! The one idea: whoever starts a machine's workers (the controller, or a node) shares that
 //! machine's cores among them, as torchrun does, unless the user chose (any of the three
-//! variables set, or the session's option), and the controller says so once on stderr: a worker's numpy left
-//! alone starts a thread per core, and two such workers on two cores fight over them.
+//! variables set, or the session's option): left alone, each worker's libraries would start a
+//! thread per core, and the workers would fight over the cores.
 
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,14 +1,13 @@
-//! The synchronisation primitives of the crate's hand-made protocols: the channel's
-//! spin-then-park wait, the shared-memory ring's futex wait, the small-memory access
-//! handshake, and the session's queues, replies and register files. Every build uses the
-//! standard library's (crossbeam's queue, the kernel's futex); under `cfg(loom)` the same code
-//! runs on loom's model-checked ones, and the models beside each protocol (`loom_model`
-//! modules, driven by `tests/loom.rs`) explore its interleavings.
+//! The synchronisation primitives of the crate's hand-made protocols (the channel's
+//! spin-then-park wait, the shared-memory ring's futex wait, the small-memory access handshake,
+//! the session's queues, replies and register files), under one set of names.
 //!
-//! A model has no clock. There, a timed park is a plain park: a model deadlocks, and fails,
-//! wherever progress would wait for a timeout instead of a wake-up (models use no timeouts),
-//! and `time::Instant` is a counter that every reading advances, so a spin bounded by time
-//! polls the same number of times in every run of a model.
+//! The one idea: every build uses the standard library's (crossbeam's queue, the kernel's
+//! futex), and under `cfg(loom)` the same code runs on loom's model-checked ones, whose
+//! interleavings the models beside each protocol explore (`loom_model` modules, driven by
+//! `tests/loom.rs`). A model has no clock: a timed park is a plain park, so a model that would
+//! wait for a timeout deadlocks and fails (models use no timeouts), and `time::Instant` is a
+//! counter that every reading advances, so a spin bounded by time polls alike in every run.
 
 #[cfg(not(loom))]
 pub(crate) use crossbeam_queue::ArrayQueue;

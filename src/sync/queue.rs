@@ -1,14 +1,9 @@
 //! The bounded queue's stand-in in models: crossbeam's `ArrayQueue` is built on atomics loom
-//! cannot see. This one is built the same way, on loom's: producers reserve a slot by moving
-//! the tail, write the value and then publish the slot with a release store; the consumer
-//! takes the head slot only once it sees that store with an acquire load, so each value it
-//! takes happens after its push. A pop finds the queue empty only when no push has reserved
-//! the head slot; one that has, it waits for. A pop racing a push may miss it. The values
-//! themselves sit behind a lock the model does not see, taken between two model steps only.
+//! cannot see, so this one is built the same way on loom's, for the channel's one consumer.
 //!
-//! It serves the channel's one consumer, and holds at most [`MODEL_CAPACITY`] values: a model
-//! that fills it makes a producer wait for room, which re-polls on a timer and deadlocks in a
-//! model, so models send fewer.
+//! The one idea: a producer reserves a slot by moving the tail, writes the value and then
+//! publishes the slot with a release store; the consumer takes the head slot only once it sees
+//! that store with an acquire load, so each value it takes happens after its push.
 
 use std::sync::Mutex;
 
@@ -22,6 +17,13 @@ struct Slot<T> {
     value: Mutex<Option<T>>,
 }
 
+/// A bounded queue of at most [`MODEL_CAPACITY`] values, for one consumer.
+///
+/// A pop finds the queue empty only when no push has reserved the head slot; one that has, it
+/// waits for. A pop racing a push may miss it. The values themselves sit behind a lock the
+/// model does not see, taken between two model steps only. A model that fills the queue makes
+/// a producer wait for room, which re-polls on a timer and deadlocks in a model, so models send
+/// fewer.
 pub struct ArrayQueue<T> {
     slots: Box<[Slot<T>]>,
     /// The next slot to take; moved by the consumer only.

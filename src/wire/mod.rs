@@ -1,27 +1,13 @@
-//! The wire encoding: how values and session messages cross to workers in other processes
-//! (over shared-memory rings) and on other nodes (over TCP). One format for both, versioned,
-//! specified byte by byte in `WIRE.md` at the repository root.
+//! The wire encoding: how values and session messages cross to workers in other processes (over
+//! shared-memory rings) and on other nodes (over TCP), in one versioned format that `WIRE.md`
+//! specifies byte by byte. A [`Frame`](crate::wire::Frame) is a [`Header`](crate::wire::Header),
+//! then fixed-width fields and tagged [`Value`](crate::wire::Value)s; its methods encode and decode
+//! it in each transport's forms.
 //!
-//! A message is a [`Frame`](crate::wire::Frame): a 16-byte [`Header`](crate::wire::Header) (magic, version, [`Kind`](crate::wire::Kind), payload length),
-//! then a payload of fixed-width little-endian fields and tagged [`Value`](crate::wire::Value)s. Only what has a
-//! meaning in another process crosses: None, bool, int, float, str, bytes, Shape, DataType,
-//! Device, a DRef as its register, and tensors, as a host copy or as a reference into the
-//! session's shared-memory arena ([`ArenaTensor`](crate::wire::ArenaTensor)). Anything else is a `TypeError` that names
-//! the argument, raised when the frame is encoded.
-//!
-//! The idea that makes it work: every frame has exactly one encoding. Each field has a fixed
-//! width and starts at a multiple of its alignment, padding and reserved fields are zero, and
-//! the reader checks all of it, together with every length against the bytes that are left,
-//! before it allocates anything. So a frame a reader accepts encodes again to the same bytes
-//! (the tests and the `wire_frame` fuzz target check exactly that), and anything else is a
-//! `ValueError` that names the field, its byte offset and the offending value, never a panic.
-//!
-//! Encoding appends to a `Vec<u8>` ([`Frame::encode`](crate::wire::Frame::encode)), fills a caller's slice, such as a
-//! ring slot ([`Frame::encode_into`](crate::wire::Frame::encode_into)), or makes a [`Gathered`](crate::wire::Gathered) frame for a stream,
-//! which leaves large tensors' data where it is ([`Frame::encode_gathered`](crate::wire::Frame::encode_gathered)); decoding reads a `&[u8]` ([`Frame::decode`](crate::wire::Frame::decode)), or a
-//! header first and its payload later, as a stream reader receives them ([`Header::parse`](crate::wire::Header::parse),
-//! [`Frame::decode_payload`](crate::wire::Frame::decode_payload)), or a frame gathered in a block of its own, whose large
-//! tensors keep their data there ([`Frame::placement`](crate::wire::Frame::placement), [`Frame::decode_in_block`](crate::wire::Frame::decode_in_block)).
+//! The one idea: every frame has exactly one encoding. The reader checks every field, padding byte
+//! and length before it allocates anything, so a frame it accepts encodes again to the same bytes
+//! (the tests and the `wire_frame` fuzz target check that), and anything else is a `ValueError`
+//! naming the field, its byte offset and the value, never a panic.
 
 mod buffer;
 mod frame;

@@ -5,14 +5,7 @@
 //! The one idea: worker 0 lends the tensor. Asked for a copy, it answers with where the tensor
 //! lies and then runs nothing else until the controller, done copying, gives it back through a
 //! word of the arena; the copy keeps its place among the worker's requests as it would on a
-//! thread, and only one side touches the bytes at a time.
-//!
-//! Layout: one line per worker (the last lent request the controller gave back, the futex word
-//! the lending worker sleeps on, the worker's signals, what it has handled, and a mutex it holds
-//! while it lives), two areas for the records of CPU communicators (used in turn, so that a new
-//! one is laid out while the workers still hold the last), then one region per worker, which
-//! only that worker allocates from. Memory past a region's highest allocation is untouched and
-//! reads as zeros.
+//! thread, and only one side touches the bytes at a time. [`Layout`] says what lies where.
 
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
@@ -107,6 +100,11 @@ pub(crate) struct CclArea {
 
 /// The sizes of an arena's parts, from its workers and the bytes of one communicator's records
 /// (the caller's, so that the collectives' layout stays theirs).
+///
+/// In order: one [`WorkerLine`] per worker, [`CCL_AREAS`] areas for the records of CPU
+/// communicators (used in turn, so that a new one is laid out while the workers still hold the
+/// last), then one region per worker, which only that worker allocates from. Memory past a
+/// region's highest allocation is untouched and reads as zeros.
 #[derive(Clone, Copy)]
 struct Layout {
     workers: usize,

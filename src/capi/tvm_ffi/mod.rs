@@ -1,15 +1,12 @@
 //! The library as a tvm-ffi module: `__tvm_ffi_<name>` entry points, found by
 //! `tvm_ffi.load_module("libdiscovm.so")` in Python (or tvm-ffi's C++ module loader), so that
 //! `m.session_new_threaded(4, 1)` drives the library as `dvm_session_new_threaded` does from C.
+//! `TVM_FFI.md` lists every entry point and the conventions they share.
 //!
-//! Each entry point is a packed function: `int f(void* self, const TVMFFIAny* args, int32_t
-//! num_args, TVMFFIAny* result)`. `self` is ignored; the arguments are borrowed; on success the
-//! result holds an owned value and 0 is returned; on failure -1 is returned after the error
-//! was raised (in libtvm_ffi's slot when it is in the process, and in this library's, which
-//! `dvm_last_error_*` read), so Python sees it as the exception of its kind. Objects returned
-//! (sessions, DRefs, workers, streams, tensors, functions) are ordinary objects to tvm-ffi,
-//! which holds, passes back and releases them. The bodies translate arguments and call the same
-//! code as the `dvm_*` functions; `TVM_FFI.md` lists every entry point.
+//! The one idea: each entry point is a packed function whose body translates its arguments and
+//! calls the same code as its `dvm_*` function. Errors are raised in libtvm_ffi's slot as well
+//! as this library's, so Python sees each as the exception of its kind, and the objects it
+//! returns are ordinary objects to tvm-ffi, which holds, passes back and releases them.
 
 mod func;
 mod session;

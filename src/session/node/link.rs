@@ -5,12 +5,7 @@
 //! reply to the request of the worker it routes to (the waiting thread wakes on the reply's
 //! completion, as with a worker thread), and when the node is lost (its connection closes, it
 //! sends garbage, or nothing comes within the heartbeat interval) it breaks the session and fails
-//! every request still waiting, so no wait outlives the node. Writes are buffered: a thread
-//! about to wait for a reply sends what was written at once, and a flusher thread sends calls
-//! that nobody waits for as soon as it runs, many at a time when they come faster than it.
-//! The connection counts the frames written to each worker, so a sync that found a worker with
-//! everything run and nothing to report lets the next sync, with nothing written since, return
-//! without a message.
+//! every request still waiting, so no wait outlives the node.
 
 use std::io::{BufReader, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
@@ -32,6 +27,12 @@ use crate::worker::message::{Message, Reply};
 use super::outbox::{DIRECT_FROM, MAX_BUFFERED, Outbox};
 
 /// One node of the session, as the controller reaches it.
+///
+/// Writes are buffered: a thread about to wait for a reply sends what was written at once, and
+/// a flusher thread sends calls that nobody waits for as soon as it runs, many at a time when
+/// they come faster than it. The connection counts the frames written to each worker
+/// ([`Progress`]), so a sync with nothing written since one that found the worker with
+/// everything run and nothing to report returns without a message.
 pub(crate) struct NodeConnection {
     rank: usize,
     /// Its workers' ids: `first .. first + count`.

@@ -3,12 +3,9 @@
 //! controller shuts the session down or is lost.
 //!
 //! The one idea: the node never reads what it relays. A frame from the controller goes, as it
-//! came, into the ring of the worker it is routed to (or of every worker); a thread per worker
-//! sends that worker's replies back, routed; a worker that dies is reported once, with why. The
-//! node's main thread reads the controller; silence for a heartbeat interval ends the node.
-//! Only a sync of one worker is read: the node answers it itself when the worker has run
-//! everything relayed to it and has nothing to report, as a controller does for its own worker
-//! processes.
+//! came, into the ring of the worker it is routed to (or of every worker), and a thread per
+//! worker sends that worker's replies back, routed. The one frame read is a sync of one worker,
+//! which the node answers itself when it can, as a controller does for its worker processes.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
