@@ -10,10 +10,11 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::exit::ExitCause;
 use super::pidfd::{send_signal, wait_readable};
+use crate::sync::Deadline;
 
 /// How often waiting without a pidfd looks at the child again, at most.
 const LONGEST_NAP: Duration = Duration::from_millis(10);
@@ -85,7 +86,7 @@ impl Process {
     }
 
     /// Waits until the child has ended and is reaped, or until `deadline`.
-    fn wait_until(&self, deadline: Option<Instant>) -> Option<ExitCause> {
+    fn wait_until(&self, deadline: Deadline) -> Option<ExitCause> {
         let mut nap = Duration::from_millis(1);
         // The pidfd said "ended" last time round, yet waitpid did not agree (a tracer holds
         // the child): it would say so again at once, so nap instead.
@@ -95,13 +96,10 @@ impl Process {
             if let Some(cause) = self.try_reap() {
                 return Some(cause);
             }
-            let left = match deadline {
-                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
-                    Some(left) if !left.is_zero() => Some(left),
-                    _ => return None,
-                },
-                None => None,
-            };
+            let left = deadline.remaining();
+            if left.is_some_and(|left| left.is_zero()) {
+                return None;
+            }
             match &self.pidfd {
                 Some(pidfd) if !said_ended => said_ended = wait_readable(pidfd.as_raw_fd(), left),
                 _ => {
@@ -167,7 +165,7 @@ impl Child {
 
     /// Waits up to `timeout` for the child to end; how it ended, or `None` if it still runs.
     pub(crate) fn wait_timeout(&self, timeout: Duration) -> Option<ExitCause> {
-        self.process.wait_until(Instant::now().checked_add(timeout))
+        self.process.wait_until(Deadline::after(Some(timeout)))
     }
 
     /// Ends the child: waits up to `grace` for it to exit by itself (after it was told to shut
@@ -184,7 +182,7 @@ impl Child {
     /// Waits until the child has ended, however long that takes, and reaps it.
     fn wait(&self) -> ExitCause {
         loop {
-            if let Some(cause) = self.process.wait_until(None) {
+            if let Some(cause) = self.process.wait_until(Deadline::NEVER) {
                 return cause;
             }
         }

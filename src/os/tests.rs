@@ -21,6 +21,7 @@ use super::program::{WORKER_PROGRAM, find_worker_program, worker_program};
 use super::spawn::{CONTROLLER_PID_VAR, spawn, spawn_with};
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::object::{ErrorKind, Result};
+use crate::sync::Deadline;
 
 /// Long enough for any child to start on a loaded machine; only failures wait this long.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
@@ -42,11 +43,10 @@ pub(crate) fn eventually<T>(never: &str, poll: impl FnMut() -> Option<T>) -> T {
     let park_at_once = SpinPolicy {
         budget: Duration::ZERO,
     };
-    let deadline = Instant::now() + PATIENCE;
     Sleeper::default()
         .wait_unwoken(
             park_at_once,
-            Some(deadline),
+            Deadline::after(Some(PATIENCE)),
             || never.to_string(),
             || Ok(()),
             poll,
