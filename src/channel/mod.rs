@@ -18,7 +18,7 @@ use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread::Thread;
 #[cfg(not(loom))]
 pub(crate) use wait::spin_briefly;
-pub(crate) use wait::{PARK_SLICE, SharedSleeper, Watchers};
+pub(crate) use wait::{PARK_SLICE, SharedSleeper, Sleepers};
 pub use wait::{Sleeper, SpinPolicy};
 
 pub struct Channel<T> {

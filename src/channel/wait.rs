@@ -229,15 +229,15 @@ impl Sleeper {
 /// The "I am asleep" flags of any number of waiting threads of this process, which the side
 /// that makes progress wakes all at once.
 #[derive(Default)]
-pub(crate) struct Watchers {
+pub(crate) struct Sleepers {
     /// Whether some thread announced that it sleeps.
-    watched: Sleeper,
+    any: Sleeper,
     /// The threads that announced it. A thread that stopped waiting stays listed until the
     /// next wake-up, which costs it a spurious unpark (every park here tolerates those).
     threads: Mutex<Vec<Thread>>,
 }
 
-impl Park for Watchers {
+impl Park for Sleepers {
     /// Only announcements of sleep are made: a thread that stopped waiting stays announced
     /// (and listed) until the next wake-up.
     fn announce(&self, sleeping: bool) {
@@ -247,20 +247,20 @@ impl Park for Watchers {
             if !threads.iter().any(|t| t.id() == me.id()) {
                 threads.push(me);
             }
-            self.watched.announce(true);
+            self.any.announce(true);
         }
     }
 
     fn claim(&self) -> bool {
-        self.watched.claim()
+        self.any.claim()
     }
 
     fn park(&self, slice: Duration) {
-        self.watched.park(slice);
+        self.any.park(slice);
     }
 }
 
-impl Watchers {
+impl Sleepers {
     /// Wakes every thread that announced it sleeps; otherwise costs a fence and one load. Call
     /// after making the progress they wait for visible.
     pub(crate) fn wake_all(&self) {

@@ -6,13 +6,13 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::channel::{SpinPolicy, Watchers};
+use crate::channel::{SpinPolicy, Sleepers};
 use crate::sync::Deadline;
 
 #[derive(Default)]
 pub(crate) struct Progress {
     done: AtomicU64,
-    watchers: Watchers,
+    sleepers: Sleepers,
 }
 
 impl Progress {
@@ -24,12 +24,12 @@ impl Progress {
     /// Publishes `seq` as finished and wakes the threads that sleep waiting for progress.
     pub fn advance(&self, seq: u64) {
         self.done.store(seq, Ordering::Release);
-        self.watchers.wake_all();
+        self.sleepers.wake_all();
     }
 
     /// Returns once `done() >= seq`.
     pub fn wait_for(&self, seq: u64) {
-        self.watchers
+        self.sleepers
             .wait(
                 SpinPolicy::default(),
                 Deadline::NEVER,

@@ -11,7 +11,7 @@ use super::message::{
 };
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
-use crate::channel::{Channel, SpinPolicy, Watchers};
+use crate::channel::{Channel, SpinPolicy, Sleepers};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::{cuda, poll};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
@@ -70,14 +70,14 @@ impl std::ops::Deref for SignalsAt {
 #[derive(Default)]
 pub struct Exited {
     flag: AtomicBool,
-    watchers: Watchers,
+    sleepers: Sleepers,
 }
 
 impl Exited {
     /// Records that the worker left its loop and wakes whoever waits for it.
     pub fn mark(&self) {
         self.flag.store(true, Ordering::SeqCst);
-        self.watchers.wake_all();
+        self.sleepers.wake_all();
     }
 
     pub fn is_set(&self) -> bool {
@@ -86,7 +86,7 @@ impl Exited {
 
     /// Waits until the worker left its loop, or `deadline` passes (a timeout naming `what`).
     pub fn wait(&self, deadline: Deadline, what: impl Fn() -> String) -> Result<()> {
-        self.watchers.wait(
+        self.sleepers.wait(
             SpinPolicy::default(),
             deadline,
             what,

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::channel::ring::MAX_GATHERED;
-use crate::channel::{SpinPolicy, Watchers};
+use crate::channel::{SpinPolicy, Sleepers};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
@@ -51,13 +51,13 @@ pub(crate) struct NodeConnection {
     death: OnceLock<Error>,
     /// Set once the reader thread left: the connection is closed.
     ended: AtomicBool,
-    ended_watchers: Watchers,
+    ended_sleepers: Sleepers,
     /// Set once `Shutdown` went to the node's workers.
     stopped: AtomicBool,
     /// Set when something was written that the flusher has not sent yet.
     unsent: AtomicBool,
     /// The flusher waits here.
-    flusher: Watchers,
+    flusher: Sleepers,
     /// Whether the session is broken or stopping.
     state: Arc<SessionState>,
 }
@@ -92,10 +92,10 @@ impl NodeConnection {
             progress: (0..count).map(|_| Progress::default()).collect(),
             death: OnceLock::new(),
             ended: AtomicBool::new(false),
-            ended_watchers: Watchers::default(),
+            ended_sleepers: Sleepers::default(),
             stopped: AtomicBool::new(false),
             unsent: AtomicBool::new(false),
-            flusher: Watchers::default(),
+            flusher: Sleepers::default(),
             state,
         });
         let read = connection.clone();
@@ -206,7 +206,7 @@ impl NodeConnection {
         self.lose(lost);
         let _ = stream.shutdown(Shutdown::Both);
         self.ended.store(true, Ordering::SeqCst);
-        self.ended_watchers.wake_all();
+        self.ended_sleepers.wake_all();
         self.flusher.wake_all();
     }
 
@@ -522,7 +522,7 @@ impl NodeLink {
     /// then closes it.
     pub fn join(&self, deadline: Instant) -> Result<()> {
         let node = &self.node;
-        let waited = node.ended_watchers.wait(
+        let waited = node.ended_sleepers.wait(
             SpinPolicy::default(),
             Deadline::at(deadline),
             || format!("{} stopping", node.describe()),

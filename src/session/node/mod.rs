@@ -197,6 +197,7 @@ pub(crate) fn join_nodes(
                 ),
             ));
         }
+        // Not channel::wait: a non-blocking accept has nobody to wake this loop.
         std::thread::sleep(Duration::from_millis(5));
     }
     let wpn = shape.workers_per_node;
@@ -255,6 +256,7 @@ fn start_heartbeats(nodes: Vec<Arc<NodeConnection>>, interval: Duration) {
                 for node in &nodes {
                     node.heartbeat();
                 }
+                // A period, not a wait: nothing is awaited between beats.
                 std::thread::sleep(interval / 4);
             }
         });

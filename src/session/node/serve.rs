@@ -92,6 +92,7 @@ fn connect(args: &NodeArgs) -> Result<TcpStream> {
         match TcpStream::connect((args.host.as_str(), args.port)) {
             Ok(stream) => return Ok(stream),
             Err(e) if !until.passed() && e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                // Not channel::wait: nothing signals that a controller began to listen.
                 std::thread::sleep(Duration::from_millis(50));
             }
             Err(e) => {
@@ -198,6 +199,7 @@ pub(crate) fn serve(
     std::thread::Builder::new()
         .name("discovm-heartbeat".into())
         .spawn(move || {
+            // A period, not a wait: nothing is awaited between beats.
             while send(&beats, 0, What::Heartbeat, &[]).is_ok() {
                 std::thread::sleep(heartbeat / 4);
             }

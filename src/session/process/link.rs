@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::abi::DLDevice;
 use crate::ccl::CpuCcl;
 use crate::channel::ring::{Consumer, Producer, Waker};
-use crate::channel::{SpinPolicy, Watchers, spin_briefly};
+use crate::channel::{SpinPolicy, Sleepers, spin_briefly};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
@@ -53,7 +53,7 @@ pub(crate) struct ProcessLink {
 /// the reader wakes them whenever it delivers a reply and when it lets go of the ring).
 pub(crate) struct LinkWakers {
     rings: [Waker; 2],
-    aside: Watchers,
+    aside: Sleepers,
 }
 
 impl LinkWakers {
@@ -124,7 +124,7 @@ impl ProcessLink {
         let pid = child.pid();
         let wakers = Arc::new(LinkWakers {
             rings: [requests.waker(), replies.waker()],
-            aside: Watchers::default(),
+            aside: Sleepers::default(),
         });
         ProcessLink {
             wakers,
