@@ -7,7 +7,6 @@
 //! others' memory. A waiter that finds the communicator broken locks every slot still behind out
 //! with the same compare-and-swap, so every participant reaches the same verdict (the module
 //! doc of `ccl` describes the whole protocol).
-
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::Index;
@@ -16,8 +15,9 @@ use std::time::Duration;
 
 use super::board::{
     Board, Buf, FAILED, PostRecord, RECV, RECV_SHARED, SEND, SEND_SHARED, STAGED, SlotsAt, Staging,
-    Text, pack_wait, unpack_wait, what_code, what_name,
+    Text, pack_wait, unpack_wait,
 };
+use super::collective::{Collective, what_of};
 use crate::channel::{PARK_SLICE, SpinPolicy};
 use crate::device::cpu::{SharedCpuWatch, available_cpus, current_cpu};
 use crate::object::{Error, ErrorKind, Result};
@@ -51,11 +51,11 @@ const LOCKED: u64 = 1 << 63;
 
 /// What a participant posts, as it sees it: which collective, its parameter, and its buffers
 /// (addresses in this process).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Post {
     /// Why this participant cannot take part (its arguments were rejected); the others fail.
     pub failed: Option<String>,
-    pub what: &'static str,
+    pub what: Collective,
     pub param: i64,
     pub send: Option<Buf>,
     pub recv: Option<Buf>,
@@ -65,21 +65,21 @@ pub(crate) struct Post {
 }
 
 impl Post {
-    pub fn new(what: &'static str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Post {
+    pub fn new(what: Collective, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Post {
         Post {
+            failed: None,
             what,
             param,
             send,
             recv,
-            ..Post::default()
+            staged: false,
         }
     }
 
-    pub fn failed(what: &'static str, why: String) -> Post {
+    pub fn failed(what: Collective, why: String) -> Post {
         Post {
             failed: Some(why),
-            what,
-            ..Post::default()
+            ..Post::new(what, 0, None, None)
         }
     }
 
@@ -105,7 +105,7 @@ impl Post {
             flags |= STAGED;
         }
         PostRecord {
-            what: what_code(self.what),
+            what: self.what.code(),
             flags,
             param: self.param,
             send,
@@ -114,11 +114,17 @@ impl Post {
         }
     }
 
-    /// Another participant's post from its record. A buffer it keeps to itself (one nobody
-    /// else touches) has no address here.
-    fn read(record: &PostRecord, board: &Board) -> Post {
+    /// Another participant's post from its record, for a collective this participant joined
+    /// as `mine`. A buffer it keeps to itself (one nobody else touches) has no address here.
+    fn read(record: &PostRecord, board: &Board, mine: Collective) -> Post {
         let flags = record.flags;
         let mut failed = (flags & FAILED != 0).then(|| record.failed.get());
+        let what = Collective::from_code(record.what).unwrap_or_else(|| {
+            failed.get_or_insert_with(|| {
+                format!("it posted {}, code {}", what_of(record.what), record.what)
+            });
+            mine
+        });
         let mut buffer = |buf: &Buf, present: u32, shared: u32, role: &str| {
             if flags & present == 0 {
                 None
@@ -138,7 +144,7 @@ impl Post {
         let recv = buffer(&record.recv, RECV, RECV_SHARED, "recv");
         Post {
             failed,
-            what: what_name(record.what),
+            what,
             param: record.param,
             send,
             recv,
@@ -483,7 +489,8 @@ impl CpuCcl {
                     } else {
                         // SAFETY: everyone joined `seq` (above), so each post of this parity
                         // is written and stays so until this participant joins `seq + 1`.
-                        Post::read(unsafe { &*slots[r].posts[parity].0.get() }, &self.board)
+                        let record = unsafe { &*slots[r].posts[parity].0.get() };
+                        Post::read(record, &self.board, what)
                     }
                 })
                 .collect(),
@@ -517,7 +524,7 @@ impl CpuCcl {
     /// Waits until every participant joined collective `seq`, the deadline passes, or the
     /// communicator breaks; then every slot has joined or was locked out, and the verdict is
     /// the same on every participant.
-    fn join(&self, team: &Arc<Team>, rank: usize, seq: u64, what: &'static str) -> Result<()> {
+    fn join(&self, team: &Arc<Team>, rank: usize, seq: u64, what: Collective) -> Result<()> {
         let me = team.members[rank];
         let joined = || {
             let mut pending = false;
@@ -543,7 +550,7 @@ impl CpuCcl {
             deadline,
             what,
             || {
-                let waits_in = pack_wait(team.index, what_code(what), seq);
+                let waits_in = pack_wait(team.index, what.code(), seq);
                 self.board
                     .waiter(me)
                     .waits_in
@@ -591,7 +598,7 @@ impl CpuCcl {
         team: &Team,
         me: usize,
         deadline: Option<Instant>,
-        what: &str,
+        what: Collective,
         mut slow: impl FnMut() -> Result<()>,
         mut poll: impl FnMut() -> Option<T>,
     ) -> Result<T> {
@@ -668,7 +675,7 @@ impl CpuCcl {
 
     /// Whether a worker this one waits for in `team` itself waits in another team for this
     /// one: then neither can go on, and the error says why.
-    fn crossed(&self, team: &Arc<Team>, rank: usize, seq: u64, what: &str) -> Option<Error> {
+    fn crossed(&self, team: &Arc<Team>, rank: usize, seq: u64, what: Collective) -> Option<Error> {
         let me = team.members[rank];
         team.missing(seq).find_map(|r| {
             let other = team.members[r];
@@ -687,7 +694,7 @@ impl CpuCcl {
                  in_group or on which collective comes next (the communicator is now broken; \
                  call init_ccl again)",
                 team.name,
-                what_name(their_what),
+                what_of(their_what),
                 theirs.name
             )))
         })

@@ -38,10 +38,12 @@
 //! slot still behind out of the collective with the same compare-and-swap. Each slot thus
 //! either joined or was locked out, for good, and every participant reaches the same verdict:
 //! all joined (everyone works, whatever broke meanwhile) or not (nobody works).
-
+mod args;
+mod backend;
 mod board;
-mod builtins;
+mod collective;
 mod communicator;
+mod cpu;
 #[cfg(not(loom))]
 pub(crate) mod gloo;
 #[cfg(not(loom))]
@@ -51,20 +53,16 @@ mod loom_model;
 pub(crate) mod nccl;
 mod reduce;
 
-pub(crate) use board::Buf;
-#[cfg(not(loom))]
-use board::{what_code, what_name};
-pub use builtins::{stage, unstage};
 pub use communicator::CpuCcl;
-pub(crate) use communicator::{CurrentCcl, Post, Posts, Team};
-#[cfg(not(loom))]
-pub(crate) use communicator::{fresh_in_this_arena, in_this_arena};
+pub(crate) use communicator::CurrentCcl;
+pub use cpu::{stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 
-/// Registers every collective built-in once per process: the CPU ones (each runs a worker's
-/// NCCL or Gloo version instead when it has those communicators) and the backends' inits.
+/// Registers every collective built-in once per process: one for each collective of the
+/// table, running on the worker's communicator whatever its backend, and each backend's inits.
 pub fn register() {
-    builtins::register();
+    backend::register();
+    cpu::register();
     nccl::register();
     #[cfg(not(loom))]
     gloo::register();

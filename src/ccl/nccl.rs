@@ -48,28 +48,28 @@
 //! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Before NCCL
 //! 2.14 there are no non-blocking communicators: joining one blocks in NCCL until every rank
 //! joined, with no way out. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
-
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, Once, OnceLock};
 
 use super::ReduceOp;
-use super::builtins::{TRANSFERS, arity_of, in_group, reduce_kind, transfer_peer};
+use super::args::{Extent, sized, tensor};
+use super::backend::{self, Backend};
+use super::collective::{Arg, Collective, Transfer};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::device::{DeviceStream, poll};
-use crate::object::args::{argument, arity, is_none};
+use crate::object::args::{argument, arity};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
-use crate::vm::{Arg, Stream};
+use crate::vm::{self, Stream};
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
 /// One worker's communicators.
-struct Comms {
+pub(super) struct Comms {
     info: WorkerInfo,
     /// The worker's group, when the session has more than one. Split from `world`, it is
     /// dropped (finalized) before it.
@@ -188,13 +188,9 @@ fn watch_worker_thread() {
 }
 
 /// The watch of the NCCL communicators of the worker running on this thread, for a wait that
-/// begins now; `None` when it has none (its waits block in the driver, as before).
+/// begins now; `None` when it has none (its waits block in the driver).
 pub(crate) fn watch() -> Option<Watch> {
-    COMMS
-        .try_with(|c| c.borrow().clone())
-        .ok()
-        .flatten()
-        .map(Watch::new)
+    backend::held::<Arc<Comms>>().map(Watch::new)
 }
 
 impl Watch {
@@ -219,11 +215,6 @@ impl Watch {
     pub(crate) fn sync(&self, stream: &Stream) -> Result<()> {
         stream.sync_checked(Some(&mut || self.check()))
     }
-}
-
-thread_local! {
-    /// The NCCL communicators of the worker running on this thread.
-    static COMMS: RefCell<Option<Arc<Comms>>> = const { RefCell::new(None) };
 }
 
 /// Checks that the session's workers can use NCCL and makes the arguments of the per-worker
@@ -300,7 +291,7 @@ fn unique_id(bytes: &[u8], index: usize) -> Result<UniqueId> {
 /// `runtime.disco.nccl.init_ccl_per_worker(device_ids, unique_ids)`: joins the communicators
 /// of the session and of this worker's group, replacing the worker's earlier ones. Joining
 /// waits for the other workers; with non-blocking communicators the wait gives up at the
-/// session's timeout, at shutdown, or when `init_ccl` is called again (see the module docs).
+/// session's timeout, at shutdown, or when `init_ccl` is called again (docs/collectives.md).
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     arity(INIT, args, 2, 2)?;
     let info = on_worker(INIT)?;
@@ -330,9 +321,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         Some(watch) => with_stream(|stream| watch.sync(stream)),
         None => Ok(()),
     };
-    forget();
-    #[cfg(not(loom))]
-    super::gloo::forget();
+    backend::forget();
     let (device_id, timeout) = (info.device.device_id, shared.timeout);
     let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
     let world = Comm::init_rank(
@@ -369,7 +358,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         aborted: OnceLock::new(),
         shared,
     };
-    COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
+    backend::install(Arc::new(comms));
     watch_worker_thread();
     flushed.map(|()| Any::None)
 }
@@ -383,92 +372,81 @@ pub(crate) fn register() {
     });
 }
 
-/// Drops this worker's NCCL communicators (another backend's `init_ccl` replaces them).
-pub(super) fn forget() {
-    COMMS.with(|c| c.borrow_mut().take());
-}
-
-/// Runs collective built-in `name` with NCCL when this worker has an NCCL communicator;
-/// `None` leaves it to the CPU backend. Installing a CPU communicator drops the NCCL one.
-pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
-    if name == "runtime.disco.cpu.init_ccl_per_worker" {
-        forget();
-        return None;
-    }
-    let comms = COMMS.with(|c| c.borrow().clone())?;
-    if let Some(why) = comms.aborted.get() {
-        return Some(Err(Error::runtime(format!(
-            "worker {} has no working NCCL communicators (they were aborted: {why}); call \
-             init_ccl again before more collectives",
-            comms.info.id
-        ))));
-    }
-    let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
-        "runtime.disco.allreduce" => allreduce,
-        "runtime.disco.allgather" => allgather,
-        "runtime.disco.broadcast_from_worker0" => broadcast,
-        "runtime.disco.scatter_from_worker0" => scatter,
-        "runtime.disco.gather_to_worker0" => gather,
-        "runtime.disco.barrier" => barrier,
-        _ if TRANSFERS.contains(&name) => {
-            let done = arity_of(name, args).and_then(|()| transfer_built_in(comms, name, args));
-            return Some(done.map(|()| Any::None));
-        }
-        _ => return None,
-    };
-    Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
-}
-
-/// A tensor argument as a region; `None` when it is None or absent and not `required`.
-fn region(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Region>> {
-    if is_none(args, i) {
-        if required {
-            return Err(Error::type_error(format!(
-                "argument {i} ({what}): a tensor is required, got None"
+impl Backend for Arc<Comms> {
+    /// Enqueues the collective on the worker's stream (a barrier also waits for it), unless
+    /// the communicators were aborted.
+    fn run(&self, collective: Collective, args: &[AnyView<'_>]) -> Result<()> {
+        if let Some(why) = self.aborted.get() {
+            return Err(Error::runtime(format!(
+                "worker {} has no working NCCL communicators (they were aborted: {why}); call \
+                 init_ccl again before more collectives",
+                self.info.id
             )));
         }
-        return Ok(None);
+        collective.check_arity(args)?;
+        let comms = self.clone();
+        match collective {
+            Collective::Allreduce => allreduce(comms, args),
+            Collective::Allgather => allgather(comms, args),
+            Collective::Broadcast => broadcast(comms, args),
+            Collective::Scatter => scatter(comms, args),
+            Collective::Gather => gather(comms, args),
+            Collective::Barrier => barrier(comms, args),
+            Collective::Transfer(transfer) => transfer_built_in(comms, transfer, args),
+        }
     }
-    argument(i, what, || Region::of(&args[i].as_tensor()?)).map(Some)
 }
 
-fn required(args: &[AnyView<'_>], i: usize, what: &str) -> Result<Region> {
-    Ok(region(args, i, what, true)?.expect("required"))
+/// Tensor argument `arg` of a call of `collective` as a region; `None` when it is None or
+/// absent and not `required`.
+fn region(
+    args: &[AnyView<'_>],
+    collective: Collective,
+    arg: Arg,
+    required: bool,
+) -> Result<Option<Region>> {
+    tensor(args, collective, arg, required, |tensor| {
+        Region::of(&tensor)
+    })
 }
 
-/// `big` must hold `times` the elements of `small`, of the same dtype.
-fn sized(what: &str, big: &Region, big_role: &str, small: &Region, times: usize) -> Result<()> {
-    if big.dtype() == small.dtype() && big.count() == small.count() * times {
-        return Ok(());
+fn required(args: &[AnyView<'_>], collective: Collective, arg: Arg) -> Result<Region> {
+    Ok(region(args, collective, arg, true)?.expect("required"))
+}
+
+impl Extent for Region {
+    fn dtype(&self) -> DLDataType {
+        Region::dtype(self)
     }
-    let describe = |r: &Region| format!("{} {}", r.count(), dtype_name(r.dtype()));
-    Err(Error::value(format!(
-        "{what}: the {big_role} buffer ({}) must hold {} the other ({}), with the same dtype",
-        describe(big),
-        if times == 1 {
-            "as many elements as".to_string()
-        } else {
-            format!("{times} times the elements of")
-        },
-        describe(small)
-    )))
+
+    fn amount(&self) -> usize {
+        self.count()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.count(), dtype_name(Region::dtype(self)))
+    }
 }
 
 /// How work uses the tensors of its regions: `reads` are read, `writes` written.
 fn uses<'a>(
     reads: impl IntoIterator<Item = &'a Region>,
     writes: impl IntoIterator<Item = &'a Region>,
-) -> Vec<Arg> {
+) -> Vec<vm::Arg> {
     reads
         .into_iter()
-        .map(|r| Arg::Read(r.tensor().clone()))
-        .chain(writes.into_iter().map(|r| Arg::Write(r.tensor().clone())))
+        .map(|r| vm::Arg::Read(r.tensor().clone()))
+        .chain(
+            writes
+                .into_iter()
+                .map(|r| vm::Arg::Write(r.tensor().clone())),
+        )
         .collect()
 }
 
 /// Enqueues `work` on the worker's stream, ordered after earlier uses of its tensors (`uses`).
 fn enqueue(
-    uses: Vec<Arg>,
+    uses: Vec<vm::Arg>,
     work: impl Fn(&dyn DeviceStream) -> Result<()> + Send + 'static,
 ) -> Result<()> {
     with_stream(|stream| stream.launch(uses, Box::new(work)))
@@ -485,34 +463,37 @@ fn red_op(kind: ReduceOp) -> RedOp {
 }
 
 fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 2)?;
-    let send = required(args, 0, "send")?;
-    let op = red_op(reduce_kind(args, 1)?);
-    let recv = required(args, 3, "recv")?;
-    sized("allreduce", &recv, "recv", &send, 1)?;
+    const WHAT: Collective = Collective::Allreduce;
+    let grouped = WHAT.in_group(args)?;
+    let send = required(args, WHAT, Arg::Send)?;
+    let op = red_op(WHAT.kind(args)?);
+    let recv = required(args, WHAT, Arg::Recv)?;
+    sized(WHAT, &recv, Arg::Recv, &send, 1)?;
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
     })
 }
 
 fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
-    let send = required(args, 0, "send")?;
-    let recv = required(args, 2, "recv")?;
+    const WHAT: Collective = Collective::Allgather;
+    let grouped = WHAT.in_group(args)?;
+    let send = required(args, WHAT, Arg::Send)?;
+    let recv = required(args, WHAT, Arg::Recv)?;
     let size = comms.team(grouped).0.size();
-    sized("allgather", &recv, "recv", &send, size)?;
+    sized(WHAT, &recv, Arg::Recv, &send, size)?;
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_gather(&send, &recv, stream)
     })
 }
 
 fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Broadcast;
+    let grouped = WHAT.in_group(args)?;
     let root = comms.team(grouped).1 == 0;
-    let send = region(args, 0, "send", root)?.filter(|_| root);
-    let recv = required(args, 2, "recv")?;
+    let send = region(args, WHAT, Arg::Send, root)?.filter(|_| root);
+    let recv = required(args, WHAT, Arg::Recv)?;
     if let Some(send) = &send {
-        sized("broadcast_from_worker0", &recv, "recv", send, 1)?;
+        sized(WHAT, &recv, Arg::Recv, send, 1)?;
     }
     enqueue(uses(&send, [&recv]), move |stream| {
         comms
@@ -523,13 +504,14 @@ fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Scatter;
+    let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
     let size = comm.size();
-    let send = region(args, 0, "send", rank == 0)?.filter(|_| rank == 0);
-    let recv = required(args, 2, "recv")?;
+    let send = region(args, WHAT, Arg::Send, rank == 0)?.filter(|_| rank == 0);
+    let recv = required(args, WHAT, Arg::Recv)?;
     if let Some(send) = &send {
-        sized("scatter_from_worker0", send, "send", &recv, size)?;
+        sized(WHAT, send, Arg::Send, &recv, size)?;
     }
     enqueue(uses(&send, [&recv]), move |stream| {
         let comm = comms.team(grouped).0;
@@ -545,13 +527,14 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Gather;
+    let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
     let size = comm.size();
-    let send = required(args, 0, "send")?;
-    let recv = region(args, 2, "recv", rank == 0)?.filter(|_| rank == 0);
+    let send = required(args, WHAT, Arg::Send)?;
+    let recv = region(args, WHAT, Arg::Recv, rank == 0)?.filter(|_| rank == 0);
     if let Some(recv) = &recv {
-        sized("gather_to_worker0", recv, "recv", &send, size)?;
+        sized(WHAT, recv, Arg::Recv, &send, size)?;
     }
     enqueue(uses([&send], &recv), move |stream| {
         let comm = comms.team(grouped).0;
@@ -579,17 +562,19 @@ fn transfer(comms: Arc<Comms>, buf: Region, peer: usize, sending: bool) -> Resul
     })
 }
 
-/// Transfer built-in `name` (see `builtins::transfer_peer`).
-fn transfer_built_in(comms: Arc<Comms>, name: &str, args: &[AnyView<'_>]) -> Result<()> {
-    let (other, sending) = transfer_peer(name, args, &comms.info).expect("a transfer built-in")?;
-    let buf = required(args, 0, if sending { "send" } else { "recv" })?;
-    transfer(comms, buf, other, sending)
+/// Transfer built-in `transfer`, with the other end its arguments name.
+fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]) -> Result<()> {
+    let other = transfer.peer(args, &comms.info)?;
+    let sending = transfer.sends();
+    let role = if sending { Arg::Send } else { Arg::Recv };
+    let buf = required(args, Collective::Transfer(transfer), role)?;
+    self::transfer(comms, buf, other, sending)
 }
 
 /// Reduces the worker's flag across the team and waits for it: no worker of the team passes
 /// before every one has queued its barrier and the work queued before it finished.
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = !is_none(args, 0) && in_group(args, 0)?;
+    let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
     let watch = Watch::new(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
