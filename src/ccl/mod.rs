@@ -52,6 +52,8 @@ mod hierarchy;
 mod loom_model;
 pub(crate) mod nccl;
 mod reduce;
+#[cfg(not(loom))]
+mod rendezvous;
 
 pub use communicator::CpuCcl;
 pub(crate) use communicator::CurrentCcl;
@@ -65,5 +67,5 @@ pub fn register() {
     cpu::register();
     nccl::register();
     #[cfg(not(loom))]
-    gloo::register();
+    rendezvous::register();
 }
