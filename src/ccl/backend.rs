@@ -1,5 +1,5 @@
-//! The communicator a worker holds, and the one trait through which every backend's runs the
-//! collectives.
+//! The communicator a worker holds, and the one trait through which each backend's
+//! communicator runs the collectives.
 //!
 //! The one idea: a worker holds at most one communicator, in one place, of whichever backend
 //! (CPU, NCCL, Gloo) the last `init_ccl` set up; each collective's built-in, registered once

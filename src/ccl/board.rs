@@ -6,10 +6,9 @@
 //! bytes (no pointers, no heap strings), valid when zeroed, and a buffer is posted as its
 //! offset from a base each process knows: 0 on the heap, where addresses are shared, and the
 //! start of the arena's mapping in shared memory, which each process maps at its own address.
-//!
-//! Layout of an area for `n` workers: the header (broken flag and why), one waiter line per
-//! worker, then the teams' slots: the session's `n`, the groups' `n`, and two for each ordered
-//! pair of workers (point-to-point transfers).
+//! An area for `n` workers holds the header (broken flag and why), one waiter line per worker,
+//! then the teams' slots: the session's `n`, the groups' `n`, and two for each ordered pair.
+
 use std::cell::UnsafeCell;
 #[cfg(not(loom))]
 use std::ptr::NonNull;

@@ -5,8 +5,9 @@
 //! collective's number there with a compare-and-swap; the others wait for that number (no lock,
 //! no shared counter), read everyone's posts and do their share of the work directly on the
 //! others' memory. A waiter that finds the communicator broken locks every slot still behind out
-//! with the same compare-and-swap, so every participant reaches the same verdict (the module
-//! doc of `ccl` describes the whole protocol).
+//! with the same compare-and-swap, so every participant reaches the same verdict (see the guide's
+//! page on collectives, docs/collectives.md, for the whole protocol).
+
 use std::cell::UnsafeCell;
 use std::collections::HashMap;
 use std::ops::Index;
@@ -31,8 +32,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// How many times a spinning waiter polls between looks at the clock: about 5 µs (a PAUSE takes
-/// about 25 ns on the 2-vCPU machines).
+/// How many times a spinning waiter polls between looks at the clock: a few microseconds.
 const SPINS: usize = 200;
 
 /// How many times a waiter that yields does so before it parks. Enough for the other workers

@@ -1,23 +1,14 @@
 //! Collectives of a session across machines whose nodes run several workers each: within a
-//! node the workers meet in shared memory (the CPU backend's communicator, in the node's arena
-//! for worker processes, in this process for the controller's own worker threads), and between
-//! nodes only each node's first worker, its leader, takes part, through Gloo.
+//! node the workers meet in shared memory (the CPU communicator), and between nodes only each
+//! node's first worker, its leader, takes part, through Gloo.
 //!
 //! The one idea: a session-wide collective is three meetings, the node's workers, then the
-//! leaders, then the node's workers again. An allreduce reduces on each node, the leaders
-//! reduce those across nodes, and each leader broadcasts the result to its node; a broadcast
-//! goes from leader to leader, then within each node; a barrier is three barriers. A group
-//! that lies within a node meets in shared memory alone. Verdicts carry across: a node's
-//! workers agree with their leader (the shared-memory checks), and the leaders with each other
-//! (their digests, which also say whether their node failed already), so every worker of an
-//! allreduce or a barrier reaches the same verdict; a leader that fails after its node met
-//! fails its node's last meeting, so its workers fail with it. In a broadcast the nodes meet
-//! only after the leaders: a worker whose own arguments are wrong fails its node's workers.
-//!
-//! Gathers meet in the node first, on its first worker, which then meets the others (an
-//! allgather then broadcasts the whole to its node); a scatter goes from leader to leader, then
-//! within each node. Groups across nodes, and transfers between nodes, run on the flat Gloo
-//! meshes; a transfer within a node stays in its shared memory.
+//! leaders, then the node's workers again (an allreduce reduces on each node, the leaders
+//! reduce those across nodes, and each leader broadcasts the result to its node). Verdicts
+//! carry across the meetings: a node's workers agree with their leader, and the leaders with
+//! each other, so every worker reaches the same verdict (docs/collectives.md says how each
+//! collective goes).
+
 use super::args::{buffer, root_send, sized};
 use super::backend::Backend;
 use super::board::Buf;

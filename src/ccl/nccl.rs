@@ -1,53 +1,13 @@
-//! The NCCL backend of the collective built-ins, for sessions whose workers each have a GPU.
+//! The NCCL backend: the collectives on CUDA tensors, for sessions whose workers each have a
+//! GPU of their own, queued on each worker's stream under Disco's names and with its arguments.
 //!
-//! `init_ccl("nccl")` checks on the controller that there is a GPU and NCCL, that every worker
-//! is on a CUDA device of its own, and makes the unique ids; every worker then joins
-//! (`runtime.disco.nccl.init_ccl_per_worker`, Disco's name): a communicator of the whole
-//! session and, with several groups, one of its group (split from the first with
-//! `ncclCommSplit`, or made from a group id of its own before NCCL 2.18). Worker processes
-//! join the same way: the unique ids travel as bytes in the call, and each process owns its
-//! GPU.
-//!
-//! On a worker with an NCCL communicator the collective built-ins keep Disco's names and
-//! arguments but take CUDA tensors, and enqueue NCCL's calls on the worker's stream: they are
-//! ordered with the copies to and from worker 0 and, through the tensors' records, with other
-//! streams, and return at once. A sync of the worker waits for them and reports their failures.
-//! `barrier` reduces one int32 across the team and waits for it on the host.
-//!
-//! Waits: NCCL's kernels wait on the GPU, without end, for a peer that never joins their
-//! collective, passed another shape, or failed. So a worker with NCCL communicators never
-//! waits for its GPU in the driver: its sync, `barrier`, the copies to and from worker 0, and
-//! any other wait of its thread for the GPU (a small read, from one of its functions, of a
-//! tensor a collective wrote: see `device::poll::watch_this_thread`) record an event after the
-//! work and poll it (a short spin, then yields, then sleeps of at
-//! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
-//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
-//! shutdown, or an `init_ccl` called meanwhile (the worker's `Signals`, which a worker process
-//! reads in its line of the session's arena) aborts them (`ncclCommAbort`, which stops their
-//! kernels) and ends the wait with an error that says which (naming the communicator and
-//! giving NCCL's text for an error; `SessionClosed` at shutdown). After that, collectives on
-//! the worker fail at once, telling the user to call `init_ccl` again, until it is called
-//! again. So after a sync that timed out (a peer never joined), `init_ccl` or shutdown frees
-//! the worker. Workers without NCCL communicators wait as before.
-//!
-//! The host waits inside NCCL are watched too. Joining a communicator waits for every rank, a
-//! first collective between two ranks may connect them, and finalizing a communicator (when
-//! `init_ccl` replaces it) waits for its peers to finalize theirs. With NCCL 2.14 or later the
-//! communicators are non-blocking: those calls return at once with `ncclInProgress`, and the
-//! worker polls the communicator the same way, giving up at the session's shutdown or when
-//! `init_ccl` is called after the wait began, and a join also after the session's timeout; the
-//! communicator is then aborted and the error names it (its rank, size and GPU) and the cause.
-//! So a worker that never joins (stuck in a function, or its GPU failed) no longer holds the
-//! others in `ncclCommInitRankConfig` for ever: their join fails with the timeout, and without
-//! one at the next `init_ccl` or at shutdown.
-//!
-//! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
-//! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
-//! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
-//! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
-//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Before NCCL
-//! 2.14 there are no non-blocking communicators: joining one blocks in NCCL until every rank
-//! joined, with no way out. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
+//! The one idea: NCCL's kernels wait on the GPU, without end, for a peer that never comes, so a
+//! worker with NCCL communicators never waits for its GPU in the driver: each of its waits
+//! polls, and between polls checks its communicators (the [`Watch`], as PyTorch's NCCL watchdog
+//! does); an error of theirs, the session's shutdown or a later `init_ccl` aborts them and ends
+//! the wait. The host waits inside NCCL (joining, connecting, finalizing) are watched the same
+//! way (docs/collectives.md says how).
+
 use std::rc::Rc;
 use std::sync::{Arc, Once, OnceLock};
 
