@@ -6,10 +6,8 @@
 //! bytes (no pointers, no heap strings), valid when zeroed, and a buffer is posted as its
 //! offset from a base each process knows: 0 on the heap, where addresses are shared, and the
 //! start of the arena's mapping in shared memory, which each process maps at its own address.
-//!
-//! Layout of an area for `n` workers: the header (broken flag and why), one waiter line per
-//! worker, then the teams' slots: the session's `n`, the groups' `n`, and two for each ordered
-//! pair of workers (point-to-point transfers).
+//! An area for `n` workers holds the header (broken flag and why), one waiter line per worker,
+//! then the teams' slots: the session's `n`, the groups' `n`, and two for each ordered pair.
 
 use std::cell::UnsafeCell;
 #[cfg(not(loom))]
@@ -27,35 +25,6 @@ use crate::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Dimensions a buffer of a collective may have.
 pub(crate) const MAX_DIMS: usize = 8;
-
-/// The collectives' names, by the code their posts carry (code 0: none).
-const WHATS: [&str; 11] = [
-    "allreduce",
-    "allgather",
-    "broadcast_from_worker0",
-    "scatter_from_worker0",
-    "gather_to_worker0",
-    "barrier",
-    "send_to_worker",
-    "recv_from_worker",
-    "recv_from_worker0",
-    "send_to_next_group",
-    "recv_from_prev_group",
-];
-
-pub(super) fn what_code(what: &str) -> u32 {
-    WHATS
-        .iter()
-        .position(|&w| w == what)
-        .map_or(0, |i| i as u32 + 1)
-}
-
-pub(super) fn what_name(code: u32) -> &'static str {
-    code.checked_sub(1)
-        .and_then(|i| WHATS.get(i as usize))
-        .copied()
-        .unwrap_or("an unknown collective")
-}
 
 /// A message in fixed bytes (cut at a character boundary when too long).
 #[repr(C)]

@@ -1,48 +1,37 @@
-//! The Gloo backend of the collective built-ins, for the CPU workers of sessions across
-//! machines: every worker is a rank of a Gloo context of the whole session and, with several
-//! groups, of one of its group, and the built-ins keep Disco's names and arguments. Where every
-//! node runs several workers, the session is also hierarchical (see `hierarchy`): the node's
-//! workers share a communicator in shared memory (node 0's may be the controller's threads),
-//! and the nodes' first workers a Gloo context of their own.
+//! The Gloo backend, for the CPU workers of sessions across machines: every worker is a rank
+//! of a Gloo context of the whole session and, with several groups, of one of its group (set up
+//! by `rendezvous`); where every node runs several workers, the session is also hierarchical
+//! (see `hierarchy`).
 //!
-//! The one idea: the rendezvous rides on the session's own connections. `init_ccl("cpu")` on
-//! a session with nodes calls `runtime.disco.gloo.open_per_worker` on every worker, which binds
-//! a Gloo pair for each peer on its node's address and returns the pairs' addresses; the
-//! controller reads them back and hands every worker the whole table in
-//! `runtime.disco.gloo.connect_per_worker`, which connects the pairs. Nothing of Gloo's own
-//! rendezvous (a TCP store, files, Redis) is used, and only nodes that proved the session's
-//! secret learn the addresses.
-//!
-//! Checks: before each collective the team's members exchange what they called and their
-//! buffers' shapes (a small allgather), so workers that disagree all fail with an error that
-//! names them, as on the shared-memory backend, instead of leaving Gloo to wait. Every wait
-//! inside Gloo ends at the session's timeout (without one, after [`WITHOUT_TIMEOUT`]); a peer
-//! that is gone fails it at once. A failed collective leaves the meshes broken: later ones fail
-//! at once until `init_ccl` is called again.
+//! The one idea: before each collective the team's members exchange what they called and
+//! their buffers' shapes (a small allgather), so workers that disagree all fail with an error
+//! that names them, as in shared memory, instead of leaving Gloo to wait. Every wait inside Gloo
+//! ends at the session's timeout (without one, after [`GLOO_WITHOUT_TIMEOUT`](crate::sync::deadline::GLOO_WITHOUT_TIMEOUT)), and a failed
+//! collective leaves the meshes broken until `init_ccl` is called again.
 
-use std::cell::RefCell;
-use std::sync::{Arc, Once, OnceLock};
-use std::time::Duration;
+use std::sync::OnceLock;
 
-use super::board::MAX_DIMS;
-use super::builtins::{
-    TRANSFERS, arity_of, buffer, copy, in_group, reduce_kind, root_send, sized, transfer_peer,
-};
+use super::args::{buffer, root_send, sized};
+use super::backend::Backend;
+use super::board::{Buf, MAX_DIMS};
+use super::collective::{Arg, Collective, Transfer, what_of};
+use super::cpu::{Member, copy};
+use super::hierarchy::Hierarchy;
 use super::reduce::{Buffers, Elem, ReduceOp, average, reduce};
-use super::{Buf, CpuCcl, what_code, what_name};
 use crate::abi::DLDataType;
-use crate::channel::SpinPolicy;
 use crate::device::gloo::Mesh;
-use crate::object::args::{argument, arity, is_none};
-use crate::object::{Any, AnyView, Bytes, Error, Function, Result, registry};
+use crate::object::{AnyView, Error, Result};
 use crate::worker::WorkerInfo;
-use crate::worker::builtins::on_worker;
 
 pub(crate) const OPEN: &str = "runtime.disco.gloo.open_per_worker";
 pub(crate) const CONNECT: &str = "runtime.disco.gloo.connect_per_worker";
 
-/// How long a wait inside Gloo lasts at most in a session without a timeout.
-pub(crate) const WITHOUT_TIMEOUT: Duration = Duration::from_secs(600);
+/// Whether every group of a session lies within one node of `per_node` workers, when groups
+/// have `per_group` workers, and how many groups each node's workers then form (1 otherwise).
+pub(crate) fn node_groups(per_node: usize, per_group: usize) -> (bool, usize) {
+    let inside = per_group <= per_node && per_node.is_multiple_of(per_group);
+    (inside, if inside { per_node / per_group } else { 1 })
+}
 
 /// One worker's Gloo contexts, and its node's shared memory when the session runs
 /// hierarchically.
@@ -60,12 +49,10 @@ pub(super) struct Meshes {
 
 /// A worker's part in its node's shared-memory communicator.
 pub(super) struct Local {
-    /// In the node's arena (worker processes), or staged by the controller (its own worker
-    /// threads).
-    pub ccl: Arc<CpuCcl>,
-    /// The worker as the communicator knows it: its index on the node, the node's workers,
-    /// and the groups among them.
-    pub info: WorkerInfo,
+    /// The worker as the node's communicator knows it (its index on the node, the node's
+    /// workers, and the groups among them), and that communicator: in the node's arena (worker
+    /// processes), or staged by the controller (its own worker threads).
+    pub member: Member,
     /// The session's id of the node's first worker.
     pub first: usize,
     /// Whether every group lies within one node (its collectives stay in shared memory).
@@ -75,6 +62,16 @@ pub(super) struct Local {
 }
 
 impl Meshes {
+    pub fn new(info: WorkerInfo, world: Mesh, group: Option<Mesh>, local: Option<Local>) -> Self {
+        Meshes {
+            info,
+            world,
+            group,
+            local,
+            broken: OnceLock::new(),
+        }
+    }
+
     /// The team's mesh and the worker id of its rank 0.
     fn team(&self, in_group: bool) -> (&Mesh, usize) {
         match &self.group {
@@ -85,12 +82,12 @@ impl Meshes {
 
     /// Every mesh of this worker, in the order of its addresses in the rendezvous, each with
     /// where its ranks are: rank r is worker `base + r * stride`.
-    fn in_order(&self) -> Vec<(&Mesh, usize, usize)> {
+    pub fn in_order(&self) -> Vec<(&Mesh, usize, usize)> {
         let mut all = vec![(&self.world, 0, 1)];
         let first_of_group = self.info.id - self.info.local_id();
         all.extend(self.group.as_ref().map(|g| (g, first_of_group, 1)));
         if let Some(local) = &self.local {
-            let per_node = local.info.num_workers;
+            let per_node = local.member.info.num_workers;
             all.extend(local.leaders.as_ref().map(|l| (l, 0, per_node)));
         }
         all
@@ -104,256 +101,52 @@ impl Meshes {
             && self.broken.set(error.message.clone()).is_ok()
             && let Some(local) = &self.local
         {
-            local.ccl.abort(&Error::runtime(format!(
+            local.member.ccl.abort(&Error::runtime(format!(
                 "worker {}'s Gloo communicator broke: {}; call init_ccl again",
                 self.info.id, error.message
             )));
         }
         result
     }
-}
 
-thread_local! {
-    /// The Gloo contexts of the worker running on this thread.
-    static MESHES: RefCell<Option<Arc<Meshes>>> = const { RefCell::new(None) };
-    /// The contexts `open_per_worker` bound, until `connect_per_worker` connects them, with
-    /// the shared-memory communicator the other workers of the node take then.
-    static OPENED: RefCell<Option<(Meshes, Option<Attach>)>> = const { RefCell::new(None) };
-}
-
-/// Drops this worker's Gloo contexts (another backend's `init_ccl` replaces them).
-pub(super) fn forget() {
-    MESHES.with(|m| m.borrow_mut().take());
-    OPENED.with(|m| m.borrow_mut().take());
-}
-
-/// The pairs' addresses of every mesh, in the order `connect_per_worker` reads them: for each
-/// mesh, for each peer but this rank, a u32 length and the address.
-fn addresses(meshes: &[(&Mesh, usize, usize)]) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    for (mesh, _, _) in meshes {
-        for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
-            let address = mesh.address(peer)?;
-            out.extend_from_slice(&(address.len() as u32).to_le_bytes());
-            out.extend_from_slice(&address);
+    /// Runs `collective` on the meshes alone (the whole session's or the group's), whether or
+    /// not the session is hierarchical.
+    pub fn flat(&self, collective: Collective, args: &[AnyView<'_>]) -> Result<()> {
+        match collective {
+            Collective::Allreduce => allreduce(self, args),
+            Collective::Allgather => allgather(self, args),
+            Collective::Broadcast | Collective::Scatter => from_worker0(self, args, collective),
+            Collective::Gather => gather(self, args),
+            Collective::Barrier => barrier(self, args),
+            Collective::Transfer(transfer) => transfer
+                .peer(args, &self.info)
+                .and_then(|other| self::transfer(self, args, transfer, other)),
         }
     }
-    Ok(out)
 }
 
-/// Reads length-prefixed entries.
-struct Entries<'a>(&'a [u8]);
-
-impl<'a> Entries<'a> {
-    fn next(&mut self, what: &str) -> Result<&'a [u8]> {
-        let bad = || Error::value(format!("the address table is cut short in {what}"));
-        let len = self.0.get(..4).ok_or_else(bad)?;
-        let len = u32::from_le_bytes(len.try_into().expect("4 bytes")) as usize;
-        let entry = self.0.get(4..4 + len).ok_or_else(bad)?;
-        self.0 = &self.0[4 + len..];
-        Ok(entry)
-    }
-}
-
-/// Where a worker takes its node's shared-memory communicator in `connect_per_worker`.
-struct Attach {
-    area: usize,
-    timeout: Option<Duration>,
-    spin: SpinPolicy,
-    /// The worker as the communicator knows it (see [`Local`]).
-    info: WorkerInfo,
-    groups_inside: bool,
-}
-
-/// `runtime.disco.gloo.open_per_worker(hosts, timeout_ms, area, spin_us, stage)`: binds this
-/// worker's Gloo pairs on its node's address (`hosts`: every node's, comma-separated, by
-/// rank), waiting at most `timeout_ms` in every later operation (none if negative), and returns
-/// their addresses. With `area` not negative the session runs hierarchically: a node's worker
-/// processes meet in that area of their arena, which the node's first worker lays out
-/// (spinning `spin_us` before parking), and the controller's worker threads in the
-/// communicator it staged under `stage`; each node's first worker binds its pairs in the
-/// leaders' mesh too.
-fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
-    arity(OPEN, args, 5, 5)?;
-    let info = on_worker(OPEN)?;
-    let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
-    let number = |i: usize, what: &str| argument(i, what, || args[i].as_i64());
-    let timeout_ms = number(1, "timeout_ms")?;
-    let area = number(2, "area")?;
-    let spin = SpinPolicy {
-        budget: Duration::from_micros(number(3, "spin_us")?.max(0) as u64),
-    };
-    let stage = number(4, "stage")?;
-    let hosts: Vec<&str> = hosts.split(',').collect();
-    let nodes = hosts.len();
-    if info.num_workers % nodes != 0 {
-        return Err(Error::value(format!(
-            "argument 0 (hosts): {nodes} nodes cannot share {} workers",
-            info.num_workers
-        )));
-    }
-    let per_node = info.num_workers / nodes;
-    let (node, here) = (info.id / per_node, info.id % per_node);
-    let host = hosts[node];
-    let hierarchical = area >= 0 && per_node > 1;
-    // Node 0's workers are the controller's threads where it staged their communicator.
-    let threads = stage >= 0 && node == 0;
-    let staged = match (hierarchical, threads) {
-        (true, true) => Some(super::builtins::staged(stage).map_err(|_| {
-            Error::value(format!(
-                "argument 4 (stage): no communicator is staged under {stage} for this \
-                 machine's worker threads (the init_ccl that staged it has ended; call init_ccl \
-                 again)"
-            ))
-        })?),
-        (true, false) => {
-            check_arena(per_node)?;
-            None
+impl Backend for Meshes {
+    /// Runs `collective` hierarchically where the session and the team call for it, else on
+    /// the meshes; once the meshes broke, fails at once.
+    fn run(&self, collective: Collective, args: &[AnyView<'_>]) -> Result<()> {
+        if let Some(why) = self.broken.get() {
+            return Err(Error::runtime(format!(
+                "`{}`: worker {}'s Gloo communicator is broken (an earlier collective failed: \
+                 {why}); call init_ccl again",
+                collective.name(),
+                self.info.id
+            )));
         }
-        (false, _) => None,
-    };
-    forget();
-    super::nccl::forget();
-    let ccl_timeout = u64::try_from(timeout_ms).ok().map(Duration::from_millis);
-    let timeout = ccl_timeout.unwrap_or(WITHOUT_TIMEOUT);
-    let world = Mesh::open(host, info.id, info.num_workers, timeout)?;
-    let group = if info.num_groups > 1 {
-        Some(Mesh::open(
-            host,
-            info.local_id(),
-            info.workers_per_group(),
-            timeout,
-        )?)
-    } else {
-        None
-    };
-    let (groups_inside, local_groups) = node_groups(per_node, info.workers_per_group());
-    let local_info = WorkerInfo {
-        id: here,
-        num_workers: per_node,
-        num_groups: local_groups,
-        device: info.device,
-    };
-    let attach = Attach {
-        area: area.max(0) as usize,
-        timeout: ccl_timeout,
-        spin,
-        info: local_info,
-        groups_inside,
-    };
-    let leaders = || Mesh::open(host, node, nodes, timeout);
-    let (local, attach) = match (hierarchical, here, staged) {
-        (false, ..) => (None, None),
-        (true, _, Some(ccl)) => {
-            let local = Local {
-                ccl,
-                info: local_info,
-                first: info.id - here,
-                groups_inside,
-                leaders: (here == 0).then(leaders).transpose()?,
-            };
-            (Some(local), None)
-        }
-        (true, 0, None) => {
-            let ccl =
-                super::fresh_in_this_arena(attach.area, local_groups, attach.timeout, attach.spin)?;
-            let local = Local {
-                ccl: Arc::new(ccl),
-                info: local_info,
-                first: info.id,
-                groups_inside,
-                leaders: Some(leaders()?),
-            };
-            (Some(local), None)
-        }
-        (true, _, None) => (None, Some(attach)),
-    };
-    let meshes = Meshes {
-        info,
-        world,
-        group,
-        local,
-        broken: OnceLock::new(),
-    };
-    let out = addresses(&meshes.in_order())?;
-    OPENED.with(|m| *m.borrow_mut() = Some((meshes, attach)));
-    Ok(Any::Bytes(Bytes::new(&out)))
-}
-
-/// Whether every group of a session lies within one node of `per_node` workers, when groups
-/// have `per_group` workers, and how many groups each node's workers then form (1 otherwise).
-pub(crate) fn node_groups(per_node: usize, per_group: usize) -> (bool, usize) {
-    let inside = per_group <= per_node && per_node.is_multiple_of(per_group);
-    (inside, if inside { per_node / per_group } else { 1 })
-}
-
-/// The worker process shares its machine's arena with the `per_node` workers of its node.
-fn check_arena(per_node: usize) -> Result<()> {
-    match crate::worker::arena::workers_in_arena() {
-        Some(workers) if workers == per_node => Ok(()),
-        found => Err(Error::runtime(format!(
-            "a hierarchical communicator needs the {per_node} worker processes of this node to \
-             share an arena; this worker has {}",
-            found.map_or("none".into(), |w| format!("one of {w} workers"))
-        ))),
-    }
-}
-
-/// `runtime.disco.gloo.connect_per_worker(table)`: connects the pairs `open_per_worker` bound
-/// to the peers' (`table`: every worker's addresses, by worker, each with a u32 length), takes
-/// the node's shared-memory communicator where the session runs hierarchically, and makes them
-/// this worker's communicator.
-fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
-    arity(CONNECT, args, 1, 1)?;
-    let info = on_worker(CONNECT)?;
-    let table = argument(0, "table", || args[0].as_bytes().map(<[u8]>::to_vec))?;
-    let (mut meshes, attach) = OPENED
-        .with(|m| m.borrow_mut().take())
-        .ok_or_else(|| Error::runtime(format!("{CONNECT} runs after {OPEN} on the same worker")))?;
-    let mut rows = Entries(&table);
-    let rows: Vec<&[u8]> = (0..info.num_workers)
-        .map(|w| rows.next(&format!("worker {w}'s row")))
-        .collect::<Result<_>>()?;
-    // Each peer's row lists its addresses mesh by mesh, peer by peer: this worker's entry in
-    // a mesh is the one at its rank there, counting without the peer itself.
-    let meshes_of = meshes.in_order();
-    for (index, &(mesh, base, stride)) in meshes_of.iter().enumerate() {
-        for peer in (0..mesh.size).filter(|&p| p != mesh.rank) {
-            let worker = base + peer * stride;
-            let mut entries = Entries(rows[worker]);
-            let skipped: usize = meshes_of[..index]
-                .iter()
-                .map(|&(m, _, _)| m.size - 1)
-                .sum::<usize>()
-                + if mesh.rank < peer {
-                    mesh.rank
-                } else {
-                    mesh.rank - 1
-                };
-            let what = format!("worker {worker}'s addresses");
-            for _ in 0..skipped {
-                entries.next(&what)?;
+        collective.check_arity(args)?;
+        match &self.local {
+            Some(local) => Hierarchy {
+                meshes: self,
+                local,
             }
-            mesh.connect(peer, entries.next(&what)?)?;
+            .run(collective, args),
+            None => self.flat(collective, args),
         }
     }
-    if let Some(attach) = attach {
-        let ccl = super::in_this_arena(
-            attach.area,
-            attach.info.num_groups,
-            attach.timeout,
-            attach.spin,
-        )?;
-        meshes.local = Some(Local {
-            ccl: Arc::new(ccl),
-            info: attach.info,
-            first: info.id - attach.info.id,
-            groups_inside: attach.groups_inside,
-            leaders: None,
-        });
-    }
-    MESHES.with(|m| *m.borrow_mut() = Some(Arc::new(meshes)));
-    Ok(Any::None)
 }
 
 /// What a member posts before a collective, for the others to check: the built-in, its
@@ -370,9 +163,9 @@ pub(super) struct Digest {
 }
 
 impl Digest {
-    pub fn new(what: &str, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
+    pub fn new(what: Collective, param: i64, send: Option<Buf>, recv: Option<Buf>) -> Digest {
         Digest {
-            what: u64::from(what_code(what)),
+            what: u64::from(what.code()),
             param,
             failed: 0,
             send: send.unwrap_or(Buf::NONE),
@@ -387,7 +180,7 @@ impl Digest {
     }
 
     fn name(&self) -> &'static str {
-        what_name(u32::try_from(self.what).unwrap_or(0))
+        what_of(u32::try_from(self.what).unwrap_or(0))
     }
 }
 
@@ -456,73 +249,11 @@ pub(super) fn agree(
     Ok(())
 }
 
-/// This worker's meshes, for built-in `name`.
-fn meshes(name: &str) -> Option<Result<Arc<Meshes>>> {
-    let meshes = MESHES.with(|m| m.borrow().clone())?;
-    if let Some(why) = meshes.broken.get() {
-        return Some(Err(Error::runtime(format!(
-            "`{name}`: worker {}'s Gloo communicator is broken (an earlier collective failed: \
-             {why}); call init_ccl again",
-            meshes.info.id
-        ))));
-    }
-    Some(Ok(meshes))
-}
-
-/// A collective built-in's body on this worker's meshes.
-type Collective = fn(&Meshes, &[AnyView<'_>]) -> Result<()>;
-
-/// Runs collective built-in `name` with Gloo when this worker has Gloo meshes; `None` leaves
-/// it to another backend. Another backend's init drops the meshes.
-pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
-    if name == "runtime.disco.cpu.init_ccl_per_worker"
-        || name == "runtime.disco.cpu.init_ccl_in_arena"
-    {
-        forget();
-        return None;
-    }
-    let run: Option<Collective> = match name {
-        "runtime.disco.allreduce" => Some(allreduce),
-        "runtime.disco.allgather" => Some(allgather),
-        "runtime.disco.broadcast_from_worker0" => {
-            Some(|m, a| from_worker0(m, a, "broadcast_from_worker0"))
-        }
-        "runtime.disco.scatter_from_worker0" => {
-            Some(|m, a| from_worker0(m, a, "scatter_from_worker0"))
-        }
-        "runtime.disco.gather_to_worker0" => Some(gather),
-        "runtime.disco.barrier" => Some(barrier),
-        _ => None, // a transfer, or no collective
-    };
-    if run.is_none() && !TRANSFERS.contains(&name) {
-        return None;
-    }
-    let meshes = match meshes(name)? {
-        Ok(meshes) => meshes,
-        Err(error) => return Some(Err(error)),
-    };
-    if let Err(error) = arity_of(name, args) {
-        return Some(Err(error));
-    }
-    if let Some(local) = &meshes.local
-        && let Some(done) = super::hierarchy::dispatch(&meshes, local, name, args)
-    {
-        return Some(done.map(|()| Any::None));
-    }
-    let done = match run {
-        Some(run) => run(&meshes, args),
-        None => transfer_peer(name, args, &meshes.info)
-            .expect("a transfer built-in")
-            .and_then(|(other, sending)| transfer(&meshes, args, other, sending)),
-    };
-    Some(done.map(|()| Any::None))
-}
-
 /// Checks this worker's arguments with `prepare` (its digest and what `body` needs), then
 /// meets the team (see [`across`]).
 fn collective<T>(
     meshes: &Meshes,
-    what: &str,
+    what: Collective,
     grouped: bool,
     prepare: impl FnOnce(&Mesh) -> Result<(Digest, T)>,
     check: impl Fn(&[Digest], (usize, usize)) -> Result<()>,
@@ -548,7 +279,7 @@ pub(super) fn across<T, U>(
     meshes: &Meshes,
     mesh: &Mesh,
     at: (usize, usize),
-    what: &str,
+    what: Collective,
     prepared: Result<(Digest, T)>,
     check: impl Fn(&[Digest], (usize, usize)) -> Result<()>,
     body: impl FnOnce(T) -> Result<U>,
@@ -564,13 +295,13 @@ pub(super) fn across<T, U>(
 }
 
 fn allreduce(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "allreduce";
-    let grouped = in_group(args, 2)?;
+    const WHAT: Collective = Collective::Allreduce;
+    let grouped = WHAT.in_group(args)?;
     let prepare = |_: &Mesh| {
-        let send = buffer(args, 0, "send", true)?.expect("required");
-        let kind = reduce_kind(args, 1)?;
-        let recv = buffer(args, 3, "recv", true)?.expect("required");
-        sized(WHAT, &recv, "recv", &send, 1)?;
+        let send = buffer(args, WHAT, Arg::Send, true)?.expect("required");
+        let kind = WHAT.kind(args)?;
+        let recv = buffer(args, WHAT, Arg::Recv, true)?.expect("required");
+        sized(WHAT, &recv, Arg::Recv, &send, 1)?;
         let digest = Digest::new(WHAT, kind as i64, Some(send), Some(recv));
         Ok((digest, (kind, send, recv)))
     };
@@ -622,12 +353,12 @@ pub(super) fn reduce_across(
 }
 
 fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "allgather";
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Allgather;
+    let grouped = WHAT.in_group(args)?;
     let prepare = |mesh: &Mesh| {
-        let send = buffer(args, 0, "send", true)?.expect("required");
-        let recv = buffer(args, 2, "recv", true)?.expect("required");
-        sized(WHAT, &recv, "recv", &send, mesh.size)?;
+        let send = buffer(args, WHAT, Arg::Send, true)?.expect("required");
+        let recv = buffer(args, WHAT, Arg::Recv, true)?.expect("required");
+        sized(WHAT, &recv, Arg::Recv, &send, mesh.size)?;
         Ok((Digest::new(WHAT, 0, Some(send), Some(recv)), (send, recv)))
     };
     collective(
@@ -645,9 +376,9 @@ fn allgather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
 
 /// Rank 0 of the team sends: the whole `send` buffer to everyone (broadcast) or one
 /// `recv`-sized part of it to each member in rank order (scatter).
-fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Result<()> {
-    let split = what == "scatter_from_worker0";
-    let grouped = in_group(args, 1)?;
+fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: Collective) -> Result<()> {
+    let split = what == Collective::Scatter;
+    let grouped = what.in_group(args)?;
     let prepare = |mesh: &Mesh| {
         let parts = split.then_some(mesh.size);
         let (send, recv) = root_send(args, what, mesh.rank == 0, parts)?;
@@ -678,14 +409,14 @@ fn from_worker0(meshes: &Meshes, args: &[AnyView<'_>], what: &'static str) -> Re
 }
 
 fn gather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "gather_to_worker0";
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Gather;
+    let grouped = WHAT.in_group(args)?;
     let prepare = |mesh: &Mesh| {
         let root = mesh.rank == 0;
-        let send = buffer(args, 0, "send", true)?.expect("required");
-        let recv = buffer(args, 2, "recv", root)?.filter(|_| root);
+        let send = buffer(args, WHAT, Arg::Send, true)?.expect("required");
+        let recv = buffer(args, WHAT, Arg::Recv, root)?.filter(|_| root);
         if let Some(recv) = &recv {
-            sized(WHAT, recv, "recv", &send, mesh.size)?;
+            sized(WHAT, recv, Arg::Recv, &send, mesh.size)?;
         }
         Ok((Digest::new(WHAT, 0, Some(send), recv), (send, recv)))
     };
@@ -705,8 +436,8 @@ fn gather(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
-    const WHAT: &str = "barrier";
-    let grouped = !is_none(args, 0) && in_group(args, 0)?;
+    const WHAT: Collective = Collective::Barrier;
+    let grouped = WHAT.in_group(args)?;
     collective(
         meshes,
         WHAT,
@@ -717,11 +448,13 @@ fn barrier(meshes: &Meshes, args: &[AnyView<'_>]) -> Result<()> {
     )
 }
 
-/// One side of a transfer of buffer argument 0 between this worker and worker `other`. The
-/// sender sends its tensor's header, then its bytes; a receiver whose tensor differs takes the
-/// bytes aside and fails, naming both tensors, and the pair stays in step.
-fn transfer(meshes: &Meshes, args: &[AnyView<'_>], other: usize, sending: bool) -> Result<()> {
-    let buf = buffer(args, 0, if sending { "send" } else { "recv" }, true)?.expect("required");
+/// This worker's side of `transfer` of its buffer argument with worker `other`. The sender
+/// sends its tensor's header, then its bytes; a receiver whose tensor differs takes the bytes
+/// aside and fails, naming both tensors, and the pair stays in step.
+fn transfer(meshes: &Meshes, args: &[AnyView<'_>], transfer: Transfer, other: usize) -> Result<()> {
+    let sending = transfer.sends();
+    let role = if sending { Arg::Send } else { Arg::Recv };
+    let buf = buffer(args, Collective::Transfer(transfer), role, true)?.expect("required");
     let mesh = &meshes.world;
     let own = TransferHeader::of(&buf);
     if sending {
@@ -812,21 +545,4 @@ impl TransferHeader {
             .ok_or_else(bad)?;
         Ok((Buf::new(0, dtype, shape, nbytes)?.describe(), nbytes))
     }
-}
-
-/// The body of a built-in.
-type Builtin = fn(&[AnyView<'_>]) -> Result<Any>;
-
-/// Registers the Gloo init built-ins once per process.
-pub(crate) fn register() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| {
-        for (name, body) in [
-            (OPEN, open_per_worker as Builtin),
-            (CONNECT, connect_per_worker),
-        ] {
-            registry::register_global(name, Function::from_closure(body), true)
-                .expect("built-in names are valid");
-        }
-    });
 }

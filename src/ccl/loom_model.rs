@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use loom::thread::spawn;
 
-use super::{CpuCcl, Post, Posts};
+use super::collective::Collective;
+use super::communicator::{CpuCcl, Post, Posts};
 use crate::channel::SpinPolicy;
 use crate::object::{Error, Result};
 use crate::sync::{Arc, explore, thread};
@@ -57,7 +58,7 @@ fn participant(
         (1..=rounds)
             .map(|seq| {
                 let staged = first_staged ^ (seq % 2 == 0);
-                let post = Post::new("model", param(seq, r), None, None);
+                let post = Post::new(Collective::Barrier, param(seq, r), None, None);
                 ccl.run(
                     &team,
                     r,
@@ -104,7 +105,7 @@ fn broken_while_joining() {
     assert_eq!(works, if a[0].is_ok() { 2 } else { 0 });
     // Broken for good: the next collective fails at once, without waiting for anyone.
     let (team, rank) = ccl.team(0, false);
-    let post = Post::new("model", 0, None, None);
+    let post = Post::new(Collective::Barrier, 0, None, None);
     assert!(
         ccl.run(team, rank, post, false, |_| Ok(()), |_| {})
             .is_err()

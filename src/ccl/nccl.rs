@@ -1,64 +1,24 @@
-//! The NCCL backend of the collective built-ins, for sessions whose workers each have a GPU.
+//! The NCCL backend: the collectives on CUDA tensors, for sessions whose workers each have a
+//! GPU of their own, queued on each worker's stream under Disco's names and with its arguments.
 //!
-//! `init_ccl("nccl")` checks on the controller that there is a GPU and NCCL, that every worker
-//! is on a CUDA device of its own, and makes the unique ids; every worker then joins
-//! (`runtime.disco.nccl.init_ccl_per_worker`, Disco's name): a communicator of the whole
-//! session and, with several groups, one of its group (split from the first with
-//! `ncclCommSplit`, or made from a group id of its own before NCCL 2.18). Worker processes
-//! join the same way: the unique ids travel as bytes in the call, and each process owns its
-//! GPU.
-//!
-//! On a worker with an NCCL communicator the collective built-ins keep Disco's names and
-//! arguments but take CUDA tensors, and enqueue NCCL's calls on the worker's stream: they are
-//! ordered with the copies to and from worker 0 and, through the tensors' records, with other
-//! streams, and return at once. A sync of the worker waits for them and reports their failures.
-//! `barrier` reduces one int32 across the team and waits for it on the host.
-//!
-//! Waits: NCCL's kernels wait on the GPU, without end, for a peer that never joins their
-//! collective, passed another shape, or failed. So a worker with NCCL communicators never
-//! waits for its GPU in the driver: its sync, `barrier`, the copies to and from worker 0, and
-//! any other wait of its thread for the GPU (a small read, from one of its functions, of a
-//! tensor a collective wrote: see `device::poll::watch_this_thread`) record an event after the
-//! work and poll it (a short spin, then yields, then sleeps of at
-//! most 1 ms), and between polls check the worker's communicators (the [`Watch`], PyTorch's
-//! NCCL watchdog): an asynchronous error of one (`ncclCommGetAsyncError`), the session's
-//! shutdown, or an `init_ccl` called meanwhile (the worker's `Signals`, which a worker process
-//! reads in its line of the session's arena) aborts them (`ncclCommAbort`, which stops their
-//! kernels) and ends the wait with an error that says which (naming the communicator and
-//! giving NCCL's text for an error; `SessionClosed` at shutdown). After that, collectives on
-//! the worker fail at once, telling the user to call `init_ccl` again, until it is called
-//! again. So after a sync that timed out (a peer never joined), `init_ccl` or shutdown frees
-//! the worker. Workers without NCCL communicators wait as before.
-//!
-//! The host waits inside NCCL are watched too. Joining a communicator waits for every rank, a
-//! first collective between two ranks may connect them, and finalizing a communicator (when
-//! `init_ccl` replaces it) waits for its peers to finalize theirs. With NCCL 2.14 or later the
-//! communicators are non-blocking: those calls return at once with `ncclInProgress`, and the
-//! worker polls the communicator the same way, giving up at the session's shutdown or when
-//! `init_ccl` is called after the wait began, and a join also after the session's timeout; the
-//! communicator is then aborted and the error names it (its rank, size and GPU) and the cause.
-//! So a worker that never joins (stuck in a function, or its GPU failed) no longer holds the
-//! others in `ncclCommInitRankConfig` for ever: their join fails with the timeout, and without
-//! one at the next `init_ccl` or at shutdown.
-//!
-//! Limits: NCCL does not compare the workers' arguments, so the per-worker checks here (sizes
-//! and dtypes of one worker's buffers, peers in range) are all there is; workers that pass
-//! different shapes, or a worker that never joins, leave NCCL's kernels waiting: the
-//! controller's wait ends with the session's timeout, and the worker's wait goes on (polling)
-//! until NCCL reports an error, `init_ccl` is called, or the session is shut down. Before NCCL
-//! 2.14 there are no non-blocking communicators: joining one blocks in NCCL until every rank
-//! joined, with no way out. Workers sharing one GPU are refused: NCCL needs a GPU per rank.
+//! The one idea: NCCL's kernels wait on the GPU, without end, for a peer that never comes, so a
+//! worker with NCCL communicators never waits for its GPU in the driver: each of its waits
+//! polls, and between polls checks its communicators (the [`CommsCheck`], as PyTorch's NCCL watchdog
+//! does); an error of theirs, the session's shutdown or a later `init_ccl` aborts them and ends
+//! the wait. The host waits inside NCCL (joining, connecting, finalizing) are watched the same
+//! way (docs/collectives.md says how).
 
-use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::{Arc, Once, OnceLock};
 
 use super::ReduceOp;
-use super::builtins::{TRANSFERS, arity_of, in_group, reduce_kind, transfer_peer};
+use super::args::{Extent, sized, tensor};
+use super::backend::{self, Backend};
+use super::collective::{Arg, Collective, Transfer};
 use crate::abi::{DLDataType, DLDevice, KDL_CUDA, KDL_INT};
 use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::device::{DeviceStream, poll};
-use crate::object::args::{argument, arity, is_none};
+use crate::object::args::{argument, arity};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
@@ -69,7 +29,7 @@ use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
 /// One worker's communicators.
-struct Comms {
+pub(super) struct Comms {
     info: WorkerInfo,
     /// The worker's group, when the session has more than one. Split from `world`, it is
     /// dropped (finalized) before it.
@@ -92,7 +52,7 @@ impl Comms {
         }
     }
 
-    /// See [`Watch::check`]; `generation` is the worker's `ccl_generation` when the wait
+    /// See [`CommsCheck::check`]; `generation` is the worker's `ccl_generation` when the wait
     /// began.
     fn check(&self, generation: u64) -> Result<()> {
         if self.aborted.get().is_some() {
@@ -172,7 +132,7 @@ impl Interrupts for WorkerInterrupts {
 /// NCCL watchdog): NCCL's kernels wait on the GPU, forever, for a peer that never joins their
 /// collective, passed another shape, or failed, and a wait in the driver would hold the worker
 /// with them. Made when a wait begins.
-pub(crate) struct Watch {
+pub(crate) struct CommsCheck {
     comms: Arc<Comms>,
     /// The worker's `ccl_generation` when the wait began.
     generation: u64,
@@ -181,26 +141,22 @@ pub(crate) struct Watch {
 /// Makes every wait of the calling worker thread for its GPU (a small read, from one of its
 /// functions, of a tensor a collective last wrote, as well as its syncs) watched while the
 /// worker has NCCL communicators (see `device::poll::watch_this_thread`).
-fn watch_worker_thread() {
+fn check_worker_thread_waits() {
     poll::watch_this_thread(Rc::new(|| {
-        watch().map(|watch| Box::new(move || watch.check()) as poll::Check)
+        comms_check().map(|watch| Box::new(move || watch.check()) as poll::Check)
     }));
 }
 
-/// The watch of the NCCL communicators of the worker running on this thread, for a wait that
-/// begins now; `None` when it has none (its waits block in the driver, as before).
-pub(crate) fn watch() -> Option<Watch> {
-    COMMS
-        .try_with(|c| c.borrow().clone())
-        .ok()
-        .flatten()
-        .map(Watch::new)
+/// The check of the NCCL communicators of the worker running on this thread, for a wait that
+/// begins now; `None` when it has none (its waits block in the driver).
+pub(crate) fn comms_check() -> Option<CommsCheck> {
+    backend::held::<Arc<Comms>>().map(CommsCheck::new)
 }
 
-impl Watch {
-    fn new(comms: Arc<Comms>) -> Watch {
+impl CommsCheck {
+    fn new(comms: Arc<Comms>) -> CommsCheck {
         let generation = comms.shared.signals.ccl_generation.load(Ordering::SeqCst);
-        Watch { comms, generation }
+        CommsCheck { comms, generation }
     }
 
     /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
@@ -219,11 +175,6 @@ impl Watch {
     pub(crate) fn sync(&self, stream: &Stream) -> Result<()> {
         stream.sync_checked(Some(&mut || self.check()))
     }
-}
-
-thread_local! {
-    /// The NCCL communicators of the worker running on this thread.
-    static COMMS: RefCell<Option<Arc<Comms>>> = const { RefCell::new(None) };
 }
 
 /// Checks that the session's workers can use NCCL and makes the arguments of the per-worker
@@ -300,7 +251,7 @@ fn unique_id(bytes: &[u8], index: usize) -> Result<UniqueId> {
 /// `runtime.disco.nccl.init_ccl_per_worker(device_ids, unique_ids)`: joins the communicators
 /// of the session and of this worker's group, replacing the worker's earlier ones. Joining
 /// waits for the other workers; with non-blocking communicators the wait gives up at the
-/// session's timeout, at shutdown, or when `init_ccl` is called again (see the module docs).
+/// session's timeout, at shutdown, or when `init_ccl` is called again (docs/collectives.md).
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     arity(INIT, args, 2, 2)?;
     let info = on_worker(INIT)?;
@@ -326,13 +277,11 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     // (`ncclCommFinalize` and `ncclCommDestroy`) waits for their work, so that is waited for
     // first, by polling: their failure, or the shutdown, aborts them instead. Such a failure is
     // reported after joining the new ones, which the other workers wait in for this one.
-    let flushed = match watch() {
+    let flushed = match comms_check() {
         Some(watch) => with_stream(|stream| watch.sync(stream)),
         None => Ok(()),
     };
-    forget();
-    #[cfg(not(loom))]
-    super::gloo::forget();
+    backend::forget();
     let (device_id, timeout) = (info.device.device_id, shared.timeout);
     let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
     let world = Comm::init_rank(
@@ -369,8 +318,8 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         aborted: OnceLock::new(),
         shared,
     };
-    COMMS.with(|c| *c.borrow_mut() = Some(Arc::new(comms)));
-    watch_worker_thread();
+    backend::install(Arc::new(comms));
+    check_worker_thread_waits();
     flushed.map(|()| Any::None)
 }
 
@@ -383,75 +332,60 @@ pub(crate) fn register() {
     });
 }
 
-/// Drops this worker's NCCL communicators (another backend's `init_ccl` replaces them).
-pub(super) fn forget() {
-    COMMS.with(|c| c.borrow_mut().take());
-}
-
-/// Runs collective built-in `name` with NCCL when this worker has an NCCL communicator;
-/// `None` leaves it to the CPU backend. Installing a CPU communicator drops the NCCL one.
-pub(super) fn dispatch(name: &str, args: &[AnyView<'_>]) -> Option<Result<Any>> {
-    if name == "runtime.disco.cpu.init_ccl_per_worker" {
-        forget();
-        return None;
-    }
-    let comms = COMMS.with(|c| c.borrow().clone())?;
-    if let Some(why) = comms.aborted.get() {
-        return Some(Err(Error::runtime(format!(
-            "worker {} has no working NCCL communicators (they were aborted: {why}); call \
-             init_ccl again before more collectives",
-            comms.info.id
-        ))));
-    }
-    let run: fn(Arc<Comms>, &[AnyView<'_>]) -> Result<()> = match name {
-        "runtime.disco.allreduce" => allreduce,
-        "runtime.disco.allgather" => allgather,
-        "runtime.disco.broadcast_from_worker0" => broadcast,
-        "runtime.disco.scatter_from_worker0" => scatter,
-        "runtime.disco.gather_to_worker0" => gather,
-        "runtime.disco.barrier" => barrier,
-        _ if TRANSFERS.contains(&name) => {
-            let done = arity_of(name, args).and_then(|()| transfer_built_in(comms, name, args));
-            return Some(done.map(|()| Any::None));
-        }
-        _ => return None,
-    };
-    Some(arity_of(name, args).and_then(|()| run(comms, args).map(|()| Any::None)))
-}
-
-/// A tensor argument as a region; `None` when it is None or absent and not `required`.
-fn region(args: &[AnyView<'_>], i: usize, what: &str, required: bool) -> Result<Option<Region>> {
-    if is_none(args, i) {
-        if required {
-            return Err(Error::type_error(format!(
-                "argument {i} ({what}): a tensor is required, got None"
+impl Backend for Arc<Comms> {
+    /// Enqueues the collective on the worker's stream (a barrier also waits for it), unless
+    /// the communicators were aborted.
+    fn run(&self, collective: Collective, args: &[AnyView<'_>]) -> Result<()> {
+        if let Some(why) = self.aborted.get() {
+            return Err(Error::runtime(format!(
+                "worker {} has no working NCCL communicators (they were aborted: {why}); call \
+                 init_ccl again before more collectives",
+                self.info.id
             )));
         }
-        return Ok(None);
+        collective.check_arity(args)?;
+        let comms = self.clone();
+        match collective {
+            Collective::Allreduce => allreduce(comms, args),
+            Collective::Allgather => allgather(comms, args),
+            Collective::Broadcast => broadcast(comms, args),
+            Collective::Scatter => scatter(comms, args),
+            Collective::Gather => gather(comms, args),
+            Collective::Barrier => barrier(comms, args),
+            Collective::Transfer(transfer) => transfer_built_in(comms, transfer, args),
+        }
     }
-    argument(i, what, || Region::of(&args[i].as_tensor()?)).map(Some)
 }
 
-fn required(args: &[AnyView<'_>], i: usize, what: &str) -> Result<Region> {
-    Ok(region(args, i, what, true)?.expect("required"))
+/// Tensor argument `arg` of a call of `collective` as a region; `None` when it is None or
+/// absent and not `required`.
+fn region(
+    args: &[AnyView<'_>],
+    collective: Collective,
+    arg: Arg,
+    required: bool,
+) -> Result<Option<Region>> {
+    tensor(args, collective, arg, required, |tensor| {
+        Region::of(&tensor)
+    })
 }
 
-/// `big` must hold `times` the elements of `small`, of the same dtype.
-fn sized(what: &str, big: &Region, big_role: &str, small: &Region, times: usize) -> Result<()> {
-    if big.dtype() == small.dtype() && big.count() == small.count() * times {
-        return Ok(());
+fn required(args: &[AnyView<'_>], collective: Collective, arg: Arg) -> Result<Region> {
+    Ok(region(args, collective, arg, true)?.expect("required"))
+}
+
+impl Extent for Region {
+    fn dtype(&self) -> DLDataType {
+        Region::dtype(self)
     }
-    let describe = |r: &Region| format!("{} {}", r.count(), dtype_name(r.dtype()));
-    Err(Error::value(format!(
-        "{what}: the {big_role} buffer ({}) must hold {} the other ({}), with the same dtype",
-        describe(big),
-        if times == 1 {
-            "as many elements as".to_string()
-        } else {
-            format!("{times} times the elements of")
-        },
-        describe(small)
-    )))
+
+    fn amount(&self) -> usize {
+        self.count()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} {}", self.count(), dtype_name(Region::dtype(self)))
+    }
 }
 
 /// How work uses the tensors of its regions: `reads` are read, `writes` written.
@@ -489,34 +423,37 @@ fn red_op(kind: ReduceOp) -> RedOp {
 }
 
 fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 2)?;
-    let send = required(args, 0, "send")?;
-    let op = red_op(reduce_kind(args, 1)?);
-    let recv = required(args, 3, "recv")?;
-    sized("allreduce", &recv, "recv", &send, 1)?;
+    const WHAT: Collective = Collective::Allreduce;
+    let grouped = WHAT.in_group(args)?;
+    let send = required(args, WHAT, Arg::Send)?;
+    let op = red_op(WHAT.kind(args)?);
+    let recv = required(args, WHAT, Arg::Recv)?;
+    sized(WHAT, &recv, Arg::Recv, &send, 1)?;
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
     })
 }
 
 fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
-    let send = required(args, 0, "send")?;
-    let recv = required(args, 2, "recv")?;
+    const WHAT: Collective = Collective::Allgather;
+    let grouped = WHAT.in_group(args)?;
+    let send = required(args, WHAT, Arg::Send)?;
+    let recv = required(args, WHAT, Arg::Recv)?;
     let size = comms.team(grouped).0.size();
-    sized("allgather", &recv, "recv", &send, size)?;
+    sized(WHAT, &recv, Arg::Recv, &send, size)?;
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_gather(&send, &recv, stream)
     })
 }
 
 fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Broadcast;
+    let grouped = WHAT.in_group(args)?;
     let root = comms.team(grouped).1 == 0;
-    let send = region(args, 0, "send", root)?.filter(|_| root);
-    let recv = required(args, 2, "recv")?;
+    let send = region(args, WHAT, Arg::Send, root)?.filter(|_| root);
+    let recv = required(args, WHAT, Arg::Recv)?;
     if let Some(send) = &send {
-        sized("broadcast_from_worker0", &recv, "recv", send, 1)?;
+        sized(WHAT, &recv, Arg::Recv, send, 1)?;
     }
     enqueue(uses(&send, [&recv]), move |stream| {
         comms
@@ -527,13 +464,14 @@ fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Scatter;
+    let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
     let size = comm.size();
-    let send = region(args, 0, "send", rank == 0)?.filter(|_| rank == 0);
-    let recv = required(args, 2, "recv")?;
+    let send = region(args, WHAT, Arg::Send, rank == 0)?.filter(|_| rank == 0);
+    let recv = required(args, WHAT, Arg::Recv)?;
     if let Some(send) = &send {
-        sized("scatter_from_worker0", send, "send", &recv, size)?;
+        sized(WHAT, send, Arg::Send, &recv, size)?;
     }
     enqueue(uses(&send, [&recv]), move |stream| {
         let comm = comms.team(grouped).0;
@@ -549,13 +487,14 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 }
 
 fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = in_group(args, 1)?;
+    const WHAT: Collective = Collective::Gather;
+    let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
     let size = comm.size();
-    let send = required(args, 0, "send")?;
-    let recv = region(args, 2, "recv", rank == 0)?.filter(|_| rank == 0);
+    let send = required(args, WHAT, Arg::Send)?;
+    let recv = region(args, WHAT, Arg::Recv, rank == 0)?.filter(|_| rank == 0);
     if let Some(recv) = &recv {
-        sized("gather_to_worker0", recv, "recv", &send, size)?;
+        sized(WHAT, recv, Arg::Recv, &send, size)?;
     }
     enqueue(uses([&send], &recv), move |stream| {
         let comm = comms.team(grouped).0;
@@ -583,19 +522,21 @@ fn transfer(comms: Arc<Comms>, buf: Region, peer: usize, sending: bool) -> Resul
     })
 }
 
-/// Transfer built-in `name` (see `builtins::transfer_peer`).
-fn transfer_built_in(comms: Arc<Comms>, name: &str, args: &[AnyView<'_>]) -> Result<()> {
-    let (other, sending) = transfer_peer(name, args, &comms.info).expect("a transfer built-in")?;
-    let buf = required(args, 0, if sending { "send" } else { "recv" })?;
-    transfer(comms, buf, other, sending)
+/// Transfer built-in `transfer`, with the other end its arguments name.
+fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]) -> Result<()> {
+    let other = transfer.peer(args, &comms.info)?;
+    let sending = transfer.sends();
+    let role = if sending { Arg::Send } else { Arg::Recv };
+    let buf = required(args, Collective::Transfer(transfer), role)?;
+    self::transfer(comms, buf, other, sending)
 }
 
 /// Reduces the worker's flag across the team and waits for it: no worker of the team passes
 /// before every one has queued its barrier and the work queued before it finished.
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
-    let grouped = !is_none(args, 0) && in_group(args, 0)?;
+    let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
-    let watch = Watch::new(comms.clone());
+    let watch = CommsCheck::new(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)

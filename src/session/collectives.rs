@@ -19,6 +19,7 @@ use crate::object::ErrorKind;
 use crate::object::{Any, AnyView, Error, Result};
 #[cfg(not(loom))]
 use crate::sync::atomic::Ordering;
+use crate::sync::deadline::timeout_ms;
 
 /// Where the workers find a new CPU communicator.
 #[derive(Clone, Copy)]
@@ -46,7 +47,7 @@ impl CclPlace {
                 "runtime.disco.cpu.init_ccl_in_arena",
                 vec![
                     Any::Int(area as i64),
-                    Any::Int(timeout.map_or(-1, |t| t.as_millis() as i64)),
+                    Any::Int(timeout_ms(timeout) as i64),
                     Any::Int(spin.budget.as_micros() as i64),
                 ],
             ),
@@ -82,7 +83,7 @@ impl Session {
             .chain(nodes.iter().map(|(node, _)| node.addresses().0))
             .map(|ip| ip.to_string())
             .collect();
-        let timeout_ms = self.timeout.map_or(-1, |t| t.as_millis() as i64);
+        let timeout = timeout_ms(self.timeout) as i64;
         // Several workers per node meet in their node first (hierarchical): worker processes in
         // their node's arena, in the communicator area after the last one's, and this
         // machine's worker threads in a communicator staged here.
@@ -100,7 +101,7 @@ impl Session {
             (ccl::stage(fresh.clone()), fresh)
         });
         let stage = threads.as_ref().map_or(-1, |(stage, _)| *stage);
-        let set_up = self.open_gloo(&hosts, timeout_ms, area, stage);
+        let set_up = self.open_gloo(&hosts, timeout, area, stage);
         if let Some((stage, fresh)) = threads {
             ccl::unstage(stage);
             if set_up.is_ok() {

@@ -18,6 +18,9 @@ pub(crate) const NODE_CONNECT: Duration = Duration::from_secs(60);
 pub(crate) const HANDSHAKE_STEP: Duration = Duration::from_secs(5);
 /// How long a silent node, or controller, counts as alive unless the session says otherwise.
 pub(crate) const HEARTBEAT: Duration = Duration::from_secs(2);
+/// How long a wait inside Gloo lasts at most in a session without a timeout (Gloo has no
+/// unbounded wait).
+pub(crate) const GLOO_WITHOUT_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long worker processes and nodes have to stop at shutdown, together, in a session
 /// without a timeout; those still running then are ended.
 pub(crate) const STOP_GRACE: Duration = Duration::from_secs(10);

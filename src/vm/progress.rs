@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::channel::{SpinPolicy, Sleepers};
+use crate::channel::{Sleepers, SpinPolicy};
 use crate::sync::Deadline;
 
 #[derive(Default)]

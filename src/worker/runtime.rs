@@ -11,7 +11,7 @@ use super::message::{
 };
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
-use crate::channel::{Channel, SpinPolicy, Sleepers};
+use crate::channel::{Channel, Sleepers, SpinPolicy};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::{cuda, poll};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};

@@ -21,21 +21,12 @@ use crate::abi::{DVMAny, DVMFunctionCell, DVMSafeCall, OBJECT_HEADER_SIZE};
 use crate::object::libtvm_ffi::{self, LibTvmFfi};
 use crate::object::{AnyObject, Error, Function, FunctionCell, ObjectRef, Result, error, registry};
 
-/// The built-ins of Disco's workers that discovm has too, with the same arguments (TVM's
-/// `runtime/extra/disco/builtin.cc`): the collectives and `worker_id` that TVM's Relax lowering
-/// emits (`R.ccl.*`, `redistribute_replica_to_shard`), and the others that hand-written Relax,
-/// TVM's runtime or a script written for Disco's workers may call by name.
-pub const NAMES: [&str; 17] = [
-    "runtime.disco.allreduce",
-    "runtime.disco.allgather",
-    "runtime.disco.broadcast_from_worker0",
-    "runtime.disco.scatter_from_worker0",
-    "runtime.disco.gather_to_worker0",
-    "runtime.disco.recv_from_worker0",
-    "runtime.disco.send_to_worker",
-    "runtime.disco.recv_from_worker",
-    "runtime.disco.send_to_next_group",
-    "runtime.disco.recv_from_prev_group",
+/// The worker's own built-ins that Disco's workers have too, with the same arguments (TVM's
+/// `runtime/extra/disco/builtin.cc`): `worker_id`, which TVM's Relax lowering emits
+/// (`redistribute_replica_to_shard`), and the others that hand-written Relax, TVM's runtime or a
+/// script written for Disco's workers may call by name. The collectives (which the lowering
+/// emits for `R.ccl.*`) come from their table as they register ([`dispatch_too`]).
+pub const NAMES: [&str; 7] = [
     "runtime.disco.worker_id",
     "runtime.disco.worker_rank",
     "runtime.disco.world_size",
@@ -44,6 +35,27 @@ pub const NAMES: [&str; 17] = [
     "runtime.disco.bind_worker_to_cpu_core",
     "runtime.disco.load_vm_module",
 ];
+
+/// The names of built-ins of the layers above that Disco's workers have too (the collectives),
+/// added as those register.
+static MORE_NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+
+/// Has [`install`] dispatch `names` too: built-ins of the layers above, registered already, that
+/// Disco's workers have with the same arguments.
+pub(crate) fn dispatch_too(names: impl IntoIterator<Item = &'static str>) {
+    let mut more = MORE_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    for name in names {
+        if !NAMES.contains(&name) && !more.contains(&name) {
+            more.push(name);
+        }
+    }
+}
+
+/// Every name [`install`] dispatches: [`NAMES`] and those given to [`dispatch_too`].
+fn names() -> Vec<&'static str> {
+    let more = MORE_NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    NAMES.iter().chain(more.iter()).copied().collect()
+}
 
 /// A function to forward calls to: its object's `safe_call`, read once.
 struct Target {
@@ -144,8 +156,8 @@ fn libraries_loaded() -> Option<u64> {
     loaded
 }
 
-/// Puts a dispatcher in tvm-ffi's registry for each of [`NAMES`] registered there (by TVM)
-/// and not yet dispatched; does nothing without libtvm_ffi in the process, and nothing (but a
+/// Puts a dispatcher in tvm-ffi's registry for each of the names it dispatches ([`names`])
+/// registered there (by TVM) and not yet dispatched; does nothing without libtvm_ffi in the process, and nothing (but a
 /// query to the loader) when no library was loaded since it last ran.
 ///
 /// Errors: one libtvm_ffi raised while making or registering a dispatcher; the next call tries
@@ -159,7 +171,7 @@ pub fn install() -> Result<()> {
     let mut installed = INSTALLED.lock().unwrap_or_else(PoisonError::into_inner);
     if let Some(lib) = libtvm_ffi::get() {
         let installed = installed.get_or_insert_with(HashMap::new);
-        for name in NAMES {
+        for name in names() {
             install_one(lib, name, installed)?;
         }
     }
@@ -287,9 +299,19 @@ mod tests {
     #[test]
     fn every_name_is_a_discovm_built_in() {
         crate::session::register_builtins();
-        for name in NAMES {
+        let names = names();
+        for name in &names {
             assert!(registry::get_own(name).is_some(), "{name}");
         }
+        // Disco's collectives are dispatched too, and discovm's own barrier is not.
+        assert_eq!(names.len(), 17);
+        for name in [
+            "runtime.disco.allreduce",
+            "runtime.disco.recv_from_prev_group",
+        ] {
+            assert!(names.contains(&name), "{name}");
+        }
+        assert!(!names.contains(&"runtime.disco.barrier"));
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::channel::ring::MAX_GATHERED;
-use crate::channel::{SpinPolicy, Sleepers};
+use crate::channel::{Sleepers, SpinPolicy};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use crate::abi::DLDevice;
 use crate::ccl::CpuCcl;
 use crate::channel::ring::{Consumer, Producer, Waker};
-use crate::channel::{SpinPolicy, Sleepers, spin_briefly};
+use crate::channel::{Sleepers, SpinPolicy, spin_briefly};
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
