@@ -13,6 +13,8 @@ use crate::ccl::CurrentCcl;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::{AtomicBool, Ordering};
 
+/// On cache lines of its own: every call reads it, and no worker's writes may share them.
+#[repr(align(128))]
 pub(crate) struct SessionState {
     /// Why the session is broken: the first death of one of its workers or nodes.
     broken: OnceLock<Error>,
