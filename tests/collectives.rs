@@ -1126,18 +1126,23 @@ fn the_built_in_that_installs_a_communicator_in_shared_memory_refuses_bad_input(
     let init = "runtime.disco.cpu.init_ccl_in_arena";
     let s = start(Kind::Processes, 2, 1, SessionOptions::default()).unwrap();
     // The worker's error comes back as a WorkerError whose message names its kind.
-    let table: [(&[Any], &[&str]); 4] = [
+    let table: [(&[Any], &[&str]); 5] = [
         (
-            &[Any::Int(2), Any::Int(-1), Any::Int(0)],
+            &[Any::Int(2), Any::Int(0), Any::Int(0)],
             &["IndexError", "area 2 out of range"],
         ),
         (
-            &[Any::Int(-1), Any::Int(-1), Any::Int(0)],
+            &[Any::Int(-1), Any::Int(0), Any::Int(0)],
             &["IndexError", "argument 0 (area)"],
         ),
         (
-            &[Any::Float(0.5), Any::Int(-1), Any::Int(0)],
+            &[Any::Float(0.5), Any::Int(0), Any::Int(0)],
             &["TypeError", "argument 0 (area)"],
+        ),
+        // A timeout crosses as milliseconds with 0 for none: a negative one means nothing.
+        (
+            &[Any::Int(0), Any::Int(-1), Any::Int(0)],
+            &["ValueError", "argument 1 (timeout_ms)", "0: no bound"],
         ),
         (&[Any::Int(0)], &["TypeError", init]),
     ];
@@ -1147,7 +1152,7 @@ fn the_built_in_that_installs_a_communicator_in_shared_memory_refuses_bad_input(
     }
     // Worker threads have no arena to find a communicator in.
     let s = start(Kind::Threads, 2, 1, SessionOptions::default()).unwrap();
-    let args = [Any::Int(0), Any::Int(-1), Any::Int(0)];
+    let args = [Any::Int(0), Any::Int(0), Any::Int(0)];
     let err = builtin_on(&s, Target::All, init, &args).unwrap_err();
     assert_error(
         Err(err),
@@ -1450,22 +1455,28 @@ fn the_built_ins_of_gloos_rendezvous_refuse_bad_input_naming_it() {
     let open = "runtime.disco.gloo.open_per_worker";
     let connect = "runtime.disco.gloo.connect_per_worker";
     let int = Any::Int;
-    let table: [(&str, Vec<Any>, &[&str]); 6] = [
+    let table: [(&str, Vec<Any>, &[&str]); 7] = [
         (
             open,
-            vec![int(1), int(-1), int(-1), int(0), int(-1)],
+            vec![int(1), int(0), int(-1), int(0), int(-1)],
             &["TypeError", "argument 0 (hosts)"],
         ),
         (
             open,
-            vec!["a,b,c".into(), int(-1), int(-1), int(0), int(-1)],
+            vec!["a,b,c".into(), int(0), int(-1), int(0), int(-1)],
             &["ValueError", "3 nodes cannot share 2 workers"],
         ),
         (open, vec!["a".into()], &["TypeError", "takes 5 arguments"]),
         (
             open,
-            vec!["a".into(), int(-1), int(0), int(0), int(99)],
+            vec!["a".into(), int(0), int(0), int(0), int(99)],
             &["ValueError", "no communicator is staged under 99"],
+        ),
+        // A timeout crosses as milliseconds with 0 for none: a negative one means nothing.
+        (
+            open,
+            vec!["a".into(), int(-5), int(-1), int(0), int(-1)],
+            &["ValueError", "argument 1 (timeout_ms): -5 is negative"],
         ),
         (
             connect,

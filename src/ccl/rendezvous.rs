@@ -83,6 +83,13 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
     let number = |i: usize, what: &str| argument(i, what, || args[i].as_i64());
     let timeout_ms = number(1, "timeout_ms")?;
+    let ccl_timeout = u64::try_from(timeout_ms)
+        .map(timeout_from_ms)
+        .map_err(|_| {
+            Error::value(format!(
+                "argument 1 (timeout_ms): {timeout_ms} is negative (0: no bound)"
+            ))
+        })?;
     let area = number(2, "area")?;
     let spin = SpinPolicy {
         budget: Duration::from_micros(number(3, "spin_us")?.max(0) as u64),
@@ -117,13 +124,6 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         (false, _) => None,
     };
     backend::forget();
-    let ccl_timeout = u64::try_from(timeout_ms)
-        .map(timeout_from_ms)
-        .map_err(|_| {
-            Error::value(format!(
-                "argument 1 (timeout_ms): {timeout_ms} is negative (0: no bound)"
-            ))
-        })?;
     let timeout = ccl_timeout.unwrap_or(GLOO_WITHOUT_TIMEOUT);
     let world = Mesh::open(host, info.id, info.num_workers, timeout)?;
     let group = if info.num_groups > 1 {

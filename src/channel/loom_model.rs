@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Channel, SpinPolicy};
 use crate::sync::atomic::{Ordering, fence};
-use crate::sync::{Arc, explore, thread};
+use crate::sync::{Arc, Deadline, explore, thread};
 use loom::thread::spawn;
 
 const PARK_AT_ONCE: SpinPolicy = SpinPolicy {
@@ -39,10 +39,10 @@ fn two_producers(policy: SpinPolicy) {
     let consumer = consumer(&channel, policy, 3);
     let producer = {
         let channel = channel.clone();
-        spawn(move || channel.send(3, policy, None, || Ok(())).unwrap())
+        spawn(move || channel.send(3, policy, Deadline::NEVER, || Ok(())).unwrap())
     };
-    channel.push(1, policy, None, || Ok(())).unwrap();
-    channel.send(2, policy, None, || Ok(())).unwrap();
+    channel.push(1, policy, Deadline::NEVER, || Ok(())).unwrap();
+    channel.send(2, policy, Deadline::NEVER, || Ok(())).unwrap();
     producer.join().unwrap();
     let received = consumer.join().unwrap();
     let mine: Vec<u32> = received.iter().copied().filter(|&v| v != 3).collect();
@@ -79,7 +79,9 @@ fn one_fence_covers_a_broadcast_to_two_consumers() {
             .map(|c| consumer(c, PARK_AT_ONCE, 1))
             .collect();
         for channel in &channels {
-            channel.push(7, PARK_AT_ONCE, None, || Ok(())).unwrap();
+            channel
+                .push(7, PARK_AT_ONCE, Deadline::NEVER, || Ok(()))
+                .unwrap();
         }
         fence(Ordering::SeqCst);
         for channel in &channels {

@@ -14,7 +14,7 @@ use std::time::Duration;
 use super::{Consumer, Producer, init_ring, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::SpinPolicy;
-use crate::sync::explore;
+use crate::sync::{Deadline, explore};
 use loom::thread::spawn;
 
 const PARK_AT_ONCE: SpinPolicy = SpinPolicy {
@@ -38,14 +38,20 @@ fn send_and_receive(lens: &'static [usize], policy: SpinPolicy) {
     let (mut producer, mut consumer) = ring();
     let receiver = spawn(move || {
         for (i, &len) in lens.iter().enumerate() {
-            let frame = consumer.recv(policy, None, || Ok(())).unwrap();
+            let frame = consumer.recv(policy, Deadline::NEVER, || Ok(())).unwrap();
             assert_eq!(frame.len(), len, "frame {i}");
             assert!(frame.iter().all(|&b| b == i as u8), "frame {i}");
         }
     });
     for (i, &len) in lens.iter().enumerate() {
         producer
-            .send_with(len, policy, None, || Ok(()), |buf| buf.fill(i as u8))
+            .send_with(
+                len,
+                policy,
+                Deadline::NEVER,
+                || Ok(()),
+                |buf| buf.fill(i as u8),
+            )
             .unwrap();
     }
     receiver.join().unwrap();
