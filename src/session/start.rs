@@ -10,7 +10,9 @@ use super::controller::{DeathWatch, Session};
 use super::link::{ThreadLink, WorkerLink};
 #[cfg(not(loom))]
 use super::node::{self, NodeLink};
-use super::options::*;
+#[cfg(not(loom))]
+use super::options::MAX_WORKERS;
+use super::options::{QUEUE_CAPACITY, SessionOptions, check_affinity, check_counts, check_devices};
 #[cfg(not(loom))]
 use super::process;
 use super::state::SessionState;
