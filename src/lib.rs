@@ -10,7 +10,8 @@
 //!   tensors, functions, the global function registry and the error type.
 //! - [`device`]: host memory, CUDA, and NCCL and Gloo loaded at run time.
 //! - [`channel`]: the lock-free queue between threads, the shared-memory rings, and how a
-//!   waiting thread waits (a short spin, then yields, then parks), shared by every layer above.
+//!   waiting thread waits (a short spin, then yields, then parks) and when it gives up
+//!   (`Deadline`), shared by every layer above.
 //! - [`vm`]: streams, ordered copies and callbacks, dependence tracking, small-memory access.
 //! - [`wire`]: the encoding of values and messages that cross to worker processes and nodes.
 //! - [`net`]: between machines: the handshake that keeps strangers out, and routed frames.

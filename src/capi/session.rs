@@ -10,6 +10,7 @@ use super::dref::{dref_arg, dref_handle, dvm_dref};
 use super::value::count_slice;
 use super::{boundary, boundary_or, c_str, dvm_status, handle_ref, non_null, write_out};
 use crate::abi::{DLDevice, DLTensor, DVMAny};
+use crate::channel::deadline::timeout_from_signed_ms;
 use crate::device::cpu::HostTensor;
 use crate::object::{AnyView, ObjectRef};
 use crate::session::{
@@ -143,15 +144,7 @@ pub(crate) unsafe fn socket_options(
         }
         options.upload_modules = opts.upload_modules != 0;
         options.local_threads = opts.local_threads != 0;
-        options.heartbeat = match opts.heartbeat_ms {
-            0 => None,
-            ms if ms > 0 => Some(std::time::Duration::from_millis(ms as u64)),
-            ms => {
-                return Err(crate::Error::value(format!(
-                    "heartbeat_ms is negative ({ms})"
-                )));
-            }
-        };
+        options.heartbeat = timeout_from_signed_ms(opts.heartbeat_ms, "heartbeat_ms")?;
     }
     Ok(options)
 }

@@ -19,10 +19,10 @@ use super::board::{
     Text, pack_wait, unpack_wait,
 };
 use super::collective::{Collective, what_of};
+use crate::channel::Deadline;
 use crate::channel::{PARK_SLICE, SpinPolicy};
 use crate::device::cpu::{SharedCpuWatch, available_cpus, current_cpu};
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;

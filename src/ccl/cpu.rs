@@ -16,6 +16,8 @@ use super::board::Buf;
 use super::collective::{Arg, Collective, Transfer};
 use super::communicator::{CpuCcl, Post, Posts, Team};
 use super::reduce::{Buffers, Elem, reduce};
+#[cfg(not(loom))]
+use crate::channel::deadline::timeout_from_signed_ms;
 use crate::object::args::{argument, arity};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
 use crate::worker::WorkerInfo;
@@ -469,10 +471,8 @@ fn init_in_arena(args: &[AnyView<'_>]) -> Result<Any> {
     };
     let area = number(0, "area")?
         .ok_or_else(|| Error::index("argument 0 (area): a communicator area is not negative"))?;
-    let timeout = number(1, "timeout_ms")?.ok_or_else(|| {
-        Error::value("argument 1 (timeout_ms): a timeout is not negative (0: no bound)")
-    })?;
-    let timeout = crate::sync::deadline::timeout_from_ms(timeout);
+    let timeout = argument(1, "timeout_ms", || args[1].as_i64())?;
+    let timeout = timeout_from_signed_ms(timeout, "argument 1 (timeout_ms)")?;
     let spin = crate::channel::SpinPolicy {
         budget: std::time::Duration::from_micros(number(2, "spin_us")?.unwrap_or(0)),
     };

@@ -6,7 +6,7 @@
 //! The one idea: before each collective the team's members exchange what they called and
 //! their buffers' shapes (a small allgather), so workers that disagree all fail with an error
 //! that names them, as in shared memory, instead of leaving Gloo to wait. Every wait inside Gloo
-//! ends at the session's timeout (without one, after [`GLOO_WITHOUT_TIMEOUT`](crate::sync::deadline::GLOO_WITHOUT_TIMEOUT)), and a failed
+//! ends at the session's timeout (without one, after [`GLOO_WITHOUT_TIMEOUT`](crate::channel::deadline::GLOO_WITHOUT_TIMEOUT)), and a failed
 //! collective leaves the meshes broken until `init_ccl` is called again.
 
 use std::sync::OnceLock;

@@ -17,10 +17,10 @@ use super::communicator::{fresh_in_this_arena, in_this_arena};
 use super::cpu::{self, Member};
 use super::gloo::{CONNECT, Local, Meshes, OPEN, node_groups};
 use crate::channel::SpinPolicy;
+use crate::channel::deadline::{GLOO_WITHOUT_TIMEOUT, timeout_from_signed_ms};
 use crate::device::gloo::Mesh;
 use crate::object::args::{argument, arity};
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, registry};
-use crate::sync::deadline::{GLOO_WITHOUT_TIMEOUT, timeout_from_ms};
 use crate::worker::WorkerInfo;
 use crate::worker::builtins::on_worker;
 
@@ -83,13 +83,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     let hosts = argument(0, "hosts", || args[0].as_str().map(String::from))?;
     let number = |i: usize, what: &str| argument(i, what, || args[i].as_i64());
     let timeout_ms = number(1, "timeout_ms")?;
-    let ccl_timeout = u64::try_from(timeout_ms)
-        .map(timeout_from_ms)
-        .map_err(|_| {
-            Error::value(format!(
-                "argument 1 (timeout_ms): {timeout_ms} is negative (0: no bound)"
-            ))
-        })?;
+    let ccl_timeout = timeout_from_signed_ms(timeout_ms, "argument 1 (timeout_ms)")?;
     let area = number(2, "area")?;
     let spin = SpinPolicy {
         budget: Duration::from_micros(number(3, "spin_us")?.max(0) as u64),

@@ -10,8 +10,9 @@
 use std::time::Duration;
 
 use super::{Channel, SpinPolicy};
+use crate::channel::Deadline;
 use crate::sync::atomic::{Ordering, fence};
-use crate::sync::{Arc, Deadline, explore, thread};
+use crate::sync::{Arc, explore, thread};
 use loom::thread::spawn;
 
 const PARK_AT_ONCE: SpinPolicy = SpinPolicy {

@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+pub(crate) mod deadline;
 #[cfg(all(test, loom))]
 mod loom_model;
 pub mod ring;
@@ -13,9 +14,9 @@ mod wait;
 
 use crate::object::Result;
 use crate::sync::ArrayQueue;
-pub use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread::Thread;
+pub use deadline::Deadline;
 #[cfg(not(loom))]
 pub(crate) use wait::spin_briefly;
 pub(crate) use wait::{PARK_SLICE, SharedSleeper, Sleepers};

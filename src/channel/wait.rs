@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
+use crate::channel::Deadline;
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, Ordering, fence};
 use crate::sync::futex::Futex;

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use super::exit::ExitCause;
 use super::pidfd::{send_signal, wait_readable};
-use crate::sync::Deadline;
+use crate::channel::Deadline;
 
 /// How often waiting without a pidfd looks at the child again, at most.
 const LONGEST_NAP: Duration = Duration::from_millis(10);

@@ -19,9 +19,9 @@ use super::exit::ExitCause;
 use super::pidfd::wait_readable;
 use super::program::{WORKER_PROGRAM, find_worker_program, worker_program};
 use super::spawn::{CONTROLLER_PID_VAR, spawn, spawn_with};
+use crate::channel::Deadline;
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::object::{ErrorKind, Result};
-use crate::sync::Deadline;
 
 /// Long enough for any child to start on a loaded machine; only failures wait this long.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(60);

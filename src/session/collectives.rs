@@ -14,12 +14,12 @@ use super::process;
 use crate::abi::DLDevice;
 use crate::ccl::{self, CpuCcl};
 use crate::channel::SpinPolicy;
+use crate::channel::deadline::timeout_ms;
 #[cfg(not(loom))]
 use crate::object::ErrorKind;
 use crate::object::{Any, AnyView, Error, Result};
 #[cfg(not(loom))]
 use crate::sync::atomic::Ordering;
-use crate::sync::deadline::timeout_ms;
 
 /// Where the workers find a new CPU communicator.
 #[derive(Clone, Copy)]

@@ -16,14 +16,14 @@ use std::sync::{Arc, PoisonError};
 use super::node::{NodeConnection, NodeLink};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
+use crate::channel::Deadline;
+#[cfg(not(loom))]
+use crate::channel::deadline::STOP_GRACE;
 use crate::channel::{Channel, SpinPolicy};
 use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
-#[cfg(not(loom))]
-use crate::sync::deadline::STOP_GRACE;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 use crate::worker::message::{CopyDirection, Message, Reply};

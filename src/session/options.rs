@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::worker_env::WorkerThreads;
 use crate::abi::DLDevice;
 use crate::channel::SpinPolicy;
+use crate::channel::deadline::timeout_from_signed_ms;
 use crate::device::cpu::available_cpus;
 use crate::object::{Error, Result};
 
@@ -65,11 +66,7 @@ impl SessionOptions {
         cpu_affinity: impl IntoIterator<Item = i64>,
         devices: Vec<DLDevice>,
     ) -> Result<SessionOptions> {
-        let timeout = match timeout_ms {
-            0 => None,
-            ms if ms > 0 => Some(Duration::from_millis(ms as u64)),
-            ms => return Err(Error::value(format!("timeout_ms is negative ({ms})"))),
-        };
+        let timeout = timeout_from_signed_ms(timeout_ms, "timeout_ms")?;
         let budget = match spin_us {
             0 => SpinPolicy::DEFAULT_BUDGET,
             us if us < 0 => Duration::ZERO,

@@ -18,12 +18,12 @@ use super::process;
 use super::state::SessionState;
 use crate::abi::DLDevice;
 use crate::channel::Channel;
+use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::pin_current_thread;
 #[cfg(not(loom))]
 use crate::net::auth::Secret;
 use crate::object::{Error, Result};
-use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
@@ -263,7 +263,7 @@ impl Session {
         };
         let heartbeat = options
             .heartbeat
-            .unwrap_or(crate::sync::deadline::HEARTBEAT);
+            .unwrap_or(crate::channel::deadline::HEARTBEAT);
         let joined = node::join_nodes(
             &listener,
             shape,

@@ -20,10 +20,8 @@ pub(crate) use std::thread_local;
 #[cfg(not(loom))]
 pub(crate) use std::time;
 
-pub(crate) mod deadline;
 pub(crate) mod futex;
 
-pub use deadline::Deadline;
 #[cfg(loom)]
 mod queue;
 #[cfg(loom)]

@@ -14,10 +14,10 @@ use super::small_mem::Request;
 use super::stream::StreamCore;
 use crate::abi::DLDevice;
 use crate::channel::Channel;
+use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
 use crate::device::cpu::SharedCpuWatch;
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::Deadline;
 
 /// Instructions an executor's queue holds before submitters wait for room.
 pub const QUEUE_CAPACITY: usize = 4096;

@@ -6,8 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::channel::Deadline;
 use crate::channel::{Sleepers, SpinPolicy};
-use crate::sync::Deadline;
 
 #[derive(Default)]
 pub(crate) struct Progress {

@@ -15,11 +15,11 @@ use std::sync::{Arc, OnceLock, PoisonError};
 
 use super::runtime::Signals;
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
+use crate::channel::Deadline;
 use crate::channel::shm::SharedMemory;
 use crate::channel::{SharedSleeper, SpinPolicy};
 use crate::object::tensor::{check_new, release_with};
 use crate::object::{Error, Result, Tensor};
-use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::wire::ArenaTensor;

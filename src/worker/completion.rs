@@ -1,9 +1,9 @@
 //! A one-shot reply from a worker to the thread that waits for it.
 
+use crate::channel::Deadline;
 use crate::channel::{Sleeper, SpinPolicy};
 use crate::device::cpu::current_cpu;
 use crate::object::Result;
-use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicU8, Ordering};
 use crate::sync::thread::{self, Thread};
 use crate::sync::{Arc, Mutex};

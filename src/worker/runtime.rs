@@ -11,11 +11,11 @@ use super::message::{
 };
 use super::registers::{Reg, RegisterFile, Slot};
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
+use crate::channel::Deadline;
 use crate::channel::{Channel, Sleepers, SpinPolicy};
 use crate::device::cpu::SharedCpuWatch;
 use crate::device::{cuda, poll};
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, Tensor, registry};
-use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::vm::{Placement, Stream};
 

@@ -7,6 +7,8 @@ use crate::capi::dref::{dref_arg, dvm_dref};
 use crate::capi::session::{copy_host, dvm_session, session_arg};
 use crate::capi::worker::{dvm_worker, worker_arg};
 #[cfg(not(loom))]
+use crate::channel::deadline::timeout_from_signed_ms;
+#[cfg(not(loom))]
 use crate::object::ErrorKind;
 use crate::object::{Any, AnyView, Error, ObjectRef, Result};
 use crate::session::{
@@ -115,12 +117,7 @@ entry_point! {
         options.session_token = args.str_or_none(11)?.map(str::to_owned);
         options.upload_modules = args.bool_or(13, false)?;
         options.local_threads = args.bool_or(14, false)?;
-        options.heartbeat = match args.int_or(12, 0)? {
-            0 => None,
-            ms => Some(std::time::Duration::from_millis(u64::try_from(ms).map_err(|_| {
-                Error::value(format!("heartbeat_ms is negative ({ms})"))
-            })?)),
-        };
+        options.heartbeat = timeout_from_signed_ms(args.int_or(12, 0)?, "heartbeat_ms")?;
         let session = Session::new_socket(
             args.int(0)?,
             args.int(1)?,

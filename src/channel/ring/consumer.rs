@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use super::layout::{FRAME, MAX_GATHERED, PAD, PART, RECORD_HEADER, padded};
 use super::view::{RingRef, Waker, corrupt};
+use crate::channel::Deadline;
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::{PARK_SLICE, SpinPolicy};
 use crate::object::{HostBlock, Result};
-use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
 
 /// A consumer keeps the memory it gathered a frame in for the next one up to this many bytes.

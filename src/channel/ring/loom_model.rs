@@ -12,9 +12,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Consumer, Producer, init_ring, ring_bytes};
+use crate::channel::Deadline;
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::SpinPolicy;
-use crate::sync::{Deadline, explore};
+use crate::sync::explore;
 use loom::thread::spawn;
 
 const PARK_AT_ONCE: SpinPolicy = SpinPolicy {

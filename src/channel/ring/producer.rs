@@ -14,10 +14,10 @@ use super::layout::{
     FRAME, MAX_GATHERED, PAD, PART, RECORD_HEADER, max_frame, padded, record_word,
 };
 use super::view::{RingRef, Waker, corrupt};
+use crate::channel::Deadline;
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::{PARK_SLICE, SpinPolicy};
 use crate::object::{Error, Result};
-use crate::sync::Deadline;
 use crate::sync::atomic::{Ordering, fence};
 
 /// The sending end of a ring.

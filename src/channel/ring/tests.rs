@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 
 use super::layout::{FRAME, HEADER_BYTES, Header, Layout, PAD, VERSION, record_word};
 use super::*;
+use crate::channel::Deadline;
 use crate::channel::shm::SharedMemory;
 use crate::channel::wait::SpinPolicy;
 use crate::object::{Error, ErrorKind, Result};
-use crate::sync::Deadline;
 
 /// Long enough for any of these tests on a loaded machine; ends a wait that went wrong.
 const PATIENCE: Duration = Duration::from_secs(60);

@@ -12,13 +12,13 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use crate::channel::Deadline;
 use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{Sleepers, SpinPolicy};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
 use crate::session::state::SessionState;
-use crate::sync::Deadline;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};

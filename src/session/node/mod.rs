@@ -22,11 +22,11 @@ pub(crate) use link::{NodeConnection, NodeLink};
 pub(crate) use serve::serve as serve_node;
 
 use crate::abi::{DLDevice, KDL_CPU, KDL_CUDA};
+use crate::channel::Deadline;
+use crate::channel::deadline::{HANDSHAKE_STEP, NODE_JOIN, timeout_ms};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::state::SessionState;
-use crate::sync::Deadline;
-use crate::sync::deadline::{HANDSHAKE_STEP, NODE_JOIN, timeout_ms};
 
 /// The shape of a session across machines.
 #[derive(Clone, Debug)]

@@ -13,7 +13,11 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::workers_devices;
+use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
+use crate::channel::deadline::{
+    HANDSHAKE_STEP, HEARTBEAT, NODE_CONNECT, STOP_GRACE, timeout_from_ms,
+};
 use crate::net::auth::{self, Join, Secret};
 use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
@@ -21,9 +25,7 @@ use crate::session::options::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
 use crate::session::state::SessionState;
 use crate::session::worker_env::WorkerThreads;
-use crate::sync::Deadline;
 use crate::sync::Mutex;
-use crate::sync::deadline::{HANDSHAKE_STEP, HEARTBEAT, NODE_CONNECT, STOP_GRACE, timeout_from_ms};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, HEADER_SIZE, Kind, Limits, Value};
 use crate::worker::uploads::Uploads;
@@ -144,10 +146,7 @@ pub(crate) fn serve(
         workers: args.workers,
     };
     let welcome = auth::join(&mut stream, &Secret::from_env(), join)?;
-    let heartbeat = match welcome.heartbeat_ms {
-        0 => HEARTBEAT,
-        ms => Duration::from_millis(ms),
-    };
+    let heartbeat = timeout_from_ms(welcome.heartbeat_ms).unwrap_or(HEARTBEAT);
     stream.set_read_timeout(Some(heartbeat)).map_err(io)?;
     let (rank, count) = (welcome.rank as usize, welcome.workers_per_node as usize);
     // A setup the node cannot follow fails its start, which the controller hears of below.

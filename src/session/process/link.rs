@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use crate::abi::DLDevice;
 use crate::ccl::CpuCcl;
+use crate::channel::Deadline;
 use crate::channel::ring::{Consumer, Producer, Waker};
 use crate::channel::{Sleepers, SpinPolicy, spin_briefly};
 use crate::device::cpu::HostTensor;
@@ -18,7 +19,6 @@ use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
 use crate::session::state::SessionState;
-use crate::sync::Deadline;
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;

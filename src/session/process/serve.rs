@@ -13,7 +13,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::abi::DLDevice;
+use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
+use crate::channel::deadline::{timeout_from_ms, timeout_ms};
 use crate::channel::ring::{Consumer, MAX_GATHERED, Producer, ring_bytes};
 use crate::channel::shm::SharedMemory;
 use crate::device::cpu::{HostTensor, pin_current_thread};
@@ -21,7 +23,6 @@ use crate::object::{Any, Error, Result, Tensor};
 use crate::os::FIRST_INHERITED_FD;
 use crate::os::exit_with_parent;
 use crate::session::worker_env::IMPORTS_VAR;
-use crate::sync::Deadline;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 use crate::worker::arena::{self, Arena};
 use crate::worker::completion::Completion;
@@ -77,7 +78,7 @@ impl WorkerArgs {
             device.device_id.to_string(),
             self.spin.budget.as_micros().to_string(),
             self.cpu.map_or(-1, |cpu| cpu as i64).to_string(),
-            self.timeout.map_or(0, |t| t.as_millis()).to_string(),
+            timeout_ms(self.timeout).to_string(),
             self.ring_capacity.to_string(),
             self.here.first.to_string(),
             self.here.count.to_string(),
@@ -153,10 +154,7 @@ impl WorkerArgs {
                 -1 => None,
                 cpu => Some(usize::try_from(cpu).map_err(|_| usage())?),
             },
-            timeout: match u64::try_from(number(timeout)?).map_err(|_| usage())? {
-                0 => None,
-                ms => Some(Duration::from_millis(ms)),
-            },
+            timeout: timeout_from_ms(u64::try_from(number(timeout)?).map_err(|_| usage())?),
             ring_capacity: count(ring)?,
             here,
             uploads: (!uploads.is_empty()).then(|| uploads.clone()),

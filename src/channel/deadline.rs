@@ -8,7 +8,8 @@
 
 use std::time::Duration;
 
-use super::time::Instant;
+use crate::object::{Error, Result};
+use crate::sync::time::Instant;
 
 /// How long a node has to join a session whose controller sets no timeout.
 pub(crate) const NODE_JOIN: Duration = Duration::from_secs(120);
@@ -47,11 +48,6 @@ impl Deadline {
         Deadline::at(Instant::now())
     }
 
-    /// The instant, if the wait has one.
-    pub fn instant(self) -> Option<Instant> {
-        self.0
-    }
-
     pub fn is_never(self) -> bool {
         self.0.is_none()
     }
@@ -82,6 +78,13 @@ pub(crate) fn timeout_ms(timeout: Option<Duration>) -> u64 {
 /// The timeout of `ms` milliseconds, none for 0.
 pub(crate) fn timeout_from_ms(ms: u64) -> Option<Duration> {
     (ms > 0).then(|| Duration::from_millis(ms))
+}
+
+/// [`timeout_from_ms`] of a caller's signed number `what`: a negative one is a `ValueError`.
+pub(crate) fn timeout_from_signed_ms(ms: i64, what: &str) -> Result<Option<Duration>> {
+    u64::try_from(ms)
+        .map(timeout_from_ms)
+        .map_err(|_| Error::value(format!("{what} is negative ({ms})")))
 }
 
 #[cfg(all(test, not(loom)))]
@@ -117,5 +120,14 @@ mod tests {
         assert_eq!(timeout_ms(Some(Duration::from_millis(1500))), 1500);
         assert_eq!(timeout_from_ms(0), None);
         assert_eq!(timeout_from_ms(1500), Some(Duration::from_millis(1500)));
+        assert_eq!(timeout_from_signed_ms(0, "t").unwrap(), None);
+        assert_eq!(
+            timeout_from_signed_ms(7, "t").unwrap(),
+            Some(Duration::from_millis(7))
+        );
+        assert_eq!(
+            timeout_from_signed_ms(-7, "t").unwrap_err().message,
+            "t is negative (-7)"
+        );
     }
 }
