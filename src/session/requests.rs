@@ -104,6 +104,7 @@ fn broadcast_frame<R>(
                 })
                 .collect();
             Frame::Call {
+                call: None,
                 frees: frees.to_vec(),
                 func: *func,
                 out: *reg,

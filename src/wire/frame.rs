@@ -32,13 +32,14 @@ pub enum Kind {
     Lend,
     FreeCall,
     GetModuleFunc,
+    NumberedCall,
     Ok,
     Err,
 }
 
 impl Kind {
     /// Every kind, in the order of their codes.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::Call,
         Kind::Store,
         Kind::Free,
@@ -52,6 +53,7 @@ impl Kind {
         Kind::Lend,
         Kind::FreeCall,
         Kind::GetModuleFunc,
+        Kind::NumberedCall,
         Kind::Ok,
         Kind::Err,
     ];
@@ -72,6 +74,7 @@ impl Kind {
             Kind::Lend => 11,
             Kind::FreeCall => 12,
             Kind::GetModuleFunc => 13,
+            Kind::NumberedCall => 14,
             Kind::Ok => 128,
             Kind::Err => 129,
         }
@@ -97,6 +100,7 @@ impl Kind {
             Kind::Lend => "Lend",
             Kind::FreeCall => "FreeCall",
             Kind::GetModuleFunc => "GetModuleFunc",
+            Kind::NumberedCall => "NumberedCall",
             Kind::Ok => "Ok",
             Kind::Err => "Err",
         }
@@ -119,9 +123,13 @@ pub enum Frame<P = Any> {
     /// Empties the registers of `frees`, in order, then calls the function in register `func`
     /// with `args` (a [`Value::Register`] argument is that register's value on the worker) and
     /// stores the result, or the failure, in `out`. No reply: a failure is reported by the next
-    /// `Sync`. A `Call` frame without frees, a `FreeCall` frame with them: the frees of a
-    /// controller's dropped DRefs ride on its next call.
+    /// `Sync`. The frees of a controller's dropped DRefs ride on its next call. A
+    /// `NumberedCall` frame when it carries the call's number, with or without frees; else a
+    /// `Call` frame without frees, a `FreeCall` frame with them.
     Call {
+        /// The low 32 bits of the call's number, which the worker widens from the numbers it
+        /// saw before; None in the `Call` and `FreeCall` frames of writers before 1.4.
+        call: Option<u32>,
         frees: Vec<u32>,
         func: u32,
         out: u32,
@@ -190,6 +198,7 @@ pub enum Frame<P = Any> {
 impl<P> Frame<P> {
     pub fn kind(&self) -> Kind {
         match self {
+            Frame::Call { call: Some(_), .. } => Kind::NumberedCall,
             Frame::Call { frees, .. } if frees.is_empty() => Kind::Call,
             Frame::Call { .. } => Kind::FreeCall,
             Frame::Store { .. } => Kind::Store,
@@ -215,12 +224,27 @@ fn write_reg(s: &mut dyn Sink, reg: u32, name: impl Display) -> Result<()> {
     s.u32(reg)
 }
 
-/// A call's count of `what` (its arguments, its frees) and the reserved word after it.
+/// A call's count of `what` (its arguments, its frees), as the `u32` that holds it.
+fn count_word(count: usize, what: &str) -> Result<u32> {
+    u32::try_from(count).map_err(|_| Error::value(format!("a call cannot carry {count} {what}")))
+}
+
+/// A call's count of `what` and the reserved word after it.
 fn write_count(s: &mut dyn Sink, count: usize, what: &str) -> Result<()> {
-    let count = u32::try_from(count)
-        .map_err(|_| Error::value(format!("a call cannot carry {count} {what}")))?;
-    s.u32(count)?;
+    s.u32(count_word(count, what)?)?;
     s.u32(0)
+}
+
+/// A call's registers to empty, after their count: the registers, and a zero word when the
+/// count is odd (nothing when there are none).
+fn write_frees(s: &mut dyn Sink, frees: &[u32]) -> Result<()> {
+    for (i, reg) in frees.iter().enumerate() {
+        write_reg(s, *reg, format_args!("frees[{i}]"))?;
+    }
+    if frees.len() % 2 == 1 {
+        s.u32(0)?;
+    }
+    Ok(())
 }
 
 /// The `None` value (an absent optional field).
@@ -310,20 +334,21 @@ impl<P: Packed> Frame<P> {
     fn write_payload(&self, s: &mut dyn Sink) -> Result<()> {
         match self {
             Frame::Call {
+                call,
                 frees,
                 func,
                 out,
                 args,
             } => {
-                if !frees.is_empty() {
-                    write_count(s, frees.len(), "frees")?;
-                    for (i, reg) in frees.iter().enumerate() {
-                        write_reg(s, *reg, format_args!("frees[{i}]"))?;
+                match call {
+                    Some(call) => {
+                        s.u32(*call)?;
+                        s.u32(count_word(frees.len(), "frees")?)?;
                     }
-                    if frees.len() % 2 == 1 {
-                        s.u32(0)?;
-                    }
+                    None if !frees.is_empty() => write_count(s, frees.len(), "frees")?,
+                    None => {}
                 }
+                write_frees(s, frees)?;
                 write_reg(s, *func, "func")?;
                 write_reg(s, *out, "out")?;
                 write_count(s, args.len(), "arguments")?;
@@ -422,21 +447,29 @@ fn read_reg(r: &mut Reader<'_>, name: impl Display) -> Result<u32> {
     Ok(reg)
 }
 
-/// A `FreeCall`'s registers to empty: a count (at least 1), a reserved word, the registers,
-/// and a zero word when the count is odd.
-fn read_frees(r: &mut Reader<'_>) -> Result<Vec<u32>> {
+/// The registers a `FreeCall` or `NumberedCall` frame empties: their count (in a `FreeCall`, at
+/// least 1 and followed by a reserved word), the registers, and a zero word when the count is
+/// odd.
+fn read_frees(r: &mut Reader<'_>, kind: Kind) -> Result<Vec<u32>> {
     let at = r.offset();
     let count = r.u32("the free count")?;
-    r.reserved("the word after the free count")?;
+    let least = match kind {
+        Kind::FreeCall => {
+            r.reserved("the word after the free count")?;
+            1
+        }
+        _ => 0,
+    };
     // Every register takes 4 bytes: a count the payload cannot hold is refused before
     // anything is allocated for it.
     let most = r.remaining() / 4;
-    if count == 0 || count as usize > most {
+    if count < least || count as usize > most {
         return Err(r.error_at(
             at,
             format_args!(
-                "{count} frees declared, but a FreeCall frees from 1 to as many as the {} \
+                "{count} frees declared, but a {} frees from {least} to as many as the {} \
                  bytes left hold ({most})",
+                kind.name(),
                 r.remaining()
             ),
         ));
@@ -558,10 +591,14 @@ impl Frame {
         let kind = header.kind.name();
         let r = &mut Reader::new(payload, HEADER_SIZE, header.minor, kind).with_mode(mode);
         let frame = match header.kind {
-            Kind::Call | Kind::FreeCall => {
-                let frees = match header.kind {
-                    Kind::FreeCall => read_frees(r)?,
-                    _ => Vec::new(),
+            Kind::Call | Kind::FreeCall | Kind::NumberedCall => {
+                let (call, frees) = match header.kind {
+                    Kind::NumberedCall => {
+                        let call = r.u32("the call number")?;
+                        (Some(call), read_frees(r, Kind::NumberedCall)?)
+                    }
+                    Kind::FreeCall => (None, read_frees(r, Kind::FreeCall)?),
+                    _ => (None, Vec::new()),
                 };
                 let func = read_reg(r, "func")?;
                 let out = read_reg(r, "out")?;
@@ -585,6 +622,7 @@ impl Frame {
                     .map(|i| read_value(r, &format_args!("`args[{i}]`")))
                     .collect::<Result<_>>()?;
                 Frame::Call {
+                    call,
                     frees,
                     func,
                     out,

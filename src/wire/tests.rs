@@ -144,6 +144,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-no-args",
             Frame::Call {
+                call: None,
                 frees: vec![],
                 func: 1,
                 out: 2,
@@ -153,6 +154,7 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "call-every-value",
             Frame::Call {
+                call: None,
                 frees: vec![],
                 func: 3,
                 out: 4,
@@ -179,10 +181,44 @@ fn samples() -> Vec<(&'static str, Frame)> {
         (
             "free-call",
             Frame::Call {
+                call: None,
                 frees: vec![7, 8, 9],
                 func: 1,
                 out: 2,
                 args: vec![Value::Register(8)],
+            },
+        ),
+        (
+            "numbered-call",
+            Frame::Call {
+                call: Some(1),
+                frees: vec![],
+                func: 1,
+                out: 2,
+                args: vec![],
+            },
+        ),
+        (
+            "numbered-call-one-free",
+            Frame::Call {
+                call: Some(7),
+                frees: vec![9],
+                func: 3,
+                out: 4,
+                args: vec![Value::Plain(Any::Int(5)), Value::Register(3)],
+            },
+        ),
+        (
+            "numbered-call-frees",
+            Frame::Call {
+                call: Some(u32::MAX),
+                frees: vec![7, 8],
+                func: 1,
+                out: 2,
+                args: vec![
+                    Value::Plain(Any::from("hi")),
+                    Value::Plain(tensor.clone().into()),
+                ],
             },
         ),
         ("sync", Frame::Sync { request: 1 }),
@@ -378,6 +414,7 @@ fn tensor_data_is_8_byte_aligned_in_the_frame() {
         ],
     ] {
         let bytes = encode(&Frame::Call {
+            call: None,
             frees: vec![],
             func: 1,
             out: 2,
@@ -399,6 +436,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     };
     let (first, second) = (large((64 << 10) + 3, 1), large(100_000, 2));
     let frame = Frame::Call {
+        call: None,
         frees: vec![],
         func: 1,
         out: 2,
@@ -420,6 +458,7 @@ fn a_gathered_frame_writes_the_bytes_of_the_encoding_with_large_tensors_from_the
     assert!(gathered.into_bytes().len() < 1024);
     // What cannot cross fails before anything is written.
     let bad = Frame::Call {
+        call: None,
         frees: vec![],
         func: 1,
         out: 2,
@@ -532,12 +571,14 @@ fn borrowed_values_encode_as_owned_ones_do() {
         host_tensor(&[2], I8, &[9, 8]).into(),
     ];
     let owned: Frame = Frame::Call {
+        call: None,
         frees: vec![],
         func: 1,
         out: 2,
         args: values.iter().cloned().map(Value::Plain).collect(),
     };
     let borrowed: Frame<AnyView<'_>> = Frame::Call {
+        call: None,
         frees: vec![],
         func: 1,
         out: 2,
@@ -566,12 +607,14 @@ fn every_frame_kind_round_trips() {
 #[test]
 fn frames_keep_their_fields() {
     match round_trip(&Frame::Call {
+        call: None,
         frees: vec![],
         func: 3,
         out: 4,
         args: every_value(),
     }) {
         Frame::Call {
+            call: None,
             frees,
             func,
             out,
@@ -584,6 +627,32 @@ fn frames_keep_their_fields() {
             assert!(matches!(&args[12], Value::Arena(a) if *a == arena(&[2, 3])));
         }
         other => panic!("{other:?}"),
+    }
+    // A numbered call keeps its number, with any number of frees, and its arguments.
+    for frees in [vec![], vec![7], vec![7, u32::MAX]] {
+        let frame = Frame::Call {
+            call: Some(u32::MAX - 1),
+            frees: frees.clone(),
+            func: 3,
+            out: 4,
+            args: every_value(),
+        };
+        assert_eq!(frame.kind(), Kind::NumberedCall);
+        match round_trip(&frame) {
+            Frame::Call {
+                call: Some(call),
+                frees: back,
+                func: 3,
+                out: 4,
+                args,
+            } => {
+                assert_eq!((call, back), (u32::MAX - 1, frees));
+                assert_eq!(args.len(), every_value().len());
+                assert!(matches!(args[2], Value::Plain(Any::Int(-5))));
+                assert!(matches!(args[11], Value::Register(12)));
+            }
+            other => panic!("{other:?}"),
+        }
     }
     match round_trip(&Frame::Store {
         reg: 5,
@@ -712,6 +781,7 @@ fn refused<P: Packed>(frame: &Frame<P>, kind: ErrorKind, message: &str) {
 
 fn call(args: Vec<Value>) -> Frame {
     Frame::Call {
+        call: None,
         frees: vec![],
         func: 1,
         out: 2,
@@ -800,6 +870,7 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
     );
     refused(
         &Frame::<Any>::Call {
+            call: None,
             frees: vec![],
             func: 0,
             out: 2,
@@ -808,16 +879,19 @@ fn values_that_cannot_cross_as_they_are_are_value_errors() {
         ErrorKind::Value,
         "`func`: register 0 is reserved (no DRef holds it)",
     );
-    refused(
-        &Frame::<Any>::Call {
-            frees: vec![3, 0],
-            func: 1,
-            out: 2,
-            args: vec![],
-        },
-        ErrorKind::Value,
-        "`frees[1]`: register 0 is reserved (no DRef holds it)",
-    );
+    for call in [None, Some(4)] {
+        refused(
+            &Frame::<Any>::Call {
+                call,
+                frees: vec![3, 0],
+                func: 1,
+                out: 2,
+                args: vec![],
+            },
+            ErrorKind::Value,
+            "`frees[1]`: register 0 is reserved (no DRef holds it)",
+        );
+    }
     refused(
         &Frame::<Any>::Free { reg: 0 },
         ErrorKind::Value,
@@ -972,12 +1046,17 @@ fn bad_headers_are_refused() {
     bytes[4] = 2;
     assert_eq!(
         refusal(&bytes),
-        "bad wire frame: wire version 2.3 is not supported (this reader reads 1.x)"
+        format!(
+            "bad wire frame: wire version 2.{VERSION_MINOR} is not supported (this reader reads \
+             1.x)"
+        )
     );
     assert_eq!(
-        refusal(&raw_with(4, 99, &[])),
-        "bad wire frame: unknown frame kind 99 (in a version 1.4 frame; this reader knows the \
-         kinds of version 1.3)"
+        refusal(&raw_with(9, 99, &[])),
+        format!(
+            "bad wire frame: unknown frame kind 99 (in a version 1.9 frame; this reader knows \
+             the kinds of version 1.{VERSION_MINOR})"
+        )
     );
 }
 
@@ -998,8 +1077,10 @@ fn a_newer_minor_version_is_read() {
     );
     assert_eq!(
         refusal(&bytes),
-        "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 300 (in a \
-         version 1.7 frame; this reader knows the tags of version 1.3)"
+        format!(
+            "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 300 (in a \
+             version 1.7 frame; this reader knows the tags of version 1.{VERSION_MINOR})"
+        )
     );
 }
 
@@ -1128,11 +1209,86 @@ fn kill_calls_kill_at_least_one_register_and_pad_to_eight_bytes() {
 }
 
 #[test]
+fn numbered_calls_free_any_number_of_registers_and_pad_to_eight_bytes() {
+    let call = Payload::default().u32(1).u32(2).u32(0).u32(0).0;
+    let numbered = |head: Payload| raw(Kind::NumberedCall, head.bytes(&call));
+    // Call 5, no frees, then the call.
+    let frame = decode(&numbered(Payload::default().u32(5).u32(0))).unwrap();
+    assert!(matches!(
+        frame,
+        Frame::Call { call: Some(5), frees, func: 1, out: 2, .. } if frees.is_empty()
+    ));
+    // Call 6, one free, then its padding word, then the call.
+    let frame = decode(&numbered(Payload::default().u32(6).u32(1).u32(7).u32(0))).unwrap();
+    assert!(matches!(
+        frame,
+        Frame::Call { call: Some(6), frees, func: 1, out: 2, .. } if frees == [7]
+    ));
+    assert_eq!(
+        refusal(&numbered(Payload::default().u32(6).u32(5))),
+        "bad wire frame: NumberedCall frame, at byte 20: 5 frees declared, but a NumberedCall \
+         frees from 0 to as many as the 16 bytes left hold (4)"
+    );
+    assert_eq!(
+        refusal(&numbered(Payload::default().u32(6).u32(u32::MAX))),
+        "bad wire frame: NumberedCall frame, at byte 20: 4294967295 frees declared, but a \
+         NumberedCall frees from 0 to as many as the 16 bytes left hold (4)"
+    );
+    assert_eq!(
+        refusal(&numbered(Payload::default().u32(6).u32(1).u32(7).u32(5))),
+        "bad wire frame: NumberedCall frame, at byte 28: the padding after the frees is 5, not \
+         0 (reserved)"
+    );
+    assert_eq!(
+        refusal(&numbered(Payload::default().u32(6).u32(2).u32(7).u32(0))),
+        "bad wire frame: NumberedCall frame, at byte 28: `frees[1]`: register 0 is reserved \
+         (no DRef holds it)"
+    );
+    // Without the call that follows, the frame is cut short.
+    assert_eq!(
+        refusal(&raw(Kind::NumberedCall, Payload::default().u32(6).u32(0))),
+        "bad wire frame: NumberedCall frame, at byte 24: `func` runs past the end of the \
+         payload (4 bytes needed, 0 left)"
+    );
+}
+
+#[test]
+fn a_numbered_call_is_its_number_its_frees_and_a_call() {
+    let frame = Frame::Call {
+        call: Some(0x0102_0304),
+        frees: vec![9],
+        func: 1,
+        out: 2,
+        args: vec![Value::Plain(Any::Int(7))],
+    };
+    // The call's number, one free, its padding; func, out, one argument, reserved; Int 7.
+    let payload = Payload::default()
+        .u32(0x0102_0304)
+        .u32(1)
+        .u32(9)
+        .u32(0)
+        .u32(1)
+        .u32(2)
+        .u32(1)
+        .u32(0)
+        .u32(tag::INT)
+        .u32(0)
+        .i64(7);
+    assert_eq!(Kind::NumberedCall.code(), 14);
+    assert_eq!(
+        encode(&frame),
+        raw_with(VERSION_MINOR, Kind::NumberedCall.code(), &payload.0)
+    );
+}
+
+#[test]
 fn unknown_tags_and_values_of_the_wrong_tag_are_refused() {
     assert_eq!(
         refusal(&ok_with(Payload::default().u32(99).u32(0))),
-        "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 99 (in a \
-         version 1.0 frame; this reader knows the tags of version 1.3)"
+        format!(
+            "bad wire frame: Ok frame, at byte 24: `value` has an unknown value tag 99 (in a \
+             version 1.0 frame; this reader knows the tags of version 1.{VERSION_MINOR})"
+        )
     );
     let int = Payload::default().u32(tag::INT).u32(0).i64(1);
     let store = raw(Kind::Store, Payload::default().u32(1).u32(0).bytes(&int.0));
@@ -1538,12 +1694,14 @@ fn frame() -> impl Strategy<Value = Frame> {
     let arena = arena_tensor();
     prop_oneof![
         (
+            proptest::option::of(any::<u32>()),
             vec(reg.clone(), 0..4),
             reg.clone(),
             reg.clone(),
             vec(spec(), 0..6)
         )
-            .prop_map(|(frees, func, out, specs)| Frame::Call {
+            .prop_map(|(call, frees, func, out, specs)| Frame::Call {
+                call,
                 frees,
                 func,
                 out,
@@ -1647,12 +1805,15 @@ proptest! {
         specs in vec(spec(), 0..8),
         func in 1..=u32::MAX,
         frees in vec(1..=u32::MAX, 0..5),
+        call in proptest::option::of(any::<u32>()),
     ) {
-        let frame = Frame::Call { frees: frees.clone(), func, out: 1, args: specs.iter().map(make).collect() };
-        let Frame::Call { frees: back_kills, func: back_func, args, .. } = round_trip(&frame)
+        let frame = Frame::Call { call, frees: frees.clone(), func, out: 1, args: specs.iter().map(make).collect() };
+        let Frame::Call { call: back_call, frees: back_kills, func: back_func, args, .. } =
+            round_trip(&frame)
         else {
             return Err(TestCaseError::fail("not a Call frame"));
         };
+        prop_assert_eq!(back_call, call);
         prop_assert_eq!(back_kills, frees);
         prop_assert_eq!(back_func, func);
         prop_assert_eq!(args.len(), specs.len());

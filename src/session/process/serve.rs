@@ -243,6 +243,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
                 (true, Some(copy_from(&mut worker, request, reg)))
             }
             Frame::Call {
+                call: _,
                 frees,
                 func,
                 out,
