@@ -686,6 +686,25 @@ dvm_status dvm_session_shutdown(dvm_session *session);
 void dvm_session_free(dvm_session *session);
 
 /**
+ * What every worker of the session is doing, as a JSON document (a string): `{"workers":
+ * [{"worker": 0, "node": 0, "pid": 4711, "state": "idle" | "running" | "collective" |
+ * "syncing" | "dead" | "lost" | "unknown", "call": 7, "function": "mlp.step", "since_ms":
+ * 12.5, "collective": "allreduce", "waits_for": [1], "last_finished_call": 6,
+ * "last_failure": {"call": 5, "error": "ValueError: ..."}, "cause": "..."}, ...],
+ * "calls_sent": 7}`. `call` is the number of the call the worker runs or ran last (calls are
+ * numbered from 1 in the order the controller sends them); `collective` is set in a
+ * collective, `cause` for a dead or lost worker. It never sends a worker a message: a worker
+ * stuck in a function, or dead, is reported as it is.
+ *
+ * Ownership: `session` is borrowed; `*out` is an owned string; release it with
+ * `dvm_any_release`.
+ * Errors: `ValueError` for NULL pointers; `SessionClosed` after shutdown.
+ * Undefined: `session` after its last release.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_status(dvm_session *session, DVMAny *out);
+
+/**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
  * the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
  * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events

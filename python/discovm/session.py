@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import functools
 import importlib
+import json
 import os
 import sys
 import weakref
@@ -325,6 +326,21 @@ class Session:
     def sync_worker_0(self) -> None:
         """Waits until worker 0 has run every call sent to it so far."""
         self._sync_one(0)
+
+    def status(self) -> dict[str, Any]:
+        """What every worker is doing now, read without asking any worker (a worker stuck in a
+        function, or dead, is reported as it is).
+
+        Returns
+        -------
+        dict
+            ``{"workers": [{"worker", "node", "pid", "state", "call", "function",
+            "since_ms", "collective", "waits_for", "last_finished_call", "last_failure",
+            "cause"}, ...], "calls_sent": int}``; ``state`` is ``"idle"``, ``"running"``,
+            ``"collective"``, ``"syncing"``, ``"dead"``, ``"lost"`` or ``"unknown"``
+            (docs/observability.md says what each field means).
+        """
+        return json.loads(str(module().session_status(self._handle)))
 
     def live_registers(self, worker_id: int) -> int:
         """How many registers hold a value on worker ``worker_id`` (functions this session

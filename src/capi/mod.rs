@@ -17,6 +17,7 @@ mod node;
 #[cfg(not(loom))]
 mod process;
 mod session;
+mod status;
 mod stream;
 mod tensor;
 mod tvm_ffi;
@@ -33,6 +34,7 @@ pub use node::*;
 #[cfg(not(loom))]
 pub use process::*;
 pub use session::*;
+pub use status::*;
 pub use stream::*;
 pub use tensor::*;
 pub use value::*;

@@ -12,6 +12,7 @@ use std::sync::Once;
 
 use super::collective::Collective;
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
+use crate::worker::activity;
 use crate::worker::builtins::on_worker;
 
 /// A worker's communicator of one backend: it runs the worker's part of each collective.
@@ -101,6 +102,7 @@ pub(super) fn held<T: Backend + Clone + 'static>() -> Option<T> {
 fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
     let name = collective.name();
     on_worker(name)?;
+    let _in = activity::enter_collective(collective.code());
     HELD.with(|h| match &*h.borrow() {
         Held::Ready(communicator) => communicator.run(collective, args),
         _ => Err(Error::runtime(format!(

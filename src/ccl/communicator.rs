@@ -26,6 +26,7 @@ use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
+use crate::worker::activity;
 #[cfg(not(loom))]
 use crate::worker::arena::{self, CclArea};
 
@@ -551,6 +552,7 @@ impl CpuCcl {
             deadline,
             what,
             || {
+                activity::note_waiting_for(team.missing(seq).map(|r| team.members[r]));
                 let waits_in = pack_wait(team.index, what.code(), seq);
                 self.board
                     .waiter(me)

@@ -26,6 +26,7 @@ mod reduce;
 #[cfg(not(loom))]
 mod rendezvous;
 
+pub(crate) use collective::Collective;
 pub use communicator::CpuCcl;
 pub(crate) use communicator::CurrentCcl;
 pub use cpu::{stage, unstage};

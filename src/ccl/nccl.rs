@@ -550,16 +550,17 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::sync::atomic::AtomicU64;
-    use crate::worker::{Exited, Signals, SignalsAt};
+    use crate::worker::{Exited, Placed, Signals};
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
         let shared = Arc::new(WorkerShared {
             exited: Exited::default(),
-            signals: SignalsAt::Own(Signals {
+            signals: Placed::Own(Signals {
                 ccl_generation: AtomicU64::new(3),
                 ..Signals::default()
             }),
+            activity: Placed::Own(Default::default()),
             timeout: None,
             session: std::sync::OnceLock::new(),
         });

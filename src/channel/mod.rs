@@ -121,12 +121,21 @@ impl<T> Channel<T> {
 
     /// Receives the next value, waiting as long as it takes (the consumer thread only).
     pub fn recv(&self, policy: SpinPolicy) -> T {
+        self.recv_with(policy, || {})
+    }
+
+    /// [`Channel::recv`], running `before_park` each time the wait is about to park (the
+    /// consumer then has had nothing to do for a while).
+    pub fn recv_with(&self, policy: SpinPolicy, mut before_park: impl FnMut()) -> T {
         self.sleeper
             .wait(
                 policy,
                 Deadline::NEVER,
                 String::new,
-                || Ok(()),
+                || {
+                    before_park();
+                    Ok(())
+                },
                 || self.queue.pop(),
             )
             .expect("a wait without deadline or failing check cannot fail")

@@ -23,7 +23,7 @@ use crate::channel::deadline::STOP_GRACE;
 use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use crate::worker::completion::Completion;
 use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::worker::registers::{Reg, RegisterIds};
@@ -73,6 +73,9 @@ pub struct Session {
     /// How many times `init_ccl` laid out communicators in the nodes' arenas (sessions across
     /// machines): each goes to the area after the last one's.
     pub(super) node_ccl_inits: AtomicUsize,
+    /// The number of the last call sent (calls are numbered from 1, in the order they take
+    /// their numbers).
+    pub(super) calls_sent: AtomicU64,
 }
 
 /// Which workers a call goes to.
@@ -141,6 +144,12 @@ impl BoundCall {
             Ok(self.try_call(args)?.map_or(Any::None, Any::from))
         }))
     }
+}
+
+/// Whether `error` is the timeout of a wait until `deadline` (not a failure a worker reported,
+/// which may be a timeout of its own).
+fn is_own_timeout(error: &Error, deadline: Deadline) -> bool {
+    error.kind == ErrorKind::Timeout && deadline.passed()
 }
 
 pub(super) fn closed_error() -> Error {
@@ -278,7 +287,7 @@ impl Session {
         self.run(target, || Message::Store(store.clone()))
     }
 
-    /// Waits for a worker's reply.
+    /// Waits for a worker's reply; a timeout says what the worker is doing.
     pub(super) fn wait<T>(
         &self,
         worker: usize,
@@ -286,13 +295,10 @@ impl Session {
         what: &str,
         deadline: Deadline,
     ) -> Result<T> {
-        self.workers[worker].wait(
-            reply,
-            self.spin,
-            deadline,
-            || format!("{what} on worker {worker}"),
-            || self.alive(worker),
-        )
+        let what = || format!("{what} on worker {worker}");
+        self.workers[worker]
+            .wait(reply, self.spin, deadline, what, || self.alive(worker))
+            .map_err(|error| self.hang_report(error, deadline, &what(), [worker]))
     }
 
     /// Sends a request that carries `reply` to one worker and waits for the answer.
@@ -424,7 +430,9 @@ impl Session {
             .find(|&w| matches!(self.workers[w], WorkerLink::Node(_)))
             .unwrap_or(all.end);
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
+        let number = self.number_call();
         let call = |func: &DRef, args: &Option<Arc<[Arg]>>| Message::Call {
+            call: number as u32,
             func: func.reg(),
             out: out.reg(),
             args: args.clone(),
@@ -435,6 +443,11 @@ impl Session {
         self.settle_frees(frees, pushed.is_ok());
         self.wake(all);
         pushed.map(|()| out)
+    }
+
+    /// A number for a new call (its message carries the low 32 bits, which its worker widens).
+    pub(super) fn number_call(&self) -> u64 {
+        self.calls_sent.fetch_add(1, Ordering::Relaxed) + 1
     }
 
     /// Whether `load_module` ships modules to the session's other nodes.
@@ -494,7 +507,9 @@ impl Session {
         let args = self.encode_args(args)?;
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let reg = out.reg();
+        let number = self.number_call();
         let call = || Message::Call {
+            call: number as u32,
             func,
             out: reg,
             args: args.clone(),
@@ -526,11 +541,25 @@ impl Session {
                 .iter()
                 .all(|&reg| link.try_push(Message::Free(reg)).is_ok());
         let out = self.registers.allocate();
-        let called = told && link.try_push(Message::Call { func, out, args }).is_ok();
+        let number = self.number_call();
+        let call = Message::Call {
+            call: number as u32,
+            func,
+            out,
+            args,
+        };
+        let called = told && link.try_push(call).is_ok();
         // A free queued twice empties an empty register: harmless, as it is not reused yet.
         self.settle_frees(frees, told);
         if !called {
             self.registers.release(out); // no worker saw it
+            // Its number goes back too, unless a later call took one since.
+            let _ = self.calls_sent.compare_exchange(
+                number,
+                number - 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
             return Ok(None);
         }
         self.wake(worker..worker + 1);
@@ -599,8 +628,9 @@ impl Session {
 
     /// Sends the request `make` builds to each of `workers` first, then collects the replies
     /// (fan-out), all within one timeout; the caller has sent the frees waiting for a send.
-    /// Failures of several workers are reported together, the first one's kind first, each
-    /// cause once.
+    /// `workers` are those of a request to all that need a message. Failures of several
+    /// workers are reported together, the first one's kind first, each cause once; a timeout
+    /// says what every worker of the session is doing.
     pub(super) fn ask_workers(
         &self,
         workers: impl IntoIterator<Item = usize>,
@@ -617,9 +647,26 @@ impl Session {
         self.wake(replies.iter().map(|&(worker, _)| worker));
         pushed?;
         let deadline = self.deadline();
+        let mut hang_reported = false;
         let errors: Vec<Error> = replies
             .iter()
-            .filter_map(|(worker, reply)| self.wait(*worker, reply, what, deadline).err())
+            .filter_map(|(worker, reply)| {
+                let waited = self.workers[*worker].wait(
+                    reply,
+                    self.spin,
+                    deadline,
+                    || format!("{what} on worker {worker}"),
+                    || self.alive(*worker),
+                );
+                let error = waited.err()?;
+                if !is_own_timeout(&error, deadline) {
+                    return Some(error);
+                }
+                // One report of every worker stands for all the waits that timed out.
+                let what = format!("{what} of all");
+                (!std::mem::replace(&mut hang_reported, true))
+                    .then(|| self.hang_report(error, deadline, &what, 0..self.workers.len()))
+            })
             .collect();
         // Every worker's report is consumed here, so all of them go into the one error.
         let mut errors = errors.into_iter();
@@ -667,7 +714,10 @@ impl Session {
         self.check_open()?;
         self.queue_frees()?;
         let (reg, deadline) = (dref.reg(), self.deadline());
-        if self.workers[0].copy_in_place(reg, &host, name, direction, self.spin, deadline)? {
+        let in_place = self.workers[0]
+            .copy_in_place(reg, &host, name, direction, self.spin, deadline)
+            .map_err(|error| self.hang_report(error, deadline, &direction.describe(name), [0]));
+        if in_place? {
             return Ok(());
         }
         self.request(0, "copy", |reply| Message::Copy {

@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError};
 use super::node::{NodeConnection, NodeLink};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
+use super::status::{Verdict, WorkerStatus};
 use crate::channel::Deadline;
 #[cfg(not(loom))]
 use crate::channel::deadline::STOP_GRACE;
@@ -149,6 +150,30 @@ impl WorkerLink {
             WorkerLink::Process(link) => link.alive(),
             #[cfg(not(loom))]
             WorkerLink::Node(link) => link.alive(),
+        }
+    }
+
+    /// What the controller knows of the worker now, without asking it: its record on the
+    /// board, and whether it is dead or lost.
+    pub fn observe(&self, worker: usize) -> WorkerStatus {
+        match self {
+            WorkerLink::Thread(link) => WorkerStatus {
+                worker,
+                node: 0,
+                pid: Some(std::process::id()),
+                in_process: true,
+                report: link.shared.activity.snapshot(),
+                report_age: std::time::Duration::ZERO,
+                verdict: link
+                    .shared
+                    .exited
+                    .is_set()
+                    .then(|| Verdict::Dead("its thread has left its loop".to_string())),
+            },
+            #[cfg(not(loom))]
+            WorkerLink::Process(link) => link.observe(),
+            #[cfg(not(loom))]
+            WorkerLink::Node(link) => link.observe(),
         }
     }
 

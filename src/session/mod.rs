@@ -22,6 +22,7 @@ mod process;
 mod requests;
 mod start;
 mod state;
+mod status;
 mod worker_env;
 
 pub use crate::channel::SpinPolicy;

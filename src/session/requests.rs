@@ -90,6 +90,7 @@ fn broadcast_frame<R>(
     }
     let frame = match message {
         Message::Call {
+            call,
             func,
             out: reg,
             args,
@@ -104,7 +105,7 @@ fn broadcast_frame<R>(
                 })
                 .collect();
             Frame::Call {
-                call: None,
+                call: Some(*call),
                 frees: frees.to_vec(),
                 func: *func,
                 out: *reg,

@@ -25,12 +25,13 @@ use crate::device::cpu::pin_current_thread;
 use crate::net::auth::Secret;
 use crate::object::{Error, Result};
 use crate::sync::Mutex;
-use crate::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
+use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
+use crate::worker::activity::Activity;
 use crate::worker::completion::Completion;
 use crate::worker::message::Reply;
 use crate::worker::registers::RegisterIds;
-use crate::worker::{self, Exited, Signals, SignalsAt, WorkerInfo, WorkerShared};
+use crate::worker::{self, Exited, Placed, Signals, WorkerInfo, WorkerShared};
 
 impl Session {
     /// What every kind of session checks before it starts a worker: the counts and the
@@ -79,7 +80,8 @@ impl Session {
         for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
                 exited: Exited::default(),
-                signals: SignalsAt::Own(Signals::default()),
+                signals: Placed::Own(Signals::default()),
+                activity: Placed::Own(Activity::default()),
                 timeout: options.timeout,
                 session: OnceLock::new(),
             });
@@ -321,6 +323,7 @@ impl Session {
             upload_modules: options.upload_modules,
             state,
             node_ccl_inits: AtomicUsize::new(0),
+            calls_sent: AtomicU64::new(0),
         })
     }
 

@@ -20,6 +20,7 @@ pub(crate) use std::thread_local;
 #[cfg(not(loom))]
 pub(crate) use std::time;
 
+pub(crate) mod clock;
 pub(crate) mod futex;
 
 #[cfg(loom)]

@@ -13,6 +13,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, PoisonError};
 
+use super::activity::Activity;
 use super::runtime::Signals;
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
 use crate::channel::Deadline;
@@ -44,6 +45,9 @@ struct WorkerLine {
     /// Written by the worker, on a line of its own.
     handled: Handled,
     life: Life,
+    /// What the worker is doing: written by the worker, read by the controller (after its
+    /// death too).
+    activity: Activity,
 }
 
 /// A robust, process-shared mutex that the worker process locks when it attaches and holds
@@ -230,6 +234,11 @@ impl Arena {
     /// What the controller tells `worker` outside its queue.
     pub fn signals(&self, worker: usize) -> &Signals {
         &self.line(worker).signals
+    }
+
+    /// What `worker` is doing.
+    pub fn activity(&self, worker: usize) -> &Activity {
+        &self.line(worker).activity
     }
 
     /// What `worker` has handled.
@@ -439,6 +448,12 @@ pub(crate) fn attach(arena: Arena, worker: usize) -> Result<()> {
 pub(crate) fn signals() -> Result<&'static Signals> {
     let region = own_region()?;
     Ok(region.arena.signals(region.worker))
+}
+
+/// Where this worker process records what it is doing, in its line of the arena.
+pub(crate) fn activity() -> Result<&'static Activity> {
+    let region = own_region()?;
+    Ok(region.arena.activity(region.worker))
 }
 
 /// Where this worker process records what it has handled, in its line of the arena.

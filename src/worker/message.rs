@@ -71,8 +71,10 @@ pub type Reply<T> = crate::sync::Arc<Completion<Result<T>>>;
 
 /// One entry of a worker's queue.
 pub enum Message {
-    /// Calls the function in `func` with `args`, storing the result in `out`.
+    /// Calls the function in `func` with `args`, storing the result in `out`. `call` is the
+    /// low 32 bits of the call's number, which the worker widens from the numbers it saw.
     Call {
+        call: u32,
         func: Reg,
         out: Reg,
         args: Option<Arc<[Arg]>>,

@@ -4,6 +4,7 @@
 //! that let code TVM compiled call them. A worker knows no controller: it answers messages,
 //! and its failures are values the next sync reports.
 
+pub mod activity;
 #[cfg(not(loom))]
 pub(crate) mod arena;
 pub(crate) mod builtins;
@@ -20,5 +21,5 @@ pub use message::CopyDirection;
 pub use registers::Reg;
 #[cfg(not(loom))]
 pub(crate) use runtime::Worker;
-pub(crate) use runtime::{Exited, Signals, SignalsAt, WorkerShared, current_handle, run, shared};
+pub(crate) use runtime::{Exited, Placed, Signals, WorkerShared, current_handle, run, shared};
 pub use runtime::{WorkerInfo, current, with_stream};

@@ -6,6 +6,7 @@ use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
+use super::activity::{Activity, State, widen_call};
 use super::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
 };
@@ -24,7 +25,9 @@ pub struct WorkerShared {
     /// Set when the worker thread has left its loop (normally or not).
     pub exited: Exited,
     /// What the controller tells the worker outside its queue.
-    pub signals: SignalsAt,
+    pub signals: Placed<Signals>,
+    /// What the worker is doing, for anyone to read.
+    pub activity: Placed<Activity>,
     /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
     /// up after it.
     pub timeout: Option<Duration>,
@@ -48,20 +51,20 @@ pub struct Signals {
     pub ccl_generation: AtomicU64,
 }
 
-/// Where a worker's [`Signals`] live: with the worker thread, or in the arena of the session of
-/// this worker process (mapped for the rest of the process).
-pub enum SignalsAt {
-    Own(Signals),
-    Shared(&'static Signals),
+/// Where a record a worker shares with its controller lives: with the worker thread, or in the
+/// arena of the session of this worker process (mapped for the rest of the process).
+pub enum Placed<T: 'static> {
+    Own(T),
+    Shared(&'static T),
 }
 
-impl std::ops::Deref for SignalsAt {
-    type Target = Signals;
+impl<T> std::ops::Deref for Placed<T> {
+    type Target = T;
 
-    fn deref(&self) -> &Signals {
+    fn deref(&self) -> &T {
         match self {
-            SignalsAt::Own(signals) => signals,
-            SignalsAt::Shared(signals) => signals,
+            Placed::Own(record) => record,
+            Placed::Shared(record) => record,
         }
     }
 }
@@ -190,6 +193,10 @@ pub(crate) struct Worker {
     registers: RegisterFile,
     /// The first failure since the last sync, and how many followed it.
     failure: Option<(Error, usize)>,
+    /// The number of the last call it ran (call messages carry only its low bits).
+    last_call: u64,
+    /// The function's name its record of activity holds.
+    named: Option<Arc<str>>,
     /// Last, so that it goes after the registers.
     _exit: ExitGuard,
 }
@@ -204,7 +211,7 @@ pub fn run(
 ) {
     channel.set_consumer(crate::sync::thread::current());
     let mut worker = Worker::start(shared, info, pinned);
-    while worker.handle(channel.recv(policy)) {}
+    while worker.handle(channel.recv_with(policy, || worker.note_idle())) {}
     worker.finish();
 }
 
@@ -220,6 +227,8 @@ impl Worker {
             shared_cpu: SharedCpuWatch::default(),
             registers: RegisterFile::default(),
             failure: None,
+            last_call: 0,
+            named: None,
             _exit: exit,
         };
         // The worker's device context becomes current on this thread before anything runs, so
@@ -248,9 +257,12 @@ impl Worker {
     /// Runs one message; false once it was the last (`Shutdown`).
     pub(crate) fn handle(&mut self, message: Message) -> bool {
         match message {
-            Message::Call { func, out, args } => {
-                self.call(func, out, args.as_deref().unwrap_or(&[]))
-            }
+            Message::Call {
+                call,
+                func,
+                out,
+                args,
+            } => self.call(call, func, out, args.as_deref().unwrap_or(&[])),
             Message::Store(store) => {
                 let Store { reg, value, name } = &*store;
                 self.registers
@@ -328,10 +340,38 @@ impl Worker {
         }
     }
 
-    fn call(&mut self, func: Reg, out: Reg, args: &[Arg]) {
+    /// What this worker is doing, for anyone to read.
+    fn activity(&self) -> &Activity {
+        &self._exit.0.activity
+    }
+
+    /// Records that the worker waits for its next message.
+    pub(crate) fn note_idle(&self) {
+        self.activity().enter(State::Idle);
+    }
+
+    /// Runs call `call` (the low bits of its number) of the function in `func`.
+    fn call(&mut self, call: u32, func: Reg, out: Reg, args: &[Arg]) {
+        self.last_call = widen_call(self.last_call, call);
+        let name = self.registers.name(func);
+        // The name is written only when it changes: calls of one function in a row cost none.
+        let renamed = match (name, &self.named) {
+            (Some(name), Some(named)) if Arc::ptr_eq(name, named) => None,
+            (name, _) => Some(name.cloned()),
+        };
+        let function = renamed.as_ref().map(|name| name.as_deref().unwrap_or(""));
+        self.activity().begin_call(self.last_call, function);
+        if let Some(name) = renamed {
+            self.named = name;
+        }
         let slot = match self.try_call(func, args) {
-            Ok(value) => Slot::Value(value),
+            Ok(value) => {
+                self.activity().end_call(None);
+                Slot::Value(value)
+            }
             Err(error) => {
+                let cause = format!("{}: {}", error.kind.name(), error.message);
+                self.activity().end_call(Some(&cause));
                 let error = Arc::new(error);
                 self.note_failure(&error);
                 Slot::Failed(error)
@@ -405,16 +445,21 @@ impl Worker {
     /// instead of holding the worker for good.
     fn sync_device(&mut self) {
         let mut check = poll::this_threads_check();
-        if let Some(stream) = STREAM.with(|s| s.borrow().clone())
+        let stream = STREAM.with(|s| s.borrow().clone());
+        let on_gpu = self.info.device.device_type == KDL_CUDA;
+        if stream.is_none() && !on_gpu {
+            return;
+        }
+        self.activity().enter(State::Syncing);
+        if let Some(stream) = stream
             && let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _))
         {
             self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
         }
-        if self.info.device.device_type == KDL_CUDA
-            && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id)
-        {
+        if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
+        self.note_idle();
     }
 
     /// Keeps `error` for the next sync to report.

@@ -745,7 +745,7 @@ impl Fixture {
                     dvm_dref_get(out, worker, &mut value),
                     "reading a call's result",
                 )?;
-                if value.type_index != ti::INT || value.v.v_int64 != worker.into() {
+                if value.type_index != ti::INT || value.v.v_int64 != i64::from(worker) {
                     return Err(format!("worker {worker} returned a wrong rank"));
                 }
             }
@@ -756,7 +756,7 @@ impl Fixture {
                     dvm_dref_get(self.open.ranks, worker, &mut value),
                     "reading ranks",
                 )?;
-                if value.type_index != ti::INT || value.v.v_int64 != worker.into() {
+                if value.type_index != ti::INT || value.v.v_int64 != i64::from(worker) {
                     return Err(format!("the ranks changed on worker {worker}"));
                 }
             }

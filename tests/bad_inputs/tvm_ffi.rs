@@ -59,6 +59,7 @@ entry_points!(
     __tvm_ffi_session_bind,
     __tvm_ffi_session_sync_worker,
     __tvm_ffi_session_sync_all,
+    __tvm_ffi_session_status,
     __tvm_ffi_session_init_ccl,
     __tvm_ffi_session_copy_to_worker0,
     __tvm_ffi_session_copy_from_worker0,
@@ -210,7 +211,7 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
         "worker_main" => vec![Value::Owned(Array::new([Any::from("x")]).into())],
         // Refused: too few arguments.
         "node_main" => vec![Value::Owned(Array::new([Any::from("x")]).into())],
-        "session_num_workers" | "session_sync_all" | "session_shutdown" => {
+        "session_num_workers" | "session_sync_all" | "session_status" | "session_shutdown" => {
             vec![object(open.session.cast())]
         }
         "session_get_global_func" => {

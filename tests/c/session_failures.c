@@ -299,7 +299,7 @@ static void a_timeout_turns_a_hang_into_an_error(void) {
   double start = now_s();
   EXPECT_STATUS(dvm_session_sync_worker(s, 0), DVM_TIMEOUT, "sync on worker 0 timed out");
   CHECK(now_s() - start >= 0.2);
-  EXPECT_STATUS(dvm_session_sync_all(s), DVM_TIMEOUT, "sync on worker 0 timed out");
+  EXPECT_STATUS(dvm_session_sync_all(s), DVM_TIMEOUT, "sync of all timed out");
   DVMAny v = any_sentinel();
   EXPECT_STATUS(dvm_dref_get(blocked, 0, &v), DVM_TIMEOUT,
                 "reading a register on worker 0 timed out");

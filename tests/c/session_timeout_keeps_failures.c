@@ -37,7 +37,10 @@ static void check_failure_survives(dvm_session* s, dvm_dref* failing, dvm_dref* 
   atomic_store(&release, 0);
   dvm_dref* failed = broadcast(s, failing, NULL, 0);
   dvm_dref* blocked = broadcast(s, blocker, NULL, 0);
-  EXPECT_STATUS(wait(s), DVM_TIMEOUT, "sync on worker 0 timed out");
+  /* The timeout says what worker 0 does: "sync ... timed out after 100 ms: worker 0 has run
+   * call N (`test.c.block`) for 100 ms; worker 1 is idle". */
+  EXPECT_STATUS(wait(s), DVM_TIMEOUT, "timed out after 100 ms: worker 0 has run call ");
+  EXPECT_ERROR("TimeoutError", "(`test.c.block`) for ");
   atomic_store(&release, 1);
   char what[128];
   snprintf(what, sizeof what, "the sync on worker 0 after %s timed out", wait_name);

@@ -298,6 +298,15 @@ entry_point! {
 }
 
 entry_point! {
+    /// `session_status(session: Session) -> str`: as `dvm_session_status`.
+    __tvm_ffi_session_status(args: ["session"]) {
+        args.count(1, 1)?;
+        let status = session(&args)?.status()?;
+        Ok(Any::Str(status.as_str().into()))
+    }
+}
+
+entry_point! {
     /// `session_shutdown(session: Session)`: as `dvm_session_shutdown`.
     __tvm_ffi_session_shutdown(args: ["session"]) {
         args.count(1, 1)?;

@@ -19,6 +19,7 @@ use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
 use crate::session::state::SessionState;
+use crate::session::status::{Verdict, WorkerStatus};
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
@@ -428,6 +429,23 @@ impl NodeLink {
 
     pub fn alive(&self) -> Result<()> {
         self.node.alive(self.worker)
+    }
+
+    /// What the controller knows of the worker: whether its node is lost.
+    pub fn observe(&self) -> WorkerStatus {
+        WorkerStatus {
+            worker: self.worker,
+            node: self.node.rank,
+            pid: None,
+            in_process: false,
+            report: None,
+            report_age: Duration::ZERO,
+            verdict: self
+                .node
+                .death
+                .get()
+                .map(|death| Verdict::Lost(death.message.clone())),
+        }
     }
 
     /// The node this worker is on.

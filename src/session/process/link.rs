@@ -19,6 +19,7 @@ use crate::object::{Any, Error, ErrorKind, Result, Tensor};
 use crate::os::Child;
 use crate::session::requests::{Pending, RequestBook, encode_broadcast, try_send};
 use crate::session::state::SessionState;
+use crate::session::status::{Verdict, WorkerStatus};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
@@ -170,6 +171,35 @@ impl ProcessLink {
             Some(self.session.state.record_death(&self.death, error))
         });
         self.session.state.alive(self.worker, death)
+    }
+
+    /// What the controller knows of the worker: its record in the arena (which outlives it),
+    /// and its death.
+    pub fn observe(&self) -> WorkerStatus {
+        let (worker, pid) = (self.worker, self.pid());
+        let death = self.death.get().cloned().or_else(|| {
+            let cause = self.child.try_exit()?;
+            Some(
+                self.session
+                    .state
+                    .record_death(&self.death, cause.worker_error(worker, pid))
+                    .clone(),
+            )
+        });
+        let verdict = death.map(|error| {
+            let who = format!("worker {worker} (pid {pid}) ");
+            let cause = error.message.strip_prefix(&who).unwrap_or(&error.message);
+            Verdict::Dead(cause.to_string())
+        });
+        WorkerStatus {
+            worker,
+            node: 0,
+            pid: u32::try_from(pid).ok(),
+            in_process: false,
+            report: self.session.arena.activity(self.local).snapshot(),
+            report_age: Duration::ZERO,
+            verdict,
+        }
     }
 
     /// Sends a frame encoded by [`encode_broadcast`], waiting for room as `spin`

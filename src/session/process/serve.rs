@@ -29,7 +29,7 @@ use crate::worker::completion::Completion;
 use crate::worker::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Reply, Store,
 };
-use crate::worker::{Exited, SignalsAt, Worker, WorkerInfo, WorkerShared};
+use crate::worker::{Exited, Placed, Worker, WorkerInfo, WorkerShared};
 
 /// The first argument of a worker process, naming the layout of the arguments after it.
 pub(crate) const ARGS_VERSION: &str = "--discovm-worker-v4";
@@ -192,7 +192,8 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
     crate::session::register_builtins();
     let shared = Arc::new(WorkerShared {
         exited: Exited::default(),
-        signals: SignalsAt::Shared(arena::signals()?),
+        signals: Placed::Shared(arena::signals()?),
+        activity: Placed::Shared(arena::activity()?),
         timeout: args.timeout,
         session: OnceLock::new(),
     });
@@ -207,7 +208,11 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
     loop {
         // A large frame is gathered so that its large tensor's data can stay where it lands.
         let placement = |first: &[u8]| Frame::placement(first, &limits);
-        let mut frame = requests.recv_placed(args.spin, Deadline::NEVER, || Ok(()), placement)?;
+        let idle = || {
+            worker.note_idle();
+            Ok(())
+        };
+        let mut frame = requests.recv_placed(args.spin, Deadline::NEVER, idle, placement)?;
         let decoded = match frame.take_placed() {
             Some((block, range)) => Frame::decode_in_block(&Arc::new(block), range, &limits),
             None => Frame::decode(&frame, &limits),
@@ -243,7 +248,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
                 (true, Some(copy_from(&mut worker, request, reg)))
             }
             Frame::Call {
-                call: _,
+                call: number,
                 frees,
                 func,
                 out,
@@ -252,7 +257,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
                 for reg in frees {
                     worker.handle(Message::Free(reg));
                 }
-                (worker.handle(call(func, out, args)?), None)
+                (worker.handle(call(number, func, out, args)?), None)
             }
             frame => {
                 // `_source` holds the memory a copy to worker 0 reads until the copy ran.
@@ -460,11 +465,16 @@ fn request(frame: Frame) -> Result<(Message, Option<Answer>, Option<Tensor>)> {
     })
 }
 
-/// The message of a call frame.
-fn call(func: u32, out: u32, args: Vec<Value>) -> Result<Message> {
+/// The message of a call frame; `number` is the call's (0 for a frame that carries none).
+fn call(number: Option<u32>, func: u32, out: u32, args: Vec<Value>) -> Result<Message> {
     let args: Vec<Arg> = args.into_iter().map(argument).collect::<Result<_>>()?;
     let args = (!args.is_empty()).then(|| args.into());
-    Ok(Message::Call { func, out, args })
+    Ok(Message::Call {
+        call: number.unwrap_or(0),
+        func,
+        out,
+        args,
+    })
 }
 
 /// A decoded value as the argument of a message.

@@ -1,0 +1,418 @@
+//! The board: what each worker is doing (its state, its call and function, since when, the
+//! collective it waits in and for whom, its last failure), in a record the worker writes and
+//! anyone reads without asking it, for the controller's status and hang reports.
+//!
+//! The one idea: the record is atomics only, valid when zeroed and free of pointers, so it lies
+//! beside a worker thread's shared state or in the session's shared memory for a worker process,
+//! where the controller reads it while the worker is busy, stuck or dead. The worker is its one
+//! writer and brackets each change with a sequence number (odd while it writes); a reader
+//! retries a torn read a bounded number of times and never waits for the worker.
+//!
+//! The standard library's atomics, in model-checking builds too: no protocol waits on it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+use crate::sync::clock::coarse_ns;
+
+/// What a worker is doing, as it says itself (`dead` and `lost` are the controller's verdicts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for a message (the zeroed record's state).
+    Idle,
+    /// Running a call.
+    Running,
+    /// In a collective of its call.
+    Collective,
+    /// Waiting for its device's work (a sync).
+    Syncing,
+}
+
+impl State {
+    fn code(self) -> u32 {
+        match self {
+            State::Idle => 0,
+            State::Running => 1,
+            State::Collective => 2,
+            State::Syncing => 3,
+        }
+    }
+
+    fn from_code(code: u32) -> State {
+        match code {
+            1 => State::Running,
+            2 => State::Collective,
+            3 => State::Syncing,
+            _ => State::Idle,
+        }
+    }
+
+    /// How the status names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Running => "running",
+            State::Collective => "collective",
+            State::Syncing => "syncing",
+        }
+    }
+}
+
+/// Bytes of a function's name the record keeps.
+const NAME_WORDS: usize = 8;
+/// Bytes of the last failure's message the record keeps.
+const FAILURE_WORDS: usize = 32;
+/// Workers the record can name as awaited peers (ids beyond are left out).
+pub const MAX_PEERS: usize = 256;
+const PEER_WORDS: usize = MAX_PEERS / 64;
+/// Tries a reader makes before it gives up on a record its writer keeps changing (or died
+/// while changing).
+const READ_TRIES: usize = 1000;
+
+/// A text in atomic words, cut at a character boundary when too long.
+#[repr(C)]
+struct Text<const W: usize> {
+    len: AtomicU32,
+    words: [AtomicU64; W],
+}
+
+impl<const W: usize> Default for Text<W> {
+    fn default() -> Self {
+        Text {
+            len: AtomicU32::new(0),
+            words: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl<const W: usize> Text<W> {
+    fn store(&self, text: &str) {
+        let mut len = text.len().min(W * 8);
+        while !text.is_char_boundary(len) {
+            len -= 1;
+        }
+        for (word, chunk) in self.words.iter().zip(text.as_bytes()[..len].chunks(8)) {
+            let mut bytes = [0; 8];
+            bytes[..chunk.len()].copy_from_slice(chunk);
+            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
+        }
+        self.len.store(len as u32, Ordering::Relaxed);
+    }
+
+    fn load(&self) -> String {
+        let len = (self.len.load(Ordering::Relaxed) as usize).min(W * 8);
+        let bytes: Vec<u8> = self
+            .words
+            .iter()
+            .flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes())
+            .take(len)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// One worker's line of the board, on cache lines of its own.
+#[repr(C, align(128))]
+#[derive(Default)]
+pub struct Activity {
+    /// Odd while the worker writes.
+    seq: AtomicU64,
+    state: AtomicU32,
+    /// The collective's code (`ccl::Collective::code`) while in one; 0 otherwise.
+    collective: AtomicU32,
+    /// The number of the call it runs, or ran last.
+    call: AtomicU64,
+    /// When it entered its state.
+    since_ns: AtomicU64,
+    /// When its call began.
+    call_ns: AtomicU64,
+    /// The peers it waits for in its collective, one bit each.
+    waits_for: [AtomicU64; PEER_WORDS],
+    /// The function of its call (empty: unnamed).
+    function: Text<NAME_WORDS>,
+    /// The last call it finished.
+    finished: AtomicU64,
+    /// The last call that failed, and why.
+    failed_call: AtomicU64,
+    failure: Text<FAILURE_WORDS>,
+}
+
+/// A consistent reading of a worker's record.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub state: State,
+    /// The call it runs, or ran last (0: none yet).
+    pub call: u64,
+    /// The function of that call, when it has a name.
+    pub function: Option<String>,
+    /// How long it has been in its state.
+    pub for_ns: u64,
+    /// The collective's code while in one.
+    pub collective: u32,
+    /// The peers it waits for in its collective, when it waited long enough to say.
+    pub waits_for: Vec<usize>,
+    /// The last call it finished.
+    pub finished: u64,
+    /// The last call that failed, and why.
+    pub failure: Option<(u64, String)>,
+}
+
+impl Activity {
+    /// Makes one change, bracketed by the sequence number (the worker's thread only).
+    fn change(&self, write: impl FnOnce(&Self)) {
+        let seq = self.seq.load(Ordering::Relaxed);
+        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        write(self);
+        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+    }
+
+    fn state(&self) -> State {
+        State::from_code(self.state.load(Ordering::Relaxed))
+    }
+
+    /// Call `call` of `function` begins (`None`: the same function as the last call's, whose
+    /// name is kept).
+    pub fn begin_call(&self, call: u64, function: Option<&str>) {
+        let now = coarse_ns();
+        self.change(|a| {
+            a.state.store(State::Running.code(), Ordering::Relaxed);
+            a.call.store(call, Ordering::Relaxed);
+            a.since_ns.store(now, Ordering::Relaxed);
+            a.call_ns.store(now, Ordering::Relaxed);
+            if let Some(function) = function {
+                a.function.store(function);
+            }
+        });
+    }
+
+    /// The call ended, having failed with `failure` if it did.
+    pub fn end_call(&self, failure: Option<&str>) {
+        let call = self.call.load(Ordering::Relaxed);
+        if let Some(failure) = failure {
+            self.change(|a| {
+                a.failed_call.store(call, Ordering::Relaxed);
+                a.failure.store(failure);
+            });
+        }
+        self.finished.store(call, Ordering::Release);
+    }
+
+    /// The worker enters `state` (idle, or syncing), unless it is in it already.
+    pub fn enter(&self, state: State) {
+        if self.state() != state {
+            let now = coarse_ns();
+            self.change(|a| {
+                a.state.store(state.code(), Ordering::Relaxed);
+                a.since_ns.store(now, Ordering::Relaxed);
+            });
+        }
+    }
+
+    /// The worker's call enters the collective of code `collective`.
+    fn enter_collective(&self, collective: u32) {
+        let now = coarse_ns();
+        self.change(|a| {
+            a.state.store(State::Collective.code(), Ordering::Relaxed);
+            a.collective.store(collective, Ordering::Relaxed);
+            a.since_ns.store(now, Ordering::Relaxed);
+        });
+    }
+
+    /// The worker's call leaves its collective and runs on.
+    fn leave_collective(&self) {
+        self.change(|a| {
+            a.state.store(State::Running.code(), Ordering::Relaxed);
+            a.collective.store(0, Ordering::Relaxed);
+            let began = a.call_ns.load(Ordering::Relaxed);
+            a.since_ns.store(began, Ordering::Relaxed);
+            a.waits_for
+                .iter()
+                .for_each(|word| word.store(0, Ordering::Relaxed));
+        });
+    }
+
+    /// The peers the worker waits for in its collective now.
+    fn wait_for(&self, peers: impl Iterator<Item = usize>) {
+        let mut words = [0u64; PEER_WORDS];
+        for peer in peers.filter(|&peer| peer < MAX_PEERS) {
+            words[peer / 64] |= 1 << (peer % 64);
+        }
+        self.change(|a| {
+            for (word, bits) in a.waits_for.iter().zip(words) {
+                word.store(bits, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// A consistent reading, or None when the writer kept changing the record through every
+    /// try (or died in the middle of a change).
+    pub fn snapshot(&self) -> Option<Snapshot> {
+        for _ in 0..READ_TRIES {
+            let before = self.seq.load(Ordering::Acquire);
+            if before % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = coarse_ns();
+            let failed_call = self.failed_call.load(Ordering::Relaxed);
+            let (call, finished) = (
+                self.call.load(Ordering::Relaxed),
+                self.finished.load(Ordering::Relaxed),
+            );
+            let read = Snapshot {
+                // A call ended is a worker idle, before it says so (it does as it parks).
+                state: match self.state() {
+                    State::Running if finished == call && call != 0 => State::Idle,
+                    state => state,
+                },
+                call,
+                function: Some(self.function.load()).filter(|name| !name.is_empty()),
+                for_ns: now.saturating_sub(self.since_ns.load(Ordering::Relaxed)),
+                collective: self.collective.load(Ordering::Relaxed),
+                waits_for: (0..MAX_PEERS)
+                    .filter(|&peer| {
+                        self.waits_for[peer / 64].load(Ordering::Relaxed) & (1 << (peer % 64)) != 0
+                    })
+                    .collect(),
+                finished,
+                failure: (failed_call != 0).then(|| (failed_call, self.failure.load())),
+            };
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == before {
+                return Some(read);
+            }
+        }
+        None
+    }
+}
+
+/// Widens `low`, the low 32 bits of a call's number as a message carries it, to the number
+/// nearest `last`, the last one the worker saw (calls sent by several threads at once may
+/// arrive a little out of order).
+pub fn widen_call(last: u64, low: u32) -> u64 {
+    let step = low.wrapping_sub(last as u32) as i32;
+    last.wrapping_add_signed(step.into())
+}
+
+/// The collective the calling worker's call is in, until dropped (then its call runs on).
+pub struct InCollective(Option<Arc<super::WorkerShared>>);
+
+/// Records that the calling worker, if it is one, enters the collective of code `collective`.
+pub fn enter_collective(collective: u32) -> InCollective {
+    let shared = super::shared();
+    if let Some(shared) = &shared {
+        shared.activity.enter_collective(collective);
+    }
+    InCollective(shared)
+}
+
+/// Records the peers the calling worker, if it is one, waits for in its collective now.
+pub fn note_waiting_for(peers: impl Iterator<Item = usize>) {
+    if let Some(shared) = super::shared() {
+        shared.activity.wait_for(peers);
+    }
+}
+
+impl Drop for InCollective {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.0 {
+            shared.activity.leave_collective();
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_zeroed_record_reads_as_an_idle_worker_that_ran_nothing() {
+        let read = Activity::default().snapshot().unwrap();
+        assert_eq!(read.state, State::Idle);
+        assert_eq!((read.call, read.finished, read.collective), (0, 0, 0));
+        assert_eq!(read.function, None);
+        assert_eq!(read.failure, None);
+        assert!(read.waits_for.is_empty());
+    }
+
+    #[test]
+    fn a_call_its_collective_and_its_failure_read_back_as_written() {
+        let activity = Activity::default();
+        activity.begin_call(7, Some("mlp.step"));
+        let read = activity.snapshot().unwrap();
+        assert_eq!(read.state, State::Running);
+        assert_eq!((read.call, read.function.as_deref()), (7, Some("mlp.step")));
+        activity.enter_collective(3);
+        activity.wait_for([1, 200, 9999].into_iter());
+        let read = activity.snapshot().unwrap();
+        assert_eq!((read.state, read.collective), (State::Collective, 3));
+        assert_eq!(
+            read.waits_for,
+            vec![1, 200],
+            "ids past MAX_PEERS are left out"
+        );
+        activity.leave_collective();
+        activity.end_call(Some("ValueError: boom"));
+        activity.enter(State::Idle);
+        let read = activity.snapshot().unwrap();
+        assert_eq!((read.state, read.finished), (State::Idle, 7));
+        assert!(read.waits_for.is_empty());
+        assert_eq!(read.failure, Some((7, "ValueError: boom".to_string())));
+        // The next call of the same function keeps its name without writing it again.
+        activity.begin_call(8, None);
+        let read = activity.snapshot().unwrap();
+        assert_eq!((read.call, read.function.as_deref()), (8, Some("mlp.step")));
+    }
+
+    #[test]
+    fn texts_are_cut_at_a_character_boundary() {
+        let activity = Activity::default();
+        let long = "é".repeat(NAME_WORDS * 8);
+        activity.begin_call(1, Some(&long));
+        let name = activity.snapshot().unwrap().function.unwrap();
+        assert_eq!(name, "é".repeat(NAME_WORDS * 4));
+    }
+
+    #[test]
+    fn a_record_left_mid_change_reads_as_none_without_waiting() {
+        let activity = Activity::default();
+        activity.seq.store(1, Ordering::Relaxed);
+        assert_eq!(activity.snapshot(), None);
+    }
+
+    #[test]
+    fn readers_never_see_a_torn_record() {
+        let activity = Arc::new(Activity::default());
+        let writer = {
+            let activity = activity.clone();
+            std::thread::spawn(move || {
+                for call in 1..=20_000u64 {
+                    let name = format!("f{call}");
+                    activity.begin_call(call, Some(&name));
+                    activity.end_call(None);
+                }
+            })
+        };
+        while !writer.is_finished() {
+            if let Some(read) = activity.snapshot()
+                && read.call != 0
+            {
+                assert_eq!(read.function, Some(format!("f{}", read.call)));
+            }
+        }
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn call_numbers_widen_to_the_nearest_of_the_last() {
+        assert_eq!(widen_call(0, 1), 1);
+        assert_eq!(widen_call(41, 40), 40, "a little out of order");
+        assert_eq!(widen_call(u32::MAX as u64, 0), 1 << 32, "past a wrap");
+        assert_eq!(
+            widen_call((1 << 32) + 2, u32::MAX),
+            u32::MAX as u64,
+            "before one"
+        );
+    }
+}
