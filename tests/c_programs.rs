@@ -171,6 +171,7 @@ programs! {
     example_node_session: Program::new("examples-c/node_session.c")
         .worker("programs/discovm-node.c")
         .default_worker();
+    example_status: Program::new("examples-c/status.c");
 }
 
 /// Where compiled programs go (one directory per runner, as both build the same programs at

@@ -49,6 +49,7 @@ var knownFunctions = []struct{ decl, notCalled string }{
 	{"dvm_status dvm_session_live_registers(dvm_session *session, int32_t worker, int64_t *out)", ""},
 	{"dvm_status dvm_session_shutdown(dvm_session *session)", ""},
 	{"void dvm_session_free(dvm_session *session)", "Close drops every handle with dvm_object_dec_ref"},
+	{"dvm_status dvm_session_status(dvm_session *session, DVMAny *out)", ""},
 	{"dvm_status dvm_stream_new(DLDevice device, dvm_stream **out)", ""},
 	{"dvm_status dvm_stream_sync(dvm_stream *s)", ""},
 	{"dvm_status dvm_stream_wait(dvm_stream *waiter, dvm_stream *signaler)", ""},

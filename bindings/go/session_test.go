@@ -3,6 +3,7 @@ package discovm_test
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -183,6 +184,36 @@ func TestWorkerHandles(t *testing.T) {
 	}
 	_, err := s.Worker(3)
 	expectKind(t, err, discovm.IndexError, "3")
+}
+
+func TestStatusOfIdleWorkers(t *testing.T) {
+	name := register(t, func(args ...any) (any, error) { return args[0], nil })
+	s := threaded(t, 3)
+	fn := must(s.GetGlobalFunc(name)) // a lookup is no call
+	defer fn.Close()
+	first := must(s.Call(fn, 1))
+	defer first.Close()
+	second := must(s.Call(fn, 2))
+	defer second.Close()
+	ok(t, s.SyncAll())
+	status := must(s.Status())
+	if status.CallsSent != 2 || len(status.Workers) != 3 {
+		t.Fatalf("%d calls sent, %d workers: %+v", status.CallsSent, len(status.Workers), status)
+	}
+	for w, seen := range status.Workers {
+		if seen.Worker != w || seen.Node != 0 || seen.PID != os.Getpid() || seen.State != "idle" {
+			t.Errorf("worker %d: %+v", w, seen)
+		}
+		if seen.Call != 2 || seen.LastFinishedCall != 2 || seen.Function != name {
+			t.Errorf("worker %d ran call %d (%q), finished %d", w, seen.Call, seen.Function, seen.LastFinishedCall)
+		}
+		if seen.SinceMs < 0 || len(seen.WaitsFor) != 0 || seen.LastFailure != nil || seen.Cause != "" {
+			t.Errorf("worker %d: %+v", w, seen)
+		}
+	}
+	ok(t, s.Shutdown())
+	_, err := s.Status()
+	expectKind(t, err, discovm.SessionClosed, "")
 }
 
 func TestShutdownClosesTheSession(t *testing.T) {

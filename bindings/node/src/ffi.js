@@ -41,6 +41,7 @@ export const DECLARATIONS = [
   'dvm_status dvm_session_live_registers(dvm_session *session, int32_t worker, int64_t *out)',
   'dvm_status dvm_session_shutdown(dvm_session *session)',
   'void dvm_session_free(dvm_session *session)',
+  'dvm_status dvm_session_status(dvm_session *session, DVMAny *out)',
   'dvm_status dvm_stream_new(DLDevice device, dvm_stream **out)',
   'dvm_status dvm_stream_sync(dvm_stream *s)',
   'dvm_status dvm_stream_wait(dvm_stream *waiter, dvm_stream *signaler)',

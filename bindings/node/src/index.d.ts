@@ -35,6 +35,34 @@ export interface SessionOptions {
   threadsPerWorker?: number;
 }
 
+/** What one worker is doing (Session.status); a field the worker has not reported is null. */
+export interface WorkerStatus {
+  worker: number;
+  /** The machine it runs on (0: this one). */
+  node: number;
+  /** Its process: this process for worker threads. */
+  pid: number | null;
+  state: 'idle' | 'running' | 'collective' | 'syncing' | 'dead' | 'lost' | 'unknown';
+  /** The number of the call it runs, or ran last (calls are numbered from 1 as sent). */
+  call: number | null;
+  function: string | null;
+  /** How long it has been in its state, in milliseconds. */
+  since_ms: number | null;
+  /** The collective it waits in (state 'collective'). */
+  collective: string | null;
+  /** The workers it waits for in that collective. */
+  waits_for: number[];
+  last_finished_call: number | null;
+  last_failure: { call: number; error: string } | null;
+  /** Why a dead or lost worker is so. */
+  cause: string | null;
+}
+export interface SessionStatus {
+  workers: WorkerStatus[];
+  /** How many calls the session has sent: the number of the last one. */
+  calls_sent: number;
+}
+
 export class Session extends Handle {
   static threaded(numWorkers: number, options?: SessionOptions): Session;
   static process(numWorkers: number, options?: SessionOptions): Session;
@@ -49,6 +77,7 @@ export class Session extends Handle {
   syncAll(): Promise<void>;
   syncAllSync(): void;
   liveRegistersSync(worker: number): number;
+  status(): SessionStatus;
   copyToWorker0(host: HostArray, shape: number[], dst: DRef): Promise<void>;
   copyToWorker0Sync(host: HostArray, shape: number[], dst: DRef): void;
   copyFromWorker0(host: HostArray, shape: number[], src: DRef): Promise<void>;

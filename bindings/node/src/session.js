@@ -120,6 +120,16 @@ export class Session extends Handle {
     return Number(out[0]);
   }
 
+  /** What every worker is doing now, read without asking any worker (a worker stuck in a
+   * function, or dead, is reported as it is): `{workers: [{worker, node, pid, state, call,
+   * function, since_ms, collective, waits_for, last_finished_call, last_failure, cause}],
+   * calls_sent}`. It never waits, so it has no async form. */
+  status() {
+    const out = Buffer.alloc(ANY_SIZE);
+    check(C.dvm_session_status(this.objectAddress(), out));
+    return JSON.parse(jsValue(out, wrap));
+  }
+
   /** Copies `host` (a TypedArray holding a tensor of `shape`) into worker 0's `dst`. */
   copyToWorker0(host, shape, dst) { return this.#copy(host, shape, dst, true, true); }
   copyToWorker0Sync(host, shape, dst) { return this.#copy(host, shape, dst, true, false); }

@@ -76,6 +76,34 @@ test('errors carry their kind', async (t) => {
   assert.throws(() => d.getGlobal(register(() => { throw new TypeError('wrong'); })).call(), d.TypeError);
 });
 
+test('the status says what every worker does', async (t) => {
+  const s = threaded(t, 3);
+  const rank = s.getGlobalFunc('runtime.disco.worker_rank'); // a lookup is no call
+  const first = s.call(rank);
+  const second = s.call(rank);
+  s.syncAllSync();
+  const status = s.status();
+  assert.deepEqual(Object.keys(status).sort(), ['calls_sent', 'workers']);
+  assert.equal(status.calls_sent, 2);
+  assert.equal(status.workers.length, 3);
+  status.workers.forEach((seen, w) => {
+    assert.equal(seen.worker, w);
+    assert.equal(seen.node, 0);
+    assert.equal(seen.pid, process.pid);
+    assert.equal(seen.state, 'idle');
+    assert.equal(seen.call, 2);
+    assert.equal(seen.last_finished_call, 2);
+    assert.equal(seen.function, 'runtime.disco.worker_rank');
+    assert.ok(seen.since_ms >= 0);
+    assert.deepEqual(seen.waits_for, []);
+    assert.equal(seen.last_failure, null);
+    assert.equal(seen.cause, null);
+  });
+  for (const h of [rank, first, second]) h.close();
+  await s.shutdown();
+  assert.throws(() => s.status(), d.SessionClosed);
+});
+
 test('worker handles and shutdown', async (t) => {
   const s = d.Session.threaded(3);
   const rank = s.getGlobalFunc('runtime.disco.worker_rank');

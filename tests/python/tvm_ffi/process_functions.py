@@ -33,3 +33,16 @@ def _getenv(name: str) -> str:
 @discovm.register_global_func("tests.process.library_module", override=True)
 def _library_module() -> tvm_ffi.Module:
     return tvm_ffi.load_module(str(discovm.library_path()))
+
+
+@discovm.register_global_func("tests.process.wait_at", override=True)
+def _wait_at(gate: str, worker: int) -> None:
+    """On worker ``worker``, waits until the test lets one call through the FIFO ``gate`` (or
+    closes it); every other worker returns at once."""
+    if discovm.current_worker_id() != worker:
+        return
+    fd = os.open(gate, os.O_RDONLY)
+    try:
+        os.read(fd, 1)
+    finally:
+        os.close(fd)

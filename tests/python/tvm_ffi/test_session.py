@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import weakref
 from pathlib import Path
 
@@ -238,6 +239,97 @@ def test_import_python_module_makes_the_module_s_functions_available(sess):
     sess.import_python_module("imported_functions")
     ids = sess.get_global_func(name)()
     assert [ids.debug_get_from_remote(w) for w in range(4)] == [0, 1, 2, 3]
+
+
+# The fields of each worker in a status.
+WORKER_STATUS_KEYS = {
+    "worker",
+    "node",
+    "pid",
+    "state",
+    "call",
+    "function",
+    "since_ms",
+    "collective",
+    "waits_for",
+    "last_finished_call",
+    "last_failure",
+    "cause",
+}
+
+
+class Gate:
+    """A FIFO that ``tests.process.wait_at(gate.path, worker)`` waits at, on a worker of either
+    kind, until :meth:`release_one`. It is open here for reading and writing, so a worker's
+    open never waits for a writer; once closed, a call still waiting reads its end, and none
+    opens it any more."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        os.mkfifo(self.path)
+        self._fd = os.open(self.path, os.O_RDWR)
+
+    def release_one(self) -> None:
+        os.write(self._fd, b"\x01")
+
+    def close(self) -> None:
+        os.unlink(self.path)
+        os.close(self._fd)
+
+
+def status_when(sess, ready):
+    """The session's status once ``ready`` holds of it, polled for at most 20 s."""
+    until = time.monotonic() + 20
+    while True:
+        now = sess.status()
+        if ready(now):
+            return now
+        assert time.monotonic() < until, f"the status never became ready: {now}"
+        time.sleep(0.005)
+
+
+@each_kind_of_sess
+def test_the_status_says_what_every_worker_does(sess, tmp_path: Path):
+    sess.import_python_module("process_functions")
+    before = sess.status()["calls_sent"]
+    pids = sess.get_global_func("tests.process.pid")()
+    sess.sync_all()
+    status = sess.status()
+    assert set(status) == {"workers", "calls_sent"}
+    assert status["calls_sent"] == before + 1, "a lookup is no call"
+    for w, seen in enumerate(status["workers"]):
+        assert set(seen) == WORKER_STATUS_KEYS
+        assert (seen["worker"], seen["node"], seen["state"]) == (w, 0, "idle"), status
+        assert seen["pid"] == pids.debug_get_from_remote(w)
+        assert (seen["call"], seen["last_finished_call"]) == (before + 1, before + 1), status
+        assert seen["function"] == "tests.process.pid"
+        assert seen["since_ms"] >= 0 and seen["waits_for"] == []
+        assert seen["collective"] is None and seen["last_failure"] is None
+        assert seen["cause"] is None
+
+    # Worker 1 held in a function: running that call, while the others are done with it.
+    gate = Gate(tmp_path / "gate")
+    try:
+        held = sess.get_global_func("tests.process.wait_at")(gate.path, 1)
+        number = sess.status()["calls_sent"]
+        others = (0, 2, 3)
+        now = status_when(
+            sess,
+            lambda now: now["workers"][1]["state"] == "running"
+            and all(now["workers"][w]["last_finished_call"] == number for w in others),
+        )
+        running = now["workers"][1]
+        assert (running["call"], running["function"]) == (number, "tests.process.wait_at")
+        assert running["last_finished_call"] == number - 1 and running["since_ms"] >= 0
+        assert [now["workers"][w]["state"] for w in others] == ["idle"] * 3, now
+        gate.release_one()
+        sess.sync_all()
+    finally:
+        gate.close()
+    after = sess.status()
+    assert [seen["state"] for seen in after["workers"]] == ["idle"] * 4, after
+    assert after["workers"][1]["last_finished_call"] == number
+    del held
 
 
 @each_kind
