@@ -505,6 +505,36 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
     let _ = ended(wrong, Duration::from_secs(10));
 }
 
+/// A node's first board holds every worker as it started (idle, no call yet, with its pid);
+/// while nothing changes, only heartbeats follow.
+#[test]
+fn a_node_reports_its_workers_once_then_only_beats_while_nothing_changes() {
+    use discovm::net::board;
+    use discovm::net::routed::{self, ALL, What};
+    use discovm::worker::activity::State;
+    let (node, mut stream) = fake_controller(2, 30_000);
+    let limits = discovm::wire::Limits::default();
+    let first = routed::read(&mut stream, &limits, Vec::new()).unwrap();
+    assert_eq!((first.route, first.what), (ALL, What::Board));
+    let entries = board::decode(&first.frame).unwrap();
+    assert_eq!(entries.iter().map(|e| e.local).collect::<Vec<_>>(), [0, 1]);
+    for entry in &entries {
+        assert!(exists(entry.pid as i32), "{entry:?}");
+        assert_eq!((entry.report.state, entry.report.call), (State::Idle, 0));
+    }
+    // A node looks every 100 ms: a few looks find nothing changed.
+    let until = Instant::now() + Duration::from_millis(500);
+    let mut beats = 0;
+    while Instant::now() < until {
+        let message = routed::read(&mut stream, &limits, Vec::new()).unwrap();
+        assert_eq!(message.what, What::Heartbeat, "nothing changed");
+        beats += 1;
+    }
+    assert!(beats >= 3, "{beats} heartbeats in 500 ms");
+    drop(stream);
+    let _ = ended(node, Duration::from_secs(10));
+}
+
 #[test]
 fn a_node_whose_controller_goes_away_stops_its_workers_and_exits() {
     let (node, _stream) = fake_controller(2, 300);

@@ -25,7 +25,7 @@ use discovm::capi::{
     dvm_tensor_read, dvm_tensor_to_dlpack, dvm_tensor_write,
 };
 use discovm::device::cpu::HostTensor;
-use discovm::net::{auth, routed};
+use discovm::net::{auth, board, routed};
 use discovm::object::{
     AnyObject, Array, Bytes, Function, HostBlock, ObjectRef, Shape, Str, Tensor, tensor,
 };
@@ -766,6 +766,15 @@ pub fn node_stream(data: &[u8]) {
                         assert!(message.frame.len() >= routed::HASH_SIZE);
                         assert!(message.frame.len() <= limits.max_payload);
                     }
+                    // A board: its entries, or a refusal; entries read encode again to its bytes.
+                    routed::What::Board => match board::decode(&message.frame) {
+                        Ok(entries) => {
+                            let mut again = Vec::new();
+                            board::encode(&entries, &mut again);
+                            assert_eq!(again, message.frame);
+                        }
+                        Err(error) => assert_eq!(error.kind, ErrorKind::Value, "{error}"),
+                    },
                     routed::What::Frame | routed::What::Death => {
                         let header = Header::parse(&message.frame, &limits).expect("checked");
                         assert_eq!(header.frame_len(), message.frame.len());

@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 
+use super::board::ENTRY_FIXED;
 use crate::object::Error;
 use crate::wire::{HEADER_SIZE, Header, Limits};
 
@@ -28,6 +29,9 @@ pub enum What {
     /// From the controller, to the whole node: a module for its workers to load, after its
     /// SHA-256.
     Upload = 3,
+    /// From a node, about every worker of it: the records of its workers that changed since it
+    /// last sent them ([`board`](super::board)).
+    Board = 4,
 }
 
 /// Bytes of the hash before an uploaded module.
@@ -35,9 +39,15 @@ pub const HASH_SIZE: usize = 32;
 
 impl What {
     fn from_code(code: u32) -> Option<What> {
-        [What::Frame, What::Heartbeat, What::Death, What::Upload]
-            .into_iter()
-            .find(|w| *w as u32 == code)
+        [
+            What::Frame,
+            What::Heartbeat,
+            What::Death,
+            What::Upload,
+            What::Board,
+        ]
+        .into_iter()
+        .find(|w| *w as u32 == code)
     }
 }
 
@@ -46,7 +56,8 @@ impl What {
 pub struct Message {
     pub route: u32,
     pub what: What,
-    /// The frame's bytes, header included; empty for a heartbeat; an upload's hash and module.
+    /// The frame's bytes, header included; empty for a heartbeat; an upload's hash and module;
+    /// a board's entries.
     pub frame: Vec<u8>,
 }
 
@@ -77,14 +88,20 @@ pub fn write_head(out: &mut impl Write, route: u32, what: What) -> io::Result<()
 
 /// Writes an upload of `module`, whose SHA-256 is `hash`, for every worker of a node.
 pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8]) -> io::Result<()> {
-    write(
-        out,
-        ALL,
-        What::Upload,
-        &((HASH_SIZE + module.len()) as u64).to_le_bytes(),
-    )?;
+    write_sized(out, What::Upload, HASH_SIZE + module.len())?;
     out.write_all(hash)?;
     out.write_all(module)
+}
+
+/// Writes a node's board: `entries`, encoded by [`board::encode`](super::board::encode).
+pub fn write_board(out: &mut impl Write, entries: &[u8]) -> io::Result<()> {
+    write_sized(out, What::Board, entries.len())?;
+    out.write_all(entries)
+}
+
+/// Writes the route of a message to every worker and the length of what follows.
+fn write_sized(out: &mut impl Write, what: What, len: usize) -> io::Result<()> {
+    write(out, ALL, what, &(len as u64).to_le_bytes())
 }
 
 /// Reads exactly `bytes.len()` bytes of a message.
@@ -110,12 +127,12 @@ pub struct Head {
     /// The frame's header ([`What::Frame`] and [`What::Death`]).
     pub header: Option<(Header, [u8; HEADER_SIZE])>,
     /// Bytes of the message after what was read: a frame's payload, an upload's hash and
-    /// module.
+    /// module, a board's entries.
     pub rest: usize,
 }
 
 /// Reads the start of one message: the route, and a frame's header (checked against `limits`)
-/// or an upload's length, but nothing of a payload.
+/// or an upload's or a board's length, but nothing of a payload.
 pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<Head, ReadError> {
     let mut head = [0u8; ROUTE_SIZE];
     read_exact(input, &mut head)?;
@@ -140,14 +157,18 @@ pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<
                 rest: 0,
             })
         }
-        What::Upload => {
+        What::Upload | What::Board => {
             let mut len = [0u8; 8];
             read_exact(input, &mut len)?;
             let len = u64::from_le_bytes(len);
-            if route != ALL || len < HASH_SIZE as u64 || len > limits.max_payload as u64 {
+            let (name, least, holds) = match what {
+                What::Upload => ("an upload", HASH_SIZE, "a hash"),
+                _ => ("a board", ENTRY_FIXED, "an entry"),
+            };
+            if route != ALL || len < least as u64 || len > limits.max_payload as u64 {
                 return Err(ReadError::Bad(Error::value(format!(
-                    "an upload of {len} bytes routed to {route:#x} (it goes to every worker, \
-                     holds a {HASH_SIZE}-byte hash, and at most {} bytes)",
+                    "{name} of {len} bytes routed to {route:#x} (it is about every worker, \
+                     holds {holds} of {least} bytes at least, and at most {} bytes)",
                     limits.max_payload
                 ))));
             }
@@ -238,6 +259,8 @@ mod tests {
         write(&mut bytes, 0, What::Heartbeat, &[]).unwrap();
         write(&mut bytes, ALL, What::Frame, &sync_frame(10)).unwrap();
         write_upload(&mut bytes, &[9; HASH_SIZE], b"module").unwrap();
+        let entries = [0u8; ENTRY_FIXED];
+        write_board(&mut bytes, &entries).unwrap();
         let input = &mut bytes.as_slice();
         let limits = Limits::default();
         let first = read(input, &limits, Vec::new()).unwrap();
@@ -253,6 +276,9 @@ mod tests {
         assert_eq!((upload.route, upload.what), (ALL, What::Upload));
         assert_eq!(&upload.frame[..HASH_SIZE], &[9; HASH_SIZE]);
         assert_eq!(&upload.frame[HASH_SIZE..], b"module");
+        let board = read(input, &limits, Vec::new()).unwrap();
+        assert_eq!((board.route, board.what), (ALL, What::Board));
+        assert_eq!(board.frame, entries);
         assert!(matches!(
             read(input, &limits, Vec::new()),
             Err(ReadError::Closed)
@@ -267,16 +293,23 @@ mod tests {
             other => panic!("not refused: {other:?}"),
         };
         assert!(bad(&[0, 0, 0, 0, 7, 0, 0, 0]).contains("unknown kind 7"));
-        // Uploads: to every worker, a hash at least, within the limit.
-        let upload = |route: u32, len: u64| {
+        // Uploads and boards: about every worker, a hash or an entry at least, within the
+        // limit.
+        let sized = |what: What, route: u32, len: u64| {
             let mut bytes = route.to_le_bytes().to_vec();
-            bytes.extend_from_slice(&3u32.to_le_bytes());
+            bytes.extend_from_slice(&(what as u32).to_le_bytes());
             bytes.extend_from_slice(&len.to_le_bytes());
             bytes
         };
-        assert!(bad(&upload(0, 40)).contains("routed to 0x0"));
-        assert!(bad(&upload(ALL, 31)).contains("an upload of 31 bytes"));
-        assert!(bad(&upload(ALL, 65)).contains("at most 64 bytes"));
+        assert!(bad(&sized(What::Upload, 0, 40)).contains("routed to 0x0"));
+        assert!(bad(&sized(What::Upload, ALL, 31)).contains("an upload of 31 bytes"));
+        assert!(bad(&sized(What::Upload, ALL, 65)).contains("at most 64 bytes"));
+        assert_eq!(
+            bad(&sized(What::Board, 1, 88)),
+            "a board of 88 bytes routed to 0x1 (it is about every worker, holds an entry of 88 \
+             bytes at least, and at most 64 bytes)"
+        );
+        assert!(bad(&sized(What::Board, ALL, 87)).contains("a board of 87 bytes"));
         assert!(bad(&[1, 0, 0, 0, 1, 0, 0, 0]).contains("a heartbeat with route 0x1"));
         // A header declaring a payload past the limit: refused from the header alone.
         let mut big = vec![0u8; ROUTE_SIZE];

@@ -29,7 +29,8 @@ pub enum State {
 }
 
 impl State {
-    fn code(self) -> u32 {
+    /// Its code on the board (and on a node's board on the wire).
+    pub(crate) fn code(self) -> u32 {
         match self {
             State::Idle => 0,
             State::Running => 1,
@@ -38,13 +39,16 @@ impl State {
         }
     }
 
-    fn from_code(code: u32) -> State {
-        match code {
-            1 => State::Running,
-            2 => State::Collective,
-            3 => State::Syncing,
-            _ => State::Idle,
-        }
+    /// The state of code `code`, if it is one.
+    pub(crate) fn from_code(code: u32) -> Option<State> {
+        [
+            State::Idle,
+            State::Running,
+            State::Collective,
+            State::Syncing,
+        ]
+        .into_iter()
+        .find(|state| state.code() == code)
     }
 
     /// How the status names it.
@@ -58,10 +62,14 @@ impl State {
     }
 }
 
-/// Bytes of a function's name the record keeps.
+/// Words of a function's name the record keeps.
 const NAME_WORDS: usize = 8;
-/// Bytes of the last failure's message the record keeps.
+/// Bytes of a function's name the record keeps.
+pub const MAX_FUNCTION_BYTES: usize = NAME_WORDS * 8;
+/// Words of the last failure's message the record keeps.
 const FAILURE_WORDS: usize = 32;
+/// Bytes of the last failure's message the record keeps.
+pub const MAX_FAILURE_BYTES: usize = FAILURE_WORDS * 8;
 /// Workers the record can name as awaited peers (ids beyond are left out).
 pub const MAX_PEERS: usize = 256;
 const PEER_WORDS: usize = MAX_PEERS / 64;
@@ -85,18 +93,24 @@ impl<const W: usize> Default for Text<W> {
     }
 }
 
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    let mut len = text.len().min(max);
+    while !text.is_char_boundary(len) {
+        len -= 1;
+    }
+    &text[..len]
+}
+
 impl<const W: usize> Text<W> {
     fn store(&self, text: &str) {
-        let mut len = text.len().min(W * 8);
-        while !text.is_char_boundary(len) {
-            len -= 1;
-        }
-        for (word, chunk) in self.words.iter().zip(text.as_bytes()[..len].chunks(8)) {
+        let text = cut(text, W * 8);
+        for (word, chunk) in self.words.iter().zip(text.as_bytes().chunks(8)) {
             let mut bytes = [0; 8];
             bytes[..chunk.len()].copy_from_slice(chunk);
             word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
         }
-        self.len.store(len as u32, Ordering::Relaxed);
+        self.len.store(text.len() as u32, Ordering::Relaxed);
     }
 
     fn load(&self) -> String {
@@ -157,6 +171,18 @@ pub struct Snapshot {
     pub failure: Option<(u64, String)>,
 }
 
+impl Snapshot {
+    /// Whether `other` says the same, but for the time spent in the state (which every reading
+    /// finds longer).
+    pub fn same_as(&self, other: &Snapshot) -> bool {
+        *self
+            == (Snapshot {
+                for_ns: self.for_ns,
+                ..other.clone()
+            })
+    }
+}
+
 impl Activity {
     /// Makes one change, bracketed by the sequence number (the worker's thread only).
     fn change(&self, write: impl FnOnce(&Self)) {
@@ -168,7 +194,7 @@ impl Activity {
     }
 
     fn state(&self) -> State {
-        State::from_code(self.state.load(Ordering::Relaxed))
+        State::from_code(self.state.load(Ordering::Relaxed)).unwrap_or(State::Idle)
     }
 
     /// Call `call` of `function` begins (`None`: the same function as the last call's, whose
@@ -363,6 +389,20 @@ mod tests {
         activity.begin_call(8, None);
         let read = activity.snapshot().unwrap();
         assert_eq!((read.call, read.function.as_deref()), (8, Some("mlp.step")));
+    }
+
+    #[test]
+    fn readings_are_the_same_but_for_the_time_in_the_state() {
+        let activity = Activity::default();
+        activity.begin_call(3, Some("f"));
+        let first = activity.snapshot().unwrap();
+        let later = Snapshot {
+            for_ns: first.for_ns + 1,
+            ..first.clone()
+        };
+        assert!(first.same_as(&later));
+        activity.begin_call(4, None);
+        assert!(!first.same_as(&activity.snapshot().unwrap()));
     }
 
     #[test]

@@ -5,27 +5,52 @@
 //! reply to the request of the worker it routes to (the waiting thread wakes on the reply's
 //! completion, as with a worker thread), and when the node is lost (its connection closes, it
 //! sends garbage, or nothing comes within the heartbeat interval) it breaks the session and fails
-//! every request still waiting, so no wait outlives the node.
+//! every request still waiting, so no wait outlives the node. It keeps the node's board too:
+//! the last report of each worker, and when anything last came from the node, which the
+//! status reads without asking the node.
 
-use std::io::{BufReader, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use crate::channel::Deadline;
 use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{Sleepers, SpinPolicy};
+use crate::net::board::{self, Entry};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
 use crate::session::state::SessionState;
-use crate::session::status::{Verdict, WorkerStatus};
+use crate::session::status::{Verdict, WorkerStatus, seconds};
+use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use crate::sync::clock::coarse_ns;
 use crate::sync::time::Instant;
 use crate::wire::{Frame, Gathered, Limits};
+use crate::worker::activity::Snapshot;
 use crate::worker::message::{Message, Reply};
 
+use super::BOARD_PERIOD;
 use super::outbox::{DIRECT_FROM, MAX_BUFFERED, Outbox};
+
+/// How long a node may go unheard before the status calls its workers lost: ten of the
+/// periods at which it sends something (its board, or a heartbeat when nothing changed). Its
+/// board's thread only reads memory and writes a few bytes, and the reader notes every byte
+/// that comes, a long reply's too, so a node that is merely busy is heard from many times
+/// within it; one silent that long is stopped, hung or cut off. Being lost so breaks nothing:
+/// a node heard again reports again, and only silence for the heartbeat interval loses it for
+/// good.
+const SILENT_LOST: Duration = BOARD_PERIOD.saturating_mul(10);
+
+/// A worker's last report from its node's board.
+#[derive(Clone)]
+struct Report {
+    pid: u32,
+    record: Snapshot,
+    /// When it came, on the coarse clock.
+    came_ns: u64,
+}
 
 /// One node of the session, as the controller reaches it.
 ///
@@ -48,6 +73,10 @@ pub(crate) struct NodeConnection {
     books: Vec<RequestBook>,
     /// Each worker's frames, by its place on the node.
     progress: Vec<Progress>,
+    /// Each worker's last report, by its place on the node.
+    reports: Vec<Mutex<Option<Report>>>,
+    /// When anything last came from the node, on the coarse clock.
+    heard_ns: AtomicU64,
     /// Why the node is gone, once it is.
     death: OnceLock<Error>,
     /// Set once the reader thread left: the connection is closed.
@@ -91,6 +120,8 @@ impl NodeConnection {
                 .map(|w| RequestBook::new(format!("worker {w} (node {rank})")))
                 .collect(),
             progress: (0..count).map(|_| Progress::default()).collect(),
+            reports: (0..count).map(|_| Mutex::new(None)).collect(),
+            heard_ns: AtomicU64::new(coarse_ns()),
             death: OnceLock::new(),
             ended: AtomicBool::new(false),
             ended_sleepers: Sleepers::default(),
@@ -162,11 +193,14 @@ impl NodeConnection {
         format!("node {} ({workers}, at {})", self.rank, self.peer)
     }
 
-    /// Reads the connection until it ends: replies go to their requests, heartbeats keep the
-    /// node alive, and anything else ends it.
+    /// Reads the connection until it ends: replies go to their requests, boards to the
+    /// workers' reports, heartbeats keep the node alive, and anything else ends it.
     fn read(&self, stream: TcpStream, heartbeat: Duration) {
         let limits = Limits::default();
-        let mut input = BufReader::new(&stream);
+        let mut input = BufReader::new(Heard {
+            stream: &stream,
+            at_ns: &self.heard_ns,
+        });
         // One buffer for every message: a large reply's pages are touched once.
         let mut buffer = Vec::new();
         let lost = loop {
@@ -213,8 +247,10 @@ impl NodeConnection {
 
     /// Takes one message from the node.
     fn take(&self, message: &routed::Message) -> Result<()> {
-        if message.what == What::Heartbeat {
-            return Ok(());
+        match message.what {
+            What::Heartbeat => return Ok(()),
+            What::Board => return self.post(&message.frame),
+            _ => {}
         }
         let book = self.books.get(message.route as usize).ok_or_else(|| {
             Error::value(format!(
@@ -231,6 +267,25 @@ impl NodeConnection {
             ))),
             (_, frame) => book.deliver(frame),
         }
+    }
+
+    /// Keeps the reports of the board `entries` as the workers' last, as of now.
+    fn post(&self, entries: &[u8]) -> Result<()> {
+        let came_ns = coarse_ns();
+        for Entry { local, pid, report } in board::decode(entries)? {
+            let last = self.reports.get(local as usize).ok_or_else(|| {
+                Error::value(format!(
+                    "a board's entry for worker {local} of a node of {} workers",
+                    self.count
+                ))
+            })?;
+            *last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Report {
+                pid,
+                record: report,
+                came_ns,
+            });
+        }
+        Ok(())
     }
 
     /// Records that the node is gone with `error` and fails every request waiting on it; the
@@ -360,6 +415,22 @@ impl NodeConnection {
     }
 }
 
+/// The node's end of the connection as its reader reads it: notes when bytes last came.
+struct Heard<'a> {
+    stream: &'a TcpStream,
+    at_ns: &'a AtomicU64,
+}
+
+impl Read for Heard<'_> {
+    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
+        let read = self.stream.read(bytes)?;
+        if read > 0 {
+            self.at_ns.store(coarse_ns(), Ordering::Relaxed);
+        }
+        Ok(read)
+    }
+}
+
 /// The frames written to one worker of a node, and how far a sync found them run.
 #[derive(Default)]
 struct Progress {
@@ -431,20 +502,44 @@ impl NodeLink {
         self.node.alive(self.worker)
     }
 
-    /// What the controller knows of the worker: whether its node is lost.
+    /// What the controller knows of the worker: its node's last report of it, and whether the
+    /// node is lost, gone or unheard for [`SILENT_LOST`] (its report stays, with its age).
     pub fn observe(&self) -> WorkerStatus {
+        let node = &self.node;
+        let now = coarse_ns();
+        let since = |ns: u64| Duration::from_nanos(now.saturating_sub(ns));
+        let last = node.reports[self.local]
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let report_age = last.as_ref().map_or(Duration::ZERO, |r| since(r.came_ns));
+        let silent = since(node.heard_ns.load(Ordering::Relaxed));
+        let verdict = match node.death.get() {
+            Some(death) => Some(Verdict::Lost(death.message.clone())),
+            None if silent > SILENT_LOST => {
+                let report = match &last {
+                    Some(_) => format!(
+                        "its last report of this worker is {} old",
+                        seconds(report_age)
+                    ),
+                    None => "it never reported on this worker".to_string(),
+                };
+                Some(Verdict::Lost(format!(
+                    "nothing heard from node {} for {} ({report})",
+                    node.rank,
+                    seconds(silent)
+                )))
+            }
+            None => None,
+        };
         WorkerStatus {
             worker: self.worker,
-            node: self.node.rank,
-            pid: None,
+            node: node.rank,
+            pid: last.as_ref().map(|r| r.pid),
             in_process: false,
-            report: None,
-            report_age: Duration::ZERO,
-            verdict: self
-                .node
-                .death
-                .get()
-                .map(|death| Verdict::Lost(death.message.clone())),
+            report: last.map(|r| r.record),
+            report_age,
+            verdict,
         }
     }
 

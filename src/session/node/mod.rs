@@ -6,7 +6,8 @@
 //! of every worker, as it does for its own worker processes, and writes each worker's frames,
 //! routed, on its node's connection (a broadcast once per node, fanned out there); the node
 //! copies them into its workers' rings and their replies back, unread. Liveness is a heartbeat
-//! both ways: a silent peer is a lost one.
+//! both ways: a silent peer is a lost one. What the node's workers do crosses as the node's
+//! board: their records, read from the node's arena, sent whenever one changed.
 
 mod link;
 mod outbox;
@@ -27,6 +28,11 @@ use crate::channel::deadline::{HANDSHAKE_STEP, NODE_JOIN, timeout_ms};
 use crate::net::auth::{self, Answer, Refusal, Secret, Welcome, WorkerSetup};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::state::SessionState;
+
+/// How often a node looks at its workers' records: it sends the controller those that
+/// changed, or a heartbeat when none did, so the controller hears from a healthy node at least
+/// this often.
+const BOARD_PERIOD: Duration = Duration::from_millis(100);
 
 /// The shape of a session across machines.
 #[derive(Clone, Debug)]

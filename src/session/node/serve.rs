@@ -6,19 +6,21 @@
 //! came, into the ring of the worker it is routed to (or of every worker), and a thread per
 //! worker sends that worker's replies back, routed. The one frame read is a sync of one worker,
 //! which the node answers itself when it can, as a controller does for its worker processes.
+//! What the node says of its own is its workers' records (the board), read from its arena.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use super::workers_devices;
+use super::{BOARD_PERIOD, workers_devices};
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
 use crate::channel::deadline::{
     HANDSHAKE_STEP, HEARTBEAT, NODE_CONNECT, STOP_GRACE, timeout_from_ms,
 };
 use crate::net::auth::{self, Join, Secret};
+use crate::net::board::{self, Entry};
 use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
 use crate::session::options::SessionOptions;
@@ -28,6 +30,7 @@ use crate::session::worker_env::WorkerThreads;
 use crate::sync::Mutex;
 use crate::sync::time::Instant;
 use crate::wire::{Frame, HEADER_SIZE, Kind, Limits, Value};
+use crate::worker::activity::Snapshot;
 use crate::worker::uploads::Uploads;
 
 /// The variables a launcher gives each process its rank in (Slurm, Open MPI, PMI, torchrun).
@@ -111,8 +114,16 @@ fn connect(args: &NodeArgs) -> Result<TcpStream> {
 type Writer = Arc<Mutex<BufWriter<TcpStream>>>;
 
 fn send(writer: &Writer, route: u32, what: What, frame: &[u8]) -> std::io::Result<()> {
+    send_with(writer, |out| routed::write(out, route, what, frame))
+}
+
+/// Sends the message that `write` writes.
+fn send_with(
+    writer: &Writer,
+    write: impl FnOnce(&mut BufWriter<TcpStream>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut writer = writer.lock().unwrap_or_else(PoisonError::into_inner);
-    routed::write(&mut *writer, route, what, frame)?;
+    write(&mut writer)?;
     writer.flush()
 }
 
@@ -194,16 +205,12 @@ pub(crate) fn serve(
             .spawn(move || relay_replies(&links[local], local as u32, &writer))
             .map_err(|e| Error::runtime(format!("cannot start a relay thread: {e}")))?;
     }
-    let beats = writer.clone();
+    let (reported, beats) = (links.clone(), writer.clone());
+    let period = BOARD_PERIOD.min(heartbeat / 4);
     std::thread::Builder::new()
-        .name("discovm-heartbeat".into())
-        .spawn(move || {
-            // A period, not a wait: nothing is awaited between beats.
-            while send(&beats, 0, What::Heartbeat, &[]).is_ok() {
-                std::thread::sleep(heartbeat / 4);
-            }
-        })
-        .map_err(|e| Error::runtime(format!("cannot start the heartbeat: {e}")))?;
+        .name("discovm-board".into())
+        .spawn(move || send_boards(&reported, &beats, period))
+        .map_err(|e| Error::runtime(format!("cannot start the board's thread: {e}")))?;
 
     let relayed = relay_requests(
         &mut BufReader::new(&stream),
@@ -255,8 +262,11 @@ fn relay_requests(
         let head = routed::read_head(stream, &limits).map_err(lost)?;
         match head.what {
             What::Heartbeat => continue,
-            What::Death => {
-                return Err(Error::runtime("the controller sent a death notice"));
+            What::Death | What::Board => {
+                return Err(Error::runtime(format!(
+                    "the controller sent a message only nodes send ({:?})",
+                    head.what
+                )));
             }
             What::Upload => {
                 let message =
@@ -374,6 +384,46 @@ fn sync_one(
     }
     // A worker that is gone is reported by its relay thread.
     let _ = link.send_encoded(frame, spin, Deadline::NEVER);
+}
+
+/// Tells the controller every `period`, until it is gone, what the node's workers do: the
+/// records that changed since they were last sent (the time in a state aside, which grows at
+/// every look), or a heartbeat when none did.
+fn send_boards(links: &[ProcessLink], writer: &Writer, period: Duration) {
+    let mut sent: Vec<Option<Snapshot>> = vec![None; links.len()];
+    let mut entries = Vec::new();
+    loop {
+        // A record its worker is changing is read at the next look.
+        let changed: Vec<Entry> = links
+            .iter()
+            .zip(&sent)
+            .enumerate()
+            .filter_map(|(local, (link, last))| {
+                let report = link.activity().snapshot()?;
+                let same = last.as_ref().is_some_and(|last| last.same_as(&report));
+                (!same).then(|| Entry {
+                    local: local as u32,
+                    pid: u32::try_from(link.pid()).unwrap_or_default(),
+                    report,
+                })
+            })
+            .collect();
+        let told = if changed.is_empty() {
+            send(writer, 0, What::Heartbeat, &[])
+        } else {
+            entries.clear();
+            board::encode(&changed, &mut entries);
+            send_with(writer, |out| routed::write_board(out, &entries))
+        };
+        if told.is_err() {
+            return; // the controller is gone
+        }
+        for entry in changed {
+            sent[entry.local as usize] = Some(entry.report);
+        }
+        // A period, not a wait: nothing is awaited between looks.
+        std::thread::sleep(period);
+    }
 }
 
 /// Sends the replies of the worker at `local` to the controller until it stops; a worker that

@@ -25,6 +25,7 @@ use crate::sync::atomic::{AtomicU64, Ordering};
 use crate::sync::time::Instant;
 use crate::wire::{ArenaTensor, Frame, Limits, Value};
 use crate::worker::Signals;
+use crate::worker::activity::Activity;
 use crate::worker::arena::{Arena, CCL_AREAS};
 use crate::worker::completion::Completion;
 use crate::worker::message::{CopyDirection, Message, Reply};
@@ -106,6 +107,11 @@ impl ProcessLink {
     /// What the controller tells this worker outside its queue.
     pub fn signals(&self) -> &Signals {
         self.session.arena.signals(self.local)
+    }
+
+    /// The worker's record of what it is doing, in the arena.
+    pub fn activity(&self) -> &Activity {
+        self.session.arena.activity(self.local)
     }
 
     /// What the links of this worker's session share.
@@ -196,7 +202,7 @@ impl ProcessLink {
             node: 0,
             pid: u32::try_from(pid).ok(),
             in_process: false,
-            report: self.session.arena.activity(self.local).snapshot(),
+            report: self.activity().snapshot(),
             report_age: Duration::ZERO,
             verdict,
         }

@@ -1,0 +1,242 @@
+//! A node's board on its connection to the controller: the records of what its workers do
+//! (`worker::activity`) that changed since the node last sent them, so that the controller's
+//! status and hang reports cover workers on other machines; `WIRE.md` ("Routed frames") gives
+//! the layout.
+//!
+//! The one idea: an entry is fixed-size fields, then two texts no longer than a record keeps,
+//! so a reader checks every value and length against a record's own bounds before it takes
+//! the texts, and a board it accepts encodes again to the same bytes.
+
+use crate::ccl::Collective;
+use crate::object::{Error, Result};
+use crate::worker::activity::{
+    MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, MAX_PEERS, Snapshot, State, cut,
+};
+
+/// Bytes of an entry before its texts.
+pub const ENTRY_FIXED: usize = 88;
+/// Where an entry's bits of awaited peers begin.
+const PEERS_AT: usize = 48;
+
+/// One worker's entry on its node's board.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Entry {
+    /// Its place on the node.
+    pub local: u32,
+    pub pid: u32,
+    /// Its record, as the node read it when it sent the board.
+    pub report: Snapshot,
+}
+
+/// Appends `entries` to `out`, each text cut to what a record keeps.
+pub fn encode(entries: &[Entry], out: &mut Vec<u8>) {
+    for Entry { local, pid, report } in entries {
+        let function = cut(report.function.as_deref().unwrap_or(""), MAX_FUNCTION_BYTES);
+        let (failed_call, failure) = match &report.failure {
+            Some((call, text)) if *call != 0 => (*call, cut(text, MAX_FAILURE_BYTES)),
+            _ => (0, ""),
+        };
+        let mut peers = [0u64; MAX_PEERS / 64];
+        for &peer in report.waits_for.iter().filter(|&&peer| peer < MAX_PEERS) {
+            peers[peer / 64] |= 1 << (peer % 64);
+        }
+        for word in [*local, *pid, report.state.code(), report.collective] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        let times = [report.call, report.for_ns, report.finished, failed_call];
+        for word in times.into_iter().chain(peers) {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        for len in [function.len(), failure.len()] {
+            out.extend_from_slice(&(len as u32).to_le_bytes());
+        }
+        out.extend_from_slice(function.as_bytes());
+        out.extend_from_slice(failure.as_bytes());
+    }
+}
+
+/// Reads the entries of a board. A `ValueError` names the entry, the field and its value when
+/// an entry is cut short, a state or collective has no such code, a text is longer than a
+/// record keeps or is not UTF-8, or a failure's text comes without the call that failed.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Entry>> {
+    let mut entries = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let (entry, len) = decode_entry(&bytes[at..]).map_err(|why| {
+            Error::value(format!(
+                "a board's entry {} (at byte {at}) has {why}",
+                entries.len()
+            ))
+        })?;
+        entries.push(entry);
+        at += len;
+    }
+    Ok(entries)
+}
+
+/// Reads the entry that `bytes` start with, and its length; the error says what is wrong.
+fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
+    let fixed = bytes
+        .get(..ENTRY_FIXED)
+        .ok_or_else(|| format!("{} bytes, where its fields take {ENTRY_FIXED}", bytes.len()))?;
+    let u32_at = |at: usize| u32::from_le_bytes(fixed[at..at + 4].try_into().expect("4 bytes"));
+    let u64_at = |at: usize| u64::from_le_bytes(fixed[at..at + 8].try_into().expect("8 bytes"));
+    let state =
+        State::from_code(u32_at(8)).ok_or_else(|| format!("state {} (0 to 3)", u32_at(8)))?;
+    let collective = u32_at(12);
+    if collective != 0 && Collective::from_code(collective).is_none() {
+        return Err(format!(
+            "collective {collective} (0, or 1 to {})",
+            Collective::all().count()
+        ));
+    }
+    let failed_call = u64_at(40);
+    let (function_len, failure_len) = (u32_at(80) as usize, u32_at(84) as usize);
+    if function_len > MAX_FUNCTION_BYTES {
+        return Err(format!(
+            "a function's name of {function_len} bytes (at most {MAX_FUNCTION_BYTES})"
+        ));
+    }
+    if failure_len > MAX_FAILURE_BYTES {
+        return Err(format!(
+            "a failure of {failure_len} bytes (at most {MAX_FAILURE_BYTES})"
+        ));
+    }
+    if failed_call == 0 && failure_len != 0 {
+        return Err(format!(
+            "a failure of {failure_len} bytes, but no call that failed"
+        ));
+    }
+    let len = ENTRY_FIXED + function_len + failure_len;
+    let texts = bytes.get(ENTRY_FIXED..len).ok_or_else(|| {
+        format!(
+            "{} bytes, where its fields and texts take {len}",
+            bytes.len()
+        )
+    })?;
+    let text = |bytes: &[u8], what: &str| {
+        String::from_utf8(bytes.to_vec()).map_err(|_| format!("a {what} that is not UTF-8"))
+    };
+    let function = text(&texts[..function_len], "function's name")?;
+    let failure = text(&texts[function_len..], "failure")?;
+    let report = Snapshot {
+        state,
+        call: u64_at(16),
+        function: Some(function).filter(|name| !name.is_empty()),
+        for_ns: u64_at(24),
+        collective,
+        waits_for: (0..MAX_PEERS)
+            .filter(|&peer| u64_at(PEERS_AT + peer / 64 * 8) & (1 << (peer % 64)) != 0)
+            .collect(),
+        finished: u64_at(32),
+        failure: (failed_call != 0).then_some((failed_call, failure)),
+    };
+    let entry = Entry {
+        local: u32_at(0),
+        pid: u32_at(4),
+        report,
+    };
+    Ok((entry, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(local: u32, state: State, failure: Option<(u64, &str)>) -> Entry {
+        Entry {
+            local,
+            pid: 4711 + local,
+            report: Snapshot {
+                state,
+                call: 7,
+                function: Some("mlp.step".to_string()),
+                for_ns: 2_000_000_000,
+                collective: Collective::Allreduce.code(),
+                waits_for: vec![0, 63, 64, 255],
+                finished: 6,
+                failure: failure.map(|(call, text)| (call, text.to_string())),
+            },
+        }
+    }
+
+    fn encoded(entries: &[Entry]) -> Vec<u8> {
+        let mut out = Vec::new();
+        encode(entries, &mut out);
+        out
+    }
+
+    #[test]
+    fn boards_round_trip_with_the_layout_wire_md_gives() {
+        let board = [
+            entry(0, State::Collective, None),
+            entry(1, State::Idle, Some((5, "ValueError: é"))),
+        ];
+        let bytes = encoded(&board);
+        assert_eq!(bytes.len(), 2 * ENTRY_FIXED + 2 * "mlp.step".len() + 14);
+        assert_eq!(decode(&bytes).unwrap(), board);
+        // The second entry's fields, where WIRE.md puts them.
+        let second = &bytes[ENTRY_FIXED + 8..];
+        assert_eq!(&second[..4], &1u32.to_le_bytes(), "its place");
+        assert_eq!(&second[4..8], &4712u32.to_le_bytes(), "its pid");
+        assert_eq!(&second[8..12], &0u32.to_le_bytes(), "idle");
+        assert_eq!(&second[16..24], &7u64.to_le_bytes(), "its call");
+        assert_eq!(&second[40..48], &5u64.to_le_bytes(), "the call that failed");
+        let peers = 1u64 | 1 << 63;
+        assert_eq!(&second[48..56], &peers.to_le_bytes(), "peers 0 and 63");
+        assert_eq!(&second[80..88], &[8, 0, 0, 0, 14, 0, 0, 0]);
+        assert_eq!(&second[88..96], b"mlp.step");
+    }
+
+    #[test]
+    fn wire_md_lists_the_collectives_in_the_order_of_their_codes() {
+        let names: Vec<&str> = Collective::all().map(Collective::what).collect();
+        let row = format!("else 1 + its place in: {} (the", names.join(", "));
+        assert!(
+            include_str!("../../WIRE.md").contains(&row),
+            "WIRE.md lacks `{row}`"
+        );
+    }
+
+    #[test]
+    fn texts_longer_than_a_record_keeps_are_cut_and_peers_beyond_are_left_out() {
+        let mut long = entry(0, State::Running, Some((3, &"x".repeat(1000))));
+        long.report.function = Some("é".repeat(MAX_FUNCTION_BYTES));
+        long.report.waits_for.push(MAX_PEERS);
+        let read = &decode(&encoded(&[long])).unwrap()[0].report;
+        assert_eq!(read.function, Some("é".repeat(MAX_FUNCTION_BYTES / 2)));
+        assert_eq!(read.failure, Some((3, "x".repeat(MAX_FAILURE_BYTES))));
+        assert_eq!(read.waits_for, vec![0, 63, 64, 255]);
+    }
+
+    #[test]
+    fn bad_entries_are_refused_naming_the_field_and_its_value() {
+        let good = encoded(&[entry(0, State::Idle, Some((5, "boom")))]);
+        let bad = |at: usize, value: &[u8]| {
+            let mut bytes = good.clone();
+            bytes[at..at + value.len()].copy_from_slice(value);
+            decode(&bytes).unwrap_err().message
+        };
+        assert_eq!(
+            bad(8, &9u32.to_le_bytes()),
+            "a board's entry 0 (at byte 0) has state 9 (0 to 3)"
+        );
+        assert!(bad(12, &99u32.to_le_bytes()).contains("collective 99 (0, or 1 to 11)"));
+        assert!(bad(80, &65u32.to_le_bytes()).contains("a function's name of 65 bytes"));
+        assert!(bad(84, &257u32.to_le_bytes()).contains("a failure of 257 bytes (at most 256)"));
+        assert!(bad(40, &0u64.to_le_bytes()).contains("but no call that failed"));
+        assert!(bad(88, &[0xff]).contains("a function's name that is not UTF-8"));
+        let message = decode(&good[..good.len() - 1]).unwrap_err().message;
+        assert!(
+            message.contains("where its fields and texts take 100"),
+            "{message}"
+        );
+        let mut two = good.clone();
+        two.extend_from_slice(&good[..10]);
+        let message = decode(&two).unwrap_err().message;
+        assert_eq!(
+            message,
+            "a board's entry 1 (at byte 100) has 10 bytes, where its fields take 88"
+        );
+    }
+}
