@@ -509,8 +509,8 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
 /// while nothing changes, only heartbeats follow.
 #[test]
 fn a_node_reports_its_workers_once_then_only_beats_while_nothing_changes() {
-    use discovm::net::board;
     use discovm::net::routed::{self, ALL, What};
+    use discovm::session::node_board as board;
     use discovm::worker::activity::State;
     let (node, mut stream) = fake_controller(2, 30_000);
     let limits = discovm::wire::Limits::default();

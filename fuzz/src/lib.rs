@@ -25,10 +25,11 @@ use discovm::capi::{
     dvm_tensor_read, dvm_tensor_to_dlpack, dvm_tensor_write,
 };
 use discovm::device::cpu::HostTensor;
-use discovm::net::{auth, board, routed};
+use discovm::net::{auth, routed};
 use discovm::object::{
     AnyObject, Array, Bytes, Function, HostBlock, ObjectRef, Shape, Str, Tensor, tensor,
 };
+use discovm::session::node_board as board;
 use discovm::wire::{Frame, HEADER_SIZE, Header, Limits, VERSION_MINOR};
 use discovm::{Any, AnyView, ErrorKind};
 

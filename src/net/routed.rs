@@ -8,7 +8,6 @@
 
 use std::io::{self, Read, Write};
 
-use super::board::ENTRY_FIXED;
 use crate::object::Error;
 use crate::wire::{HEADER_SIZE, Header, Limits};
 
@@ -93,7 +92,11 @@ pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8])
     out.write_all(module)
 }
 
-/// Writes a node's board: `entries`, encoded by [`board::encode`](super::board::encode).
+/// Bytes of a node's board entry before its texts (`session::node_board` lays entries out):
+/// a board shorter than one entry is refused here.
+pub const BOARD_ENTRY_FIXED: usize = 88;
+
+/// Writes a node's board: `entries`, encoded by `session::node_board::encode`.
 pub fn write_board(out: &mut impl Write, entries: &[u8]) -> io::Result<()> {
     write_sized(out, What::Board, entries.len())?;
     out.write_all(entries)
@@ -163,7 +166,7 @@ pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<
             let len = u64::from_le_bytes(len);
             let (name, least, holds) = match what {
                 What::Upload => ("an upload", HASH_SIZE, "a hash"),
-                _ => ("a board", ENTRY_FIXED, "an entry"),
+                _ => ("a board", BOARD_ENTRY_FIXED, "an entry"),
             };
             if route != ALL || len < least as u64 || len > limits.max_payload as u64 {
                 return Err(ReadError::Bad(Error::value(format!(
@@ -259,7 +262,7 @@ mod tests {
         write(&mut bytes, 0, What::Heartbeat, &[]).unwrap();
         write(&mut bytes, ALL, What::Frame, &sync_frame(10)).unwrap();
         write_upload(&mut bytes, &[9; HASH_SIZE], b"module").unwrap();
-        let entries = [0u8; ENTRY_FIXED];
+        let entries = [0u8; BOARD_ENTRY_FIXED];
         write_board(&mut bytes, &entries).unwrap();
         let input = &mut bytes.as_slice();
         let limits = Limits::default();

@@ -33,6 +33,8 @@ pub use handles::{
     SessionCell, SessionRef, WorkerCell, current_worker_handle, new_worker_handle, session_handle,
 };
 #[cfg(not(loom))]
+pub use node::board as node_board;
+#[cfg(not(loom))]
 pub(crate) use node::serve_node;
 pub use options::{MAX_WORKERS, QUEUE_CAPACITY, SessionOptions};
 #[cfg(not(loom))]

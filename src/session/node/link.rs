@@ -14,10 +14,10 @@ use std::net::{IpAddr, Shutdown, SocketAddr, TcpStream};
 use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
+use super::board::{self, Entry};
 use crate::channel::Deadline;
 use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{Sleepers, SpinPolicy};
-use crate::net::board::{self, Entry};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};

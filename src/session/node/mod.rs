@@ -9,6 +9,7 @@
 //! both ways: a silent peer is a lost one. What the node's workers do crosses as the node's
 //! board: their records, read from the node's arena, sent whenever one changed.
 
+pub mod board;
 mod link;
 mod outbox;
 mod serve;

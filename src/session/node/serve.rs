@@ -13,6 +13,7 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
+use super::board::{self, Entry};
 use super::{BOARD_PERIOD, workers_devices};
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
@@ -20,7 +21,6 @@ use crate::channel::deadline::{
     HANDSHAKE_STEP, HEARTBEAT, NODE_CONNECT, STOP_GRACE, timeout_from_ms,
 };
 use crate::net::auth::{self, Join, Secret};
-use crate::net::board::{self, Entry};
 use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
 use crate::session::options::SessionOptions;

@@ -8,13 +8,12 @@
 //! the texts, and a board it accepts encodes again to the same bytes.
 
 use crate::ccl::Collective;
+pub use crate::net::routed::BOARD_ENTRY_FIXED as ENTRY_FIXED;
 use crate::object::{Error, Result};
 use crate::worker::activity::{
     MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, MAX_PEERS, Snapshot, State, cut,
 };
 
-/// Bytes of an entry before its texts.
-pub const ENTRY_FIXED: usize = 88;
 /// Where an entry's bits of awaited peers begin.
 const PEERS_AT: usize = 48;
 
@@ -193,7 +192,7 @@ mod tests {
         let names: Vec<&str> = Collective::all().map(Collective::what).collect();
         let row = format!("else 1 + its place in: {} (the", names.join(", "));
         assert!(
-            include_str!("../../WIRE.md").contains(&row),
+            include_str!("../../../WIRE.md").contains(&row),
             "WIRE.md lacks `{row}`"
         );
     }
