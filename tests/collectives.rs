@@ -23,8 +23,9 @@ mod session_kinds;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Once};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use discovm::abi::{DLDataType, DLDevice, KDL_BFLOAT, KDL_FLOAT, KDL_INT, KDL_UINT};
 use discovm::ccl::{f32_to_bf16, f32_to_f16};
@@ -840,15 +841,22 @@ fn a_worker_that_cannot_tell_whom_to_meet_fails_the_others_at_once() {
 
 #[test]
 fn a_worker_that_never_joins_times_out_or_is_released_by_shutdown() {
+    // Worker 1 is busy past the timeout (a worker that finished the call without joining
+    // fails its peers at once instead: tests/peer_failures.rs).
+    static RELEASE: AtomicBool = AtomicBool::new(false);
     let s = session(2, 1, 200);
     s.init_ccl("cpu", &[]).unwrap();
     let r = on_workers(&s, "test.ccl.never_joins", |id| {
         if id == 0 {
-            call(&builtin("runtime.disco.barrier"), &[])
-        } else {
-            Ok(Any::None)
+            return call(&builtin("runtime.disco.barrier"), &[]);
         }
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while !RELEASE.load(Ordering::SeqCst) && Instant::now() < give_up {
+            std::thread::yield_now();
+        }
+        Ok(Any::None)
     });
+    RELEASE.store(true, Ordering::SeqCst);
     let r = after_timeouts(&s, r);
     assert_error(
         r,
@@ -874,7 +882,8 @@ fn a_worker_that_never_joins_times_out_or_is_released_by_shutdown() {
         .unwrap();
         s.get_global_func("test.ccl.waits_forever").unwrap()
     };
-    let out = s.call(Target::All, &f, &[]).unwrap();
+    // A call to worker 0 alone: nothing tells it that worker 1 will not join.
+    let out = s.call(Target::One(0), &f, &[]).unwrap();
     s.sync_worker(1).unwrap();
     drop((out, f));
     s.shutdown().unwrap();

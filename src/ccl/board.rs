@@ -163,7 +163,9 @@ unsafe impl Sync for PostCell {}
 #[repr(C)]
 pub(super) struct Slot {
     /// The number of the last collective it joined (its post is ready), or that number with
-    /// `LOCKED` set if it was locked out of it.
+    /// `LOCKED` set if it was locked out of it, or with `SKIPPED` set if another participant
+    /// joined it on its behalf as skipped (its worker finished the collective's call without
+    /// joining; it posted nothing).
     pub joined: CachePadded<AtomicU64>,
     /// The number of the last collective it finished its work on (when others use its
     /// buffers).

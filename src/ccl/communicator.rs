@@ -26,7 +26,7 @@ use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
-use crate::worker::activity;
+use crate::worker::activity::{self, Record};
 #[cfg(not(loom))]
 use crate::worker::arena::{self, CclArea};
 
@@ -50,6 +50,16 @@ const STAGED_BYTES: usize = 16 << 10;
 
 /// Set in a slot's number when its participant was locked out of that collective.
 const LOCKED: u64 = 1 << 63;
+/// Set in a slot's number when another participant joined that collective for it, as skipped:
+/// its worker finished the call the collective belongs to without joining (its function failed
+/// first, or returned). Everyone in the collective fails it; the skipped participant's next
+/// collective is the one after.
+const SKIPPED: u64 = 1 << 62;
+
+/// A slot's collective number, without its marks.
+fn number(joined: u64) -> u64 {
+    joined & !(LOCKED | SKIPPED)
+}
 
 /// What a participant posts, as it sees it: which collective, its parameter, and its buffers
 /// (addresses in this process).
@@ -239,7 +249,7 @@ impl Team {
     /// The ranks that have not joined collective `seq` (nor been locked out of it).
     fn missing(&self, seq: u64) -> impl Iterator<Item = usize> {
         let slots = self.slots.get();
-        (0..slots.len()).filter(move |&r| slots[r].joined.load(Ordering::Acquire) < seq)
+        (0..slots.len()).filter(move |&r| number(slots[r].joined.load(Ordering::Acquire)) < seq)
     }
 }
 
@@ -258,6 +268,9 @@ pub struct CpuCcl {
     spin: SpinPolicy,
     /// Which of the arena's communicator areas holds the board (worker processes).
     area: Option<usize>,
+    /// Each worker's record of its activity, by id, where this process can read them: a
+    /// waiter that finds a peer past the collective's call skips it.
+    peers: Vec<Record>,
 }
 
 /// The CPU communicator a session's workers hold, if any: set by `init_ccl`, broken at
@@ -301,7 +314,15 @@ impl CpuCcl {
             timeout,
             spin,
             area: None,
+            peers: Vec::new(),
         }
+    }
+
+    /// The same communicator, reading its workers' records (`peers`, by worker id) while it
+    /// waits: a worker that finished the call of the collective without joining it is then
+    /// skipped, and the collective fails at once instead of waiting for it.
+    pub(crate) fn watching(self, peers: Vec<Record>) -> CpuCcl {
+        CpuCcl { peers, ..self }
     }
 
     /// A communicator between worker processes, on the records in `area` of their arena.
@@ -460,29 +481,41 @@ impl CpuCcl {
     ) -> Result<()> {
         let slots = team.slots.get();
         let slot = &slots[rank];
-        let last = slot.joined.load(Ordering::Relaxed);
-        if self.board.header().is_broken() || last & LOCKED != 0 {
-            return Err(self.why());
-        }
-        let seq = last + 1;
-        let what = post.what;
-        let parity = (seq % 2) as usize;
-        let record = self.publish(team, rank, parity, &mut post, staged);
-        // SAFETY: nobody reads this post: everyone joined collective `seq - 1` (this
-        // participant saw them), so everyone is done with `seq - 2`, the last to use it.
-        unsafe { *slot.posts[parity].0.get() = record };
-        let cpu = current_cpu().map_or(u64::MAX, |c| c as u64);
-        slot.cpu.store(cpu, Ordering::Relaxed);
-        if slot
-            .joined
-            .compare_exchange(last, seq, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(self.why()); // locked out meanwhile
-        }
-        let me = team.members[rank];
+        let (what, me) = (post.what, team.members[rank]);
+        let mut last = slot.joined.load(Ordering::Relaxed);
+        let (seq, parity) = loop {
+            if self.board.header().is_broken() || last & LOCKED != 0 {
+                return Err(self.why());
+            }
+            if last & SKIPPED != 0 {
+                // Skipped: this post goes where the one before the skipped collective lay,
+                // which the others read until they joined the skipped one.
+                self.wait_joined(team, me, number(last), what)?;
+            }
+            let seq = number(last) + 1;
+            let parity = (seq % 2) as usize;
+            let record = self.publish(team, rank, parity, &mut post, staged);
+            // SAFETY: nobody reads this post: everyone joined collective `seq - 1` (this
+            // participant saw them, or waited for them above), so everyone is done with
+            // `seq - 2`, the last to use it.
+            unsafe { *slot.posts[parity].0.get() = record };
+            let cpu = current_cpu().map_or(u64::MAX, |c| c as u64);
+            slot.cpu.store(cpu, Ordering::Relaxed);
+            match slot
+                .joined
+                .compare_exchange(last, seq, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break (seq, parity),
+                // Skipped meanwhile: this collective is the next one.
+                Err(now) if now & (SKIPPED | LOCKED) == SKIPPED => last = now,
+                Err(_) => return Err(self.why()), // locked out meanwhile
+            }
+        };
         self.wake(team, me);
         self.join(team, rank, seq, what)?;
+        if let Some(error) = self.skipped(team, rank, seq, what) {
+            return Err(error);
+        }
         let posts = Posts {
             posts: (0..slots.len())
                 .map(|r| {
@@ -535,7 +568,7 @@ impl CpuCcl {
                 if n & LOCKED != 0 {
                     return Some(Err(self.why()));
                 }
-                pending |= n < seq;
+                pending |= number(n) < seq;
             }
             if !pending {
                 Some(Ok(()))
@@ -552,6 +585,7 @@ impl CpuCcl {
             deadline,
             what,
             || {
+                self.skip_passed(team, me, seq);
                 activity::note_waiting_for(team.missing(seq).map(|r| team.members[r]));
                 let waits_in = pack_wait(team.index, what.code(), seq);
                 self.board
@@ -656,13 +690,95 @@ impl CpuCcl {
         )
     }
 
+    /// Waits until every participant of `team` joined collective `seq` (or was skipped in
+    /// it), as worker `me`.
+    fn wait_joined(&self, team: &Team, me: usize, seq: u64, what: Collective) -> Result<()> {
+        let all_joined = || {
+            if self.board.header().is_broken() {
+                return Some(Err(self.why()));
+            }
+            let slots = team.slots.get();
+            slots
+                .iter()
+                .all(|slot| number(slot.joined.load(Ordering::Acquire)) >= seq)
+                .then_some(Ok(()))
+        };
+        let deadline = Deadline::after(self.timeout);
+        self.wait(team, me, deadline, what, || Ok(()), all_joined)?
+    }
+
+    /// Joins collective `seq` as skipped for every participant that has not joined it and
+    /// whose worker finished the call worker `me` runs it in (a call that went to every worker,
+    /// so that it reached them all): their worker will not join it in that call.
+    fn skip_passed(&self, team: &Team, me: usize, seq: u64) {
+        if self.peers.is_empty() {
+            return;
+        }
+        let Some((call, _)) = activity::own_broadcast_call() else {
+            return;
+        };
+        let slots = team.slots.get();
+        let mut skipped = false;
+        for rank in team.missing(seq).collect::<Vec<_>>() {
+            let Some(peer) = self.peers.get(team.members[rank]) else {
+                continue;
+            };
+            // Its record first: a worker that joined before it finished shows the join then,
+            // and one that broke the communicator before it finished shows that (its reason
+            // is the verdict then).
+            if peer.passed(call).is_none() {
+                continue;
+            }
+            if self.board.header().is_broken() {
+                return;
+            }
+            let n = slots[rank].joined.load(Ordering::Acquire);
+            skipped |= n & LOCKED == 0
+                && number(n) < seq
+                && slots[rank]
+                    .joined
+                    .compare_exchange(n, seq | SKIPPED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+        }
+        if skipped {
+            self.wake(team, me);
+        }
+    }
+
+    /// The failure of collective `seq` when a participant was skipped in it, naming the call,
+    /// the participant and how its worker finished the call; the same verdict on everyone.
+    fn skipped(&self, team: &Team, rank: usize, seq: u64, what: Collective) -> Option<Error> {
+        let slots = team.slots.get();
+        let passed = (0..slots.len()).find(|&r| {
+            let n = slots[r].joined.load(Ordering::Acquire);
+            n & SKIPPED != 0 && number(n) == seq
+        })?;
+        // The ids of the team are those of this communicator's workers (a node's, on nodes).
+        let me = team.members[rank];
+        let first = crate::worker::current().map_or(0, |info| info.id - me);
+        let peer = team.members[passed];
+        let (call, function) = activity::own_broadcast_call().unwrap_or((0, None));
+        let function = function.map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
+        let how = match self.peers.get(peer).and_then(|record| record.passed(call)) {
+            Some(Some(failure)) => failure,
+            Some(None) => format!("{function} returned"),
+            None => "it was past the call".to_string(),
+        };
+        Some(Error::runtime(format!(
+            "{what} in call {call} ({function}) on worker {}: worker {} finished call {call} \
+             without joining it: {how}",
+            me + first,
+            peer + first
+        )))
+    }
+
     /// Locks every participant that has not joined collective `seq` out of it; Ok if nobody
     /// had to be (the collective is complete).
     fn lock_out(&self, team: &Team, seq: u64) -> Result<()> {
         let mut complete = true;
         for slot in team.slots.get() {
             let mut n = slot.joined.load(Ordering::Acquire);
-            while n & LOCKED == 0 && n < seq {
+            while n & LOCKED == 0 && number(n) < seq {
                 match slot.joined.compare_exchange(
                     n,
                     LOCKED | seq,
@@ -689,7 +805,7 @@ impl CpuCcl {
             let theirs = self.team_at(index)?;
             let mine = theirs.rank_of(me)?;
             if theirs.index == team.index
-                || theirs.slots.get()[mine].joined.load(Ordering::Acquire) >= their_seq
+                || number(theirs.slots.get()[mine].joined.load(Ordering::Acquire)) >= their_seq
             {
                 return None;
             }
@@ -718,7 +834,8 @@ pub(crate) fn in_this_arena(
     let area = arena::ccl_area(area)?;
     // SAFETY: the session sizes its arena's areas with `shared_bytes`, and the controller
     // zeroed this one before it sent the call that installs the communicator.
-    Ok(unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) })
+    let ccl = unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) };
+    Ok(ccl.watching(arena::records()?))
 }
 
 /// A new CPU communicator between the worker processes of this machine's arena, laid out by
@@ -733,5 +850,6 @@ pub(crate) fn fresh_in_this_arena(
 ) -> Result<CpuCcl> {
     let area = arena::fresh_ccl_area(area)?;
     // SAFETY: sized as above, and zeroed just now.
-    Ok(unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) })
+    let ccl = unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) };
+    Ok(ccl.watching(arena::records()?))
 }

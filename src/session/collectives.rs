@@ -5,7 +5,6 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::controller::{Session, Target};
-#[cfg(not(loom))]
 use super::link::WorkerLink;
 #[cfg(not(loom))]
 use super::node;
@@ -20,6 +19,7 @@ use crate::object::ErrorKind;
 use crate::object::{Any, AnyView, Error, Result};
 #[cfg(not(loom))]
 use crate::sync::atomic::Ordering;
+use crate::worker::activity::Record;
 
 /// Where the workers find a new CPU communicator.
 #[derive(Clone, Copy)]
@@ -272,6 +272,15 @@ impl Session {
         }
     }
 
+    /// The records of the session's worker threads, by id (none unless every worker is one).
+    fn thread_records(&self) -> Vec<Record> {
+        self.workers
+            .iter()
+            .map(WorkerLink::thread_record)
+            .collect::<Option<_>>()
+            .unwrap_or_default()
+    }
+
     /// A new CPU communicator between the workers: staged for worker threads to take, or laid
     /// out in the arena of worker processes.
     pub(super) fn new_cpu_ccl(&self) -> Result<(Arc<CpuCcl>, CclPlace)> {
@@ -281,12 +290,8 @@ impl Session {
             let area = fresh.area().expect("a communicator in the arena");
             return Ok((fresh, CclPlace::Arena(area)));
         }
-        let fresh = Arc::new(CpuCcl::new(
-            self.workers.len(),
-            self.num_groups,
-            self.timeout,
-            self.spin,
-        ));
+        let fresh = CpuCcl::new(self.workers.len(), self.num_groups, self.timeout, self.spin);
+        let fresh = Arc::new(fresh.watching(self.thread_records()));
         let stage = ccl::stage(fresh.clone());
         Ok((fresh, CclPlace::Staged(stage)))
     }

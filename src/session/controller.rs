@@ -24,6 +24,7 @@ use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::worker::activity::call_word;
 use crate::worker::completion::Completion;
 use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::worker::registers::{Reg, RegisterIds};
@@ -432,7 +433,7 @@ impl Session {
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let number = self.number_call();
         let call = |func: &DRef, args: &Option<Arc<[Arg]>>| Message::Call {
-            call: number as u32,
+            call: call_word(number, true),
             func: func.reg(),
             out: out.reg(),
             args: args.clone(),
@@ -445,7 +446,7 @@ impl Session {
         pushed.map(|()| out)
     }
 
-    /// A number for a new call (its message carries the low 32 bits, which its worker widens).
+    /// A number for a new call (its message carries the word [`call_word`] makes of it).
     pub(super) fn number_call(&self) -> u64 {
         self.calls_sent.fetch_add(1, Ordering::Relaxed) + 1
     }
@@ -509,7 +510,7 @@ impl Session {
         let reg = out.reg();
         let number = self.number_call();
         let call = || Message::Call {
-            call: number as u32,
+            call: call_word(number, self.targets(target).len() == self.workers.len()),
             func,
             out: reg,
             args: args.clone(),
@@ -543,7 +544,7 @@ impl Session {
         let out = self.registers.allocate();
         let number = self.number_call();
         let call = Message::Call {
-            call: number as u32,
+            call: call_word(number, self.workers.len() == 1),
             func,
             out,
             args,

@@ -27,6 +27,7 @@ use crate::sync::Mutex;
 use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
+use crate::worker::activity::Record;
 use crate::worker::message::{CopyDirection, Message, Reply};
 use crate::worker::registers::Reg;
 use crate::worker::{Signals, WorkerShared};
@@ -150,6 +151,15 @@ impl WorkerLink {
             WorkerLink::Process(link) => link.alive(),
             #[cfg(not(loom))]
             WorkerLink::Node(link) => link.alive(),
+        }
+    }
+
+    /// The worker thread's record of its activity, for a communicator between threads to read.
+    pub fn thread_record(&self) -> Option<Record> {
+        match self {
+            WorkerLink::Thread(link) => Some(Record::Thread(link.shared.clone())),
+            #[cfg(not(loom))]
+            _ => None,
         }
     }
 

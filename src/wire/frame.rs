@@ -127,8 +127,9 @@ pub enum Frame<P = Any> {
     /// `NumberedCall` frame when it carries the call's number, with or without frees; else a
     /// `Call` frame without frees, a `FreeCall` frame with them.
     Call {
-        /// The low 32 bits of the call's number, which the worker widens from the numbers it
-        /// saw before; None in the `Call` and `FreeCall` frames of writers before 1.4.
+        /// The call's word: the low 31 bits of its number, which the worker widens from the
+        /// numbers it saw before, and bit 31 when it went to every worker (WIRE.md); None in
+        /// the `Call` and `FreeCall` frames of writers before 1.4.
         call: Option<u32>,
         frees: Vec<u32>,
         func: u32,

@@ -136,6 +136,8 @@ pub struct Activity {
     collective: AtomicU32,
     /// The number of the call it runs, or ran last.
     call: AtomicU64,
+    /// Whether that call went to every worker (1) or to this one alone (0).
+    to_all: AtomicU32,
     /// When it entered its state.
     since_ns: AtomicU64,
     /// When its call began.
@@ -144,8 +146,9 @@ pub struct Activity {
     waits_for: [AtomicU64; PEER_WORDS],
     /// The function of its call (empty: unnamed).
     function: Text<NAME_WORDS>,
-    /// The last call it finished.
+    /// The last call it finished, and when.
     finished: AtomicU64,
+    finished_ns: AtomicU64,
     /// The last call that failed, and why.
     failed_call: AtomicU64,
     failure: Text<FAILURE_WORDS>,
@@ -197,13 +200,23 @@ impl Activity {
         State::from_code(self.state.load(Ordering::Relaxed)).unwrap_or(State::Idle)
     }
 
+    /// The worker starts: idle from now (a zeroed record says nothing of when).
+    pub fn start(&self) {
+        let now = coarse_ns();
+        self.change(|a| {
+            a.state.store(State::Idle.code(), Ordering::Relaxed);
+            a.since_ns.store(now, Ordering::Relaxed);
+        });
+    }
+
     /// Call `call` of `function` begins (`None`: the same function as the last call's, whose
-    /// name is kept).
-    pub fn begin_call(&self, call: u64, function: Option<&str>) {
+    /// name is kept); `to_all` says whether it went to every worker.
+    pub fn begin_call(&self, call: u64, to_all: bool, function: Option<&str>) {
         let now = coarse_ns();
         self.change(|a| {
             a.state.store(State::Running.code(), Ordering::Relaxed);
             a.call.store(call, Ordering::Relaxed);
+            a.to_all.store(to_all.into(), Ordering::Relaxed);
             a.since_ns.store(now, Ordering::Relaxed);
             a.call_ns.store(now, Ordering::Relaxed);
             if let Some(function) = function {
@@ -221,6 +234,7 @@ impl Activity {
                 a.failure.store(failure);
             });
         }
+        self.finished_ns.store(coarse_ns(), Ordering::Relaxed);
         self.finished.store(call, Ordering::Release);
     }
 
@@ -271,6 +285,28 @@ impl Activity {
         });
     }
 
+    /// Whether the worker has finished call `call`: None while it has not reached it or runs
+    /// it; then Some with its failure, or None if it returned. Only a call that went to every
+    /// worker can be asked about (one sent to another worker alone never reaches this one).
+    pub fn passed(&self, call: u64) -> Option<Option<String>> {
+        let read = self.snapshot()?;
+        if read.finished < call {
+            return None;
+        }
+        Some(
+            read.failure
+                .filter(|(failed, _)| *failed == call)
+                .map(|(_, why)| why),
+        )
+    }
+
+    /// The call the worker runs now, if it went to every worker, with its function's name.
+    pub fn broadcast_call(&self) -> Option<(u64, Option<String>)> {
+        let read = self.snapshot()?;
+        (self.to_all.load(Ordering::Relaxed) == 1 && read.state != State::Idle)
+            .then_some((read.call, read.function))
+    }
+
     /// A consistent reading, or None when the writer kept changing the record through every
     /// try (or died in the middle of a change).
     pub fn snapshot(&self) -> Option<Snapshot> {
@@ -286,15 +322,18 @@ impl Activity {
                 self.call.load(Ordering::Relaxed),
                 self.finished.load(Ordering::Relaxed),
             );
+            // A call ended is a worker idle since then, before it says so (as it parks).
+            let (state, since) = match self.state() {
+                State::Running if finished == call && call != 0 => {
+                    (State::Idle, self.finished_ns.load(Ordering::Relaxed))
+                }
+                state => (state, self.since_ns.load(Ordering::Relaxed)),
+            };
             let read = Snapshot {
-                // A call ended is a worker idle, before it says so (it does as it parks).
-                state: match self.state() {
-                    State::Running if finished == call && call != 0 => State::Idle,
-                    state => state,
-                },
+                state,
                 call,
                 function: Some(self.function.load()).filter(|name| !name.is_empty()),
-                for_ns: now.saturating_sub(self.since_ns.load(Ordering::Relaxed)),
+                for_ns: now.saturating_sub(since),
                 collective: self.collective.load(Ordering::Relaxed),
                 waits_for: (0..MAX_PEERS)
                     .filter(|&peer| {
@@ -313,12 +352,23 @@ impl Activity {
     }
 }
 
-/// Widens `low`, the low 32 bits of a call's number as a message carries it, to the number
-/// nearest `last`, the last one the worker saw (calls sent by several threads at once may
-/// arrive a little out of order).
-pub fn widen_call(last: u64, low: u32) -> u64 {
-    let step = low.wrapping_sub(last as u32) as i32;
-    last.wrapping_add_signed(step.into())
+/// Set in a call's word when the call went to every worker.
+const TO_ALL: u32 = 1 << 31;
+
+/// The word a call's message carries: the low 31 bits of its number, and [`TO_ALL`] when it
+/// goes to every worker.
+pub fn call_word(number: u64, to_all: bool) -> u32 {
+    (number as u32 & !TO_ALL) | if to_all { TO_ALL } else { 0 }
+}
+
+/// The call a message's `word` stands for: its number, widened to the number nearest `last`
+/// (the last one the worker saw; calls sent by several threads at once may arrive a little
+/// out of order), and whether it went to every worker.
+pub fn widen_call(last: u64, word: u32) -> (u64, bool) {
+    let low = word & !TO_ALL;
+    // The step from `last` to `low` in 31-bit arithmetic, as a signed number.
+    let step = ((low.wrapping_sub(last as u32) << 1) as i32) >> 1;
+    (last.wrapping_add_signed(step.into()), word & TO_ALL != 0)
 }
 
 /// The collective the calling worker's call is in, until dropped (then its call runs on).
@@ -331,6 +381,31 @@ pub fn enter_collective(collective: u32) -> InCollective {
         shared.activity.enter_collective(collective);
     }
     InCollective(shared)
+}
+
+/// Where another worker's record lies for a reader in this process: with its worker thread,
+/// or in the session's arena (worker processes of this machine).
+#[derive(Clone)]
+pub enum Record {
+    Thread(Arc<super::WorkerShared>),
+    Mapped(&'static Activity),
+}
+
+impl std::ops::Deref for Record {
+    type Target = Activity;
+
+    fn deref(&self) -> &Activity {
+        match self {
+            Record::Thread(shared) => &shared.activity,
+            Record::Mapped(activity) => activity,
+        }
+    }
+}
+
+/// The call the calling worker runs now, if it is a worker and the call went to every worker,
+/// with its function's name.
+pub fn own_broadcast_call() -> Option<(u64, Option<String>)> {
+    super::shared()?.activity.broadcast_call()
 }
 
 /// Records the peers the calling worker, if it is one, waits for in its collective now.
@@ -365,7 +440,7 @@ mod tests {
     #[test]
     fn a_call_its_collective_and_its_failure_read_back_as_written() {
         let activity = Activity::default();
-        activity.begin_call(7, Some("mlp.step"));
+        activity.begin_call(7, true, Some("mlp.step"));
         let read = activity.snapshot().unwrap();
         assert_eq!(read.state, State::Running);
         assert_eq!((read.call, read.function.as_deref()), (7, Some("mlp.step")));
@@ -386,7 +461,7 @@ mod tests {
         assert!(read.waits_for.is_empty());
         assert_eq!(read.failure, Some((7, "ValueError: boom".to_string())));
         // The next call of the same function keeps its name without writing it again.
-        activity.begin_call(8, None);
+        activity.begin_call(8, true, None);
         let read = activity.snapshot().unwrap();
         assert_eq!((read.call, read.function.as_deref()), (8, Some("mlp.step")));
     }
@@ -394,14 +469,14 @@ mod tests {
     #[test]
     fn readings_are_the_same_but_for_the_time_in_the_state() {
         let activity = Activity::default();
-        activity.begin_call(3, Some("f"));
+        activity.begin_call(3, true, Some("f"));
         let first = activity.snapshot().unwrap();
         let later = Snapshot {
             for_ns: first.for_ns + 1,
             ..first.clone()
         };
         assert!(first.same_as(&later));
-        activity.begin_call(4, None);
+        activity.begin_call(4, true, None);
         assert!(!first.same_as(&activity.snapshot().unwrap()));
     }
 
@@ -409,7 +484,7 @@ mod tests {
     fn texts_are_cut_at_a_character_boundary() {
         let activity = Activity::default();
         let long = "é".repeat(NAME_WORDS * 8);
-        activity.begin_call(1, Some(&long));
+        activity.begin_call(1, false, Some(&long));
         let name = activity.snapshot().unwrap().function.unwrap();
         assert_eq!(name, "é".repeat(NAME_WORDS * 4));
     }
@@ -429,7 +504,7 @@ mod tests {
             std::thread::spawn(move || {
                 for call in 1..=20_000u64 {
                     let name = format!("f{call}");
-                    activity.begin_call(call, Some(&name));
+                    activity.begin_call(call, true, Some(&name));
                     activity.end_call(None);
                 }
             })
@@ -446,13 +521,40 @@ mod tests {
 
     #[test]
     fn call_numbers_widen_to_the_nearest_of_the_last() {
-        assert_eq!(widen_call(0, 1), 1);
-        assert_eq!(widen_call(41, 40), 40, "a little out of order");
-        assert_eq!(widen_call(u32::MAX as u64, 0), 1 << 32, "past a wrap");
+        let widen = |last, number, to_all| widen_call(last, call_word(number, to_all));
+        assert_eq!(widen(0, 1, true), (1, true));
+        assert_eq!(widen(41, 40, false), (40, false), "a little out of order");
+        let wrap = 1u64 << 31;
+        assert_eq!(widen(wrap - 1, wrap, true), (wrap, true), "past a wrap");
         assert_eq!(
-            widen_call((1 << 32) + 2, u32::MAX),
-            u32::MAX as u64,
+            widen(wrap + 2, wrap - 1, false),
+            (wrap - 1, false),
             "before one"
         );
+        assert_eq!(
+            widen(5 * wrap + 7, 5 * wrap + 9, true),
+            (5 * wrap + 9, true)
+        );
+    }
+
+    #[test]
+    fn a_call_is_passed_once_finished_and_says_how() {
+        let activity = Activity::default();
+        assert_eq!(activity.passed(5), None, "not reached");
+        activity.begin_call(5, true, Some("f"));
+        assert_eq!(activity.passed(5), None, "running it");
+        activity.end_call(Some("`f` failed: ValueError: boom"));
+        assert_eq!(
+            activity.passed(5),
+            Some(Some("`f` failed: ValueError: boom".into()))
+        );
+        activity.begin_call(6, true, None);
+        assert_eq!(
+            activity.passed(5),
+            Some(Some("`f` failed: ValueError: boom".into()))
+        );
+        assert_eq!(activity.passed(6), None);
+        activity.end_call(None);
+        assert_eq!(activity.passed(6), Some(None), "it returned");
     }
 }

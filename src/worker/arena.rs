@@ -13,7 +13,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, PoisonError};
 
-use super::activity::Activity;
+use super::activity::{Activity, Record};
 use super::runtime::Signals;
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
 use crate::channel::Deadline;
@@ -454,6 +454,16 @@ pub(crate) fn signals() -> Result<&'static Signals> {
 pub(crate) fn activity() -> Result<&'static Activity> {
     let region = own_region()?;
     Ok(region.arena.activity(region.worker))
+}
+
+/// The records of what every worker of this worker process's arena is doing, by their place in
+/// it.
+pub(crate) fn records() -> Result<Vec<Record>> {
+    let region = own_region()?;
+    let arena: &'static Arena = &region.arena;
+    Ok((0..arena.workers)
+        .map(|worker| Record::Mapped(arena.activity(worker)))
+        .collect())
 }
 
 /// Where this worker process records what it has handled, in its line of the arena.

@@ -220,6 +220,7 @@ impl Worker {
     /// with the worker's device bound (a failure to bind is reported at the first sync).
     pub(crate) fn start(shared: Arc<WorkerShared>, info: WorkerInfo, pinned: bool) -> Worker {
         let exit = ExitGuard(shared.clone());
+        shared.activity.start();
         CURRENT.with(|c| *c.borrow_mut() = Some((info, shared, Any::None)));
         let mut worker = Worker {
             info,
@@ -350,9 +351,10 @@ impl Worker {
         self.activity().enter(State::Idle);
     }
 
-    /// Runs call `call` (the low bits of its number) of the function in `func`.
+    /// Runs call `call` (its message's word: see [`widen_call`]) of the function in `func`.
     fn call(&mut self, call: u32, func: Reg, out: Reg, args: &[Arg]) {
-        self.last_call = widen_call(self.last_call, call);
+        let (number, to_all) = widen_call(self.last_call, call);
+        self.last_call = number;
         let name = self.registers.name(func);
         // The name is written only when it changes: calls of one function in a row cost none.
         let renamed = match (name, &self.named) {
@@ -360,7 +362,7 @@ impl Worker {
             (name, _) => Some(name.cloned()),
         };
         let function = renamed.as_ref().map(|name| name.as_deref().unwrap_or(""));
-        self.activity().begin_call(self.last_call, function);
+        self.activity().begin_call(number, to_all, function);
         if let Some(name) = renamed {
             self.named = name;
         }
@@ -370,8 +372,10 @@ impl Worker {
                 Slot::Value(value)
             }
             Err(error) => {
-                let cause = format!("{}: {}", error.kind.name(), error.message);
-                self.activity().end_call(Some(&cause));
+                // The message names the worker already: the record keeps what failed and why.
+                let who = format!("worker {}: ", self.info.id);
+                let cause = error.message.strip_prefix(&who).unwrap_or(&error.message);
+                self.activity().end_call(Some(cause));
                 let error = Arc::new(error);
                 self.note_failure(&error);
                 Slot::Failed(error)

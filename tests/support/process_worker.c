@@ -21,6 +21,9 @@
  *   proc.count()          how many times this worker ran proc.count, this call included
  *   proc.wait_for(path)   waits until a byte can be read from the FIFO at path, or its writers
  *                         are gone, then returns None
+ *   proc.allreduce_but(w, fail, send, recv)
+ *                         on worker w, raises a ValueError if fail, else returns None at once;
+ *                         on the others, sums send into recv with runtime.disco.allreduce
  */
 #define _DEFAULT_SOURCE
 
@@ -197,6 +200,40 @@ static int32_t wait_for(void* self, const DVMAny* args, int32_t num_args, DVMAny
   return 0;
 }
 
+static int32_t allreduce_but(void* self, const DVMAny* args, int32_t num_args,
+                             DVMAny* result) {
+  (void)self;
+  if (num_args != 4 || args[0].type_index != kDVMInt || args[1].type_index != kDVMBool) {
+    dvm_error_raise("TypeError", "proc.allreduce_but takes (worker, fail, send, recv)");
+    return -1;
+  }
+  memset(result, 0, sizeof *result);
+  if (dvm_current_worker_id() == args[0].v_int64) {
+    if (args[1].v_int64) {
+      dvm_error_raise("ValueError", "failed before the allreduce on purpose");
+      return -1;
+    }
+    return 0;
+  }
+  dvm_func* allreduce;
+  if (dvm_func_get_global("runtime.disco.allreduce", &allreduce) != DVM_OK) return -1;
+  int64_t sum = 0;
+  DVMAny call_args[4];
+  call_args[0] = args[2];
+  if (dvm_shape_new(&sum, 1, &call_args[1]) != DVM_OK) {
+    dvm_func_free(allreduce);
+    return -1;
+  }
+  memset(&call_args[2], 0, sizeof call_args[2]);
+  call_args[2].type_index = kDVMBool;
+  call_args[3] = args[3];
+  DVMAny none;
+  dvm_status called = dvm_func_call(allreduce, call_args, 4, &none);
+  dvm_any_release(&call_args[1]);
+  dvm_func_free(allreduce);
+  return called == DVM_OK ? 0 : -1;
+}
+
 static void define(const char* name, DVMSafeCall call) {
   dvm_func* f;
   if (dvm_func_new(NULL, call, NULL, &f) != DVM_OK ||
@@ -221,5 +258,6 @@ int main(int argc, char** argv) {
   define("proc.expect_next", expect_next);
   define("proc.count", count);
   define("proc.wait_for", wait_for);
+  define("proc.allreduce_but", allreduce_but);
   return dvm_worker_main(argc, argv);
 }

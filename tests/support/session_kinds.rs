@@ -191,6 +191,21 @@ fn register_thread_functions() {
                 c.get()
             })))
         });
+        define("proc.allreduce_but", |args| {
+            let worker = current_worker().expect("runs on a worker").id;
+            if args[0].as_i64()? == worker as i64 {
+                if args[1].as_bool()? {
+                    return Err(Error::value("failed before the allreduce on purpose"));
+                }
+                return Ok(Any::None);
+            }
+            let allreduce: Any = registry::get_global("runtime.disco.allreduce")?.into();
+            let sum: Any = discovm::object::Shape::new(&[0]).into();
+            let in_group = Any::Bool(false);
+            let views = [args[2], sum.view(), in_group.view(), args[3]];
+            Function::call_view(&allreduce.view(), &views)?;
+            Ok(Any::None)
+        });
         define("proc.wait_for", |args| {
             let path = args[0].as_str()?;
             let mut byte = [0u8];

@@ -1,0 +1,113 @@
+//! Collectives that fail with their peers, on worker threads and worker processes: a worker
+//! waiting in a collective fails at once, with no session timeout, when a peer it waits for
+//! finished the same call without joining (its function failed first, or returned early);
+//! the error names the collective, the call, the peer and the peer's cause; and the session,
+//! its communicator included, works afterwards.
+
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
+#[path = "support/errors.rs"]
+mod errors;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/session_calls.rs"]
+mod session_calls;
+#[macro_use]
+#[path = "support/session_kinds.rs"]
+mod session_kinds;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use discovm::object::Shape;
+use discovm::session::{CopyDirection, DRef, Session};
+use discovm::{Any, ErrorKind};
+use errors::assert_error;
+use session_calls::{F32, call, host_tensor};
+
+/// Failing at once: well under the second the issue allows, on a loaded machine.
+const FAILS_WITHIN: Duration = Duration::from_secs(1);
+
+/// A float32 tensor of `len` elements on every worker: ones on worker 0, zeros elsewhere (so
+/// that an allreduce of it gives ones).
+fn filled(s: &Arc<Session>, len: i64) -> DRef {
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let tensor = call(s, &empty, &[Shape::new(&[len]).into(), Any::DataType(F32)]);
+    let mut data = vec![1.0f32; len as usize];
+    let mut shape = [len];
+    s.copy_worker0(
+        host_tensor(&mut data, &mut shape),
+        &tensor,
+        "dref",
+        CopyDirection::ToWorker,
+    )
+    .unwrap();
+    tensor
+}
+
+/// Worker 0's copy of `tensor`.
+fn read_worker0(s: &Arc<Session>, tensor: &DRef, len: usize) -> Vec<f32> {
+    let mut data = vec![0.0f32; len];
+    let mut shape = [len as i64];
+    s.copy_worker0(
+        host_tensor(&mut data, &mut shape),
+        tensor,
+        "dref",
+        CopyDirection::FromWorker,
+    )
+    .unwrap();
+    data
+}
+
+fn a_peer_that_passed_the_allreduce_fails_it_at_once(kind: session_kinds::Kind) {
+    for fail in [true, false] {
+        let s = session_kinds::session(kind, 3);
+        s.init_ccl("cpu", &[]).unwrap();
+        let (send, recv) = (filled(&s, 4), filled(&s, 4));
+        let but = s.get_global_func("proc.allreduce_but").unwrap();
+        let args = [
+            Any::Int(1),
+            Any::Bool(fail),
+            send.clone().into(),
+            recv.clone().into(),
+        ];
+        let started = Instant::now();
+        let _reduced = call(&s, &but, &args);
+        let status: serde_json::Value = serde_json::from_str(&s.status().unwrap()).unwrap();
+        let number = status["calls_sent"].as_u64().unwrap();
+        let err = s.sync_all().unwrap_err();
+        let took = started.elapsed();
+        assert!(took < FAILS_WITHIN, "the sync took {took:?}: {err:?}");
+        assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+        let how = if fail {
+            "`proc.allreduce_but` failed: ValueError: failed before the allreduce on purpose"
+        } else {
+            "`proc.allreduce_but` returned"
+        };
+        for waiter in [0, 2] {
+            assert_error(
+                &err,
+                ErrorKind::Worker,
+                &format!(
+                    "allreduce in call {number} (`proc.allreduce_but`) on worker {waiter}: \
+                     worker 1 finished call {number} without joining it: {how}"
+                ),
+            );
+        }
+        // The session and its communicator work on: the next allreduce sums every worker's.
+        let ones = [
+            Any::Int(-1),
+            Any::Bool(false),
+            send.clone().into(),
+            recv.clone().into(),
+        ];
+        let _next = call(&s, &but, &ones);
+        s.sync_all().unwrap();
+        assert_eq!(read_worker0(&s, &recv, 4), vec![1.0; 4]);
+    }
+}
+each_kind!(a_peer_that_passed_the_allreduce_fails_it_at_once);
