@@ -841,22 +841,23 @@ fn a_worker_that_cannot_tell_whom_to_meet_fails_the_others_at_once() {
 
 #[test]
 fn a_worker_that_never_joins_times_out_or_is_released_by_shutdown() {
-    // Worker 1 is busy past the timeout (a worker that finished the call without joining
-    // fails its peers at once instead: tests/peer_failures.rs).
-    static RELEASE: AtomicBool = AtomicBool::new(false);
+    // Worker 1 stays in the call until worker 0's barrier gave up (a worker that finished the
+    // call without joining fails its peers at once instead: tests/peer_failures.rs).
+    static GAVE_UP: AtomicBool = AtomicBool::new(false);
     let s = session(2, 1, 200);
     s.init_ccl("cpu", &[]).unwrap();
     let r = on_workers(&s, "test.ccl.never_joins", |id| {
         if id == 0 {
-            return call(&builtin("runtime.disco.barrier"), &[]);
+            let waited = call(&builtin("runtime.disco.barrier"), &[]);
+            GAVE_UP.store(true, Ordering::SeqCst);
+            return waited;
         }
         let give_up = Instant::now() + Duration::from_secs(60);
-        while !RELEASE.load(Ordering::SeqCst) && Instant::now() < give_up {
+        while !GAVE_UP.load(Ordering::SeqCst) && Instant::now() < give_up {
             std::thread::yield_now();
         }
         Ok(Any::None)
     });
-    RELEASE.store(true, Ordering::SeqCst);
     let r = after_timeouts(&s, r);
     assert_error(
         r,

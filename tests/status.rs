@@ -16,6 +16,8 @@ mod session_calls;
 #[macro_use]
 #[path = "support/session_kinds.rs"]
 mod session_kinds;
+#[path = "support/statuses.rs"]
+mod statuses;
 #[path = "support/worker_processes.rs"]
 mod worker_processes;
 #[path = "support/worker_programs.rs"]
@@ -28,42 +30,10 @@ use discovm::object::Shape;
 use discovm::session::{DRef, Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
-use serde_json::Value;
 use session_calls::{F32, call};
 use session_kinds::{Gate, Kind, start};
+use statuses::{calls_sent, status, status_when, worker};
 use worker_processes::pids;
-
-/// The bound the issue sets on the time to answer a status, whatever the workers do.
-const ANSWER_WITHIN: Duration = Duration::from_millis(50);
-
-/// The session's status, checked to answer within [`ANSWER_WITHIN`].
-fn status(s: &Session) -> Value {
-    let asked = Instant::now();
-    let text = s.status().expect("a status");
-    let took = asked.elapsed();
-    assert!(took < ANSWER_WITHIN, "the status took {took:?}");
-    serde_json::from_str(&text).expect("the status is JSON")
-}
-
-/// The status once `ready` holds of it, polled for at most 20 s.
-fn status_when(s: &Session, ready: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + Duration::from_secs(20);
-    loop {
-        let now = status(s);
-        if ready(&now) {
-            return now;
-        }
-        assert!(
-            Instant::now() < until,
-            "the status never became ready: {now}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn worker(status: &Value, id: usize) -> &Value {
-    &status["workers"][id]
-}
 
 /// The pid each worker reports under: the controller's for threads.
 fn expected_pids(s: &Arc<Session>, kind: Kind) -> Vec<i64> {
@@ -140,11 +110,6 @@ fn hold_worker_1_with_worker_0_in_an_allreduce(s: &Arc<Session>, gate: &Gate) ->
     assert_eq!(numbers.1, numbers.0 + 1, "each call takes the next number");
     std::mem::forget::<[DRef; 4]>([send, recv, held, reduced]); // freed at shutdown
     numbers
-}
-
-/// The number of the last call sent.
-fn calls_sent(s: &Session) -> u64 {
-    status(s)["calls_sent"].as_u64().unwrap()
 }
 
 fn a_worker_in_a_collective_names_the_peer_it_waits_for(kind: Kind) {

@@ -18,6 +18,8 @@ mod ports;
 mod session_calls;
 #[path = "support/session_kinds.rs"]
 mod session_kinds;
+#[path = "support/statuses.rs"]
+mod statuses;
 #[path = "support/worker_processes.rs"]
 mod worker_processes;
 #[path = "support/worker_programs.rs"]
@@ -32,51 +34,16 @@ use errors::assert_error;
 use serde_json::{Value, json};
 use session_calls::call;
 use session_kinds::{Gate, Kind, start};
+use statuses::{calls_sent, status_when, worker};
 use worker_processes::{pids, stop};
 use worker_programs::node_program;
 
-/// The bound the issue sets on the time to answer a status, whatever the workers and nodes do.
-const ANSWER_WITHIN: Duration = Duration::from_millis(50);
 /// How soon a stopped node's workers must show as lost.
 const LOST_WITHIN: Duration = Duration::from_secs(3);
 
 /// A session of two nodes of two workers each, with `options`.
 fn session(options: SessionOptions) -> Arc<Session> {
     start(Kind::Nodes, 4, 1, options).expect("a session starts")
-}
-
-/// The session's status, checked to answer within [`ANSWER_WITHIN`].
-fn status(s: &Session) -> Value {
-    let asked = Instant::now();
-    let text = s.status().expect("a status");
-    let took = asked.elapsed();
-    assert!(took < ANSWER_WITHIN, "the status took {took:?}");
-    serde_json::from_str(&text).expect("the status is JSON")
-}
-
-/// The status once `ready` holds of it, polled for at most 10 s.
-fn status_when(s: &Session, ready: impl Fn(&Value) -> bool) -> Value {
-    let until = Instant::now() + Duration::from_secs(10);
-    loop {
-        let now = status(s);
-        if ready(&now) {
-            return now;
-        }
-        assert!(
-            Instant::now() < until,
-            "the status never became ready: {now}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-fn worker(status: &Value, id: usize) -> &Value {
-    &status["workers"][id]
-}
-
-/// The number of the last call sent.
-fn calls_sent(s: &Session) -> u64 {
-    status(s)["calls_sent"].as_u64().unwrap()
 }
 
 /// Whether every worker in `workers` is in `state`, having run call `call` last.
@@ -230,4 +197,22 @@ fn a_stopped_node_shows_its_workers_lost_and_they_report_again_once_it_goes_on()
     let now = status_when(&s, |now| all_at(now, 0..4, "idle", 2));
     assert!(worker(&now, 2)["cause"].is_null(), "{now}");
     assert_eq!(worker(&now, 3)["function"], "proc.add");
+}
+
+#[test]
+fn a_killed_node_shows_its_workers_lost_with_the_cause() {
+    let s = session(SessionOptions::default());
+    let pids = pids(&s);
+    let node = node_of(pids[2]);
+    s.sync_all().unwrap();
+    status_when(&s, |now| all_at(now, 0..4, "idle", 1));
+    // SAFETY: the node program this test started.
+    assert_eq!(unsafe { libc::kill(node, libc::SIGKILL) }, 0);
+    let now = status_when(&s, |now| (2..4).all(|w| worker(now, w)["state"] == "lost"));
+    for w in 2..4 {
+        let cause = worker(&now, w)["cause"].as_str().unwrap();
+        assert!(cause.contains("node 1"), "{now}");
+    }
+    // The workers of node 0 still say what they do.
+    assert!(all_at(&now, 0..2, "idle", 1), "{now}");
 }

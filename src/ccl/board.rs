@@ -130,6 +130,8 @@ pub(super) struct PostRecord {
     /// `FAILED`, `SEND`, `RECV`, `SEND_SHARED`, `RECV_SHARED`, `STAGED`.
     pub flags: u32,
     pub param: i64,
+    /// The number of the poster's call, when that call went to every worker; 0 otherwise.
+    pub call: u64,
     pub send: Buf,
     pub recv: Buf,
     pub failed: Text<240>,

@@ -56,6 +56,23 @@ const LOCKED: u64 = 1 << 63;
 /// collective is the one after.
 const SKIPPED: u64 = 1 << 62;
 
+/// How a collective meets, as one participant sees it once everyone joined.
+enum Meeting {
+    Posts(Posts),
+    Failed(Error),
+    /// This participant's worker runs a later call than some others': it joins the next one.
+    Later,
+}
+
+/// The id of the first worker of the session among those whose ids `team` numbers (0 but on a
+/// node of a session across machines, whose communicator numbers its own workers from 0), as
+/// participant `rank`, the calling worker, finds it.
+fn first_id(team: &Team, rank: usize) -> usize {
+    crate::worker::current()
+        .and_then(|info| info.id.checked_sub(team.members[rank]))
+        .unwrap_or(0)
+}
+
 /// A slot's collective number, without its marks.
 fn number(joined: u64) -> u64 {
     joined & !(LOCKED | SKIPPED)
@@ -74,6 +91,8 @@ pub(crate) struct Post {
     /// It takes part the staged way: its `send` is a staged copy, and nobody else touches its
     /// `recv`.
     staged: bool,
+    /// The number of its worker's call, when that call went to every worker; 0 otherwise.
+    call: u64,
 }
 
 impl Post {
@@ -85,6 +104,7 @@ impl Post {
             send,
             recv,
             staged: false,
+            call: 0,
         }
     }
 
@@ -120,6 +140,7 @@ impl Post {
             what: self.what.code(),
             flags,
             param: self.param,
+            call: self.call,
             send,
             recv,
             failed: Text::new(self.failed.as_deref().unwrap_or_default()),
@@ -161,6 +182,7 @@ impl Post {
             send,
             recv,
             staged: flags & STAGED != 0,
+            call: record.call,
         }
     }
 }
@@ -482,15 +504,16 @@ impl CpuCcl {
         let slots = team.slots.get();
         let slot = &slots[rank];
         let (what, me) = (post.what, team.members[rank]);
+        post.call = activity::own_call_stamp();
         let mut last = slot.joined.load(Ordering::Relaxed);
-        let (seq, parity) = loop {
+        loop {
             if self.board.header().is_broken() || last & LOCKED != 0 {
                 return Err(self.why());
             }
             if last & SKIPPED != 0 {
-                // Skipped: this post goes where the one before the skipped collective lay,
-                // which the others read until they joined the skipped one.
-                self.wait_joined(team, me, number(last), what)?;
+                // Skipped: the others must see the mark until each judged the skipped
+                // collective, and this post goes where the one before it lay.
+                self.wait_judged(team, me, number(last), what)?;
             }
             let seq = number(last) + 1;
             let parity = (seq % 2) as usize;
@@ -505,16 +528,53 @@ impl CpuCcl {
                 .joined
                 .compare_exchange(last, seq, Ordering::AcqRel, Ordering::Acquire)
             {
-                Ok(_) => break (seq, parity),
+                Ok(_) => {}
                 // Skipped meanwhile: this collective is the next one.
-                Err(now) if now & (SKIPPED | LOCKED) == SKIPPED => last = now,
+                Err(now) if now & (SKIPPED | LOCKED) == SKIPPED => {
+                    last = now;
+                    continue;
+                }
                 Err(_) => return Err(self.why()), // locked out meanwhile
             }
-        };
-        self.wake(team, me);
-        self.join(team, rank, seq, what)?;
-        if let Some(error) = self.skipped(team, rank, seq, what) {
-            return Err(error);
+            self.wake(team, me);
+            self.join(team, rank, seq, what)?;
+            match self.meets(team, rank, seq, parity, &post, what) {
+                Meeting::Posts(posts) => return self.finish(team, rank, seq, posts, check, work),
+                Meeting::Failed(error) => {
+                    self.judged(team, me, seq);
+                    return Err(error);
+                }
+                // The others are in an earlier call, which this worker finished: they fail,
+                // and this collective is the next one.
+                Meeting::Later => {
+                    self.judged(team, me, seq);
+                    last = seq;
+                }
+            }
+        }
+    }
+
+    /// Whether collective `seq`, which everyone joined, meets as participant `rank` sees it:
+    /// everyone's posts; or its failure when a participant was skipped, or when participants
+    /// run different calls (each went to every worker) and this one's is earlier; or
+    /// `Later` when this participant's call is the later one (the others fail then).
+    fn meets(
+        &self,
+        team: &Team,
+        rank: usize,
+        seq: u64,
+        parity: usize,
+        post: &Post,
+        what: Collective,
+    ) -> Meeting {
+        let slots = team.slots.get();
+        let skipped = (0..slots.len()).find(|&r| {
+            let n = slots[r].joined.load(Ordering::Acquire);
+            n & SKIPPED != 0 && number(n) == seq
+        });
+        if let Some(peer) = skipped {
+            // Nobody reads the post of a skipped participant: it posted nothing for this one.
+            return Meeting::Failed(self.passed_error(team, rank, peer, post.call, what));
         }
         let posts = Posts {
             posts: (0..slots.len())
@@ -530,6 +590,38 @@ impl CpuCcl {
                 })
                 .collect(),
         };
+        // Calls to one worker alone may meet across calls; calls to every worker meet in one.
+        let calls: Vec<u64> = posts.iter().map(|p| p.call).collect();
+        if calls.iter().all(|&call| call != 0) {
+            let latest = calls.iter().copied().max().unwrap_or(0);
+            if post.call < latest {
+                let peer = calls
+                    .iter()
+                    .position(|&call| call == latest)
+                    .unwrap_or(rank);
+                return Meeting::Failed(self.passed_error(team, rank, peer, post.call, what));
+            }
+            if calls.iter().any(|&call| call < latest) {
+                return Meeting::Later;
+            }
+        }
+        Meeting::Posts(posts)
+    }
+
+    /// The end of collective `seq` once everyone's posts say it meets: the verdict of `check`,
+    /// `work` if they agree, and, unless everyone took part the staged way, the wait until
+    /// everyone is done with everyone's buffers.
+    fn finish(
+        &self,
+        team: &Team,
+        rank: usize,
+        seq: u64,
+        posts: Posts,
+        check: impl FnOnce(&Posts) -> Result<()>,
+        work: impl FnOnce(&Posts),
+    ) -> Result<()> {
+        let (slots, me, what) = (team.slots.get(), team.members[rank], posts[rank].what);
+        let slot = &slots[rank];
         let verdict = match posts.iter().position(|p| p.failed.is_some()) {
             Some(r) => Err(Error::value(format!(
                 "{what}: worker {} could not take part ({})",
@@ -586,7 +678,8 @@ impl CpuCcl {
             what,
             || {
                 self.skip_passed(team, me, seq);
-                activity::note_waiting_for(team.missing(seq).map(|r| team.members[r]));
+                let first = first_id(team, rank);
+                activity::note_waiting_for(team.missing(seq).map(|r| team.members[r] + first));
                 let waits_in = pack_wait(team.index, what.code(), seq);
                 self.board
                     .waiter(me)
@@ -690,21 +783,32 @@ impl CpuCcl {
         )
     }
 
-    /// Waits until every participant of `team` joined collective `seq` (or was skipped in
-    /// it), as worker `me`.
-    fn wait_joined(&self, team: &Team, me: usize, seq: u64, what: Collective) -> Result<()> {
-        let all_joined = || {
+    /// Records that worker `me` judged collective `seq` (it failed it, or goes on to the next
+    /// one), for a participant skipped in it that waits for that.
+    fn judged(&self, team: &Team, me: usize, seq: u64) {
+        let rank = team.rank_of(me).expect("a member of its team");
+        team.slots.get()[rank].left.store(seq, Ordering::Release);
+        self.wake(team, me);
+    }
+
+    /// Waits, as worker `me` skipped in collective `seq`, until every participant is done with
+    /// it: judged it, joined a later one, or was skipped in it too. Until then the others may
+    /// look for the mark this participant's next join overwrites.
+    fn wait_judged(&self, team: &Team, me: usize, seq: u64, what: Collective) -> Result<()> {
+        let done = |slot: &super::board::Slot| {
+            let n = slot.joined.load(Ordering::Acquire);
+            slot.left.load(Ordering::Acquire) >= seq
+                || number(n) > seq
+                || (n & SKIPPED != 0 && number(n) >= seq)
+        };
+        let all_done = || {
             if self.board.header().is_broken() {
                 return Some(Err(self.why()));
             }
-            let slots = team.slots.get();
-            slots
-                .iter()
-                .all(|slot| number(slot.joined.load(Ordering::Acquire)) >= seq)
-                .then_some(Ok(()))
+            team.slots.get().iter().all(done).then_some(Ok(()))
         };
         let deadline = Deadline::after(self.timeout);
-        self.wait(team, me, deadline, what, || Ok(()), all_joined)?
+        self.wait(team, me, deadline, what, || Ok(()), all_done)?
     }
 
     /// Joins collective `seq` as skipped for every participant that has not joined it and
@@ -714,9 +818,10 @@ impl CpuCcl {
         if self.peers.is_empty() {
             return;
         }
-        let Some((call, _)) = activity::own_broadcast_call() else {
+        let call = activity::own_call_stamp();
+        if call == 0 {
             return;
-        };
+        }
         let slots = team.slots.get();
         let mut skipped = false;
         for rank in team.missing(seq).collect::<Vec<_>>() {
@@ -745,31 +850,35 @@ impl CpuCcl {
         }
     }
 
-    /// The failure of collective `seq` when a participant was skipped in it, naming the call,
-    /// the participant and how its worker finished the call; the same verdict on everyone.
-    fn skipped(&self, team: &Team, rank: usize, seq: u64, what: Collective) -> Option<Error> {
-        let slots = team.slots.get();
-        let passed = (0..slots.len()).find(|&r| {
-            let n = slots[r].joined.load(Ordering::Acquire);
-            n & SKIPPED != 0 && number(n) == seq
-        })?;
-        // The ids of the team are those of this communicator's workers (a node's, on nodes).
-        let me = team.members[rank];
-        let first = crate::worker::current().map_or(0, |info| info.id - me);
-        let peer = team.members[passed];
-        let (call, function) = activity::own_broadcast_call().unwrap_or((0, None));
-        let function = function.map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
+    /// The failure of a collective of participant `rank`, whose worker runs call `call`,
+    /// because participant `peer`'s worker finished that call without joining it (it was
+    /// skipped, or it posted from a later call): the collective, the call and its function,
+    /// the peer and how its worker finished the call.
+    fn passed_error(
+        &self,
+        team: &Team,
+        rank: usize,
+        peer: usize,
+        call: u64,
+        what: Collective,
+    ) -> Error {
+        // The ids of a team are those of this communicator's workers (a node's, on nodes).
+        let first = first_id(team, rank);
+        let peer = team.members[peer];
+        let function = activity::own_broadcast_call()
+            .and_then(|(_, function)| function)
+            .map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
         let how = match self.peers.get(peer).and_then(|record| record.passed(call)) {
             Some(Some(failure)) => failure,
             Some(None) => format!("{function} returned"),
-            None => "it was past the call".to_string(),
+            None => "it runs a later call".to_string(),
         };
-        Some(Error::runtime(format!(
+        Error::runtime(format!(
             "{what} in call {call} ({function}) on worker {}: worker {} finished call {call} \
              without joining it: {how}",
-            me + first,
+            team.members[rank] + first,
             peer + first
-        )))
+        ))
     }
 
     /// Locks every participant that has not joined collective `seq` out of it; Ok if nobody

@@ -16,6 +16,7 @@ use super::node::{self};
 #[cfg(not(loom))]
 use super::process;
 use super::state::SessionState;
+use super::status;
 use crate::abi::DLDevice;
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
@@ -145,12 +146,6 @@ impl BoundCall {
             Ok(self.try_call(args)?.map_or(Any::None, Any::from))
         }))
     }
-}
-
-/// Whether `error` is the timeout of a wait until `deadline` (not a failure a worker reported,
-/// which may be a timeout of its own).
-fn is_own_timeout(error: &Error, deadline: Deadline) -> bool {
-    error.kind == ErrorKind::Timeout && deadline.passed()
 }
 
 pub(super) fn closed_error() -> Error {
@@ -299,7 +294,7 @@ impl Session {
         let what = || format!("{what} on worker {worker}");
         self.workers[worker]
             .wait(reply, self.spin, deadline, what, || self.alive(worker))
-            .map_err(|error| self.hang_report(error, deadline, &what(), [worker]))
+            .map_err(|error| self.hang_report(error, &what(), &what(), [worker]))
     }
 
     /// Sends a request that carries `reply` to one worker and waits for the answer.
@@ -447,7 +442,7 @@ impl Session {
     }
 
     /// A number for a new call (its message carries the word [`call_word`] makes of it).
-    pub(super) fn number_call(&self) -> u64 {
+    fn number_call(&self) -> u64 {
         self.calls_sent.fetch_add(1, Ordering::Relaxed) + 1
     }
 
@@ -652,21 +647,21 @@ impl Session {
         let errors: Vec<Error> = replies
             .iter()
             .filter_map(|(worker, reply)| {
-                let waited = self.workers[*worker].wait(
-                    reply,
-                    self.spin,
-                    deadline,
-                    || format!("{what} on worker {worker}"),
-                    || self.alive(*worker),
-                );
+                let waited_as = || format!("{what} on worker {worker}");
+                let waited =
+                    self.workers[*worker].wait(reply, self.spin, deadline, waited_as, || {
+                        self.alive(*worker)
+                    });
                 let error = waited.err()?;
-                if !is_own_timeout(&error, deadline) {
+                let waited_as = waited_as();
+                if !status::is_wait_timeout(&error, &waited_as) {
                     return Some(error);
                 }
                 // One report of every worker stands for all the waits that timed out.
-                let what = format!("{what} of all");
+                let report_as = format!("{what} of all");
+                let all = 0..self.workers.len();
                 (!std::mem::replace(&mut hang_reported, true))
-                    .then(|| self.hang_report(error, deadline, &what, 0..self.workers.len()))
+                    .then(|| self.hang_report(error, &waited_as, &report_as, all))
             })
             .collect();
         // Every worker's report is consumed here, so all of them go into the one error.
@@ -717,7 +712,10 @@ impl Session {
         let (reg, deadline) = (dref.reg(), self.deadline());
         let in_place = self.workers[0]
             .copy_in_place(reg, &host, name, direction, self.spin, deadline)
-            .map_err(|error| self.hang_report(error, deadline, &direction.describe(name), [0]));
+            .map_err(|error| {
+                let what = direction.describe(name);
+                self.hang_report(error, &what, &what, [0])
+            });
         if in_place? {
             return Ok(());
         }

@@ -12,7 +12,6 @@ use serde_json::{Value, json};
 
 use super::controller::Session;
 use crate::ccl::Collective;
-use crate::channel::Deadline;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::Ordering;
 use crate::worker::activity::{Snapshot, State};
@@ -147,6 +146,12 @@ fn workers(ids: &[usize]) -> String {
     }
 }
 
+/// Whether `error` is the timeout of the wait `what` names (its own message), not a failure a
+/// worker reported, which may be a timeout of its own.
+pub(crate) fn is_wait_timeout(error: &Error, what: &str) -> bool {
+    error.kind == ErrorKind::Timeout && error.message.strip_suffix(" timed out") == Some(what)
+}
+
 /// A span as a report gives it: "2.0 s", "350 ms".
 pub(crate) fn seconds(span: Duration) -> String {
     if span >= Duration::from_secs(1) {
@@ -205,19 +210,20 @@ impl Session {
         Ok(status.to_string())
     }
 
-    /// `error` with, when it is a timeout, what the workers it waited for (`waited`) are doing:
-    /// "`what` timed out after 2.0 s: worker 1 (pid 4711) has run call 6 (`f`) for 2.0 s".
+    /// `error`, or, when it is the timeout of the wait `what` names, the timeout that says what
+    /// the workers it waited for (`waited`) are doing: "`report_as` timed out after 2.0 s:
+    /// worker 1 (pid 4711) has run call 6 (`f`) for 2.0 s".
     pub(crate) fn hang_report(
         &self,
         error: Error,
-        deadline: Deadline,
         what: &str,
+        report_as: &str,
         waited: impl IntoIterator<Item = usize>,
     ) -> Error {
-        // A worker's own failure may be a timeout too: only the wait's is reported so.
-        if error.kind != ErrorKind::Timeout || !deadline.passed() {
+        if !is_wait_timeout(&error, what) {
             return error;
         }
+        let what = report_as;
         let after = match self.timeout {
             Some(timeout) => format!(" after {}", seconds(timeout)),
             None => String::new(),

@@ -149,6 +149,9 @@ pub struct Activity {
     /// The last call it finished, and when.
     finished: AtomicU64,
     finished_ns: AtomicU64,
+    /// The last call that went to every worker it finished (calls to it alone may overtake
+    /// those).
+    finished_all: AtomicU64,
     /// The last call that failed, and why.
     failed_call: AtomicU64,
     failure: Text<FAILURE_WORDS>,
@@ -201,7 +204,7 @@ impl Activity {
     }
 
     /// The worker starts: idle from now (a zeroed record says nothing of when).
-    pub fn start(&self) {
+    pub(crate) fn start(&self) {
         let now = coarse_ns();
         self.change(|a| {
             a.state.store(State::Idle.code(), Ordering::Relaxed);
@@ -211,7 +214,7 @@ impl Activity {
 
     /// Call `call` of `function` begins (`None`: the same function as the last call's, whose
     /// name is kept); `to_all` says whether it went to every worker.
-    pub fn begin_call(&self, call: u64, to_all: bool, function: Option<&str>) {
+    pub(crate) fn begin_call(&self, call: u64, to_all: bool, function: Option<&str>) {
         let now = coarse_ns();
         self.change(|a| {
             a.state.store(State::Running.code(), Ordering::Relaxed);
@@ -226,20 +229,25 @@ impl Activity {
     }
 
     /// The call ended, having failed with `failure` if it did.
-    pub fn end_call(&self, failure: Option<&str>) {
+    pub(crate) fn end_call(&self, failure: Option<&str>) {
         let call = self.call.load(Ordering::Relaxed);
-        if let Some(failure) = failure {
-            self.change(|a| {
+        let to_all = self.to_all.load(Ordering::Relaxed) == 1;
+        let now = coarse_ns();
+        self.change(|a| {
+            if let Some(failure) = failure {
                 a.failed_call.store(call, Ordering::Relaxed);
                 a.failure.store(failure);
-            });
-        }
-        self.finished_ns.store(coarse_ns(), Ordering::Relaxed);
-        self.finished.store(call, Ordering::Release);
+            }
+            a.finished_ns.store(now, Ordering::Relaxed);
+            a.finished.store(call, Ordering::Relaxed);
+            if to_all {
+                a.finished_all.store(call, Ordering::Relaxed);
+            }
+        });
     }
 
     /// The worker enters `state` (idle, or syncing), unless it is in it already.
-    pub fn enter(&self, state: State) {
+    pub(crate) fn enter(&self, state: State) {
         if self.state() != state {
             let now = coarse_ns();
             self.change(|a| {
@@ -288,20 +296,27 @@ impl Activity {
     /// Whether the worker has finished call `call`: None while it has not reached it or runs
     /// it; then Some with its failure, or None if it returned. Only a call that went to every
     /// worker can be asked about (one sent to another worker alone never reaches this one).
-    pub fn passed(&self, call: u64) -> Option<Option<String>> {
-        let read = self.snapshot()?;
-        if read.finished < call {
-            return None;
+    pub(crate) fn passed(&self, call: u64) -> Option<Option<String>> {
+        self.read(|a| {
+            (a.finished_all.load(Ordering::Relaxed) >= call)
+                .then(|| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
+        })?
+    }
+
+    /// The call the worker runs now, for its collectives' posts: its number, if it went to
+    /// every worker; 0 otherwise (the worker's own thread only).
+    fn call_stamp(&self) -> u64 {
+        let running = self.state() != State::Idle;
+        let to_all = self.to_all.load(Ordering::Relaxed) == 1;
+        if running && to_all {
+            self.call.load(Ordering::Relaxed)
+        } else {
+            0
         }
-        Some(
-            read.failure
-                .filter(|(failed, _)| *failed == call)
-                .map(|(_, why)| why),
-        )
     }
 
     /// The call the worker runs now, if it went to every worker, with its function's name.
-    pub fn broadcast_call(&self) -> Option<(u64, Option<String>)> {
+    pub(crate) fn broadcast_call(&self) -> Option<(u64, Option<String>)> {
         let read = self.snapshot()?;
         (self.to_all.load(Ordering::Relaxed) == 1 && read.state != State::Idle)
             .then_some((read.call, read.function))
@@ -310,39 +325,47 @@ impl Activity {
     /// A consistent reading, or None when the writer kept changing the record through every
     /// try (or died in the middle of a change).
     pub fn snapshot(&self) -> Option<Snapshot> {
+        self.read(|a| {
+            let now = coarse_ns();
+            let failed_call = a.failed_call.load(Ordering::Relaxed);
+            let (call, finished) = (
+                a.call.load(Ordering::Relaxed),
+                a.finished.load(Ordering::Relaxed),
+            );
+            // A call ended is a worker idle since then, before it says so (as it parks).
+            let (state, since) = match a.state() {
+                State::Running if finished == call && call != 0 => {
+                    (State::Idle, a.finished_ns.load(Ordering::Relaxed))
+                }
+                state => (state, a.since_ns.load(Ordering::Relaxed)),
+            };
+            Snapshot {
+                state,
+                call,
+                function: Some(a.function.load()).filter(|name| !name.is_empty()),
+                for_ns: now.saturating_sub(since),
+                collective: a.collective.load(Ordering::Relaxed),
+                waits_for: (0..MAX_PEERS)
+                    .filter(|&peer| {
+                        a.waits_for[peer / 64].load(Ordering::Relaxed) & (1 << (peer % 64)) != 0
+                    })
+                    .collect(),
+                finished,
+                failure: (failed_call != 0).then(|| (failed_call, a.failure.load())),
+            }
+        })
+    }
+
+    /// What `get` reads of the record between two equal, even sequence numbers; None when the
+    /// writer kept changing it through every try (or died in the middle of a change).
+    fn read<T>(&self, get: impl Fn(&Self) -> T) -> Option<T> {
         for _ in 0..READ_TRIES {
             let before = self.seq.load(Ordering::Acquire);
             if before % 2 == 1 {
                 std::hint::spin_loop();
                 continue;
             }
-            let now = coarse_ns();
-            let failed_call = self.failed_call.load(Ordering::Relaxed);
-            let (call, finished) = (
-                self.call.load(Ordering::Relaxed),
-                self.finished.load(Ordering::Relaxed),
-            );
-            // A call ended is a worker idle since then, before it says so (as it parks).
-            let (state, since) = match self.state() {
-                State::Running if finished == call && call != 0 => {
-                    (State::Idle, self.finished_ns.load(Ordering::Relaxed))
-                }
-                state => (state, self.since_ns.load(Ordering::Relaxed)),
-            };
-            let read = Snapshot {
-                state,
-                call,
-                function: Some(self.function.load()).filter(|name| !name.is_empty()),
-                for_ns: now.saturating_sub(since),
-                collective: self.collective.load(Ordering::Relaxed),
-                waits_for: (0..MAX_PEERS)
-                    .filter(|&peer| {
-                        self.waits_for[peer / 64].load(Ordering::Relaxed) & (1 << (peer % 64)) != 0
-                    })
-                    .collect(),
-                finished,
-                failure: (failed_call != 0).then(|| (failed_call, self.failure.load())),
-            };
+            let read = get(self);
             fence(Ordering::Acquire);
             if self.seq.load(Ordering::Relaxed) == before {
                 return Some(read);
@@ -357,14 +380,14 @@ const TO_ALL: u32 = 1 << 31;
 
 /// The word a call's message carries: the low 31 bits of its number, and [`TO_ALL`] when it
 /// goes to every worker.
-pub fn call_word(number: u64, to_all: bool) -> u32 {
+pub(crate) fn call_word(number: u64, to_all: bool) -> u32 {
     (number as u32 & !TO_ALL) | if to_all { TO_ALL } else { 0 }
 }
 
 /// The call a message's `word` stands for: its number, widened to the number nearest `last`
 /// (the last one the worker saw; calls sent by several threads at once may arrive a little
 /// out of order), and whether it went to every worker.
-pub fn widen_call(last: u64, word: u32) -> (u64, bool) {
+pub(crate) fn widen_call(last: u64, word: u32) -> (u64, bool) {
     let low = word & !TO_ALL;
     // The step from `last` to `low` in 31-bit arithmetic, as a signed number.
     let step = ((low.wrapping_sub(last as u32) << 1) as i32) >> 1;
@@ -372,10 +395,10 @@ pub fn widen_call(last: u64, word: u32) -> (u64, bool) {
 }
 
 /// The collective the calling worker's call is in, until dropped (then its call runs on).
-pub struct InCollective(Option<Arc<super::WorkerShared>>);
+pub(crate) struct InCollective(Option<Arc<super::WorkerShared>>);
 
 /// Records that the calling worker, if it is one, enters the collective of code `collective`.
-pub fn enter_collective(collective: u32) -> InCollective {
+pub(crate) fn enter_collective(collective: u32) -> InCollective {
     let shared = super::shared();
     if let Some(shared) = &shared {
         shared.activity.enter_collective(collective);
@@ -386,7 +409,7 @@ pub fn enter_collective(collective: u32) -> InCollective {
 /// Where another worker's record lies for a reader in this process: with its worker thread,
 /// or in the session's arena (worker processes of this machine).
 #[derive(Clone)]
-pub enum Record {
+pub(crate) enum Record {
     Thread(Arc<super::WorkerShared>),
     Mapped(&'static Activity),
 }
@@ -404,12 +427,18 @@ impl std::ops::Deref for Record {
 
 /// The call the calling worker runs now, if it is a worker and the call went to every worker,
 /// with its function's name.
-pub fn own_broadcast_call() -> Option<(u64, Option<String>)> {
+pub(crate) fn own_broadcast_call() -> Option<(u64, Option<String>)> {
     super::shared()?.activity.broadcast_call()
 }
 
+/// The number of the call the calling worker runs, if it is a worker and the call went to
+/// every worker; 0 otherwise.
+pub(crate) fn own_call_stamp() -> u64 {
+    super::with_own_activity(Activity::call_stamp).unwrap_or(0)
+}
+
 /// Records the peers the calling worker, if it is one, waits for in its collective now.
-pub fn note_waiting_for(peers: impl Iterator<Item = usize>) {
+pub(crate) fn note_waiting_for(peers: impl Iterator<Item = usize>) {
     if let Some(shared) = super::shared() {
         shared.activity.wait_for(peers);
     }

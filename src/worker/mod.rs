@@ -21,5 +21,7 @@ pub use message::CopyDirection;
 pub use registers::Reg;
 #[cfg(not(loom))]
 pub(crate) use runtime::Worker;
-pub(crate) use runtime::{Exited, Placed, Signals, WorkerShared, current_handle, run, shared};
+pub(crate) use runtime::{
+    Exited, Placed, Signals, WorkerShared, current_handle, run, shared, with_own_activity,
+};
 pub use runtime::{WorkerInfo, current, with_stream};

@@ -149,6 +149,15 @@ pub fn shared() -> Option<Arc<WorkerShared>> {
     CURRENT.with(|c| c.borrow().as_ref().map(|(_, shared, _)| shared.clone()))
 }
 
+/// `f` of the record of activity of the worker running on this thread, if any.
+pub(crate) fn with_own_activity<R>(f: impl FnOnce(&Activity) -> R) -> Option<R> {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .map(|(_, shared, _)| f(&shared.activity))
+    })
+}
+
 /// The worker running on this thread, if any.
 pub fn current() -> Option<WorkerInfo> {
     CURRENT.with(|c| c.borrow().as_ref().map(|(info, _, _)| *info))
