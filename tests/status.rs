@@ -215,3 +215,39 @@ fn a_closed_session_has_no_status() {
         assert_error(&err, ErrorKind::SessionClosed, "shut down");
     }
 }
+
+fn a_send_to_a_full_queue_that_times_out_says_what_the_worker_does(kind: Kind) {
+    let options = SessionOptions {
+        timeout: Some(Duration::from_millis(300)),
+        ..SessionOptions::default()
+    };
+    let s = start(kind, 1, 1, options).unwrap();
+    let gate = Gate::new();
+    let wait_for = s.get_global_func("proc.wait_for").unwrap();
+    let add = s.get_global_func("proc.add").unwrap();
+    let path: Any = gate.path().into();
+    let held = s.call(Target::All, &wait_for, &[path.view()]).unwrap();
+    let args = [Any::Int(1), Any::Int(2)];
+    let views: Vec<_> = args.iter().map(Any::view).collect();
+    // Calls pile up behind the held one until the queue is full.
+    let err = (0..10_000_000)
+        .find_map(|_| s.call(Target::All, &add, &views).err())
+        .expect("the queue fills");
+    assert_error(
+        &err,
+        ErrorKind::Timeout,
+        "of worker 0 timed out after 300 ms: worker 0",
+    );
+    assert_error(
+        &err,
+        ErrorKind::Timeout,
+        " has run call 1 (`proc.wait_for`) for ",
+    );
+    gate.release_one();
+    drop(held);
+    let until = Instant::now() + Duration::from_secs(60);
+    while s.sync_all().is_err() {
+        assert!(Instant::now() < until, "the worker never caught up");
+    }
+}
+each_kind!(a_send_to_a_full_queue_that_times_out_says_what_the_worker_does);

@@ -211,7 +211,9 @@ impl Session {
 
     /// Queues a message for `worker` without waking it.
     pub(super) fn push(&self, worker: usize, message: Message) -> Result<()> {
-        self.workers[worker].push(message, self.spin, self.deadline(), || self.alive(worker))
+        self.workers[worker]
+            .push(message, self.spin, self.deadline(), || self.alive(worker))
+            .map_err(|error| self.full_queue_report(error, worker..worker + 1))
     }
 
     /// Wakes the sleeping workers among `workers` after one fence for all the pushes before.
@@ -263,13 +265,14 @@ impl Session {
     ) -> Result<()> {
         link::push_to(
             &self.workers,
-            range,
+            range.clone(),
             message,
             frees,
             self.spin,
             self.deadline(),
             |w| self.alive(w),
         )
+        .map_err(|error| self.full_queue_report(error, range))
     }
 
     pub(super) fn store(

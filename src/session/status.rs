@@ -146,6 +146,10 @@ fn workers(ids: &[usize]) -> String {
     }
 }
 
+/// How the waits for room in a full worker queue name themselves (a thread's queue, a worker
+/// process's ring).
+const FULL: &str = "sending ";
+
 /// Whether `error` is the timeout of the wait `what` names (its own message), not a failure a
 /// worker reported, which may be a timeout of its own.
 pub(crate) fn is_wait_timeout(error: &Error, what: &str) -> bool {
@@ -223,7 +227,28 @@ impl Session {
         if !is_wait_timeout(&error, what) {
             return error;
         }
-        let what = report_as;
+        self.timeout_report(report_as, waited)
+    }
+
+    /// `error`, or, when it is the timeout of a wait for room in a worker's full queue (a
+    /// worker that does not take its messages), that timeout saying what `waited`, the
+    /// workers sent to, are doing.
+    pub(crate) fn full_queue_report(&self, error: Error, waited: std::ops::Range<usize>) -> Error {
+        match error.message.strip_suffix(" timed out") {
+            Some(what) if error.kind == ErrorKind::Timeout && what.starts_with(FULL) => {
+                let whom = match waited.len() {
+                    1 => format!("worker {}", waited.start),
+                    _ => "every worker".to_string(),
+                };
+                self.timeout_report(&format!("{what} of {whom}"), waited)
+            }
+            _ => error,
+        }
+    }
+
+    /// The timeout of the wait `what` names, saying what `waited`, the workers it waited
+    /// for, are doing.
+    fn timeout_report(&self, what: &str, waited: impl IntoIterator<Item = usize>) -> Error {
         let after = match self.timeout {
             Some(timeout) => format!(" after {}", seconds(timeout)),
             None => String::new(),

@@ -146,9 +146,8 @@ pub struct Activity {
     waits_for: [AtomicU64; PEER_WORDS],
     /// The function of its call (empty: unnamed).
     function: Text<NAME_WORDS>,
-    /// The last call it finished, and when.
+    /// The last call it finished.
     finished: AtomicU64,
-    finished_ns: AtomicU64,
     /// The last call that went to every worker it finished (calls to it alone may overtake
     /// those).
     finished_all: AtomicU64,
@@ -229,21 +228,22 @@ impl Activity {
     }
 
     /// The call ended, having failed with `failure` if it did.
+    ///
+    /// The call's end is two words outside the sequence number, so that a call that returns
+    /// costs no more: a reader of `finished_all` that sees the call sees the failure (and
+    /// whatever the worker did in the call) too.
     pub(crate) fn end_call(&self, failure: Option<&str>) {
         let call = self.call.load(Ordering::Relaxed);
-        let to_all = self.to_all.load(Ordering::Relaxed) == 1;
-        let now = coarse_ns();
-        self.change(|a| {
-            if let Some(failure) = failure {
+        if let Some(failure) = failure {
+            self.change(|a| {
                 a.failed_call.store(call, Ordering::Relaxed);
                 a.failure.store(failure);
-            }
-            a.finished_ns.store(now, Ordering::Relaxed);
-            a.finished.store(call, Ordering::Relaxed);
-            if to_all {
-                a.finished_all.store(call, Ordering::Relaxed);
-            }
-        });
+            });
+        }
+        self.finished.store(call, Ordering::Release);
+        if self.to_all.load(Ordering::Relaxed) == 1 {
+            self.finished_all.store(call, Ordering::Release);
+        }
     }
 
     /// The worker enters `state` (idle, or syncing), unless it is in it already.
@@ -297,10 +297,10 @@ impl Activity {
     /// it; then Some with its failure, or None if it returned. Only a call that went to every
     /// worker can be asked about (one sent to another worker alone never reaches this one).
     pub(crate) fn passed(&self, call: u64) -> Option<Option<String>> {
-        self.read(|a| {
-            (a.finished_all.load(Ordering::Relaxed) >= call)
-                .then(|| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
-        })?
+        if self.finished_all.load(Ordering::Acquire) < call {
+            return None;
+        }
+        self.read(|a| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
     }
 
     /// The call the worker runs now, for its collectives' posts: its number, if it went to
@@ -332,13 +332,13 @@ impl Activity {
                 a.call.load(Ordering::Relaxed),
                 a.finished.load(Ordering::Relaxed),
             );
-            // A call ended is a worker idle since then, before it says so (as it parks).
-            let (state, since) = match a.state() {
-                State::Running if finished == call && call != 0 => {
-                    (State::Idle, a.finished_ns.load(Ordering::Relaxed))
-                }
-                state => (state, a.since_ns.load(Ordering::Relaxed)),
+            // A call ended is a worker idle, before it says so as it parks (its time in the
+            // state counts from the call's start until then).
+            let state = match a.state() {
+                State::Running if finished == call && call != 0 => State::Idle,
+                state => state,
             };
+            let since = a.since_ns.load(Ordering::Relaxed);
             Snapshot {
                 state,
                 call,
@@ -395,15 +395,12 @@ pub(crate) fn widen_call(last: u64, word: u32) -> (u64, bool) {
 }
 
 /// The collective the calling worker's call is in, until dropped (then its call runs on).
-pub(crate) struct InCollective(Option<Arc<super::WorkerShared>>);
+pub(crate) struct InCollective(());
 
 /// Records that the calling worker, if it is one, enters the collective of code `collective`.
 pub(crate) fn enter_collective(collective: u32) -> InCollective {
-    let shared = super::shared();
-    if let Some(shared) = &shared {
-        shared.activity.enter_collective(collective);
-    }
-    InCollective(shared)
+    super::with_own_activity(|activity| activity.enter_collective(collective));
+    InCollective(())
 }
 
 /// Where another worker's record lies for a reader in this process: with its worker thread,
@@ -428,7 +425,7 @@ impl std::ops::Deref for Record {
 /// The call the calling worker runs now, if it is a worker and the call went to every worker,
 /// with its function's name.
 pub(crate) fn own_broadcast_call() -> Option<(u64, Option<String>)> {
-    super::shared()?.activity.broadcast_call()
+    super::with_own_activity(Activity::broadcast_call)?
 }
 
 /// The number of the call the calling worker runs, if it is a worker and the call went to
@@ -439,16 +436,12 @@ pub(crate) fn own_call_stamp() -> u64 {
 
 /// Records the peers the calling worker, if it is one, waits for in its collective now.
 pub(crate) fn note_waiting_for(peers: impl Iterator<Item = usize>) {
-    if let Some(shared) = super::shared() {
-        shared.activity.wait_for(peers);
-    }
+    super::with_own_activity(|activity| activity.wait_for(peers));
 }
 
 impl Drop for InCollective {
     fn drop(&mut self) {
-        if let Some(shared) = &self.0 {
-            shared.activity.leave_collective();
-        }
+        super::with_own_activity(Activity::leave_collective);
     }
 }
 
