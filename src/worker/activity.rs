@@ -72,7 +72,24 @@ const FAILURE_WORDS: usize = 32;
 pub const MAX_FAILURE_BYTES: usize = FAILURE_WORDS * 8;
 /// Workers the record can name as awaited peers (ids beyond are left out).
 pub const MAX_PEERS: usize = 256;
-const PEER_WORDS: usize = MAX_PEERS / 64;
+/// Words of a set of peers, one bit each.
+pub const PEER_WORDS: usize = MAX_PEERS / 64;
+
+/// The set of `peers` as words, one bit each (ids past [`MAX_PEERS`] are left out).
+pub fn peer_words(peers: impl IntoIterator<Item = usize>) -> [u64; PEER_WORDS] {
+    let mut words = [0u64; PEER_WORDS];
+    for peer in peers.into_iter().filter(|&peer| peer < MAX_PEERS) {
+        words[peer / 64] |= 1 << (peer % 64);
+    }
+    words
+}
+
+/// The ids in a set of peers that `word(i)` gives word `i` of.
+pub fn peer_ids(word: impl Fn(usize) -> u64) -> Vec<usize> {
+    (0..MAX_PEERS)
+        .filter(|&peer| word(peer / 64) & (1 << (peer % 64)) != 0)
+        .collect()
+}
 /// Tries a reader makes before it gives up on a record its writer keeps changing (or died
 /// while changing).
 const READ_TRIES: usize = 1000;
@@ -282,10 +299,7 @@ impl Activity {
 
     /// The peers the worker waits for in its collective now.
     fn wait_for(&self, peers: impl Iterator<Item = usize>) {
-        let mut words = [0u64; PEER_WORDS];
-        for peer in peers.filter(|&peer| peer < MAX_PEERS) {
-            words[peer / 64] |= 1 << (peer % 64);
-        }
+        let words = peer_words(peers);
         self.change(|a| {
             for (word, bits) in a.waits_for.iter().zip(words) {
                 word.store(bits, Ordering::Relaxed);
@@ -345,11 +359,7 @@ impl Activity {
                 function: Some(a.function.load()).filter(|name| !name.is_empty()),
                 for_ns: now.saturating_sub(since),
                 collective: a.collective.load(Ordering::Relaxed),
-                waits_for: (0..MAX_PEERS)
-                    .filter(|&peer| {
-                        a.waits_for[peer / 64].load(Ordering::Relaxed) & (1 << (peer % 64)) != 0
-                    })
-                    .collect(),
+                waits_for: peer_ids(|i| a.waits_for[i].load(Ordering::Relaxed)),
                 finished,
                 failure: (failed_call != 0).then(|| (failed_call, a.failure.load())),
             }

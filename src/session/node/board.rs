@@ -11,7 +11,7 @@ use crate::ccl::Collective;
 pub use crate::net::routed::BOARD_ENTRY_FIXED as ENTRY_FIXED;
 use crate::object::{Error, Result};
 use crate::worker::activity::{
-    MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, MAX_PEERS, Snapshot, State, cut,
+    MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, Snapshot, State, cut, peer_ids, peer_words,
 };
 
 /// Where an entry's bits of awaited peers begin.
@@ -35,10 +35,7 @@ pub fn encode(entries: &[Entry], out: &mut Vec<u8>) {
             Some((call, text)) if *call != 0 => (*call, cut(text, MAX_FAILURE_BYTES)),
             _ => (0, ""),
         };
-        let mut peers = [0u64; MAX_PEERS / 64];
-        for &peer in report.waits_for.iter().filter(|&&peer| peer < MAX_PEERS) {
-            peers[peer / 64] |= 1 << (peer % 64);
-        }
+        let peers = peer_words(report.waits_for.iter().copied());
         for word in [*local, *pid, report.state.code(), report.collective] {
             out.extend_from_slice(&word.to_le_bytes());
         }
@@ -124,9 +121,7 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
         function: Some(function).filter(|name| !name.is_empty()),
         for_ns: u64_at(24),
         collective,
-        waits_for: (0..MAX_PEERS)
-            .filter(|&peer| u64_at(PEERS_AT + peer / 64 * 8) & (1 << (peer % 64)) != 0)
-            .collect(),
+        waits_for: peer_ids(|i| u64_at(PEERS_AT + i * 8)),
         finished: u64_at(32),
         failure: (failed_call != 0).then_some((failed_call, failure)),
     };
@@ -141,6 +136,7 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::activity::MAX_PEERS;
 
     fn entry(local: u32, state: State, failure: Option<(u64, &str)>) -> Entry {
         Entry {

@@ -11,6 +11,7 @@ import importlib
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -89,6 +90,39 @@ def test_disco_loader_reached_through_tvm_ffi_on_a_worker_loads_the_model(model)
     with discovm.ThreadedSession(sharded_mlp.NUM_WORKERS) as sess:
         sess.init_ccl("cpu")
         main = sess.get_global_func("tests.tvm.load_through_tvm_ffi")(str(model.path))
+        for out in on_discovm.run_sharded(sess, main, model.x, model.w1, model.w2):
+            np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
+
+
+@discovm.register_global_func("tests.tvm.run_unless", override=True)
+def run_unless(failing: int, main, x, w1, w2):
+    """``main(x, w1, w2)``, but on worker ``failing`` a ValueError before the model runs."""
+    if tvm_ffi.get_global_func("runtime.disco.worker_rank")() == failing:
+        raise ValueError("failed before the model on purpose")
+    return main(x, w1, w2)
+
+
+def test_a_worker_that_fails_before_the_models_collectives_fails_the_others_at_once(model):
+    # No session timeout: the others learn from worker 1's record that it finished the call.
+    with discovm.ThreadedSession(sharded_mlp.NUM_WORKERS) as sess:
+        sess.init_ccl("cpu")
+        main = on_discovm.load_sharded(sess, model.path)
+        n = sess.num_workers
+        d_x = sess.empty(model.x.shape, "float32")
+        sess.copy_to_worker_0(model.x, d_x)
+        d_w1 = sess.scatter(np.stack(np.split(model.w1, n, axis=1)))
+        d_w2 = sess.scatter(np.stack(np.split(model.w2, n, axis=0)))
+        started = time.monotonic()
+        sess.get_global_func("tests.tvm.run_unless")(1, main, d_x, d_w1, d_w2)
+        expected = (
+            r"broadcast_from_worker0 in call \d+ \(`tests.tvm.run_unless`\) on worker 0: "
+            r"worker 1 finished call \d+ without joining it: `tests.tvm.run_unless` failed: "
+            r"ValueError: failed before the model on purpose"
+        )
+        with pytest.raises(discovm.WorkerError, match=expected):
+            sess.sync_all()
+        assert time.monotonic() - started < 1.0
+        # The model runs again on the same workers and communicator.
         for out in on_discovm.run_sharded(sess, main, model.x, model.w1, model.w2):
             np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
 
