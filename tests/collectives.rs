@@ -722,7 +722,7 @@ fn different_collectives_or_a_wrong_in_group_fail_every_worker_at_once() {
         ErrorKind::Worker,
         &[
             "worker 0",
-            "ValueError: allreduce: worker ",
+            "ValueError: allreduce in call ",
             "group 1 (workers [2, 3])",
             "disagree on in_group",
         ],

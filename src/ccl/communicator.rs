@@ -918,8 +918,12 @@ impl CpuCcl {
             {
                 return None;
             }
+            let call = match activity::own_call_stamp() {
+                0 => String::new(),
+                call => format!(" in call {call}"),
+            };
             Some(Error::value(format!(
-                "{what}: worker {me} waits for worker {other} in {}, but worker {other} \
+                "{what}{call}: worker {me} waits for worker {other} in {}, but worker {other} \
                  waits for worker {me} in `{}` in {}: the workers disagree on \
                  in_group or on which collective comes next (the communicator is now broken; \
                  call init_ccl again)",
