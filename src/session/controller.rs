@@ -736,6 +736,7 @@ impl Session {
         if !self.state.begin_stopping() {
             return Ok(());
         }
+
         // A collective some worker never joins would keep its worker from ever reading the
         // shutdown: break the communicator so its waits end. A worker waiting for NCCL work on
         // its GPU sees its flag, aborts its communicators and stops waiting.
@@ -775,7 +776,7 @@ impl Session {
             if let Err(error) = link.join(worker, deadline, me)
                 && !broken
             {
-                first.get_or_insert(error);
+                first.get_or_insert(self.did_not_stop(error, worker));
             }
         }
         first.map_or(Ok(()), Err)

@@ -230,6 +230,18 @@ impl Session {
         self.timeout_report(report_as, waited)
     }
 
+    /// `error`, the failure of `worker` to stop in time at shutdown, with what its record says
+    /// it was doing (a worker process was killed for it: its last report stands).
+    pub(crate) fn did_not_stop(&self, error: Error, worker: usize) -> Error {
+        if error.kind != ErrorKind::Timeout {
+            return error;
+        }
+        let mut seen = self.workers[worker].observe(worker);
+        seen.verdict = None;
+        let doing = describe(std::slice::from_ref(&seen));
+        Error::new(ErrorKind::Timeout, format!("{}: {doing}", error.message))
+    }
+
     /// `error`, or, when it is the timeout of a wait for room in a worker's full queue (a
     /// worker that does not take its messages), that timeout saying what `waited`, the
     /// workers sent to, are doing.

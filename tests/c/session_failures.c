@@ -337,6 +337,9 @@ static void a_timeout_turns_a_hang_into_an_error(void) {
   dvm_dref_free(blocked);
   dvm_dref_free(blocker);
   EXPECT_STATUS(dvm_session_shutdown(s), DVM_TIMEOUT, "worker 0 did not stop in time");
+  /* It says what the worker is doing. */
+  EXPECT_ERROR("TimeoutError", "left running: worker 0 has run call ");
+  EXPECT_ERROR("TimeoutError", " (`test.c.block`) for ");
   EXPECT_STATUS(dvm_session_sync_worker(s, 1), DVM_SESSION_CLOSED, "shut down");
   atomic_store(&release, 1); /* the worker finishes, sees the shutdown and exits */
   CHECK_OK(dvm_session_shutdown(s));
