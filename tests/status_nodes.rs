@@ -12,6 +12,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/session_calls.rs"]
@@ -28,11 +30,12 @@ mod worker_programs;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use discovm::object::Shape;
 use discovm::session::{Session, SessionOptions, Target};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use serde_json::{Value, json};
-use session_calls::call;
+use session_calls::{F32, call};
 use session_kinds::{Gate, Kind, start};
 use statuses::{calls_sent, status_when, worker};
 use worker_processes::{pids, stop};
@@ -215,4 +218,45 @@ fn a_killed_node_shows_its_workers_lost_with_the_cause() {
     }
     // The workers of node 0 still say what they do.
     assert!(all_at(&now, 0..2, "idle", 1), "{now}");
+}
+
+#[test]
+fn a_worker_of_node_1_in_a_collective_names_the_peer_it_waits_for() {
+    if gloo::plugin().is_none() {
+        return; // the plugin says why
+    }
+    let s = session(SessionOptions::default());
+    s.init_ccl("cpu", &[]).unwrap();
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let shape: Any = Shape::new(&[4]).into();
+    let send = call(&s, &empty, &[shape.clone(), Any::DataType(F32)]);
+    let recv = call(&s, &empty, &[shape, Any::DataType(F32)]);
+    // Looked up first: a lookup asks every worker, the held one too.
+    let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
+    let gate = Gate::new();
+    let wait_for = s.get_global_func("proc.wait_for").unwrap();
+    let path: Any = gate.path().into();
+    let held = s.call(Target::One(3), &wait_for, &[path.view()]).unwrap();
+    let args: [Any; 4] = [
+        send.clone().into(),
+        Shape::new(&[0]).into(),
+        Any::Bool(false),
+        recv.clone().into(),
+    ];
+    let reduced = call(&s, &allreduce, &args);
+    let number = calls_sent(&s);
+    // Worker 2 meets its node's other worker first, and waits for it.
+    let now = status_when(&s, |now| worker(now, 2)["waits_for"] == json!([3]));
+    let waiting = worker(&now, 2);
+    assert_eq!(
+        (&waiting["state"], &waiting["collective"], &waiting["call"]),
+        (&json!("collective"), &json!("allreduce"), &json!(number)),
+        "{now}"
+    );
+    assert_eq!(waiting["node"], 1);
+    assert_eq!(worker(&now, 3)["function"], "proc.wait_for", "{now}");
+    gate.release_one();
+    s.sync_all().unwrap();
+    status_when(&s, |now| all_at(now, 0..4, "idle", number));
+    drop((held, reduced, send, recv));
 }
