@@ -27,6 +27,7 @@ use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
 use crate::worker::activity::{self, Record};
+
 #[cfg(not(loom))]
 use crate::worker::arena::{self, CclArea};
 
@@ -865,20 +866,15 @@ impl CpuCcl {
         // The ids of a team are those of this communicator's workers (a node's, on nodes).
         let first = first_id(team, rank);
         let peer = team.members[peer];
-        let function = activity::own_broadcast_call()
-            .and_then(|(_, function)| function)
-            .map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
-        let how = match self.peers.get(peer).and_then(|record| record.passed(call)) {
-            Some(Some(failure)) => failure,
-            Some(None) => format!("{function} returned"),
-            None => "it runs a later call".to_string(),
-        };
-        Error::runtime(format!(
-            "{what} in call {call} ({function}) on worker {}: worker {} finished call {call} \
-             without joining it: {how}",
+        let function = activity::own_broadcast_call().and_then(|(_, function)| function);
+        passed_error(
+            what,
+            call,
+            function.as_deref(),
             team.members[rank] + first,
-            peer + first
-        ))
+            peer + first,
+            self.peers.get(peer).and_then(|record| record.passed(call)),
+        )
     }
 
     /// Locks every participant that has not joined collective `seq` out of it; Ok if nobody
@@ -965,4 +961,28 @@ pub(crate) fn fresh_in_this_arena(
     // SAFETY: sized as above, and zeroed just now.
     let ccl = unsafe { CpuCcl::in_area(area, num_groups, timeout, spin) };
     Ok(ccl.watching(arena::records()?))
+}
+
+/// The failure of collective `what` of worker `me` in call `call` (of `function`, when it has
+/// a name) because worker `peer` finished that call without joining it; `how` is what its
+/// record says of the call ([`Activity::passed`](crate::worker::activity::Activity::passed):
+/// its failure, or None if it returned; None: it runs a later call).
+pub(crate) fn passed_error(
+    what: Collective,
+    call: u64,
+    function: Option<&str>,
+    me: usize,
+    peer: usize,
+    how: Option<Option<String>>,
+) -> Error {
+    let function = function.map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
+    let how = match how {
+        Some(Some(failure)) => failure,
+        Some(None) => format!("{function} returned"),
+        None => "it runs a later call".to_string(),
+    };
+    Error::runtime(format!(
+        "{what} in call {call} ({function}) on worker {me}: worker {peer} finished call {call} \
+         without joining it: {how}"
+    ))
 }

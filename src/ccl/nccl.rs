@@ -8,8 +8,9 @@
 //! the wait. The host waits inside NCCL (joining, connecting, finalizing) are watched the same
 //! way (docs/collectives.md says how).
 
+use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::{Arc, Once, OnceLock};
+use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 
 use super::ReduceOp;
 use super::args::{Extent, sized, tensor};
@@ -23,6 +24,7 @@ use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
 use crate::vm::{Operand, Stream};
+use crate::worker::activity::Record;
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
@@ -41,6 +43,25 @@ pub(super) struct Comms {
     aborted: OnceLock<String>,
     /// What the worker shares with the controller: the flags a wait watches.
     shared: Arc<WorkerShared>,
+    /// Every worker's record of its activity, by id, where this worker can read them (empty
+    /// where it cannot: on a session across machines).
+    peers: Vec<Record>,
+    /// The last collective the worker queued, when its call went to every worker.
+    last: Mutex<Option<Queued>>,
+}
+
+/// A collective a worker queued in a call that went to every worker: a peer that finished that
+/// call having queued fewer on the collective's communicator never queues its side there.
+#[derive(Clone, Debug)]
+struct Queued {
+    what: Collective,
+    /// The call it was queued in, and that call's function.
+    call: u64,
+    function: Option<String>,
+    /// On the worker's group's communicator, or on the session's.
+    grouped: bool,
+    /// How many the worker queued on that communicator since it was made, this one included.
+    count: u64,
 }
 
 impl Comms {
@@ -50,6 +71,36 @@ impl Comms {
             Some(group) if in_group => (group, self.info.local_id()),
             _ => (&self.world, self.info.id),
         }
+    }
+
+    /// Notes in the worker's record that it queued `what` on its group's communicator
+    /// (`grouped`) or on the session's, and keeps it as the collective its waits watch when its
+    /// call went to every worker (transfers, between two workers, are not counted; one queued
+    /// in a call to this worker alone leaves the last of a call to every worker watched: it
+    /// cannot finish before that one).
+    fn queued(&self, what: Collective, grouped: bool) {
+        let count = self.shared.activity.nccl_queued_one(grouped);
+        if let Some((call, function)) = worker::activity::own_broadcast_call() {
+            *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Queued {
+                what,
+                call,
+                function,
+                grouped,
+                count,
+            });
+        }
+    }
+
+    /// The failure of the last collective the worker queued when a worker of its team finished
+    /// that collective's call having queued fewer on the team's communicator: it will never
+    /// queue its side of it, and NCCL would wait for it for ever.
+    fn passed(&self) -> Option<Error> {
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()?;
+        passed_peer(&last, &self.info, &self.peers)
     }
 
     /// See [`CommsCheck::check`]; `generation` is the worker's `ccl_generation` when the wait
@@ -70,11 +121,22 @@ impl Comms {
                     cause.message
                 ))
             });
-        let (kind, why) = match failed {
-            Some(why) => (ErrorKind::Runtime, why),
+        let gave_up = |why: &str| {
+            format!(
+                "worker {} gave up waiting for its NCCL work: {why}",
+                self.info.id
+            )
+        };
+        // A peer that finished the call without queueing its side fails the wait as on the
+        // CPU backend, in the same words.
+        let (kind, why, said) = match failed {
+            Some(why) => (ErrorKind::Runtime, gave_up(&why), why),
             None => match interrupted(&self.shared, generation) {
-                Err(cause) => (cause.kind, cause.message),
-                Ok(()) => return Ok(()),
+                Err(cause) => (cause.kind, gave_up(&cause.message), cause.message),
+                Ok(()) => match self.passed() {
+                    Some(error) => (error.kind, error.message.clone(), error.message),
+                    None => return Ok(()),
+                },
             },
         };
         // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting. The
@@ -83,16 +145,104 @@ impl Comms {
             group.abort();
         }
         self.world.abort();
-        let error = Error::new(
-            kind,
-            format!(
-                "worker {} gave up waiting for its NCCL work: {why}; its NCCL communicators were \
-                 aborted",
-                self.info.id
-            ),
-        );
-        let _ = self.aborted.set(why);
+        let error = Error::new(kind, format!("{why}; its NCCL communicators were aborted"));
+        let _ = self.aborted.set(said);
         Err(error)
+    }
+}
+
+/// The failure of `last`, a collective worker `info` queued, when a worker of its team (in
+/// `peers`, the records by id) finished its call having queued fewer collectives on the team's
+/// communicator; the message is the CPU backend's for a worker that finished the call without
+/// joining.
+fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Error> {
+    if peers.len() != info.num_workers {
+        return None;
+    }
+    let team = if last.grouped {
+        let per_group = info.workers_per_group();
+        let first = info.id - info.id % per_group;
+        first..first + per_group
+    } else {
+        0..info.num_workers
+    };
+    team.filter(|&peer| peer != info.id).find_map(|peer| {
+        let record = &peers[peer];
+        let how = record.passed(last.call)?;
+        // Read after the call's end: what it queued then, unless it queued more in a later
+        // call (whose collectives NCCL may pair with this one: not judged here).
+        let (call, queued) = record.nccl_queued()?;
+        (call <= last.call && queued[usize::from(last.grouped)] < last.count).then(|| {
+            super::communicator::passed_error(
+                last.what,
+                last.call,
+                last.function.as_deref(),
+                info.id,
+                peer,
+                Some(how),
+            )
+        })
+    })
+}
+
+/// The records of the workers of a session of worker threads, on their way to their
+/// `init_ccl_per_worker`, by the number `init_ccl` passes them.
+static STAGED_PEERS: Mutex<Option<HashMap<i64, Vec<Record>>>> = Mutex::new(None);
+
+/// Makes `records` (the session's worker threads', by id) available to the NCCL init under the
+/// number returned (0 when there are none: worker processes find theirs in their arena).
+pub(crate) fn stage_peers(records: Vec<Record>) -> i64 {
+    static NEXT: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(1);
+    if records.is_empty() {
+        return 0;
+    }
+    let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    STAGED_PEERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get_or_insert_with(HashMap::new)
+        .insert(id, records);
+    id
+}
+
+/// The records staged under `id` (none if nothing is).
+fn staged_peers(id: i64) -> Vec<Record> {
+    STAGED_PEERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_ref()
+        .and_then(|staged| staged.get(&id).cloned())
+        .unwrap_or_default()
+}
+
+/// Forgets the records staged under `id` (the workers keep theirs).
+pub(crate) fn unstage_peers(id: i64) {
+    if let Some(staged) = STAGED_PEERS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .as_mut()
+    {
+        staged.remove(&id);
+    }
+}
+
+/// The records of the session's workers, by id, for this worker: those staged under `stage`
+/// (worker threads), or those of its arena (worker processes of one machine); none on a
+/// session across machines.
+fn peer_records(stage: i64, num_workers: usize) -> Vec<Record> {
+    let records = if stage != 0 {
+        staged_peers(stage)
+    } else {
+        #[cfg(not(loom))]
+        let records = crate::worker::arena::records().unwrap_or_default();
+        #[cfg(loom)]
+        let records = Vec::new();
+        records
+    };
+    if records.len() == num_workers {
+        records
+    } else {
+        Vec::new()
     }
 }
 
@@ -161,8 +311,12 @@ impl CommsCheck {
 
     /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
     /// the error names the communicator and gives NCCL's text), the session is shutting down
-    /// (`SessionClosed`), or `init_ccl` was called since the wait began (it sends the worker
-    /// new communicators, and a worker stuck here would never get to them); each first aborts
+    /// (`SessionClosed`), `init_ccl` was called since the wait began (it sends the worker
+    /// new communicators, and a worker stuck here would never get to them), or a worker of the
+    /// team of the last collective this worker queued, in a call that went to every worker,
+    /// finished that call having queued fewer collectives on the team's communicator (its
+    /// function failed first, or returned: its side never comes; the error is the CPU
+    /// backend's for a worker that finished the call without joining); each first aborts
     /// the worker's communicators (`ncclCommAbort`), which stops their kernels, and later
     /// collectives fail at once until `init_ccl` makes new ones. Once they were aborted there
     /// is nothing left to watch: the check passes, and a wait goes on for the work that is not
@@ -253,10 +407,14 @@ fn unique_id(bytes: &[u8], index: usize) -> Result<UniqueId> {
 /// waits for the other workers; with non-blocking communicators the wait gives up at the
 /// session's timeout, at shutdown, or when `init_ccl` is called again (docs/collectives.md).
 fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
-    arity(INIT, args, 2, 2)?;
+    arity(INIT, args, 2, 3)?;
     let info = on_worker(INIT)?;
     let gpus = argument(0, "device_ids", || args[0].as_shape())?;
     let bytes = argument(1, "unique_ids", || args[1].as_bytes())?;
+    let stage = match args.get(2) {
+        Some(arg) => argument(2, "peers", || arg.as_i64())?,
+        None => 0,
+    };
     let gpu = gpus.as_slice().get(info.id).copied().ok_or_else(|| {
         Error::index(format!(
             "worker {} has no entry in {} device ids",
@@ -316,8 +474,11 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         group,
         flag: Region::of(&flag)?,
         aborted: OnceLock::new(),
+        peers: peer_records(stage, info.num_workers),
+        last: Mutex::new(None),
         shared,
     };
+    comms.shared.activity.nccl_made();
     backend::install(Arc::new(comms));
     check_worker_thread_waits();
     flushed.map(|()| Any::None)
@@ -345,6 +506,8 @@ impl Backend for Arc<Comms> {
         }
         collective.check_arity(args)?;
         let comms = self.clone();
+        // A barrier then waits for its flag, watching from before it was queued.
+        let watch = (collective == Collective::Barrier).then(|| CommsCheck::new(self.clone()));
         match collective {
             Collective::Allreduce => allreduce(comms, args),
             Collective::Allgather => allgather(comms, args),
@@ -352,7 +515,14 @@ impl Backend for Arc<Comms> {
             Collective::Scatter => scatter(comms, args),
             Collective::Gather => gather(comms, args),
             Collective::Barrier => barrier(comms, args),
-            Collective::Transfer(transfer) => transfer_built_in(comms, transfer, args),
+            Collective::Transfer(transfer) => {
+                return transfer_built_in(comms, transfer, args);
+            }
+        }?;
+        self.queued(collective, collective.in_group(args)?);
+        match watch {
+            Some(watch) => with_stream(|stream| watch.sync(stream)),
+            None => Ok(()),
         }
     }
 }
@@ -531,19 +701,18 @@ fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]
     self::transfer(comms, buf, other, sending)
 }
 
-/// Reduces the worker's flag across the team and waits for it: no worker of the team passes
-/// before every one has queued its barrier and the work queued before it finished.
+/// Reduces the worker's flag across the team (the caller then waits for it: no worker of the
+/// team passes before every one has queued its barrier and the work queued before it
+/// finished).
 fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
-    let watch = CommsCheck::new(comms.clone());
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)
             .0
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
-    })?;
-    with_stream(|stream| watch.sync(stream))
+    })
 }
 
 #[cfg(test)]
@@ -551,6 +720,110 @@ mod tests {
     use super::*;
     use crate::sync::atomic::AtomicU64;
     use crate::worker::{Exited, Placed, Signals};
+
+    /// Records of `n` workers that ran nothing yet, as a wait reads them.
+    fn records(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|_| Record::Mapped(Box::leak(Box::default())))
+            .collect()
+    }
+
+    fn worker(id: usize, num_workers: usize, num_groups: usize) -> WorkerInfo {
+        WorkerInfo {
+            id,
+            num_workers,
+            num_groups,
+            device: DLDevice {
+                device_type: KDL_CUDA,
+                device_id: id as i32,
+            },
+        }
+    }
+
+    /// Worker 0's first allreduce in call 7, of `f`, on the session's communicator.
+    fn first_allreduce() -> Queued {
+        Queued {
+            what: Collective::Allreduce,
+            call: 7,
+            function: Some("f".into()),
+            grouped: false,
+            count: 1,
+        }
+    }
+
+    #[test]
+    fn a_peer_that_finished_the_call_without_queueing_its_side_fails_the_wait() {
+        let peers = records(2);
+        let last = first_allreduce();
+        assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
+        peers[1].begin_call(7, true, Some("f"));
+        assert!(
+            passed_peer(&last, &worker(0, 2, 1), &peers).is_none(),
+            "it runs the call"
+        );
+        peers[1].end_call(Some("`f` failed: ValueError: boom"));
+        let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("it passed");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (
+                ErrorKind::Runtime,
+                "allreduce in call 7 (`f`) on worker 0: worker 1 finished call 7 without joining \
+                 it: `f` failed: ValueError: boom"
+            )
+        );
+        assert!(
+            passed_peer(&last, &worker(0, 2, 1), &peers[..1]).is_none(),
+            "without every worker's record (across machines) nothing is judged"
+        );
+    }
+
+    #[test]
+    fn a_peer_that_queued_its_side_or_queues_in_a_later_call_is_not_judged() {
+        let peers = records(2);
+        let last = first_allreduce();
+        peers[1].begin_call(7, true, Some("f"));
+        peers[1].nccl_queued_one(false);
+        peers[1].end_call(None);
+        assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
+
+        // What it queued on another communicator does not count.
+        peers[1].begin_call(7, true, Some("f"));
+        peers[1].nccl_made();
+        peers[1].nccl_queued_one(true);
+        peers[1].end_call(None);
+        let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("it passed");
+        assert!(error.message.ends_with("without joining it: `f` returned"));
+
+        // A later call queued one, which NCCL pairs with this one.
+        peers[1].begin_call(8, true, None);
+        peers[1].nccl_queued_one(false);
+        assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
+
+        // A later init_ccl made it new communicators: its count no longer tells of call 7.
+        peers[1].begin_call(9, true, Some(INIT));
+        peers[1].nccl_made();
+        peers[1].end_call(None);
+        assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
+    }
+
+    #[test]
+    fn only_the_collectives_team_is_judged() {
+        // Two groups of two: worker 2 (the other group) passed call 7 with nothing queued.
+        let peers = records(4);
+        peers[2].begin_call(7, true, Some("f"));
+        peers[2].end_call(None);
+        let grouped = Queued {
+            grouped: true,
+            ..first_allreduce()
+        };
+        assert!(passed_peer(&grouped, &worker(0, 4, 2), &peers).is_none());
+        let error = passed_peer(&first_allreduce(), &worker(0, 4, 2), &peers).expect("passed");
+        assert!(
+            error
+                .message
+                .contains("worker 2 finished call 7 without joining")
+        );
+    }
 
     #[test]
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {

@@ -221,11 +221,14 @@ impl Session {
         let (init, args, cpu) = if backend == "nccl" {
             // Workers can share a GPU only on one machine.
             let per_machine = workers / machines;
-            let args =
+            let [gpus, ids] =
                 ccl::nccl::init_args(&self.devices, per_machine, self.num_groups, device_ids)?;
+            // Worker threads read each other's records through these (worker processes find
+            // them in their arena).
+            let peers = ccl::nccl::stage_peers(self.thread_records());
             (
                 "runtime.disco.nccl.init_ccl_per_worker",
-                args.to_vec(),
+                vec![gpus, ids, Any::Int(peers)],
                 None,
             )
         } else {
@@ -238,6 +241,11 @@ impl Session {
             let _out = self.call(Target::All, &func, &views)?;
             self.sync_all()
         });
+        if cpu.is_none()
+            && let Some(Any::Int(peers)) = args.get(2)
+        {
+            ccl::nccl::unstage_peers(*peers);
+        }
         if let Some((fresh, place)) = &cpu {
             if let CclPlace::Staged(stage) = place {
                 ccl::unstage(*stage);

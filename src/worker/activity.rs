@@ -171,6 +171,11 @@ pub struct Activity {
     /// The last call that failed, and why.
     failed_call: AtomicU64,
     failure: Text<FAILURE_WORDS>,
+    /// The NCCL collectives it queued since its NCCL communicators were made: on the
+    /// session's communicator, and on its group's.
+    nccl_queued: [AtomicU64; 2],
+    /// The call it queued the last of those in, or made the communicators in.
+    nccl_call: AtomicU64,
 }
 
 /// A consistent reading of a worker's record.
@@ -315,6 +320,43 @@ impl Activity {
             return None;
         }
         self.read(|a| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
+    }
+
+    /// The worker's call made its NCCL communicators: it has queued no collective on them
+    /// (and the count starts in that call, so that nobody judges an earlier one by it).
+    pub(crate) fn nccl_made(&self) {
+        let call = self.call.load(Ordering::Relaxed);
+        self.change(|a| {
+            a.nccl_queued
+                .iter()
+                .for_each(|count| count.store(0, Ordering::Relaxed));
+            a.nccl_call.store(call, Ordering::Relaxed);
+        });
+    }
+
+    /// The worker's call queued an NCCL collective on its group's communicator (`grouped`) or
+    /// on the session's; returns how many it queued there since they were made (the worker's
+    /// thread only).
+    pub(crate) fn nccl_queued_one(&self, grouped: bool) -> u64 {
+        let count = self.nccl_queued[usize::from(grouped)].load(Ordering::Relaxed) + 1;
+        let call = self.call.load(Ordering::Relaxed);
+        self.change(|a| {
+            a.nccl_queued[usize::from(grouped)].store(count, Ordering::Relaxed);
+            a.nccl_call.store(call, Ordering::Relaxed);
+        });
+        count
+    }
+
+    /// The NCCL collectives the worker queued since its communicators were made, on the
+    /// session's communicator and on its group's, with the call it queued the last in (or made
+    /// them in); None when the record could not be read.
+    pub(crate) fn nccl_queued(&self) -> Option<(u64, [u64; 2])> {
+        self.read(|a| {
+            (
+                a.nccl_call.load(Ordering::Relaxed),
+                [0, 1].map(|i| a.nccl_queued[i].load(Ordering::Relaxed)),
+            )
+        })
     }
 
     /// The call the worker runs now, for its collectives' posts: its number, if it went to
@@ -567,6 +609,21 @@ mod tests {
             widen(5 * wrap + 7, 5 * wrap + 9, true),
             (5 * wrap + 9, true)
         );
+    }
+
+    #[test]
+    fn nccl_collectives_count_per_communicator_from_their_making() {
+        let activity = Activity::default();
+        assert_eq!(activity.nccl_queued(), Some((0, [0, 0])), "zeroed");
+        activity.begin_call(4, true, Some("f"));
+        assert_eq!(activity.nccl_queued_one(false), 1);
+        assert_eq!(activity.nccl_queued_one(true), 1);
+        activity.begin_call(5, true, None);
+        assert_eq!(activity.nccl_queued_one(false), 2);
+        assert_eq!(activity.nccl_queued(), Some((5, [2, 1])));
+        activity.begin_call(6, true, Some("runtime.disco.nccl.init_ccl_per_worker"));
+        activity.nccl_made();
+        assert_eq!(activity.nccl_queued(), Some((6, [0, 0])));
     }
 
     #[test]
