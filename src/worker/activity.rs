@@ -8,7 +8,8 @@
 //! writer and brackets each change with a sequence number (odd while it writes); a reader
 //! retries a torn read a bounded number of times and never waits for the worker.
 //!
-//! The standard library's atomics, in model-checking builds too: no protocol waits on it.
+//! The standard library's atomics, in model-checking builds too: nothing waits on a record;
+//! the collectives only read their peers' to judge a wait they are in already.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
