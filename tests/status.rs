@@ -185,9 +185,7 @@ fn a_dead_worker_process_is_dead_with_its_cause_and_its_last_call() {
     let pid = pids(&s)[1];
     let calls = calls_sent(&s);
     let gate = Gate::new();
-    let wait_for = s.get_global_func("proc.wait_for").unwrap();
-    let path: Any = gate.path().into();
-    let _held = s.call(Target::One(1), &wait_for, &[path.view()]).unwrap();
+    let _held = gate.hold(&s, 1);
     status_when(&s, |now| worker(now, 1)["state"] == "running");
     // SAFETY: a child of this test's session.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);

@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use discovm::object::Shape;
-use discovm::session::{Session, SessionOptions, Target};
+use discovm::session::{Session, SessionOptions};
 use discovm::{Any, ErrorKind};
 use errors::assert_error;
 use serde_json::{Value, json};
@@ -94,9 +94,7 @@ fn a_held_worker_of_node_1_runs_its_call_while_the_other_is_idle() {
     let s = session(SessionOptions::default());
     let pid = pids(&s)[3];
     let gate = Gate::new();
-    let wait_for = s.get_global_func("proc.wait_for").unwrap();
-    let path: Any = gate.path().into();
-    let held = s.call(Target::One(3), &wait_for, &[path.view()]).unwrap();
+    let held = gate.hold(&s, 3);
     let number = calls_sent(&s);
     let now = status_when(&s, |now| worker(now, 3)["state"] == "running");
     let running = worker(&now, 3);
@@ -125,9 +123,7 @@ fn a_sync_that_times_out_names_the_held_worker_by_its_node_and_pid() {
     let s = session(options);
     let pid = pids(&s)[3];
     let gate = Gate::new();
-    let wait_for = s.get_global_func("proc.wait_for").unwrap();
-    let path: Any = gate.path().into();
-    let held = s.call(Target::One(3), &wait_for, &[path.view()]).unwrap();
+    let held = gate.hold(&s, 3);
     let number = calls_sent(&s);
     status_when(&s, |now| worker(now, 3)["state"] == "running");
     let err = s.sync_all().unwrap_err();
@@ -234,9 +230,7 @@ fn a_worker_of_node_1_in_a_collective_names_the_peer_it_waits_for() {
     // Looked up first: a lookup asks every worker, the held one too.
     let allreduce = s.get_global_func("runtime.disco.allreduce").unwrap();
     let gate = Gate::new();
-    let wait_for = s.get_global_func("proc.wait_for").unwrap();
-    let path: Any = gate.path().into();
-    let held = s.call(Target::One(3), &wait_for, &[path.view()]).unwrap();
+    let held = gate.hold(&s, 3);
     let args: [Any; 4] = [
         send.clone().into(),
         Shape::new(&[0]).into(),

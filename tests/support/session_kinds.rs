@@ -247,6 +247,15 @@ impl Gate {
         self.path.to_str().unwrap()
     }
 
+    /// Holds worker `worker` of `s` at the gate: a call of `proc.wait_for` to it alone, whose
+    /// DRef this returns.
+    pub fn hold(&self, s: &Arc<Session>, worker: usize) -> discovm::session::DRef {
+        let wait_for = s.get_global_func("proc.wait_for").unwrap();
+        let path: Any = self.path().into();
+        let target = discovm::session::Target::One(worker);
+        s.call(target, &wait_for, &[path.view()]).unwrap()
+    }
+
     /// Lets one call waiting at the gate (or the next to come) through.
     pub fn release_one(&self) {
         (&self.fifo).write_all(&[1]).unwrap();
