@@ -2,7 +2,9 @@
 //! waiting in a collective fails at once, with no session timeout, when a peer it waits for
 //! finished the same call without joining (its function failed first, or returned early);
 //! the error names the collective, the call, the peer and the peer's cause; and the session,
-//! its communicator included, works afterwards.
+//! its communicator included, works afterwards. On two nodes the workers of different nodes
+//! meet through Gloo: the controller rules on a wait for a peer that passed, and makes the
+//! aborted communicators again before the next call.
 
 #[path = "support/built_library.rs"]
 mod built_library;
@@ -10,6 +12,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/session_calls.rs"]
@@ -156,3 +160,75 @@ fn a_peer_that_fails_and_moves_on_to_the_next_call_fails_only_the_first(kind: se
     s.sync_all().unwrap();
 }
 each_kind!(a_peer_that_fails_and_moves_on_to_the_next_call_fails_only_the_first);
+
+/// On two nodes (`workers` in all), the last worker (on node 1) fails before the allreduce:
+/// every worker waiting for it, on either node, fails within a second, the worker of node 0
+/// that waits for node 1 through Gloo with the words of a peer that passed; the session's next
+/// call finds the communicators made again, without `init_ccl`.
+fn a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once(workers: i64) {
+    if gloo::plugin().is_none() {
+        return;
+    }
+    let s = session_kinds::session(session_kinds::Kind::Nodes, workers);
+    s.init_ccl("cpu", &[]).unwrap();
+    let (send, recv) = (filled(&s, 4), filled(&s, 4));
+    let but = s.get_global_func("proc.allreduce_but").unwrap();
+    let last = workers - 1;
+    for round in 0..2 {
+        let args = [
+            Any::Int(last),
+            Any::Bool(true),
+            send.clone().into(),
+            recv.clone().into(),
+        ];
+        let started = Instant::now();
+        let _reduced = call(&s, &but, &args);
+        let number = calls_sent(&s);
+        let err = s.sync_all().unwrap_err();
+        let took = started.elapsed();
+        assert!(
+            took < FAILS_WITHIN,
+            "round {round}: the sync took {took:?}: {err:?}"
+        );
+        assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+        // Worker 0 waits across nodes for node 1's first worker: with one worker per node the
+        // failing one, whose wait the controller rules on; with two, node 1's first worker,
+        // which its node's meeting failed at once, and which says so to the other leader.
+        let waiter = if workers == 2 {
+            format!(
+                "allreduce in call {number} (`proc.allreduce_but`) on worker 0: worker 1 \
+                 finished call {number} without joining it: "
+            )
+        } else {
+            "worker 0: `proc.allreduce_but` failed: ValueError: allreduce: worker 2 could not \
+             take part"
+                .to_string()
+        };
+        assert_error(&err, ErrorKind::Worker, &waiter);
+        assert_error(
+            &err,
+            ErrorKind::Worker,
+            "`proc.allreduce_but` failed: ValueError: failed before the allreduce on purpose",
+        );
+        // The next call makes the communicators again: an allreduce of every worker works.
+        let ones = [
+            Any::Int(-1),
+            Any::Bool(false),
+            send.clone().into(),
+            recv.clone().into(),
+        ];
+        let _next = call(&s, &but, &ones);
+        s.sync_all().unwrap();
+        assert_eq!(read_worker0(&s, &recv, 4), vec![1.0; 4], "round {round}");
+    }
+}
+
+#[test]
+fn a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once_one_worker_per_node() {
+    a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once(2);
+}
+
+#[test]
+fn a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once_two_workers_per_node() {
+    a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once(4);
+}

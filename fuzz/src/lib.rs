@@ -776,6 +776,11 @@ pub fn node_stream(data: &[u8]) {
                         }
                         Err(error) => assert_eq!(error.kind, ErrorKind::Value, "{error}"),
                     },
+                    // A signal: its fixed part and a text, within the bound.
+                    routed::What::Signal => {
+                        let most = routed::SIGNAL_FIXED + routed::MAX_SIGNAL_TEXT;
+                        assert!((routed::SIGNAL_FIXED..=most).contains(&message.frame.len()));
+                    }
                     routed::What::Frame | routed::What::Death => {
                         let header = Header::parse(&message.frame, &limits).expect("checked");
                         assert_eq!(header.frame_len(), message.frame.len());

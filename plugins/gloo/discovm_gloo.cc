@@ -30,10 +30,25 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+// The TCP pair's way to fail its waiting operations from another thread. Its header needs one
+// that some packages of Gloo leave out (gloo/common/memory.h); without it, the one member
+// function used here is declared alone. It is not virtual, and the generic pair is the TCP
+// pair's first base, so the call reaches the library's function with the right object.
+#if __has_include(<gloo/common/memory.h>)
+#include <gloo/transport/tcp/pair.h>
+#else
+namespace gloo::transport::tcp {
+class Pair : public ::gloo::transport::Pair {
+ public:
+  std::exception_ptr signalExceptionExternal(const std::string& msg);
+};
+}  // namespace gloo::transport::tcp
+#endif
+
 namespace {
 
 // The version of this C ABI; the library refuses a plugin of another.
-constexpr int kAbiVersion = 2;
+constexpr int kAbiVersion = 3;
 
 // Where point-to-point transfers meet, apart from the slots of Gloo's collectives.
 constexpr uint64_t kTransferSlot = 0x6476'6d00'0000'0000ULL;
@@ -58,6 +73,20 @@ class Mesh : public gloo::Context {
   std::vector<char> address(int peer) { return getPair(peer)->address().bytes(); }
 
   void connect(int peer, const std::vector<char>& address) { getPair(peer)->connect(address); }
+
+  // Fails every operation waiting on a pair of this context, now and later, with `why`. Safe
+  // from any thread: each pair takes its own lock, and the pairs themselves never change once
+  // made.
+  void abort(const std::string& why) {
+    for (int peer = 0; peer < size; ++peer) {
+      if (peer == rank) {
+        continue;
+      }
+      // Every pair of a mesh is a TCP pair: `dvm_gloo_open` makes them on a TCP device.
+      auto* pair = static_cast<gloo::transport::tcp::Pair*>(getPair(peer).get());
+      pair->signalExceptionExternal(why);
+    }
+  }
 };
 
 void report(char* err, size_t cap, const char* what) {
@@ -251,6 +280,15 @@ int dvm_gloo_recv(void* ctx, void* buf, size_t len, int peer, char* err, size_t 
     unbound->recv(peer, kTransferSlot);
     unbound->waitRecv(mesh(ctx).getTimeout());
   });
+}
+
+// Fails the operations waiting on the context, from any thread (the context is broken after).
+void dvm_gloo_abort(void* ctx, const char* why) {
+  try {
+    mesh(ctx).abort(why != nullptr ? why : "aborted");
+  } catch (...) {
+    // A pair that cannot take the exception is already failing its operations.
+  }
 }
 
 void dvm_gloo_close(void* ctx) { delete static_cast<Mesh*>(ctx); }

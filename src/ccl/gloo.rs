@@ -9,7 +9,7 @@
 //! ends at the session's timeout (without one, after [`GLOO_WITHOUT_TIMEOUT`](crate::channel::deadline::GLOO_WITHOUT_TIMEOUT)), and a failed
 //! collective leaves the meshes broken until `init_ccl` is called again.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use super::args::{buffer, root_send, sized};
 use super::backend::Backend;
@@ -22,6 +22,11 @@ use crate::abi::DLDataType;
 use crate::device::gloo::Mesh;
 use crate::object::{AnyView, Error, Result};
 use crate::worker::WorkerInfo;
+use crate::worker::activity::{self, Comm};
+
+mod watch;
+
+pub(super) use watch::Watch;
 
 pub(crate) const OPEN: &str = "runtime.disco.gloo.open_per_worker";
 pub(crate) const CONNECT: &str = "runtime.disco.gloo.connect_per_worker";
@@ -37,14 +42,17 @@ pub(crate) fn node_groups(per_node: usize, per_group: usize) -> (bool, usize) {
 /// hierarchically.
 pub(super) struct Meshes {
     pub info: WorkerInfo,
-    world: Mesh,
+    world: Arc<Mesh>,
     /// The worker's group, when the session has more than one.
-    group: Option<Mesh>,
+    group: Option<Arc<Mesh>>,
     /// The node's workers in shared memory, with the leaders' mesh on each node's first
     /// worker, when the session runs hierarchically (see `hierarchy`).
     pub local: Option<Local>,
     /// Why a collective failed, once one did: later ones fail at once.
     broken: OnceLock<String>,
+    /// The watch that ends the worker's Gloo waits the controller rules hopeless (from when
+    /// the meshes are connected).
+    pub watch: Option<Watch>,
 }
 
 /// A worker's part in its node's shared-memory communicator.
@@ -58,17 +66,44 @@ pub(super) struct Local {
     /// Whether every group lies within one node (its collectives stay in shared memory).
     pub groups_inside: bool,
     /// The mesh of the nodes' first workers, on those workers.
-    pub leaders: Option<Mesh>,
+    pub leaders: Option<Arc<Mesh>>,
 }
 
 impl Meshes {
-    pub fn new(info: WorkerInfo, world: Mesh, group: Option<Mesh>, local: Option<Local>) -> Self {
+    pub fn new(
+        info: WorkerInfo,
+        world: Arc<Mesh>,
+        group: Option<Arc<Mesh>>,
+        local: Option<Local>,
+    ) -> Self {
         Meshes {
             info,
             world,
             group,
             local,
             broken: OnceLock::new(),
+            watch: None,
+        }
+    }
+
+    /// Every mesh of this worker, for its watch to abort.
+    pub fn all(&self) -> Vec<Arc<Mesh>> {
+        let leaders = self.local.as_ref().and_then(|l| l.leaders.clone());
+        std::iter::once(self.world.clone())
+            .chain(self.group.clone())
+            .chain(leaders)
+            .collect()
+    }
+
+    /// The communicator `mesh`, one of this worker's, counts joins on.
+    fn comm_of(&self, mesh: &Mesh) -> Comm {
+        let is = |other: Option<&Arc<Mesh>>| other.is_some_and(|m| std::ptr::eq(&**m, mesh));
+        if is(self.group.as_ref()) {
+            Comm::Group
+        } else if is(self.local.as_ref().and_then(|l| l.leaders.as_ref())) {
+            Comm::Leaders
+        } else {
+            Comm::Session
         }
     }
 
@@ -83,12 +118,12 @@ impl Meshes {
     /// Every mesh of this worker, in the order of its addresses in the rendezvous, each with
     /// where its ranks are: rank r is worker `base + r * stride`.
     pub fn in_order(&self) -> Vec<(&Mesh, usize, usize)> {
-        let mut all = vec![(&self.world, 0, 1)];
+        let mut all = vec![(&*self.world, 0, 1)];
         let first_of_group = self.info.id - self.info.local_id();
-        all.extend(self.group.as_ref().map(|g| (g, first_of_group, 1)));
+        all.extend(self.group.as_ref().map(|g| (&**g, first_of_group, 1)));
         if let Some(local) = &self.local {
             let per_node = local.member.info.num_workers;
-            all.extend(local.leaders.as_ref().map(|l| (l, 0, per_node)));
+            all.extend(local.leaders.as_ref().map(|l| (&**l, 0, per_node)));
         }
         all
     }
@@ -138,13 +173,17 @@ impl Backend for Meshes {
             )));
         }
         collective.check_arity(args)?;
-        match &self.local {
+        let run = || match &self.local {
             Some(local) => Hierarchy {
                 meshes: self,
                 local,
             }
             .run(collective, args),
             None => self.flat(collective, args),
+        };
+        match &self.watch {
+            Some(watch) => watch.during(run),
+            None => run(),
         }
     }
 }
@@ -288,6 +327,15 @@ pub(super) fn across<T, U>(
         Ok((digest, _)) => *digest,
         Err(_) => Digest::new(what, 0, None, None).failed(),
     };
+    // The controller judges the wait by the count (see `activity::Joins`), and names the
+    // peers it may wait for.
+    activity::note_joined(meshes.comm_of(mesh));
+    let (base, stride) = at;
+    activity::note_waiting_for(
+        (0..mesh.size)
+            .filter(|&rank| rank != mesh.rank)
+            .map(|rank| base + rank * stride),
+    );
     let posts = meshes.kept(exchange(mesh, &digest));
     let (_, ready) = prepared?;
     check(&posts?, at)?;

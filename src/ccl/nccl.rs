@@ -24,7 +24,7 @@ use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
 use crate::vm::{Operand, Stream};
-use crate::worker::activity::Record;
+use crate::worker::activity::{Comm as Joined, Record};
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
@@ -79,7 +79,7 @@ impl Comms {
     /// in a call to this worker alone leaves the last of a call to every worker watched: it
     /// cannot finish before that one).
     fn queued(&self, what: Collective, grouped: bool) {
-        let count = self.shared.activity.nccl_queued_one(grouped);
+        let count = self.shared.activity.joined_one(on(grouped));
         if let Some((call, function)) = worker::activity::own_broadcast_call() {
             *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Queued {
                 what,
@@ -151,6 +151,16 @@ impl Comms {
     }
 }
 
+/// The communicator whose count a collective on the group's (`grouped`) or the session's NCCL
+/// communicator adds to in the worker's record.
+fn on(grouped: bool) -> Joined {
+    if grouped {
+        Joined::Group
+    } else {
+        Joined::Session
+    }
+}
+
 /// The failure of `last`, a collective worker `info` queued, when a worker of its team (in
 /// `peers`, the records by id) finished its call having queued fewer collectives on the team's
 /// communicator; the message is the CPU backend's for a worker that finished the call without
@@ -171,17 +181,19 @@ fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Err
         let how = record.passed(last.call)?;
         // Read after the call's end: what it queued then, unless it queued more in a later
         // call (whose collectives NCCL may pair with this one: not judged here).
-        let (call, queued) = record.nccl_queued()?;
-        (call <= last.call && queued[usize::from(last.grouped)] < last.count).then(|| {
-            super::communicator::passed_error(
-                last.what,
-                last.call,
-                last.function.as_deref(),
-                info.id,
-                peer,
-                Some(how),
-            )
-        })
+        let joins = record.joins()?;
+        joins
+            .passed(last.call, on(last.grouped), last.count)
+            .then(|| {
+                super::communicator::passed_error(
+                    last.what,
+                    last.call,
+                    last.function.as_deref(),
+                    info.id,
+                    peer,
+                    Some(how),
+                )
+            })
     })
 }
 
@@ -478,7 +490,7 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         last: Mutex::new(None),
         shared,
     };
-    comms.shared.activity.nccl_made();
+    comms.shared.activity.comms_made();
     backend::install(Arc::new(comms));
     check_worker_thread_waits();
     flushed.map(|()| Any::None)
@@ -782,26 +794,26 @@ mod tests {
         let peers = records(2);
         let last = first_allreduce();
         peers[1].begin_call(7, true, Some("f"));
-        peers[1].nccl_queued_one(false);
+        peers[1].joined_one(Joined::Session);
         peers[1].end_call(None);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // What it queued on another communicator does not count.
         peers[1].begin_call(7, true, Some("f"));
-        peers[1].nccl_made();
-        peers[1].nccl_queued_one(true);
+        peers[1].comms_made();
+        peers[1].joined_one(Joined::Group);
         peers[1].end_call(None);
         let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("it passed");
         assert!(error.message.ends_with("without joining it: `f` returned"));
 
         // A later call queued one, which NCCL pairs with this one.
         peers[1].begin_call(8, true, None);
-        peers[1].nccl_queued_one(false);
+        peers[1].joined_one(Joined::Session);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // A later init_ccl made it new communicators: its count no longer tells of call 7.
         peers[1].begin_call(9, true, Some(INIT));
-        peers[1].nccl_made();
+        peers[1].comms_made();
         peers[1].end_call(None);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
     }

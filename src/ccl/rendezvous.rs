@@ -15,7 +15,7 @@ use std::time::Duration;
 use super::backend;
 use super::communicator::{fresh_in_this_arena, in_this_arena};
 use super::cpu::{self, Member};
-use super::gloo::{CONNECT, Local, Meshes, OPEN, node_groups};
+use super::gloo::{CONNECT, Local, Meshes, OPEN, Watch, node_groups};
 use crate::channel::SpinPolicy;
 use crate::channel::deadline::{GLOO_WITHOUT_TIMEOUT, timeout_from_signed_ms};
 use crate::device::gloo::Mesh;
@@ -119,14 +119,14 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     };
     backend::forget();
     let timeout = ccl_timeout.unwrap_or(GLOO_WITHOUT_TIMEOUT);
-    let world = Mesh::open(host, info.id, info.num_workers, timeout)?;
+    let world = Arc::new(Mesh::open(host, info.id, info.num_workers, timeout)?);
     let group = if info.num_groups > 1 {
-        Some(Mesh::open(
+        Some(Arc::new(Mesh::open(
             host,
             info.local_id(),
             info.workers_per_group(),
             timeout,
-        )?)
+        )?))
     } else {
         None
     };
@@ -144,7 +144,7 @@ fn open_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         info: local_info,
         groups_inside,
     };
-    let leaders = || Mesh::open(host, node, nodes, timeout);
+    let leaders = || Mesh::open(host, node, nodes, timeout).map(Arc::new);
     let (local, attach) = match (hierarchical, here, staged) {
         (false, ..) => (None, None),
         (true, _, Some(ccl)) => {
@@ -246,6 +246,10 @@ fn connect_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
             leaders: None,
         });
     }
+    let worker = crate::worker::shared()
+        .ok_or_else(|| Error::runtime(format!("`{CONNECT}` must run on a session worker")))?;
+    meshes.watch = Some(Watch::start(meshes.all(), worker.clone())?);
+    worker.activity.comms_made();
     backend::install(meshes);
     Ok(Any::None)
 }

@@ -5,7 +5,8 @@
 //! A [`Mesh`] is one rank's Gloo context: [`Mesh::open`] binds a TCP pair for every peer,
 //! whose addresses the caller carries to the peers (the session does it over its own
 //! authenticated connections), and [`Mesh::connect`] joins them. Every operation waits at
-//! most the mesh's timeout and reports Gloo's error text.
+//! most the mesh's timeout and reports Gloo's error text; [`Mesh::abort`], from any thread,
+//! ends the waits at once.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -19,7 +20,7 @@ pub const PLUGIN_VAR: &str = "DISCOVM_GLOO_PLUGIN";
 /// The plugin's file name, next to the library.
 pub const PLUGIN_FILE: &str = "libdiscovm_gloo.so";
 /// The version of the plugin's C ABI this library speaks.
-const ABI_VERSION: c_int = 2;
+const ABI_VERSION: c_int = 3;
 /// Room for Gloo's error messages.
 const ERR_CAP: usize = 1024;
 /// Room for one pair's address (a socket address and a sequence number).
@@ -71,6 +72,7 @@ struct Api {
     send:
         unsafe extern "C" fn(*mut c_void, *const c_void, usize, c_int, *mut c_char, usize) -> c_int,
     recv: unsafe extern "C" fn(*mut c_void, *mut c_void, usize, c_int, *mut c_char, usize) -> c_int,
+    abort: unsafe extern "C" fn(*mut c_void, *const c_char),
     close: unsafe extern "C" fn(*mut c_void),
 }
 
@@ -106,6 +108,7 @@ impl Api {
             barrier: required!(c"dvm_gloo_barrier"),
             send: required!(c"dvm_gloo_send"),
             recv: required!(c"dvm_gloo_recv"),
+            abort: required!(c"dvm_gloo_abort"),
             close: required!(c"dvm_gloo_close"),
         })
     }
@@ -187,7 +190,8 @@ pub struct Mesh {
 // SAFETY: a Gloo context may be used from any thread, one operation at a time (the owner's
 // `&mut self` or single worker thread guarantees that).
 unsafe impl Send for Mesh {}
-// SAFETY: as above: the session's worker runs one operation at a time.
+// SAFETY: as above: the session's worker runs one operation at a time, and `abort`, the one
+// call another thread makes, is safe beside it.
 unsafe impl Sync for Mesh {}
 
 impl Mesh {
@@ -408,6 +412,16 @@ impl Mesh {
             // SAFETY: by the contract.
             unsafe { (self.api.recv)(self.raw, buf.cast(), len, peer as c_int, err, cap) == 0 }
         })
+    }
+}
+
+impl Mesh {
+    /// Fails every operation waiting on the mesh, now and later, with `why` (from any thread;
+    /// the peers' operations with this rank fail too, as its connections close).
+    pub fn abort(&self, why: &str) {
+        let why = CString::new(why.replace('\0', " ")).expect("NUL bytes replaced");
+        // SAFETY: a live context and a terminated message; the plugin catches everything.
+        unsafe { (self.api.abort)(self.raw, why.as_ptr()) };
     }
 }
 

@@ -31,6 +31,9 @@ pub enum What {
     /// From a node, about every worker of it: the records of its workers that changed since it
     /// last sent them ([`board`](super::board)).
     Board = 4,
+    /// From the controller, to the routed worker(s): something to note outside the workers'
+    /// queues (the session stops, new communicators come, a collective was ruled hopeless).
+    Signal = 5,
 }
 
 /// Bytes of the hash before an uploaded module.
@@ -44,6 +47,7 @@ impl What {
             What::Death,
             What::Upload,
             What::Board,
+            What::Signal,
         ]
         .into_iter()
         .find(|w| *w as u32 == code)
@@ -94,12 +98,33 @@ pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8])
 
 /// Bytes of a node's board entry before its texts (`session::node_board` lays entries out):
 /// a board shorter than one entry is refused here.
-pub const BOARD_ENTRY_FIXED: usize = 88;
+pub const BOARD_ENTRY_FIXED: usize = 136;
 
 /// Writes a node's board: `entries`, encoded by `session::node_board::encode`.
 pub fn write_board(out: &mut impl Write, entries: &[u8]) -> io::Result<()> {
     write_sized(out, What::Board, entries.len())?;
     out.write_all(entries)
+}
+
+/// Bytes of a signal before its text: its kind (`u32`), a zero `u32`, and a call (`u64`).
+pub const SIGNAL_FIXED: usize = 16;
+/// Bytes of a signal's text at most.
+pub const MAX_SIGNAL_TEXT: usize = 512;
+
+/// Writes a signal of kind `kind` about call `call` with `text` for the worker(s) of `route`.
+pub fn write_signal(
+    out: &mut impl Write,
+    route: u32,
+    kind: u32,
+    call: u64,
+    text: &[u8],
+) -> io::Result<()> {
+    write_head(out, route, What::Signal)?;
+    out.write_all(&((SIGNAL_FIXED + text.len()) as u64).to_le_bytes())?;
+    out.write_all(&kind.to_le_bytes())?;
+    out.write_all(&0u32.to_le_bytes())?;
+    out.write_all(&call.to_le_bytes())?;
+    out.write_all(text)
 }
 
 /// Writes the route of a message to every worker and the length of what follows.
@@ -173,6 +198,23 @@ pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<
                     "{name} of {len} bytes routed to {route:#x} (it is about every worker, \
                      holds {holds} of {least} bytes at least, and at most {} bytes)",
                     limits.max_payload
+                ))));
+            }
+            Ok(Head {
+                route,
+                what,
+                header: None,
+                rest: len as usize,
+            })
+        }
+        What::Signal => {
+            let mut len = [0u8; 8];
+            read_exact(input, &mut len)?;
+            let len = u64::from_le_bytes(len);
+            let most = SIGNAL_FIXED + MAX_SIGNAL_TEXT;
+            if !(SIGNAL_FIXED as u64..=most as u64).contains(&len) {
+                return Err(ReadError::Bad(Error::value(format!(
+                    "a signal of {len} bytes (from {SIGNAL_FIXED} to {most})"
                 ))));
             }
             Ok(Head {
@@ -308,11 +350,14 @@ mod tests {
         assert!(bad(&sized(What::Upload, ALL, 31)).contains("an upload of 31 bytes"));
         assert!(bad(&sized(What::Upload, ALL, 65)).contains("at most 64 bytes"));
         assert_eq!(
-            bad(&sized(What::Board, 1, 88)),
-            "a board of 88 bytes routed to 0x1 (it is about every worker, holds an entry of 88 \
-             bytes at least, and at most 64 bytes)"
+            bad(&sized(What::Board, 1, 136)),
+            "a board of 136 bytes routed to 0x1 (it is about every worker, holds an entry of \
+             136 bytes at least, and at most 64 bytes)"
         );
-        assert!(bad(&sized(What::Board, ALL, 87)).contains("a board of 87 bytes"));
+        assert!(bad(&sized(What::Board, ALL, 135)).contains("a board of 135 bytes"));
+        // Signals: a fixed part at least, and a text no longer than a ruling's.
+        assert!(bad(&sized(What::Signal, 0, 15)).contains("a signal of 15 bytes (from 16 to 528)"));
+        assert!(bad(&sized(What::Signal, ALL, 529)).contains("a signal of 529 bytes"));
         assert!(bad(&[1, 0, 0, 0, 1, 0, 0, 0]).contains("a heartbeat with route 0x1"));
         // A header declaring a payload past the limit: refused from the header alone.
         let mut big = vec![0u8; ROUTE_SIZE];

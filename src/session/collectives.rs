@@ -77,6 +77,42 @@ impl Session {
     /// the table, and the workers connect (see `ccl::gloo`).
     #[cfg(not(loom))]
     pub(super) fn init_gloo(self: &Arc<Self>) -> Result<()> {
+        self.make_gloo(true)?;
+        if self.referee.get().is_none() {
+            let per_node = self.workers.len() / (self.nodes().len() + 1);
+            super::referee::start(
+                self.workers.clone(),
+                self.state.clone(),
+                per_node,
+                self.num_groups,
+            )?;
+            let _ = self.referee.set(());
+        }
+        Ok(())
+    }
+
+    /// Makes the Gloo communicators again after the referee ruled a wait hopeless, which
+    /// aborted the waiting worker's: before the session's next call, in order with it, as
+    /// `init_ccl` would, but without a sync (a failure of an earlier call stays for the sync
+    /// that reports it).
+    #[cfg(not(loom))]
+    pub(super) fn remake_gloo(self: &Arc<Self>) -> Result<()> {
+        let _one_at_a_time = self
+            .ccl_setup
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for link in self.workers.iter() {
+            link.note_new_ccl();
+        }
+        self.make_gloo(false).map_err(|e| {
+            e.context("making the session's Gloo communicators again (a collective was aborted)")
+        })
+    }
+
+    /// [`Session::init_gloo`]'s making of the communicators; `confirm`: sync the workers after
+    /// they connect.
+    #[cfg(not(loom))]
+    fn make_gloo(self: &Arc<Self>, confirm: bool) -> Result<()> {
         let nodes = self.nodes();
         let here = nodes[0].0.addresses().1;
         let hosts: Vec<String> = std::iter::once(here)
@@ -101,7 +137,7 @@ impl Session {
             (ccl::stage(fresh.clone()), fresh)
         });
         let stage = threads.as_ref().map_or(-1, |(stage, _)| *stage);
-        let set_up = self.open_gloo(&hosts, timeout, area, stage);
+        let set_up = self.open_gloo(&hosts, timeout, area, stage, confirm);
         if let Some((stage, fresh)) = threads {
             ccl::unstage(stage);
             if set_up.is_ok() {
@@ -126,6 +162,7 @@ impl Session {
         timeout_ms: i64,
         area: i64,
         stage: i64,
+        confirm: bool,
     ) -> Result<()> {
         // A worker that cannot load Gloo says so: the backend is unavailable.
         let kinded = |e: Error| {
@@ -169,7 +206,7 @@ impl Session {
             &connect,
             &[Any::Bytes(crate::object::Bytes::new(&table)).view()],
         )?;
-        self.sync_all()
+        if confirm { self.sync_all() } else { Ok(()) }
     }
 
     /// Sets up collectives between the workers: `"cpu"` (shared memory, every worker on the
@@ -211,7 +248,7 @@ impl Session {
         // A worker waiting for work of its NCCL communicators (a collective a peer never
         // joined) sees the count change, aborts them and gets to the new ones: the way back
         // after a sync that timed out.
-        for link in &self.workers {
+        for link in self.workers.iter() {
             link.note_new_ccl();
         }
         #[cfg(not(loom))]

@@ -45,7 +45,7 @@ pub(super) type DeathWatch = ();
 /// A session: a controller and its workers (threads of this process, worker processes, or
 /// workers on other nodes), each reached through its link.
 pub struct Session {
-    pub(super) workers: Vec<WorkerLink>,
+    pub(super) workers: Arc<[WorkerLink]>,
     /// The device of each worker.
     pub(super) devices: Vec<DLDevice>,
     pub(super) num_groups: usize,
@@ -78,6 +78,8 @@ pub struct Session {
     /// The number of the last call sent (calls are numbered from 1, in the order they take
     /// their numbers).
     pub(super) calls_sent: AtomicU64,
+    /// Set once the referee of a session across machines runs (from its first `init_ccl`).
+    pub(super) referee: std::sync::OnceLock<()>,
 }
 
 /// Which workers a call goes to.
@@ -503,6 +505,10 @@ impl Session {
         if self.is_closed() {
             return Err(closed_error());
         }
+        #[cfg(not(loom))]
+        if self.state.take_ruling() {
+            self.remake_gloo()?;
+        }
         let args = self.encode_args(args)?;
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let reg = out.reg();
@@ -740,7 +746,7 @@ impl Session {
         // A collective some worker never joins would keep its worker from ever reading the
         // shutdown: break the communicator so its waits end. A worker waiting for NCCL work on
         // its GPU sees its flag, aborts its communicators and stops waiting.
-        for link in &self.workers {
+        for link in self.workers.iter() {
             link.mark_stopping();
         }
         if let Some(ccl) = self

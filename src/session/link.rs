@@ -16,6 +16,7 @@ use std::sync::{Arc, PoisonError};
 use super::node::{NodeConnection, NodeLink};
 #[cfg(not(loom))]
 use super::process::ProcessLink;
+use super::signal::Signal;
 use super::status::{Verdict, WorkerStatus};
 use crate::channel::Deadline;
 #[cfg(not(loom))]
@@ -24,13 +25,12 @@ use crate::channel::{Channel, SpinPolicy};
 use crate::device::cpu::HostTensor;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::Mutex;
-use crate::sync::atomic::Ordering;
 use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
+use crate::worker::WorkerShared;
 use crate::worker::activity::Record;
 use crate::worker::message::{CopyDirection, Message, Reply};
 use crate::worker::registers::Reg;
-use crate::worker::{Signals, WorkerShared};
 
 /// Queues `message()` for each of `targets` without waking them, after `frees`, registers
 /// each target empties first (only a call takes them). Threads get the typed messages
@@ -342,30 +342,26 @@ impl WorkerLink {
         }
     }
 
-    /// Tells a worker that the session is stopping (a worker waiting on its GPU gives up).
+    /// Tells a worker that the session is stopping (a worker waiting on its GPU or on a Gloo
+    /// peer gives up).
     pub fn mark_stopping(&self) {
-        if let Some(signals) = self.signals() {
-            signals.stopping.store(true, Ordering::SeqCst);
-        }
+        self.signal(&Signal::Stopping);
     }
 
     /// Tells a worker that `init_ccl` sends new communicators (a worker stuck on its old ones
     /// gives them up).
     pub fn note_new_ccl(&self) {
-        if let Some(signals) = self.signals() {
-            signals.ccl_generation.fetch_add(1, Ordering::SeqCst);
-        }
+        self.signal(&Signal::NewCommunicators);
     }
 
-    /// What the controller tells the worker outside its queue; none for a worker on another
-    /// node (whose collectives do not wait on a GPU yet).
-    fn signals(&self) -> Option<&Signals> {
+    /// Tells the worker `signal` outside its queue: in its signals, or through its node.
+    pub fn signal(&self, signal: &Signal) {
         match self {
-            WorkerLink::Thread(link) => Some(&link.shared.signals),
+            WorkerLink::Thread(link) => signal.apply(&link.shared.signals),
             #[cfg(not(loom))]
-            WorkerLink::Process(link) => Some(link.signals()),
+            WorkerLink::Process(link) => signal.apply(link.signals()),
             #[cfg(not(loom))]
-            WorkerLink::Node(_) => None,
+            WorkerLink::Node(link) => link.signal(signal),
         }
     }
 

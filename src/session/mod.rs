@@ -19,7 +19,10 @@ mod options;
 #[cfg(not(loom))]
 mod process;
 #[cfg(not(loom))]
+mod referee;
+#[cfg(not(loom))]
 mod requests;
+mod signal;
 mod start;
 mod state;
 mod status;

@@ -129,7 +129,7 @@ impl Session {
     /// Gives the session's worker threads their session and waits until each runs (`started`,
     /// from [`Session::start_threads`]).
     pub(super) fn threads_started(self: &Arc<Self>, started: Vec<Reply<()>>) -> Result<()> {
-        for link in &self.workers {
+        for link in self.workers.iter() {
             if let WorkerLink::Thread(link) = link {
                 let session: Arc<dyn std::any::Any + Send + Sync> = self.clone();
                 let _ = link.shared.session.set(Arc::downgrade(&session));
@@ -310,7 +310,7 @@ impl Session {
             .all(|link| !matches!(link, WorkerLink::Thread(_)));
         Arc::new(Session {
             frees_wait,
-            workers,
+            workers: workers.into(),
             devices,
             num_groups,
             registers: RegisterIds::default(),
@@ -324,6 +324,7 @@ impl Session {
             state,
             node_ccl_inits: AtomicUsize::new(0),
             calls_sent: AtomicU64::new(0),
+            referee: std::sync::OnceLock::new(),
         })
     }
 

@@ -22,6 +22,9 @@ pub(crate) struct SessionState {
     stopping: AtomicBool,
     /// The CPU communicator the workers hold (the session's own), if `init_ccl` made one.
     pub ccl: CurrentCcl,
+    /// Set when the referee ruled a collective hopeless, which aborts the waiting worker's
+    /// communicators: they are made again before the session's next call.
+    ruled: AtomicBool,
 }
 
 impl SessionState {
@@ -30,7 +33,18 @@ impl SessionState {
             broken: OnceLock::new(),
             stopping: AtomicBool::new(false),
             ccl: CurrentCcl::default(),
+            ruled: AtomicBool::new(false),
         }
+    }
+
+    /// Notes that a ruling aborted a worker's communicators.
+    pub fn note_ruling(&self) {
+        self.ruled.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether a ruling aborted communicators since the last time this said so.
+    pub fn take_ruling(&self) -> bool {
+        self.ruled.load(Ordering::Relaxed) && self.ruled.swap(false, Ordering::SeqCst)
     }
 
     /// Marks the session stopping; true for the first call only (the one that stops it).

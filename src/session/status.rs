@@ -292,6 +292,7 @@ mod tests {
                 waits_for: peers.to_vec(),
                 finished: call - 1,
                 failure: None,
+                joins: Default::default(),
             }),
             report_age: Duration::ZERO,
             verdict: None,

@@ -12,9 +12,15 @@
 //! the collectives only read their peers' to judge a wait they are in already.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::sync::clock::coarse_ns;
+
+mod joins;
+mod seq;
+
+pub use joins::{COMMS, Comm, Joins};
+pub(crate) use seq::{Seq, Text, cut};
 
 /// What a worker is doing, as it says itself (`dead` and `lost` are the controller's verdicts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,64 +97,12 @@ pub fn peer_ids(word: impl Fn(usize) -> u64) -> Vec<usize> {
         .filter(|&peer| word(peer / 64) & (1 << (peer % 64)) != 0)
         .collect()
 }
-/// Tries a reader makes before it gives up on a record its writer keeps changing (or died
-/// while changing).
-const READ_TRIES: usize = 1000;
-
-/// A text in atomic words, cut at a character boundary when too long.
-#[repr(C)]
-struct Text<const W: usize> {
-    len: AtomicU32,
-    words: [AtomicU64; W],
-}
-
-impl<const W: usize> Default for Text<W> {
-    fn default() -> Self {
-        Text {
-            len: AtomicU32::new(0),
-            words: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
-    }
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub(crate) fn cut(text: &str, max: usize) -> &str {
-    let mut len = text.len().min(max);
-    while !text.is_char_boundary(len) {
-        len -= 1;
-    }
-    &text[..len]
-}
-
-impl<const W: usize> Text<W> {
-    fn store(&self, text: &str) {
-        let text = cut(text, W * 8);
-        for (word, chunk) in self.words.iter().zip(text.as_bytes().chunks(8)) {
-            let mut bytes = [0; 8];
-            bytes[..chunk.len()].copy_from_slice(chunk);
-            word.store(u64::from_le_bytes(bytes), Ordering::Relaxed);
-        }
-        self.len.store(text.len() as u32, Ordering::Relaxed);
-    }
-
-    fn load(&self) -> String {
-        let len = (self.len.load(Ordering::Relaxed) as usize).min(W * 8);
-        let bytes: Vec<u8> = self
-            .words
-            .iter()
-            .flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes())
-            .take(len)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
 /// One worker's line of the board, on cache lines of its own.
 #[repr(C, align(128))]
 #[derive(Default)]
 pub struct Activity {
     /// Odd while the worker writes.
-    seq: AtomicU64,
+    seq: Seq,
     state: AtomicU32,
     /// The collective's code (`ccl::Collective::code`) while in one; 0 otherwise.
     collective: AtomicU32,
@@ -172,11 +126,12 @@ pub struct Activity {
     /// The last call that failed, and why.
     failed_call: AtomicU64,
     failure: Text<FAILURE_WORDS>,
-    /// The NCCL collectives it queued since its NCCL communicators were made: on the
-    /// session's communicator, and on its group's.
-    nccl_queued: [AtomicU64; 2],
-    /// The call it queued the last of those in, or made the communicators in.
-    nccl_call: AtomicU64,
+    /// The collectives it joined since its communicators were made, on each ([`Comm`]).
+    joined: [AtomicU64; COMMS],
+    /// The call it joined the last of those in, or made the communicators in.
+    joined_call: AtomicU64,
+    /// The communicator of the last it joined ([`Comm::code`]).
+    joined_on: AtomicU32,
 }
 
 /// A consistent reading of a worker's record.
@@ -197,6 +152,8 @@ pub struct Snapshot {
     pub finished: u64,
     /// The last call that failed, and why.
     pub failure: Option<(u64, String)>,
+    /// The collectives it joined, for judging whether a peer can still meet it.
+    pub joins: Joins,
 }
 
 impl Snapshot {
@@ -214,11 +171,7 @@ impl Snapshot {
 impl Activity {
     /// Makes one change, bracketed by the sequence number (the worker's thread only).
     fn change(&self, write: impl FnOnce(&Self)) {
-        let seq = self.seq.load(Ordering::Relaxed);
-        self.seq.store(seq.wrapping_add(1), Ordering::Relaxed);
-        fence(Ordering::Release);
-        write(self);
-        self.seq.store(seq.wrapping_add(2), Ordering::Release);
+        self.seq.write(|| write(self));
     }
 
     fn state(&self) -> State {
@@ -281,7 +234,7 @@ impl Activity {
     }
 
     /// The worker's call enters the collective of code `collective`.
-    fn enter_collective(&self, collective: u32) {
+    pub(crate) fn enter_collective(&self, collective: u32) {
         let now = coarse_ns();
         self.change(|a| {
             a.state.store(State::Collective.code(), Ordering::Relaxed);
@@ -321,43 +274,6 @@ impl Activity {
             return None;
         }
         self.read(|a| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
-    }
-
-    /// The worker's call made its NCCL communicators: it has queued no collective on them
-    /// (and the count starts in that call, so that nobody judges an earlier one by it).
-    pub(crate) fn nccl_made(&self) {
-        let call = self.call.load(Ordering::Relaxed);
-        self.change(|a| {
-            a.nccl_queued
-                .iter()
-                .for_each(|count| count.store(0, Ordering::Relaxed));
-            a.nccl_call.store(call, Ordering::Relaxed);
-        });
-    }
-
-    /// The worker's call queued an NCCL collective on its group's communicator (`grouped`) or
-    /// on the session's; returns how many it queued there since they were made (the worker's
-    /// thread only).
-    pub(crate) fn nccl_queued_one(&self, grouped: bool) -> u64 {
-        let count = self.nccl_queued[usize::from(grouped)].load(Ordering::Relaxed) + 1;
-        let call = self.call.load(Ordering::Relaxed);
-        self.change(|a| {
-            a.nccl_queued[usize::from(grouped)].store(count, Ordering::Relaxed);
-            a.nccl_call.store(call, Ordering::Relaxed);
-        });
-        count
-    }
-
-    /// The NCCL collectives the worker queued since its communicators were made, on the
-    /// session's communicator and on its group's, with the call it queued the last in (or made
-    /// them in); None when the record could not be read.
-    pub(crate) fn nccl_queued(&self) -> Option<(u64, [u64; 2])> {
-        self.read(|a| {
-            (
-                a.nccl_call.load(Ordering::Relaxed),
-                [0, 1].map(|i| a.nccl_queued[i].load(Ordering::Relaxed)),
-            )
-        })
     }
 
     /// The call the worker runs now, for its collectives' posts: its number, if it went to
@@ -405,6 +321,7 @@ impl Activity {
                 waits_for: peer_ids(|i| a.waits_for[i].load(Ordering::Relaxed)),
                 finished,
                 failure: (failed_call != 0).then(|| (failed_call, a.failure.load())),
+                joins: a.joins_now(),
             }
         })
     }
@@ -412,19 +329,7 @@ impl Activity {
     /// What `get` reads of the record between two equal, even sequence numbers; None when the
     /// writer kept changing it through every try (or died in the middle of a change).
     fn read<T>(&self, get: impl Fn(&Self) -> T) -> Option<T> {
-        for _ in 0..READ_TRIES {
-            let before = self.seq.load(Ordering::Acquire);
-            if before % 2 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let read = get(self);
-            fence(Ordering::Acquire);
-            if self.seq.load(Ordering::Relaxed) == before {
-                return Some(read);
-            }
-        }
-        None
+        self.seq.read(|| get(self))
     }
 }
 
@@ -485,6 +390,11 @@ pub(crate) fn own_broadcast_call() -> Option<(u64, Option<String>)> {
 /// every worker; 0 otherwise.
 pub(crate) fn own_call_stamp() -> u64 {
     super::with_own_activity(Activity::call_stamp).unwrap_or(0)
+}
+
+/// Counts a collective the calling worker, if it is one, joins on `on`.
+pub(crate) fn note_joined(on: Comm) {
+    super::with_own_activity(|activity| activity.joined_one(on));
 }
 
 /// Records the peers the calling worker, if it is one, waits for in its collective now.
@@ -567,7 +477,7 @@ mod tests {
     #[test]
     fn a_record_left_mid_change_reads_as_none_without_waiting() {
         let activity = Activity::default();
-        activity.seq.store(1, Ordering::Relaxed);
+        activity.seq.0.store(1, Ordering::Relaxed);
         assert_eq!(activity.snapshot(), None);
     }
 
@@ -610,21 +520,6 @@ mod tests {
             widen(5 * wrap + 7, 5 * wrap + 9, true),
             (5 * wrap + 9, true)
         );
-    }
-
-    #[test]
-    fn nccl_collectives_count_per_communicator_from_their_making() {
-        let activity = Activity::default();
-        assert_eq!(activity.nccl_queued(), Some((0, [0, 0])), "zeroed");
-        activity.begin_call(4, true, Some("f"));
-        assert_eq!(activity.nccl_queued_one(false), 1);
-        assert_eq!(activity.nccl_queued_one(true), 1);
-        activity.begin_call(5, true, None);
-        assert_eq!(activity.nccl_queued_one(false), 2);
-        assert_eq!(activity.nccl_queued(), Some((5, [2, 1])));
-        activity.begin_call(6, true, Some("runtime.disco.nccl.init_ccl_per_worker"));
-        activity.nccl_made();
-        assert_eq!(activity.nccl_queued(), Some((6, [0, 0])));
     }
 
     #[test]

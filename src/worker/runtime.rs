@@ -6,7 +6,7 @@ use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use super::activity::{Activity, State, widen_call};
+use super::activity::{Activity, Seq, State, Text, widen_call};
 use super::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
 };
@@ -49,6 +49,44 @@ pub struct Signals {
     /// them): a device wait of a worker with NCCL communicators gives up when it changes, so
     /// that a worker stuck on its old ones gets to the new ones.
     pub ccl_generation: AtomicU64,
+    /// The controller's ruling that a collective the worker waits in will never complete.
+    pub ruling: Ruling,
+}
+
+/// Words of a ruling's reason.
+const RULING_WORDS: usize = 64;
+
+/// The controller's ruling that the collective a worker waits in, in a call that went to every
+/// worker, will never complete (a peer finished the call without joining it, or is gone): the
+/// call, and why. Its one writer is the controller, or the worker's node on its behalf; a
+/// worker waiting in a collective that cannot end by itself (Gloo's) reads it.
+#[repr(C)]
+#[derive(Default)]
+pub struct Ruling {
+    seq: Seq,
+    /// The call ruled on (0: none yet).
+    call: std::sync::atomic::AtomicU64,
+    why: Text<RULING_WORDS>,
+}
+
+impl Ruling {
+    /// Rules on call `call`, for `why` (its one writer only).
+    pub(crate) fn rule(&self, call: u64, why: &str) {
+        self.seq.write(|| {
+            self.why.store(why);
+            self.call.store(call, std::sync::atomic::Ordering::Relaxed);
+        });
+    }
+
+    /// Why the collective of call `call` will never complete, if the controller ruled so.
+    pub(crate) fn on(&self, call: u64) -> Option<String> {
+        self.seq
+            .read(|| {
+                let ruled = self.call.load(std::sync::atomic::Ordering::Relaxed);
+                (ruled == call).then(|| self.why.load())
+            })
+            .flatten()
+    }
 }
 
 /// Where a record a worker shares with its controller lives: with the worker thread, or in the

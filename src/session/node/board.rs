@@ -11,11 +11,14 @@ use crate::ccl::Collective;
 pub use crate::net::routed::BOARD_ENTRY_FIXED as ENTRY_FIXED;
 use crate::object::{Error, Result};
 use crate::worker::activity::{
-    MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, Snapshot, State, cut, peer_ids, peer_words,
+    COMMS, Comm, Joins, MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, Snapshot, State, cut, peer_ids,
+    peer_words,
 };
 
 /// Where an entry's bits of awaited peers begin.
 const PEERS_AT: usize = 48;
+/// Where an entry's joins begin.
+const JOINS_AT: usize = 88;
 
 /// One worker's entry on its node's board.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +48,16 @@ pub fn encode(entries: &[Entry], out: &mut Vec<u8>) {
         }
         for len in [function.len(), failure.len()] {
             out.extend_from_slice(&(len as u32).to_le_bytes());
+        }
+        let joins = &report.joins;
+        for word in [joins.finished_all, joins.call] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        for word in [u32::from(joins.to_all), joins.on] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
+        for count in joins.counts {
+            out.extend_from_slice(&count.to_le_bytes());
         }
         out.extend_from_slice(function.as_bytes());
         out.extend_from_slice(failure.as_bytes());
@@ -87,6 +100,22 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
         ));
     }
     let failed_call = u64_at(40);
+    let to_all = match u32_at(JOINS_AT + 16) {
+        0 => false,
+        1 => true,
+        other => return Err(format!("a call to every worker flagged {other} (0 or 1)")),
+    };
+    let on = u32_at(JOINS_AT + 20);
+    if Comm::from_code(on).is_none() {
+        return Err(format!("a communicator {on} (0 to {})", COMMS - 1));
+    }
+    let joins = Joins {
+        finished_all: u64_at(JOINS_AT),
+        call: u64_at(JOINS_AT + 8),
+        to_all,
+        on,
+        counts: std::array::from_fn(|i| u64_at(JOINS_AT + 24 + 8 * i)),
+    };
     let (function_len, failure_len) = (u32_at(80) as usize, u32_at(84) as usize);
     if function_len > MAX_FUNCTION_BYTES {
         return Err(format!(
@@ -124,6 +153,7 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
         waits_for: peer_ids(|i| u64_at(PEERS_AT + i * 8)),
         finished: u64_at(32),
         failure: (failed_call != 0).then_some((failed_call, failure)),
+        joins,
     };
     let entry = Entry {
         local: u32_at(0),
@@ -151,6 +181,13 @@ mod tests {
                 waits_for: vec![0, 63, 64, 255],
                 finished: 6,
                 failure: failure.map(|(call, text)| (call, text.to_string())),
+                joins: Joins {
+                    finished_all: 5,
+                    call: 7,
+                    to_all: true,
+                    on: Comm::Leaders.code() as u32,
+                    counts: [3, 0, 9],
+                },
             },
         }
     }
@@ -180,7 +217,27 @@ mod tests {
         let peers = 1u64 | 1 << 63;
         assert_eq!(&second[48..56], &peers.to_le_bytes(), "peers 0 and 63");
         assert_eq!(&second[80..88], &[8, 0, 0, 0, 14, 0, 0, 0]);
-        assert_eq!(&second[88..96], b"mlp.step");
+        assert_eq!(
+            &second[88..96],
+            &5u64.to_le_bytes(),
+            "the last call to all it finished"
+        );
+        assert_eq!(
+            &second[96..104],
+            &7u64.to_le_bytes(),
+            "the call of its last join"
+        );
+        assert_eq!(
+            &second[104..112],
+            &[1, 0, 0, 0, 2, 0, 0, 0],
+            "to all; the leaders'"
+        );
+        assert_eq!(
+            &second[128..136],
+            &9u64.to_le_bytes(),
+            "joins on the leaders' mesh"
+        );
+        assert_eq!(&second[136..144], b"mlp.step");
     }
 
     #[test]
@@ -220,10 +277,12 @@ mod tests {
         assert!(bad(80, &65u32.to_le_bytes()).contains("a function's name of 65 bytes"));
         assert!(bad(84, &257u32.to_le_bytes()).contains("a failure of 257 bytes (at most 256)"));
         assert!(bad(40, &0u64.to_le_bytes()).contains("but no call that failed"));
-        assert!(bad(88, &[0xff]).contains("a function's name that is not UTF-8"));
+        assert!(bad(104, &2u32.to_le_bytes()).contains("flagged 2 (0 or 1)"));
+        assert!(bad(108, &3u32.to_le_bytes()).contains("a communicator 3 (0 to 2)"));
+        assert!(bad(136, &[0xff]).contains("a function's name that is not UTF-8"));
         let message = decode(&good[..good.len() - 1]).unwrap_err().message;
         assert!(
-            message.contains("where its fields and texts take 100"),
+            message.contains("where its fields and texts take 148"),
             "{message}"
         );
         let mut two = good.clone();
@@ -231,7 +290,7 @@ mod tests {
         let message = decode(&two).unwrap_err().message;
         assert_eq!(
             message,
-            "a board's entry 1 (at byte 100) has 10 bytes, where its fields take 88"
+            "a board's entry 1 (at byte 148) has 10 bytes, where its fields take 136"
         );
     }
 }

@@ -21,6 +21,7 @@ use crate::channel::{Sleepers, SpinPolicy};
 use crate::net::routed::{self, ALL, HASH_SIZE, ReadError, What};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::requests::{RequestBook, try_send};
+use crate::session::signal::Signal;
 use crate::session::state::SessionState;
 use crate::session::status::{Verdict, WorkerStatus, seconds};
 use crate::sync::Mutex;
@@ -391,6 +392,14 @@ impl NodeConnection {
         }
     }
 
+    /// Sends `signal` to the node for its worker at `route` (or every one), now. A failure
+    /// shows as the node's loss, which the reader reports.
+    pub fn signal(&self, route: u32, signal: &Signal) {
+        // Writing to memory cannot fail.
+        let _ = signal.write(&mut *self.outbox.lock(), route);
+        self.flush();
+    }
+
     /// Sends `module`, whose SHA-256 is `hash`, to the node, now.
     pub fn upload(&self, hash: &[u8; HASH_SIZE], module: &[u8]) -> Result<()> {
         self.outbox
@@ -465,6 +474,11 @@ impl NodeLink {
             local,
             node,
         }
+    }
+
+    /// Tells the worker `signal` through its node.
+    pub fn signal(&self, signal: &Signal) {
+        self.node.signal(self.local as u32, signal);
     }
 
     fn book(&self) -> &RequestBook {

@@ -25,6 +25,7 @@ use crate::net::routed::{self, ALL, ReadError, What};
 use crate::object::{Any, Error, ErrorKind, Result};
 use crate::session::options::SessionOptions;
 use crate::session::process::{self, Here, ProcessLink};
+use crate::session::signal::Signal;
 use crate::session::state::SessionState;
 use crate::session::worker_env::WorkerThreads;
 use crate::sync::Mutex;
@@ -267,6 +268,27 @@ fn relay_requests(
                     "the controller sent a message only nodes send ({:?})",
                     head.what
                 )));
+            }
+            What::Signal => {
+                let message =
+                    routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
+                let signal = Signal::read(&message.frame).map_err(|e| {
+                    Error::runtime(format!("the controller sent a bad signal: {}", e.message))
+                })?;
+                match message.route {
+                    ALL => links.iter().for_each(|link| signal.apply(link.signals())),
+                    w => match links.get(w as usize) {
+                        Some(link) => signal.apply(link.signals()),
+                        None => {
+                            return Err(Error::runtime(format!(
+                                "the controller sent a signal to worker {w:#x} of {}",
+                                links.len()
+                            )));
+                        }
+                    },
+                }
+                buffer = message.frame;
+                continue;
             }
             What::Upload => {
                 let message =

@@ -1,0 +1,243 @@
+//! The referee of a session across machines: it finds, in every worker's record, a worker
+//! waiting in a collective for a peer that will never join it (the peer finished the call
+//! having joined fewer collectives on that communicator, or it is dead or lost), and rules so
+//! in the waiting worker's signals; the worker's watch then ends its Gloo wait at once. Gloo
+//! itself would wait for the peer until its timeout.
+//!
+//! The one idea: the records say everything needed (each worker's call, its joins per
+//! communicator, the calls it finished), so judging asks no worker anything: a thread reads
+//! them every few milliseconds, and a ruling is one signal.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::link::WorkerLink;
+use super::signal::Signal;
+use super::state::SessionState;
+use super::status::{Verdict, WorkerStatus};
+use crate::ccl::{Collective, passed_error};
+use crate::object::{Error, Result};
+use crate::worker::activity::{Comm, State};
+
+/// How often the referee reads the records.
+const PERIOD: Duration = Duration::from_millis(10);
+
+/// A ruling: worker `worker` waits in call `call` for a collective that will never complete.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Ruling {
+    pub worker: usize,
+    pub call: u64,
+    /// Its collective's count on its communicator (a worker is ruled on once per collective).
+    pub count: u64,
+    pub why: String,
+}
+
+/// Starts the referee of the session whose workers are `workers` (`per_node` on each node, in
+/// `num_groups` groups); it ends when the session stops. A ruling marks the session's
+/// communicators to be made again before its next call.
+pub(crate) fn start(
+    workers: Arc<[WorkerLink]>,
+    state: Arc<SessionState>,
+    per_node: usize,
+    num_groups: usize,
+) -> Result<()> {
+    let shape = Shape {
+        num_workers: workers.len(),
+        per_node,
+        per_group: workers.len() / num_groups.max(1),
+    };
+    std::thread::Builder::new()
+        .name("discovm-referee".into())
+        .spawn(move || {
+            let mut ruled = HashSet::new();
+            while !state.is_stopping() {
+                std::thread::sleep(PERIOD);
+                let seen: Vec<WorkerStatus> =
+                    (0..workers.len()).map(|w| workers[w].observe(w)).collect();
+                for ruling in judge(&seen, &shape) {
+                    if ruled.insert((ruling.worker, ruling.call, ruling.count)) {
+                        state.note_ruling();
+                        workers[ruling.worker].signal(&Signal::Ruling {
+                            call: ruling.call,
+                            why: ruling.why,
+                        });
+                    }
+                }
+            }
+        })
+        .map(drop)
+        .map_err(|e| Error::runtime(format!("cannot start the referee thread: {e}")))
+}
+
+/// How a session's workers are laid out.
+pub(crate) struct Shape {
+    pub num_workers: usize,
+    pub per_node: usize,
+    pub per_group: usize,
+}
+
+impl Shape {
+    /// The workers of `worker`'s team on communicator `on`.
+    fn team(&self, worker: usize, on: Comm) -> Vec<usize> {
+        match on {
+            Comm::Session => (0..self.num_workers).collect(),
+            Comm::Group => {
+                let first = worker - worker % self.per_group;
+                (first..first + self.per_group).collect()
+            }
+            Comm::Leaders => (0..self.num_workers).step_by(self.per_node).collect(),
+        }
+    }
+}
+
+/// The rulings `seen` (every worker's status, by id) calls for.
+pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
+    seen.iter()
+        .filter_map(|waiter| {
+            let report = waiter.report.as_ref()?;
+            let joins = &report.joins;
+            // Only a collective joined in this call, which went to every worker, is judged;
+            // a transfer is between two workers and counts for no team.
+            let what = Collective::from_code(report.collective)?;
+            let counted = report.state == State::Collective
+                && joins.to_all
+                && joins.call == report.call
+                && !matches!(what, Collective::Transfer(_));
+            if !counted || waiter.verdict.is_some() {
+                return None;
+            }
+            let on = Comm::from_code(joins.on)?;
+            let count = joins.counts[on.code()];
+            let call = report.call;
+            let function = report.function.as_deref();
+            let why = shape
+                .team(waiter.worker, on)
+                .into_iter()
+                .filter(|&peer| peer != waiter.worker)
+                .find_map(|peer| {
+                    let other = seen.get(peer)?;
+                    let gone = |how: &str, cause: &str| {
+                        let function =
+                            function.map_or_else(|| "its function".into(), |f| format!("`{f}`"));
+                        format!(
+                            "{} in call {call} ({function}) on worker {}: worker {peer} {how}: \
+                             {cause}",
+                            what.what(),
+                            waiter.worker
+                        )
+                    };
+                    match &other.verdict {
+                        Some(Verdict::Dead(cause)) => return Some(gone("is dead", cause)),
+                        Some(Verdict::Lost(cause)) => return Some(gone("is lost", cause)),
+                        None => {}
+                    }
+                    let theirs = other.report.as_ref()?;
+                    theirs.joins.passed(call, on, count).then(|| {
+                        let failed = theirs.failure.as_ref().filter(|(c, _)| *c == call);
+                        let how = failed.map(|(_, text)| text.clone());
+                        passed_error(what, call, function, waiter.worker, peer, Some(how)).message
+                    })
+                })?;
+            Some(Ruling {
+                worker: waiter.worker,
+                call,
+                count,
+                why,
+            })
+        })
+        .collect()
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::worker::activity::{Activity, Comm};
+
+    /// Four workers, two on each node: worker 0 leads node 0, worker 2 node 1.
+    const SHAPE: Shape = Shape {
+        num_workers: 4,
+        per_node: 2,
+        per_group: 4,
+    };
+
+    fn status(worker: usize, record: &Activity) -> WorkerStatus {
+        WorkerStatus {
+            worker,
+            node: worker / 2,
+            pid: None,
+            in_process: false,
+            report: record.snapshot(),
+            report_age: Duration::ZERO,
+            verdict: None,
+        }
+    }
+
+    fn records() -> Vec<Activity> {
+        (0..4).map(|_| Activity::default()).collect()
+    }
+
+    /// Worker `w` in call 7's first allreduce on the leaders' mesh.
+    fn leader_waits(records: &[Activity], w: usize) {
+        records[w].begin_call(7, true, Some("mlp.step"));
+        records[w].joined_one(Comm::Leaders);
+        records[w].enter_collective(Collective::Allreduce.code());
+    }
+
+    fn seen(records: &[Activity]) -> Vec<WorkerStatus> {
+        records
+            .iter()
+            .enumerate()
+            .map(|(w, r)| status(w, r))
+            .collect()
+    }
+
+    #[test]
+    fn a_leader_whose_peer_finished_the_call_without_joining_is_ruled_on() {
+        let records = records();
+        leader_waits(&records, 2);
+        assert!(judge(&seen(&records), &SHAPE).is_empty(), "worker 0 runs");
+        records[0].begin_call(7, true, Some("mlp.step"));
+        records[0].end_call(Some("`mlp.step` failed: ValueError: boom"));
+        let rulings = judge(&seen(&records), &SHAPE);
+        assert_eq!(
+            rulings,
+            [Ruling {
+                worker: 2,
+                call: 7,
+                count: 1,
+                why: "allreduce in call 7 (`mlp.step`) on worker 2: worker 0 finished call 7 \
+                      without joining it: `mlp.step` failed: ValueError: boom"
+                    .into(),
+            }]
+        );
+    }
+
+    #[test]
+    fn peers_that_joined_or_are_outside_the_team_are_not_judged() {
+        let records = records();
+        leader_waits(&records, 2);
+        // Worker 1 (no leader) finished the call: it is not in the leaders' team.
+        records[1].begin_call(7, true, Some("mlp.step"));
+        records[1].end_call(None);
+        // Worker 0 joined the collective and finished the call.
+        records[0].begin_call(7, true, Some("mlp.step"));
+        records[0].joined_one(Comm::Leaders);
+        records[0].end_call(None);
+        assert!(judge(&seen(&records), &SHAPE).is_empty());
+    }
+
+    #[test]
+    fn a_dead_or_lost_peer_is_named_with_its_cause() {
+        let records = records();
+        leader_waits(&records, 0);
+        let mut seen = seen(&records);
+        seen[2].verdict = Some(Verdict::Lost("nothing heard from node 1 for 1.0 s".into()));
+        let rulings = judge(&seen, &SHAPE);
+        assert_eq!(
+            rulings[0].why,
+            "allreduce in call 7 (`mlp.step`) on worker 0: worker 2 is lost: nothing heard \
+             from node 1 for 1.0 s"
+        );
+    }
+}
