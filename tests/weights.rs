@@ -502,6 +502,11 @@ fn bad_input_fails_every_worker_naming_the_parameter_and_file(kind: Kind) {
             second.to_str().unwrap(),
         ],
     );
+    // Worker 1 learns worker 0's error before the broadcast it would have waited in.
+    expect_error(
+        missing.get(1),
+        &["worker 0 failed: cannot read parameter `param_2`"],
+    );
     std::fs::rename(cache.dir.join("elsewhere"), &second).unwrap();
     let first = cache.dir.join("params_shard_0.bin");
     let bytes = std::fs::read(&first).unwrap();
@@ -522,7 +527,21 @@ fn bad_input_fails_every_worker_naming_the_parameter_and_file(kind: Kind) {
         &[loader.clone().into(), index(0)],
     );
     errors_of(&presharded, &["holds no presharded records"]);
-    // Not a loader.
+    // Not a module, not a loader.
+    let args = [
+        cache.json.as_str().into(),
+        cache.text.as_str().into(),
+        "{}".into(),
+        Any::Int(3),
+    ];
+    let not_module = built_in(&s, "runtime.disco.ShardLoader", &args);
+    errors_of(
+        &not_module,
+        &[
+            "TypeError",
+            "argument 3 (module): expected a module, got int",
+        ],
+    );
     let not_loader = built_in(
         &s,
         "runtime.disco.ShardLoaderLoad",

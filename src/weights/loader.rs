@@ -15,8 +15,9 @@ use std::sync::LazyLock;
 use super::cache::{Param, TensorCache};
 use super::shards::{self, Chains};
 use super::spread;
+use crate::abi::type_index;
 use crate::object::args::{argument, arity, is_none};
-use crate::object::module::module_function;
+use crate::object::module::{Module, module_function};
 use crate::object::{
     Any, AnyView, Array, Error, ObjectRef, ObjectType, Result, Tensor, alloc_object, type_key,
 };
@@ -66,6 +67,9 @@ pub(super) fn create(_: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     let path = argument(0, "path", || args[0].as_str())?;
     let metadata = argument(1, "metadata", || args[1].as_str())?;
     let module = (!is_none(args, 3)).then_some(&args[3]);
+    if let Some(module) = module {
+        argument(3, "module", || is_module(module))?;
+    }
     let mut shard_info = if is_none(args, 2) {
         String::new()
     } else {
@@ -83,6 +87,17 @@ pub(super) fn create(_: WorkerInfo, args: &[AnyView<'_>]) -> Result<Any> {
     Ok(Any::from_object(
         alloc_object(ShardLoaderCell::type_index(), cell).erase(),
     ))
+}
+
+/// Fails unless `value` is a module: one of this library's, or one of tvm-ffi's.
+fn is_module(value: &AnyView<'_>) -> Result<()> {
+    if Module::from_view(value).is_some() || value.type_index() == type_index::MODULE {
+        return Ok(());
+    }
+    Err(Error::type_error(format!(
+        "expected a module, got {}",
+        value.type_name()
+    )))
 }
 
 /// The loader argument `i`.
