@@ -20,6 +20,8 @@
 //!   file, the built-ins, modules, and the dispatchers code TVM compiled calls.
 //! - [`ccl`]: the collectives between workers: the CPU protocol, the hierarchy across
 //!   machines, and the NCCL and Gloo backends.
+//! - [`weights`]: loading a model's weights onto the workers: Disco's loader built-ins over the
+//!   tensor cache TVM and MLC write, each parameter scattered, broadcast or read presharded.
 //! - [`session`]: the controller: options, sessions of worker threads, worker processes or
 //!   nodes, DRefs, and the link to each worker (a node's relay included).
 //! - `capi`: the `extern "C"` boundary; thin, catches panics, stores errors per thread. Its
@@ -55,6 +57,8 @@ mod sync;
 /// cbindgen:ignore
 pub mod vm;
 /// cbindgen:ignore
+pub mod weights;
+/// cbindgen:ignore
 pub mod wire;
 /// cbindgen:ignore
 pub mod worker;
@@ -71,6 +75,7 @@ pub fn object_type_keys() -> Vec<&'static str> {
         session::WorkerCell::type_index(),
         object::module::ModuleCell::type_index(),
         vm::StreamCell::type_index(),
+        weights::ShardLoaderCell::type_index(),
     );
     object::type_key::dynamic_keys()
 }

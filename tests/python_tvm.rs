@@ -1,6 +1,7 @@
 //! Runs the Python tests in `tests/python/tvm/` against the built shared library: a model that
 //! Apache TVM compiled for its Relax VM, with collectives, runs on discovm's workers (threads,
-//! worker processes and nodes), and TVM's own Disco session still works in the same process.
+//! worker processes and nodes), Disco's weight loader reads the tensor caches TVM writes (also
+//! from a compiled Relax function), and TVM's own Disco session still works in the same process.
 //! They run in the virtual environment that `tests/support/tvm_venv.sh` makes (apache-tvm 0.27.0.post1, apache-tvm-ffi, numpy, pytest and
 //! the discovm package); the first run needs PyPI. A missing python3, or an environment that
 //! cannot be made, fails the test. Exporting the compiled models needs a C compiler (TVM takes

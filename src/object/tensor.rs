@@ -12,8 +12,8 @@ pub use super::host_memory::{host_alloc, host_free};
 use super::object_ref::{ObjectRef, alloc_object_with, delete_boxed, object_cell};
 use crate::abi::{
     DLDataType, DLDevice, DLManagedTensorVersioned, DLPACK_FLAG_BITMASK_READ_ONLY,
-    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, DVMDeleter, KDL_CPU,
-    KDL_LAST_TYPE_CODE, type_index as ti,
+    DLPACK_MAJOR_VERSION, DLPACK_MINOR_VERSION, DLPackVersion, DLTensor, DVMDeleter, KDL_BOOL,
+    KDL_CPU, KDL_LAST_TYPE_CODE, type_index as ti,
 };
 
 /// Host tensors are aligned to this many bytes.
@@ -33,31 +33,37 @@ impl TensorCell {
     }
 }
 
+/// The names of the dtype codes, by code (DLPack's order). The codes from 7 on name one
+/// format each and say their bits in the name; the others take their bits after the name.
+const CODE_NAMES: [&str; 18] = [
+    "int",
+    "uint",
+    "float",
+    "handle",
+    "bfloat",
+    "complex",
+    "bool",
+    "float8_e3m4",
+    "float8_e4m3",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+];
+
+/// The first code whose format names its bits (`float8_e3m4`, ...).
+const FIRST_NAMED_FORMAT: u8 = 7;
+
 /// A readable dtype name: `float32`, `int8x4`, `bool`.
 pub fn dtype_name(dtype: DLDataType) -> String {
-    const NAMES: [&str; 18] = [
-        "int",
-        "uint",
-        "float",
-        "handle",
-        "bfloat",
-        "complex",
-        "bool",
-        "float8_e3m4",
-        "float8_e4m3",
-        "float8_e4m3b11fnuz",
-        "float8_e4m3fn",
-        "float8_e4m3fnuz",
-        "float8_e5m2",
-        "float8_e5m2fnuz",
-        "float8_e8m0fnu",
-        "float6_e2m3fn",
-        "float6_e3m2fn",
-        "float4_e2m1fn",
-    ];
-    let base = match NAMES.get(usize::from(dtype.code)) {
+    let base = match CODE_NAMES.get(usize::from(dtype.code)) {
         Some(&"bool") if dtype.bits == 8 => "bool".to_string(),
-        Some(name) if dtype.code >= 7 => (*name).to_string(),
+        Some(name) if dtype.code >= FIRST_NAMED_FORMAT => (*name).to_string(),
         Some(name) => format!("{name}{}", dtype.bits),
         None => format!("dtype(code={}, bits={})", dtype.code, dtype.bits),
     };
@@ -66,6 +72,53 @@ pub fn dtype_name(dtype: DLDataType) -> String {
     } else {
         base
     }
+}
+
+/// The dtype `name` names, as [`dtype_name`] writes it (and TVM, NumPy and tvm-ffi spell it):
+/// `float32`, `bfloat16`, `uint8`, `bool`, `float8_e4m3fn`, `float16x2`.
+///
+/// Errors: `ValueError` naming `name` when it names no dtype.
+pub fn parse_dtype(name: &str) -> Result<DLDataType> {
+    let lanes_apart = || {
+        let (base, lanes) = name.rsplit_once('x')?;
+        let digits = !lanes.is_empty() && lanes.bytes().all(|b| b.is_ascii_digit());
+        Some((
+            base,
+            lanes.parse::<u16>().ok().filter(|&l| digits && l > 0)?,
+        ))
+    };
+    let (base, lanes) = match parse_base(name) {
+        Some(_) => (name, 1),
+        None => lanes_apart().ok_or_else(|| Error::value(format!("`{name}` names no dtype")))?,
+    };
+    let (code, bits) =
+        parse_base(base).ok_or_else(|| Error::value(format!("`{name}` names no dtype")))?;
+    Ok(DLDataType::new(code, bits, lanes))
+}
+
+/// The code and bits of a dtype name without lanes.
+fn parse_base(base: &str) -> Option<(u8, u8)> {
+    if base == "bool" {
+        return Some((KDL_BOOL, 8));
+    }
+    let at = CODE_NAMES.iter().position(|&n| n == base);
+    if let Some(code) = at.filter(|&c| c >= usize::from(FIRST_NAMED_FORMAT)) {
+        // The bits are the digits after `float`: float8_e4m3fn holds 8.
+        let bits = base["float".len()..base.find('_')?].parse().ok()?;
+        return Some((code as u8, bits));
+    }
+    CODE_NAMES[..usize::from(FIRST_NAMED_FORMAT)]
+        .iter()
+        .enumerate()
+        .find_map(|(code, prefix)| {
+            let bits = base.strip_prefix(prefix)?;
+            let digits = !bits.is_empty() && bits.bytes().all(|b| b.is_ascii_digit());
+            let bits = bits
+                .parse::<u8>()
+                .ok()
+                .filter(|b| digits && b.is_power_of_two())?;
+            Some((code as u8, bits))
+        })
 }
 
 fn check_dtype(dtype: DLDataType) -> Result<()> {
@@ -634,6 +687,42 @@ mod tests {
     use crate::abi::{KDL_FLOAT, KDL_INT};
 
     const F32: DLDataType = DLDataType::new(KDL_FLOAT, 32, 1);
+
+    #[test]
+    fn dtype_names_parse_back_to_their_dtypes() {
+        for code in 0..=KDL_LAST_TYPE_CODE {
+            let bits = match code {
+                KDL_BOOL => 8,
+                c if c >= FIRST_NAMED_FORMAT => CODE_NAMES[usize::from(c)][5..6].parse().unwrap(),
+                _ => 16,
+            };
+            for lanes in [1, 4] {
+                let dtype = DLDataType::new(code, bits, lanes);
+                assert_eq!(parse_dtype(&dtype_name(dtype)).unwrap(), dtype);
+            }
+        }
+        assert_eq!(
+            parse_dtype("bool").unwrap(),
+            DLDataType::new(KDL_BOOL, 8, 1)
+        );
+        assert_eq!(parse_dtype("float32").unwrap(), F32);
+        assert_eq!(parse_dtype("uint8").unwrap(), DLDataType::new(1, 8, 1));
+        for bad in [
+            "",
+            "float",
+            "float0",
+            "float33",
+            "int8x0",
+            "f32",
+            "int-8",
+            "float32x",
+            "bfloat16y",
+        ] {
+            let err = parse_dtype(bad).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Value, "{bad}");
+            assert_eq!(err.message, format!("`{bad}` names no dtype"));
+        }
+    }
 
     #[test]
     fn empty_tensors_are_aligned_compact_and_zeroed() {

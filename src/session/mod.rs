@@ -49,4 +49,5 @@ pub use worker_env::WorkerThreads;
 pub(crate) fn register_builtins() {
     crate::worker::builtins::register();
     crate::ccl::register();
+    crate::weights::register();
 }

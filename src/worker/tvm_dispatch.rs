@@ -303,11 +303,12 @@ mod tests {
         for name in &names {
             assert!(registry::get_own(name).is_some(), "{name}");
         }
-        // Disco's collectives are dispatched too, and discovm's own barrier is not.
-        assert_eq!(names.len(), 17);
+        // Disco's collectives and loader are dispatched too, and discovm's own barrier is not.
+        assert_eq!(names.len(), 23);
         for name in [
             "runtime.disco.allreduce",
             "runtime.disco.recv_from_prev_group",
+            "runtime.disco.ShardLoaderLoad",
         ] {
             assert!(names.contains(&name), "{name}");
         }
