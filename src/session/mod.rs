@@ -44,8 +44,8 @@ pub use options::{MAX_WORKERS, QUEUE_CAPACITY, SessionOptions};
 pub(crate) use process::serve as serve_worker;
 pub use worker_env::WorkerThreads;
 
-/// Registers, once per process, every built-in a worker offers: the worker's own and the
-/// collectives'. Whatever hosts workers calls it before they run.
+/// Registers, once per process, every built-in a worker offers: the worker's own, the
+/// collectives' and the weight loader's. Whatever hosts workers calls it before they run.
 pub(crate) fn register_builtins() {
     crate::worker::builtins::register();
     crate::ccl::register();
