@@ -67,6 +67,9 @@ struct Program {
     /// Whether it starts worker processes that run the default worker program
     /// (`discovm-worker` next to the library), which is built first then.
     default_worker: bool,
+    /// Whether it writes files where it runs: it runs in its build directory, not the
+    /// repository's root.
+    writes_files: bool,
 }
 
 impl Program {
@@ -78,6 +81,14 @@ impl Program {
             libs: &[],
             worker: None,
             default_worker: false,
+            writes_files: false,
+        }
+    }
+
+    const fn writes_files(self) -> Self {
+        Program {
+            writes_files: true,
+            ..self
         }
     }
 
@@ -172,6 +183,7 @@ programs! {
         .worker("programs/discovm-node.c")
         .default_worker();
     example_status: Program::new("examples-c/status.c");
+    example_trace: Program::new("examples-c/trace.c").writes_files();
 }
 
 /// Where compiled programs go (one directory per runner, as both build the same programs at
@@ -206,6 +218,9 @@ fn command(runner: Runner, binary: &Path) -> Command {
 
 /// Runs a compiled program and checks how it ended; prints what it printed.
 fn run(program: &Program, runner: Runner, command: &mut Command) {
+    if program.writes_files {
+        command.current_dir(out_dir(runner));
+    }
     let output = command.output().unwrap_or_else(|e| match runner {
         Runner::Native => panic!("cannot run {command:?}: {e}"),
         Runner::Valgrind => panic!(

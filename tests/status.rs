@@ -162,6 +162,11 @@ fn a_sync_that_times_out_says_what_every_worker_does(kind: Kind) {
     );
     assert_error(&err, ErrorKind::Timeout, &format!("{running} for "));
     assert_error(&err, ErrorKind::Timeout, "; workers 0 and 2 are idle");
+    assert_error(
+        &err,
+        ErrorKind::Timeout,
+        "each worker's last events: trace_dump(path)",
+    );
     let err = s.sync_worker(1).unwrap_err();
     assert_error(
         &err,

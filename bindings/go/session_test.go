@@ -1,9 +1,11 @@
 package discovm_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -214,6 +216,42 @@ func TestStatusOfIdleWorkers(t *testing.T) {
 	ok(t, s.Shutdown())
 	_, err := s.Status()
 	expectKind(t, err, discovm.SessionClosed, "")
+}
+
+func TestATraceAndADumpAreWritten(t *testing.T) {
+	s := threaded(t, 2)
+	rank := must(s.GetGlobalFunc("runtime.disco.worker_rank"))
+	defer rank.Close()
+	dir := t.TempDir()
+	ok(t, s.TraceStart())
+	expectKind(t, s.TraceStart(), discovm.ValueError, "runs already")
+	got := must(s.Call(rank))
+	defer got.Close()
+	ok(t, s.SyncAll())
+	ok(t, s.TraceStop(filepath.Join(dir, "trace.json")))
+	ok(t, s.TraceDump(filepath.Join(dir, "dump.json")))
+	for _, name := range []string{"trace.json", "dump.json"} {
+		var trace struct {
+			TraceEvents []struct {
+				Ph   string         `json:"ph"`
+				Name string         `json:"name"`
+				Args map[string]any `json:"args"`
+			} `json:"traceEvents"`
+		}
+		text := must(os.ReadFile(filepath.Join(dir, name)))
+		ok(t, json.Unmarshal(text, &trace))
+		runs := 0
+		for _, e := range trace.TraceEvents {
+			if e.Ph == "X" && e.Name == "runtime.disco.worker_rank" {
+				runs++
+			}
+		}
+		if runs != 2 {
+			t.Errorf("%s: %d runs of the call, not one per worker", name, runs)
+		}
+	}
+	expectKind(t, s.TraceStop(filepath.Join(dir, "again.json")), discovm.ValueError, "no trace")
+	expectKind(t, s.TraceDump(filepath.Join(dir, "missing", "d.json")), discovm.ValueError, "cannot write")
 }
 
 func TestShutdownClosesTheSession(t *testing.T) {

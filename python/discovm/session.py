@@ -14,13 +14,14 @@ constructor (``discovm.ThreadedSession(num_workers)``). Differences, each on pur
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import importlib
 import json
 import os
 import sys
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -341,6 +342,35 @@ class Session:
             (docs/observability.md says what each field means).
         """
         return json.loads(str(module().session_status(self._handle)))
+
+    @contextlib.contextmanager
+    def trace(self, path: str | os.PathLike[str]) -> Iterator[None]:
+        """Traces the session while the ``with`` block runs, then writes the timeline to
+        ``path`` in the Chrome Trace Event Format (ui.perfetto.dev and chrome://tracing open
+        it): every worker's calls, syncs, collectives and module loads, the controller's sends,
+        syncs and copies, and flows from each call's send to its runs.
+
+        Raises
+        ------
+        ValueError
+            If a trace of the session runs already, or ``path`` cannot be written.
+        """
+        module().session_trace_start(self._handle)
+        try:
+            yield
+        finally:
+            module().session_trace_stop(self._handle, os.fspath(path))
+
+    def trace_dump(self, path: str | os.PathLike[str]) -> None:
+        """Writes the flight recorder to ``path``, in the format of :meth:`trace`: the last
+        1024 events of every worker, kept at all times (a dead worker process's too).
+
+        Raises
+        ------
+        ValueError
+            If ``path`` cannot be written.
+        """
+        module().session_trace_dump(self._handle, os.fspath(path))
 
     def live_registers(self, worker_id: int) -> int:
         """How many registers hold a value on worker ``worker_id`` (functions this session

@@ -20,6 +20,7 @@ mod session;
 mod status;
 mod stream;
 mod tensor;
+mod trace;
 mod tvm_ffi;
 mod value;
 mod worker;
@@ -37,6 +38,7 @@ pub use session::*;
 pub use status::*;
 pub use stream::*;
 pub use tensor::*;
+pub use trace::*;
 pub use value::*;
 pub use worker::*;
 

@@ -12,8 +12,8 @@ use std::sync::Once;
 
 use super::collective::Collective;
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
-use crate::worker::activity;
 use crate::worker::builtins::on_worker;
+use crate::worker::{activity, events};
 
 /// A worker's communicator of one backend: it runs the worker's part of each collective.
 pub(super) trait Backend {
@@ -102,14 +102,22 @@ pub(super) fn held<T: Backend + Clone + 'static>() -> Option<T> {
 fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
     let name = collective.name();
     on_worker(name)?;
+    let started = events::now_ns();
     let _in = activity::enter_collective(collective.code());
-    HELD.with(|h| match &*h.borrow() {
+    let ran = HELD.with(|h| match &*h.borrow() {
         Held::Ready(communicator) => communicator.run(collective, args),
         _ => Err(Error::runtime(format!(
             "`{name}` needs a communicator: call init_ccl on the session first"
         ))),
-    })?;
-    Ok(Any::None)
+    });
+    // The bytes of its first tensor (the one sent, or received where nothing is).
+    let bytes = args
+        .iter()
+        .find_map(|arg| arg.as_tensor().ok())
+        .map_or(0, |tensor| tensor.nbytes() as u64);
+    let kind = events::Kind::Collective;
+    events::record_own(kind, collective.what(), started, collective.code(), bytes);
+    ran.map(|()| Any::None)
 }
 
 /// Registers a built-in for each collective of the table, once per process, and has TVM's

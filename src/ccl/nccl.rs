@@ -846,6 +846,7 @@ mod tests {
                 ..Signals::default()
             }),
             activity: Placed::Own(Default::default()),
+            events: Placed::Own(Default::default()),
             timeout: None,
             session: std::sync::OnceLock::new(),
         });

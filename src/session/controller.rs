@@ -17,6 +17,7 @@ use super::node::{self};
 use super::process;
 use super::state::SessionState;
 use super::status;
+use super::trace::{Doing, Tracer};
 use crate::abi::DLDevice;
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
@@ -27,6 +28,7 @@ use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use crate::worker::activity::call_word;
 use crate::worker::completion::Completion;
+use crate::worker::events::now_ns;
 use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::worker::registers::{Reg, RegisterIds};
 use crate::worker::{self};
@@ -80,6 +82,8 @@ pub struct Session {
     pub(super) calls_sent: AtomicU64,
     /// Set once the referee of a session across machines runs (from its first `init_ccl`).
     pub(super) referee: std::sync::OnceLock<()>,
+    /// The session's timeline, while one is taken.
+    pub(super) tracer: Tracer,
 }
 
 /// Which workers a call goes to.
@@ -513,6 +517,7 @@ impl Session {
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let reg = out.reg();
         let number = self.number_call();
+        let sent = self.tracer.is_on().then(now_ns);
         let call = || Message::Call {
             call: call_word(number, self.targets(target).len() == self.workers.len()),
             func,
@@ -522,6 +527,19 @@ impl Session {
         match target {
             Target::All => self.run_call_on_all(call)?,
             Target::One(_) => self.run(target, call)?,
+        }
+        if let Some(sent) = sent {
+            let worker = match target {
+                Target::All => None,
+                Target::One(worker) => Some(worker),
+            };
+            self.tracer.note(
+                Doing::Sent {
+                    call: number,
+                    worker,
+                },
+                sent,
+            );
         }
         Ok(out)
     }
@@ -574,6 +592,10 @@ impl Session {
     /// Waits until everything sent to `worker` so far has run; reports the first failure there
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
+        self.traced("sync worker", 0, || self.sync_worker_now(worker))
+    }
+
+    fn sync_worker_now(&self, worker: usize) -> Result<()> {
         let link = &self.workers[worker];
         if link.in_sync() {
             return self.synced(worker..worker + 1);
@@ -597,6 +619,10 @@ impl Session {
     /// Sends a sync to every worker first, then collects the replies (fan-out), all within one
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
+        self.traced("sync all", 0, || self.sync_all_now())
+    }
+
+    fn sync_all_now(&self) -> Result<()> {
         if self.workers.iter().all(WorkerLink::in_sync) {
             return self.synced(0..self.workers.len());
         }
@@ -709,6 +735,23 @@ impl Session {
     /// Copies between a host buffer and the tensor in `dref` on worker 0; returns when done.
     /// Errors name `dref` as `name` (the argument that gave it).
     pub fn copy_worker0(
+        self: &Arc<Self>,
+        host: HostTensor,
+        dref: &DRef,
+        name: &'static str,
+        direction: CopyDirection,
+    ) -> Result<()> {
+        let what = match direction {
+            CopyDirection::ToWorker => "copy to worker 0",
+            CopyDirection::FromWorker => "copy from worker 0",
+        };
+        let bytes = host.nbytes() as u64;
+        self.traced(what, bytes, || {
+            self.copy_worker0_now(host, dref, name, direction)
+        })
+    }
+
+    fn copy_worker0_now(
         self: &Arc<Self>,
         host: HostTensor,
         dref: &DRef,

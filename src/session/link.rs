@@ -29,6 +29,7 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 use crate::worker::WorkerShared;
 use crate::worker::activity::Record;
+use crate::worker::events::Ring;
 use crate::worker::message::{CopyDirection, Message, Reply};
 use crate::worker::registers::Reg;
 
@@ -160,6 +161,18 @@ impl WorkerLink {
             WorkerLink::Thread(link) => Some(Record::Thread(link.shared.clone())),
             #[cfg(not(loom))]
             _ => None,
+        }
+    }
+
+    /// The worker's ring of events, where this process can read it: a worker thread's, or a
+    /// worker process's in the arena (after its death too); None for a worker on another node.
+    pub fn events(&self) -> Option<&Ring> {
+        match self {
+            WorkerLink::Thread(link) => Some(&link.shared.events),
+            #[cfg(not(loom))]
+            WorkerLink::Process(link) => Some(link.events()),
+            #[cfg(not(loom))]
+            WorkerLink::Node(_) => None,
         }
     }
 

@@ -29,6 +29,7 @@ use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
 use crate::worker::activity::Activity;
 use crate::worker::completion::Completion;
+use crate::worker::events::Ring;
 use crate::worker::message::Reply;
 use crate::worker::registers::RegisterIds;
 use crate::worker::{self, Exited, Placed, Signals, WorkerInfo, WorkerShared};
@@ -82,6 +83,7 @@ impl Session {
                 exited: Exited::default(),
                 signals: Placed::Own(Signals::default()),
                 activity: Placed::Own(Activity::default()),
+                events: Placed::Own(Ring::default()),
                 timeout: options.timeout,
                 session: OnceLock::new(),
             });
@@ -325,6 +327,7 @@ impl Session {
             node_ccl_inits: AtomicUsize::new(0),
             calls_sent: AtomicU64::new(0),
             referee: std::sync::OnceLock::new(),
+            tracer: Default::default(),
         })
     }
 

@@ -185,6 +185,9 @@ pub(crate) fn describe(workers_seen: &[WorkerStatus]) -> String {
     parts.join("; ")
 }
 
+/// Where a hang report sends its reader for what the workers did before.
+const DUMP_HINT: &str = "each worker's last events: trace_dump(path), dvm_session_trace_dump in C";
+
 impl Session {
     /// What each of `workers` is doing, from the board.
     pub(crate) fn observe(&self, workers: impl IntoIterator<Item = usize>) -> Vec<WorkerStatus> {
@@ -268,7 +271,7 @@ impl Session {
         let seen = self.observe(waited);
         Error::new(
             ErrorKind::Timeout,
-            format!("{what} timed out{after}: {}", describe(&seen)),
+            format!("{what} timed out{after}: {} ({DUMP_HINT})", describe(&seen)),
         )
     }
 }

@@ -276,6 +276,11 @@ impl Activity {
         self.read(|a| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
     }
 
+    /// The number of the call the worker runs, or ran last (the worker's own thread only).
+    pub(crate) fn running_call(&self) -> u64 {
+        self.call.load(Ordering::Relaxed)
+    }
+
     /// The call the worker runs now, for its collectives' posts: its number, if it went to
     /// every worker; 0 otherwise (the worker's own thread only).
     fn call_stamp(&self) -> u64 {

@@ -14,6 +14,7 @@ use std::ptr::NonNull;
 use std::sync::{Arc, OnceLock, PoisonError};
 
 use super::activity::{Activity, Record};
+use super::events::Ring;
 use super::runtime::Signals;
 use crate::abi::{DLDataType, DLDevice, KDL_CPU};
 use crate::channel::Deadline;
@@ -48,6 +49,8 @@ struct WorkerLine {
     /// What the worker is doing: written by the worker, read by the controller (after its
     /// death too).
     activity: Activity,
+    /// Its last events: written by the worker, read by the controller (after its death too).
+    events: Ring,
 }
 
 /// A robust, process-shared mutex that the worker process locks when it attaches and holds
@@ -239,6 +242,11 @@ impl Arena {
     /// What `worker` is doing.
     pub fn activity(&self, worker: usize) -> &Activity {
         &self.line(worker).activity
+    }
+
+    /// The ring of `worker`'s last events.
+    pub fn events(&self, worker: usize) -> &Ring {
+        &self.line(worker).events
     }
 
     /// What `worker` has handled.
@@ -454,6 +462,12 @@ pub(crate) fn signals() -> Result<&'static Signals> {
 pub(crate) fn activity() -> Result<&'static Activity> {
     let region = own_region()?;
     Ok(region.arena.activity(region.worker))
+}
+
+/// This worker process's ring of events, in its line of the arena.
+pub(crate) fn events() -> Result<&'static Ring> {
+    let region = own_region()?;
+    Ok(region.arena.events(region.worker))
 }
 
 /// The records of what every worker of this worker process's arena is doing, by their place in

@@ -9,6 +9,7 @@ pub mod activity;
 pub(crate) mod arena;
 pub(crate) mod builtins;
 pub(crate) mod completion;
+pub mod events;
 pub(crate) mod message;
 pub(crate) mod module;
 pub(crate) mod registers;
@@ -23,5 +24,6 @@ pub use registers::Reg;
 pub(crate) use runtime::Worker;
 pub(crate) use runtime::{
     Exited, Placed, Signals, WorkerShared, current_handle, run, shared, with_own_activity,
+    with_own_events,
 };
 pub use runtime::{WorkerInfo, current, with_stream};

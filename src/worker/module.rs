@@ -10,6 +10,7 @@
 use std::sync::Once;
 
 use super::builtins::on_worker;
+use super::events;
 use crate::object::args::{arity, optional};
 use crate::object::module::{Module, check_file, module_function};
 use crate::object::{Any, AnyView, Error, Function, Result, registry};
@@ -89,18 +90,35 @@ fn load_vm(args: &[AnyView<'_>]) -> Result<Any> {
     Ok(executable)
 }
 
+/// `load`, recording each load as an event of the worker's, named by the end of its path (the
+/// file's name).
+fn recorded(load: fn(&[AnyView<'_>]) -> Result<Any>) -> impl Fn(&[AnyView<'_>]) -> Result<Any> {
+    move |args| {
+        let started = events::now_ns();
+        let loaded = load(args);
+        let path = args.first().and_then(|arg| arg.as_str().ok()).unwrap_or("");
+        let mut tail = path.len().saturating_sub(events::NAME_BYTES);
+        while !path.is_char_boundary(tail) {
+            tail += 1;
+        }
+        events::record_own(events::Kind::Module, &path[tail..], started, 0, 0);
+        loaded
+    }
+}
+
 /// Registers the built-ins once per process.
 pub(super) fn register() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
+        registry::register_global(GET_FUNCTION, Function::from_closure(get_function), true)
+            .expect("built-in names are valid");
         for (name, body) in [
             (LOAD, load as fn(&[AnyView<'_>]) -> Result<Any>),
-            (GET_FUNCTION, get_function),
             (LOAD_VM, load_vm),
             #[cfg(not(loom))]
             (LOAD_UPLOADED, load_uploaded),
         ] {
-            registry::register_global(name, Function::from_closure(body), true)
+            registry::register_global(name, Function::from_closure(recorded(body)), true)
                 .expect("built-in names are valid");
         }
     });

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::activity::{Activity, Seq, State, Text, widen_call};
+use super::events::{self, Event, Ring};
 use super::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
 };
@@ -28,6 +29,8 @@ pub struct WorkerShared {
     pub signals: Placed<Signals>,
     /// What the worker is doing, for anyone to read.
     pub activity: Placed<Activity>,
+    /// Its last events, for anyone to read (the flight recorder).
+    pub events: Placed<Ring>,
     /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
     /// up after it.
     pub timeout: Option<Duration>,
@@ -194,6 +197,16 @@ pub(crate) fn with_own_activity<R>(f: impl FnOnce(&Activity) -> R) -> Option<R> 
             .as_ref()
             .map(|(_, shared, _)| f(&shared.activity))
     })
+}
+
+/// `f` of the ring of events of the worker running on this thread, if any, with the number of
+/// the call it runs (or ran last).
+pub(crate) fn with_own_events(f: impl FnOnce(&Ring, u64)) {
+    CURRENT.with(|c| {
+        if let Some((_, shared, _)) = c.borrow().as_ref() {
+            f(&shared.events, shared.activity.running_call());
+        }
+    });
 }
 
 /// The worker running on this thread, if any.
@@ -409,6 +422,7 @@ impl Worker {
             (name, _) => Some(name.cloned()),
         };
         let function = renamed.as_ref().map(|name| name.as_deref().unwrap_or(""));
+        let started = events::now_ns();
         self.activity().begin_call(number, to_all, function);
         if let Some(name) = renamed {
             self.named = name;
@@ -428,6 +442,16 @@ impl Worker {
                 Slot::Failed(error)
             }
         };
+        self._exit.0.events.record(&Event {
+            kind: events::Kind::Call,
+            start_ns: started,
+            dur_ns: events::now_ns().saturating_sub(started),
+            call: number,
+            bytes: 0,
+            wait_ns: 0,
+            detail: u32::from(to_all),
+            name: self.named.as_deref().unwrap_or(""),
+        });
         self.registers.set(out, slot, None);
     }
 
@@ -501,6 +525,7 @@ impl Worker {
         if stream.is_none() && !on_gpu {
             return;
         }
+        let started = events::now_ns();
         self.activity().enter(State::Syncing);
         if let Some(stream) = stream
             && let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _))
@@ -510,6 +535,16 @@ impl Worker {
         if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
+        self._exit.0.events.record(&Event {
+            kind: events::Kind::Sync,
+            start_ns: started,
+            dur_ns: events::now_ns().saturating_sub(started),
+            call: self.last_call,
+            bytes: 0,
+            wait_ns: 0,
+            detail: 0,
+            name: "sync",
+        });
         self.note_idle();
     }
 

@@ -60,6 +60,9 @@ entry_points!(
     __tvm_ffi_session_sync_worker,
     __tvm_ffi_session_sync_all,
     __tvm_ffi_session_status,
+    __tvm_ffi_session_trace_start,
+    __tvm_ffi_session_trace_stop,
+    __tvm_ffi_session_trace_dump,
     __tvm_ffi_session_init_ccl,
     __tvm_ffi_session_copy_to_worker0,
     __tvm_ffi_session_copy_from_worker0,
@@ -214,6 +217,12 @@ fn valid(f: &Fixture, name: &str) -> Option<Vec<Value>> {
         "session_num_workers" | "session_sync_all" | "session_status" | "session_shutdown" => {
             vec![object(open.session.cast())]
         }
+        // A second start fails: a trace runs from the C API's cases.
+        "session_trace_start" => vec![object(open.session.cast())],
+        "session_trace_stop" | "session_trace_dump" => vec![
+            object(open.session.cast()),
+            c_str(c"/nonexistent-folder/trace.json"),
+        ],
         "session_get_global_func" => {
             vec![
                 object(open.session.cast()),

@@ -130,6 +130,18 @@ export class Session extends Handle {
     return JSON.parse(jsValue(out, wrap));
   }
 
+  /** Begins a trace: every worker's calls, syncs, collectives and module loads, and the
+   * controller's sends, syncs and copies, are kept until `traceStop`. */
+  traceStart() { check(C.dvm_session_trace_start(this.objectAddress())); }
+
+  /** Ends the trace and writes it to the file `path` in the Chrome Trace Event Format, which
+   * ui.perfetto.dev and chrome://tracing open. */
+  traceStop(path) { check(C.dvm_session_trace_stop(this.objectAddress(), path)); }
+
+  /** Writes the flight recorder (every worker's last 1024 events, kept at all times) to the file
+   * `path`, in the format of a trace, with no trace running. */
+  traceDump(path) { check(C.dvm_session_trace_dump(this.objectAddress(), path)); }
+
   /** Copies `host` (a TypedArray holding a tensor of `shape`) into worker 0's `dst`. */
   copyToWorker0(host, shape, dst) { return this.#copy(host, shape, dst, true, true); }
   copyToWorker0Sync(host, shape, dst) { return this.#copy(host, shape, dst, true, false); }

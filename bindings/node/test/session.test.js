@@ -1,5 +1,8 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import * as d from '../src/index.js';
 import { checkCollectives } from './collectives.js';
 
@@ -102,6 +105,26 @@ test('the status says what every worker does', async (t) => {
   for (const h of [rank, first, second]) h.close();
   await s.shutdown();
   assert.throws(() => s.status(), d.SessionClosed);
+});
+
+test('a trace and a dump are written', async (t) => {
+  const s = threaded(t, 2);
+  const rank = s.getGlobalFunc('runtime.disco.worker_rank');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'discovm-trace-'));
+  t.after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  s.traceStart();
+  assert.throws(() => s.traceStart(), d.ValueError);
+  const got = s.call(rank);
+  s.syncAllSync();
+  s.traceStop(path.join(dir, 'trace.json'));
+  s.traceDump(path.join(dir, 'dump.json'));
+  for (const name of ['trace.json', 'dump.json']) {
+    const trace = JSON.parse(fs.readFileSync(path.join(dir, name), 'utf8'));
+    const runs = trace.traceEvents.filter((e) => e.ph === 'X' && e.name === 'runtime.disco.worker_rank');
+    assert.equal(runs.length, 2, name);
+  }
+  assert.throws(() => s.traceStop(path.join(dir, 'again.json')), d.ValueError);
+  for (const h of [rank, got]) h.close();
 });
 
 test('worker handles and shutdown', async (t) => {

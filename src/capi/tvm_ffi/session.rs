@@ -307,6 +307,33 @@ entry_point! {
 }
 
 entry_point! {
+    /// `session_trace_start(session: Session)`: as `dvm_session_trace_start`.
+    __tvm_ffi_session_trace_start(args: ["session"]) {
+        args.count(1, 1)?;
+        session(&args)?.trace_start()?;
+        Ok(Any::None)
+    }
+}
+
+entry_point! {
+    /// `session_trace_stop(session: Session, path: str)`: as `dvm_session_trace_stop`.
+    __tvm_ffi_session_trace_stop(args: ["session", "path"]) {
+        args.count(2, 2)?;
+        session(&args)?.trace_stop(args.str(1)?)?;
+        Ok(Any::None)
+    }
+}
+
+entry_point! {
+    /// `session_trace_dump(session: Session, path: str)`: as `dvm_session_trace_dump`.
+    __tvm_ffi_session_trace_dump(args: ["session", "path"]) {
+        args.count(2, 2)?;
+        session(&args)?.trace_dump(args.str(1)?)?;
+        Ok(Any::None)
+    }
+}
+
+entry_point! {
     /// `session_shutdown(session: Session)`: as `dvm_session_shutdown`.
     __tvm_ffi_session_shutdown(args: ["session"]) {
         args.count(1, 1)?;

@@ -28,6 +28,7 @@ use crate::worker::Signals;
 use crate::worker::activity::Activity;
 use crate::worker::arena::{Arena, CCL_AREAS};
 use crate::worker::completion::Completion;
+use crate::worker::events::Ring;
 use crate::worker::message::{CopyDirection, Message, Reply};
 
 /// One worker process, as the controller reaches it.
@@ -107,6 +108,11 @@ impl ProcessLink {
     /// What the controller tells this worker outside its queue.
     pub fn signals(&self) -> &Signals {
         self.session.arena.signals(self.local)
+    }
+
+    /// The worker's ring of events, in the arena.
+    pub fn events(&self) -> &Ring {
+        self.session.arena.events(self.local)
     }
 
     /// The worker's record of what it is doing, in the arena.

@@ -194,6 +194,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
         exited: Exited::default(),
         signals: Placed::Shared(arena::signals()?),
         activity: Placed::Shared(arena::activity()?),
+        events: Placed::Shared(arena::events()?),
         timeout: args.timeout,
         session: OnceLock::new(),
     });

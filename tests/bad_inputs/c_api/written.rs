@@ -291,6 +291,45 @@ fn sessions<'f>(table: &Table<'f>) -> Vec<Case<'f>> {
         "usage: discovm-node HOST PORT WORKERS [--rank R], in argv after the program's name \
          (three arguments are needed",
     ));
+    // Traces: a stop without a start, a second start, a file that cannot be written.
+    cases.push(table.call("dvm_session_trace_stop").fails(
+        Kind::Value,
+        "session",
+        "no trace of this session runs: start one (trace_start) first",
+    ));
+    let session = f.open.session;
+    cases.push(
+        table
+            .call("dvm_session_trace_start")
+            .succeeds()
+            .then(move || {
+                // SAFETY: the fixture's open session.
+                if unsafe { dvm_session_trace_start(session) } != DVM_VALUE_ERROR {
+                    return Err("a second trace_start did not fail with ValueError".into());
+                }
+                let unwritable = c"/nonexistent-folder/trace.json".as_ptr();
+                // SAFETY: as above; a terminated path.
+                if unsafe { dvm_session_trace_stop(session, unwritable) } != DVM_VALUE_ERROR {
+                    return Err("a trace_stop to a missing folder did not fail".into());
+                }
+                Ok(())
+            }),
+    );
+    cases.push(
+        table
+            .call("dvm_session_trace_dump")
+            .set(
+                "path",
+                text(c"/nonexistent-folder/dump.json"),
+                "is in a missing folder",
+            )
+            .fails(
+                Kind::Value,
+                "path",
+                "cannot write a trace to the path `/nonexistent-folder/dump.json`",
+            ),
+    );
+
     // Allowed: no options, and the longest timeout.
     cases.push(
         table

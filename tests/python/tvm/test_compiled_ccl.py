@@ -8,6 +8,7 @@ dispatchers there that run discovm's built-ins on discovm's workers and TVM's ev
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import threading
@@ -20,6 +21,7 @@ import tvm  # noqa: F401 - TVM's libraries (and its runtime.disco.* built-ins) a
 import tvm_ffi
 
 import discovm
+import failing_run  # noqa: F401 - registers the worker function for this process's threads
 import on_discovm
 import session_kinds
 import sharded_mlp
@@ -94,24 +96,38 @@ def test_disco_loader_reached_through_tvm_ffi_on_a_worker_loads_the_model(model)
             np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
 
 
-@discovm.register_global_func("tests.tvm.run_unless", override=True)
-def run_unless(failing: int, main, x, w1, w2):
-    """``main(x, w1, w2)``, but on worker ``failing`` a ValueError before the model runs."""
-    if tvm_ffi.get_global_func("runtime.disco.worker_rank")() == failing:
-        raise ValueError("failed before the model on purpose")
-    return main(x, w1, w2)
-
-
-def test_a_worker_that_fails_before_the_models_collectives_fails_the_others_at_once(model):
+@pytest.mark.parametrize(
+    "session_kind",
+    [
+        discovm.ThreadedSession,
+        session_kinds.processes,
+        # Two nodes of one worker each: worker 0 waits for worker 1 in Gloo, and the
+        # controller rules on the wait.
+        pytest.param(
+            session_kinds.two_nodes,
+            marks=pytest.mark.skipif(
+                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
+            ),
+        ),
+    ],
+)
+def test_a_worker_that_fails_before_the_models_collectives_fails_the_others_at_once(
+    model, session_kind, monkeypatch
+):
+    # Worker processes and nodes import the worker function from this folder.
+    paths = [str(HERE), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    imports = {} if session_kind is discovm.ThreadedSession else {"entrypoint": "failing_run"}
     # No session timeout: the others learn from worker 1's record that it finished the call.
-    with discovm.ThreadedSession(sharded_mlp.NUM_WORKERS) as sess:
+    with session_kind(sharded_mlp.NUM_WORKERS, timeout=None, **imports) as sess:
         sess.init_ccl("cpu")
-        main = on_discovm.load_sharded(sess, model.path)
+        main = sess.load_vm_module(model.path)["main"]
         n = sess.num_workers
         d_x = sess.empty(model.x.shape, "float32")
         sess.copy_to_worker_0(model.x, d_x)
         d_w1 = sess.scatter(np.stack(np.split(model.w1, n, axis=1)))
         d_w2 = sess.scatter(np.stack(np.split(model.w2, n, axis=0)))
+        sess.sync_all()
         started = time.monotonic()
         sess.get_global_func("tests.tvm.run_unless")(1, main, d_x, d_w1, d_w2)
         expected = (
@@ -122,9 +138,10 @@ def test_a_worker_that_fails_before_the_models_collectives_fails_the_others_at_o
         with pytest.raises(discovm.WorkerError, match=expected):
             sess.sync_all()
         assert time.monotonic() - started < 1.0
-        # The model runs again on the same workers and communicator.
+        # The model runs again on the same workers, without init_ccl.
         for out in on_discovm.run_sharded(sess, main, model.x, model.w1, model.w2):
             np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
+    session_kinds.end_nodes()
 
 
 def test_a_worker_asking_tvm_ffi_reaches_discovm_and_other_threads_reach_tvm():

@@ -4,6 +4,7 @@ each test that runs a session runs it once of each kind (``[threads]``, ``[proce
 from __future__ import annotations
 
 import gc
+import json
 import inspect
 import os
 import shutil
@@ -406,3 +407,25 @@ def test_the_library_is_found_next_to_the_package_or_through_the_variable(kind, 
     )
     assert missing.returncode != 0
     assert "DISCOVM_LIBRARY is" in missing.stderr and "which is not a file" in missing.stderr
+
+
+@each_kind_of_sess
+def test_a_trace_and_a_dump_are_timelines_perfetto_opens(sess, tmp_path: Path):
+    sess.import_python_module("process_functions")
+    pid = sess.get_global_func("tests.process.pid")
+    with sess.trace(tmp_path / "trace.json"):
+        pid()
+        sess.sync_all()
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    runs = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] == "tests.process.pid"]
+    assert sorted(e["args"]["worker"] for e in runs) == list(range(sess.num_workers))
+    assert any(e["ph"] == "s" for e in trace["traceEvents"]), "a flow from the send"
+    sess.trace_dump(tmp_path / "dump.json")
+    dump = json.loads((tmp_path / "dump.json").read_text())
+    assert any(e.get("name") == "tests.process.pid" for e in dump["traceEvents"])
+    with sess.trace(tmp_path / "outer.json"):
+        with pytest.raises(ValueError, match="a trace of this session runs already"):
+            with sess.trace(tmp_path / "inner.json"):
+                pass
+    with pytest.raises(ValueError, match="cannot write a trace to the path"):
+        sess.trace_dump(tmp_path / "missing" / "dump.json")

@@ -1,0 +1,286 @@
+//! A session's timeline: `trace_start` begins collecting every worker's events (from the rings
+//! of the flight recorder, `worker::events`) and the controller's own (its calls sent, its
+//! waits, its copies); `trace_stop` writes them to a file in the Chrome Trace Event Format;
+//! `trace_dump` writes the flight recorder's last events of every worker without a trace.
+//!
+//! The one idea: the workers only ever write their rings, at the same cost whether a trace runs
+//! or not; a collector thread of the controller drains the rings every few milliseconds while a
+//! trace runs, so one mechanism serves the flight recorder and the timeline, and a ring that
+//! overflowed between two drains shows as events counted lost, never as a wait.
+
+mod timeline;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::link::WorkerLink;
+use crate::object::{Error, Result};
+use crate::worker::events::{Event, now_ns};
+
+/// How often the collector drains the workers' rings while a trace runs.
+const DRAIN_EVERY: Duration = Duration::from_millis(5);
+/// The most memory a trace's events may take; the events past it are counted, not kept.
+pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
+
+/// What the controller does, as a trace shows it.
+#[derive(Clone, Debug)]
+pub(crate) enum Doing {
+    /// It sent call `call` to `workers` (None: every worker).
+    Sent { call: u64, worker: Option<usize> },
+    /// It waited: a sync, or a copy of `bytes` to or from worker 0.
+    Waited { what: &'static str, bytes: u64 },
+}
+
+/// One event of the controller's.
+#[derive(Clone, Debug)]
+pub(crate) struct Noted {
+    pub doing: Doing,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// A session's tracer.
+#[derive(Default)]
+pub(crate) struct Tracer {
+    /// Set while a trace runs: the controller notes what it does.
+    on: AtomicBool,
+    running: Mutex<Option<Running>>,
+}
+
+/// A trace that runs.
+struct Running {
+    started_ns: u64,
+    collected: Arc<Mutex<Collected>>,
+    stop: Arc<AtomicBool>,
+    collector: JoinHandle<()>,
+}
+
+/// What a trace collected so far.
+pub(crate) struct Collected {
+    /// Each worker's events, by id (empty for a worker whose ring this process cannot read).
+    pub workers: Vec<Vec<Event>>,
+    /// The number of each worker's next event to read.
+    next: Vec<u64>,
+    /// Events the rings overwrote before the collector read them.
+    pub lost: u64,
+    /// Events left out past [`MAX_TRACE_BYTES`].
+    pub dropped: u64,
+    pub controller: Vec<Noted>,
+    bytes: usize,
+}
+
+impl Collected {
+    fn keep(&mut self, worker: usize, events: Vec<Event>) {
+        for event in events {
+            let size = size_of::<Event>() + event.name.len();
+            if self.bytes + size > MAX_TRACE_BYTES {
+                self.dropped += 1;
+                continue;
+            }
+            self.bytes += size;
+            self.workers[worker].push(event);
+        }
+    }
+
+    /// Reads every worker's ring from where the last reading stopped.
+    fn drain(&mut self, workers: &[WorkerLink]) {
+        for (worker, link) in workers.iter().enumerate() {
+            if let Some(ring) = link.events() {
+                let reading = ring.read_from(self.next[worker]);
+                self.next[worker] = reading.next;
+                self.lost += reading.lost;
+                self.keep(worker, reading.events);
+            }
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Tracer {
+    /// Whether a trace runs (what the controller does is noted only then).
+    pub fn is_on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+
+    /// Notes what the controller did, from `start_ns` until now, when a trace runs.
+    pub fn note(&self, doing: Doing, start_ns: u64) {
+        if !self.is_on() {
+            return;
+        }
+        let dur_ns = now_ns().saturating_sub(start_ns);
+        if let Some(running) = lock(&self.running).as_ref() {
+            let mut collected = lock(&running.collected);
+            if collected.bytes + size_of::<Noted>() > MAX_TRACE_BYTES {
+                collected.dropped += 1;
+                return;
+            }
+            collected.bytes += size_of::<Noted>();
+            collected.controller.push(Noted {
+                doing,
+                start_ns,
+                dur_ns,
+            });
+        }
+    }
+
+    /// Begins a trace of `workers`' events from now on.
+    pub fn start(&self, workers: Arc<[WorkerLink]>) -> Result<()> {
+        let mut running = lock(&self.running);
+        if running.is_some() {
+            return Err(Error::value(
+                "a trace of this session runs already: stop it (trace_stop) before starting \
+                 another",
+            ));
+        }
+        let next = workers
+            .iter()
+            .map(|link| link.events().map_or(0, |ring| ring.written()))
+            .collect();
+        let collected = Arc::new(Mutex::new(Collected {
+            workers: vec![Vec::new(); workers.len()],
+            next,
+            lost: 0,
+            dropped: 0,
+            controller: Vec::new(),
+            bytes: 0,
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (into, stopped) = (collected.clone(), stop.clone());
+        let collector = std::thread::Builder::new()
+            .name("discovm-trace".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Acquire) {
+                    std::thread::sleep(DRAIN_EVERY);
+                    lock(&into).drain(&workers);
+                }
+                lock(&into).drain(&workers);
+            })
+            .map_err(|e| Error::runtime(format!("cannot start the trace's collector: {e}")))?;
+        *running = Some(Running {
+            started_ns: now_ns(),
+            collected,
+            stop,
+            collector,
+        });
+        self.on.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Ends the running trace and writes it to `path`, with `about` (the session's kind and
+    /// its workers' nodes) in its metadata.
+    pub fn stop(&self, path: &str, about: &timeline::About) -> Result<()> {
+        let running = lock(&self.running).take().ok_or_else(|| {
+            Error::value("no trace of this session runs: start one (trace_start) first")
+        })?;
+        self.on.store(false, Ordering::SeqCst);
+        running.stop.store(true, Ordering::Release);
+        let _ = running.collector.join();
+        let collected = std::mem::replace(&mut *lock(&running.collected), Collected::empty());
+        timeline::write(path, about, running.started_ns, &collected)
+    }
+
+    /// Writes the flight recorder's last events of every worker to `path`.
+    pub fn dump(workers: &[WorkerLink], path: &str, about: &timeline::About) -> Result<()> {
+        let mut collected = Collected::empty();
+        collected.workers = vec![Vec::new(); workers.len()];
+        for (worker, link) in workers.iter().enumerate() {
+            if let Some(ring) = link.events() {
+                let reading = ring.last();
+                collected.keep(worker, reading.events);
+            }
+        }
+        let first = collected
+            .workers
+            .iter()
+            .flatten()
+            .map(|event| event.start_ns)
+            .min()
+            .unwrap_or_else(now_ns);
+        timeline::write(path, about, first, &collected)
+    }
+}
+
+impl Collected {
+    fn empty() -> Collected {
+        Collected {
+            workers: Vec::new(),
+            next: Vec::new(),
+            lost: 0,
+            dropped: 0,
+            controller: Vec::new(),
+            bytes: 0,
+        }
+    }
+}
+
+pub(crate) use timeline::About;
+
+impl super::controller::Session {
+    /// Runs `body`, a wait of the controller's (`what`, moving `bytes`), noted when a trace
+    /// runs.
+    pub(super) fn traced<T>(&self, what: &'static str, bytes: u64, body: impl FnOnce() -> T) -> T {
+        let started = self.tracer.is_on().then(now_ns);
+        let done = body();
+        if let Some(started) = started {
+            self.tracer.note(Doing::Waited { what, bytes }, started);
+        }
+        done
+    }
+
+    /// A trace ends, and the flight recorder is read, on a session a death broke too (that is
+    /// when they matter most); only after shutdown do they fail.
+    fn check_not_closed(&self) -> Result<()> {
+        match self.is_closed() {
+            true => Err(super::controller::closed_error()),
+            false => Ok(()),
+        }
+    }
+
+    /// What a trace's file says of the session: its kind, and each worker's node.
+    fn about(&self) -> About {
+        let nodes: Vec<usize> = (0..self.workers.len())
+            .map(|worker| self.workers[worker].observe(worker).node)
+            .collect();
+        let kind = match &self.workers[0] {
+            _ if nodes.iter().any(|&node| node != 0) => "socket",
+            WorkerLink::Thread(_) => "threaded",
+            _ => "process",
+        };
+        About { kind, nodes }
+    }
+
+    /// Begins a trace: from now on, every worker's events and the controller's calls, syncs and
+    /// copies are kept (up to 1 GiB of them), until [`Session::trace_stop`].
+    ///
+    /// Errors: `ValueError` when a trace runs already; `SessionClosed` after shutdown.
+    pub fn trace_start(&self) -> Result<()> {
+        self.check_open()?;
+        self.tracer.start(self.workers.clone())
+    }
+
+    /// Ends the trace and writes it to `path` in the Chrome Trace Event Format (JSON that
+    /// ui.perfetto.dev and chrome://tracing open).
+    ///
+    /// Errors: `ValueError` when no trace runs, or when `path` cannot be written (the trace is
+    /// lost then); `SessionClosed` after shutdown. A session a death broke still writes it.
+    pub fn trace_stop(&self, path: &str) -> Result<()> {
+        self.check_not_closed()?;
+        self.tracer.stop(path, &self.about())
+    }
+
+    /// Writes the flight recorder to `path`, in the format of a trace: the last 1024 events of
+    /// every worker this process can read (a worker process's, after its death too), with no
+    /// trace running.
+    ///
+    /// Errors: `ValueError` when `path` cannot be written; `SessionClosed` after shutdown. A
+    /// session a death broke still writes it.
+    pub fn trace_dump(&self, path: &str) -> Result<()> {
+        self.check_not_closed()?;
+        Tracer::dump(&self.workers, path, &self.about())
+    }
+}

@@ -1,0 +1,175 @@
+//! Writing a trace as the Chrome Trace Event Format, which ui.perfetto.dev and chrome://tracing
+//! open: a process per node, a track per worker and one for the controller, complete events
+//! ("X") for calls, syncs, collectives, module loads and the controller's waits, and flows
+//! ("s" to "f") from the controller's send of a call to each worker's run of it.
+//!
+//! The one idea: every time is the machine's monotonic clock, which the controller and its
+//! worker processes share, so an event's place on the timeline is its start less the trace's.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use serde_json::{Value, json};
+
+use super::{Collected, Doing};
+use crate::object::{Error, Result};
+use crate::worker::events::Kind;
+
+/// What a trace's file says of its session.
+pub(crate) struct About {
+    /// The session's kind: `threaded`, `process` or `socket`.
+    pub kind: &'static str,
+    /// Each worker's node.
+    pub nodes: Vec<usize>,
+}
+
+/// The controller's track.
+const CONTROLLER: usize = 0;
+
+/// The track of worker `w`.
+fn track(worker: usize) -> usize {
+    worker + 1
+}
+
+/// Microseconds from `origin_ns` to `ns`.
+fn micros(ns: u64, origin_ns: u64) -> f64 {
+    ns.saturating_sub(origin_ns) as f64 / 1e3
+}
+
+/// A flow's id, one per call and worker (a call to every worker has a flow to each).
+fn flow_id(call: u64, worker: usize) -> u64 {
+    call.wrapping_mul(1 << 16).wrapping_add(worker as u64)
+}
+
+/// The document of `collected`, its times from `origin_ns`.
+pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> Value {
+    let mut events = Vec::new();
+    let mut nodes: Vec<usize> = about.nodes.clone();
+    nodes.push(0);
+    nodes.sort_unstable();
+    nodes.dedup();
+    for node in nodes {
+        let name = if node == 0 {
+            "node 0 (the controller's machine)".to_string()
+        } else {
+            format!("node {node}")
+        };
+        events.push(
+            json!({"ph": "M", "name": "process_name", "pid": node, "tid": 0,
+                           "args": {"name": name}}),
+        );
+    }
+    events.push(
+        json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": CONTROLLER,
+                       "args": {"name": "controller"}}),
+    );
+    for (worker, &node) in about.nodes.iter().enumerate() {
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": track(worker),
+                           "args": {"name": format!("worker {worker}")}}),
+        );
+        events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
+                           "tid": track(worker), "args": {"sort_index": track(worker)}}));
+    }
+    // Where each worker ran each call: the flows end there.
+    let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
+    for (worker, recorded) in collected.workers.iter().enumerate() {
+        let node = about.nodes.get(worker).copied().unwrap_or(0);
+        for event in recorded {
+            if event.kind == Kind::Call {
+                runs.insert((event.call, worker), event.start_ns);
+            }
+            let mut args = json!({"worker": worker, "call": event.call});
+            match event.kind {
+                Kind::Collective => {
+                    args["bytes"] = json!(event.bytes);
+                    if event.wait_ns != 0 {
+                        args["wait_us"] = json!(event.wait_ns as f64 / 1e3);
+                    }
+                }
+                Kind::Call => args["to_every_worker"] = json!(event.detail == 1),
+                Kind::Sync | Kind::Module => {}
+            }
+            let name = match (event.kind, event.name.is_empty()) {
+                (Kind::Call, true) => "an unnamed function",
+                _ => event.name.as_str(),
+            };
+            events.push(json!({
+                "ph": "X", "name": name, "cat": event.kind.category(),
+                "ts": micros(event.start_ns, origin_ns), "dur": event.dur_ns as f64 / 1e3,
+                "pid": node, "tid": track(worker), "args": args,
+            }));
+        }
+    }
+    for noted in &collected.controller {
+        let ts = micros(noted.start_ns, origin_ns);
+        match &noted.doing {
+            Doing::Sent { call, worker } => {
+                let to = worker.map_or("every worker".to_string(), |w| format!("worker {w}"));
+                events.push(json!({
+                    "ph": "X", "name": format!("send call {call}"), "cat": "call", "ts": ts,
+                    "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER,
+                    "args": {"call": call, "to": to},
+                }));
+                let targets: Vec<usize> = match worker {
+                    Some(w) => vec![*w],
+                    None => (0..about.nodes.len()).collect(),
+                };
+                for w in targets {
+                    let Some(&ran) = runs.get(&(*call, w)) else {
+                        continue;
+                    };
+                    let id = flow_id(*call, w);
+                    let node = about.nodes[w];
+                    events.push(json!({"ph": "s", "name": "call", "cat": "call", "id": id,
+                                       "ts": ts, "pid": 0, "tid": CONTROLLER}));
+                    events.push(json!({"ph": "f", "bp": "e", "name": "call", "cat": "call",
+                                       "id": id, "ts": micros(ran, origin_ns), "pid": node,
+                                       "tid": track(w)}));
+                }
+            }
+            Doing::Waited { what, bytes } => {
+                let category = if what.starts_with("copy") {
+                    "copy"
+                } else {
+                    "sync"
+                };
+                let mut args = json!({});
+                if *bytes != 0 {
+                    args["bytes"] = json!(bytes);
+                }
+                events.push(json!({
+                    "ph": "X", "name": what, "cat": category, "ts": ts,
+                    "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER, "args": args,
+                }));
+            }
+        }
+    }
+    json!({
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "session": about.kind,
+            "workers": about.nodes.len(),
+            "events_lost": collected.lost,
+            "events_dropped": collected.dropped,
+            "clock": "CLOCK_MONOTONIC of the controller's machine, from the trace's start",
+        },
+    })
+}
+
+/// Writes the trace of `collected` to `path`.
+pub(crate) fn write(
+    path: &str,
+    about: &About,
+    origin_ns: u64,
+    collected: &Collected,
+) -> Result<()> {
+    let document = document(about, origin_ns, collected);
+    let cannot =
+        |e: std::io::Error| Error::value(format!("cannot write a trace to the path `{path}`: {e}"));
+    let file = std::fs::File::create(path).map_err(cannot)?;
+    let mut out = std::io::BufWriter::new(file);
+    serde_json::to_writer(&mut out, &document).map_err(|e| cannot(e.into()))?;
+    out.flush().map_err(cannot)
+}

@@ -1,0 +1,294 @@
+//! The flight recorder: every worker's last [`RING`] events (its calls, syncs, collectives and
+//! module loads, with when they began and how long they took), kept at all times, for a
+//! timeline of the session and for a look at what a worker did before it hung or died.
+//!
+//! The one idea: a ring of fixed-size slots of atomics, valid when zeroed, that the worker
+//! alone writes and anyone reads without waiting: each slot carries the number of the event it
+//! holds, written odd before the event and even after, so a reader that finds another number
+//! knows the slot was overwritten (or is being written) and counts the event as lost. In a
+//! worker process the ring lies in the session's arena, so a dead worker's events outlive it.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
+
+use super::activity::Text;
+
+/// Events a ring keeps: the last ones of its worker.
+pub const RING: usize = 1024;
+/// Words of an event's name.
+const NAME_WORDS: usize = 8;
+/// Bytes of an event's name that a ring keeps.
+pub const NAME_BYTES: usize = NAME_WORDS * 8;
+
+/// What an event is: the trace's category.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A call of a function (its name, its call id).
+    Call,
+    /// A wait for the worker's device work.
+    Sync,
+    /// A collective (its name; `detail` is its code).
+    Collective,
+    /// A module loaded.
+    Module,
+}
+
+impl Kind {
+    fn code(self) -> u32 {
+        match self {
+            Kind::Call => 1,
+            Kind::Sync => 2,
+            Kind::Collective => 3,
+            Kind::Module => 4,
+        }
+    }
+
+    fn from_code(code: u32) -> Option<Kind> {
+        [Kind::Call, Kind::Sync, Kind::Collective, Kind::Module]
+            .into_iter()
+            .find(|kind| kind.code() == code)
+    }
+
+    /// The trace's category of the kind.
+    pub fn category(self) -> &'static str {
+        match self {
+            Kind::Call => "call",
+            Kind::Sync => "sync",
+            Kind::Collective => "collective",
+            Kind::Module => "module",
+        }
+    }
+}
+
+/// One event, as read back (its name a `String`) and as recorded (a `&str`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Event<N = String> {
+    pub kind: Kind,
+    /// When it began, in ns on the machine's monotonic clock ([`now_ns`]).
+    pub start_ns: u64,
+    pub dur_ns: u64,
+    /// The call it belongs to (0: none known).
+    pub call: u64,
+    /// Bytes it moved (collectives).
+    pub bytes: u64,
+    /// Of its time, how long it waited for peers (collectives; 0: not measured).
+    pub wait_ns: u64,
+    /// The collective's code, for collectives.
+    pub detail: u32,
+    /// The function's or collective's name, or the module's path (cut to 64 bytes).
+    pub name: N,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct Slot {
+    /// `2n + 2` while it holds event `n`; odd while the worker writes it.
+    seq: AtomicU64,
+    start_ns: AtomicU64,
+    dur_ns: AtomicU64,
+    call: AtomicU64,
+    bytes: AtomicU64,
+    wait_ns: AtomicU64,
+    kind: AtomicU32,
+    detail: AtomicU32,
+    name: Text<NAME_WORDS>,
+}
+
+/// A worker's ring of its last events.
+#[repr(C, align(128))]
+pub struct Ring {
+    /// Events written so far.
+    head: AtomicU64,
+    slots: [Slot; RING],
+}
+
+impl Default for Ring {
+    fn default() -> Self {
+        Ring {
+            head: AtomicU64::new(0),
+            slots: std::array::from_fn(|_| Slot::default()),
+        }
+    }
+}
+
+/// What a reading of a ring found: the events from the one asked for on, and how many of
+/// those it could not read (overwritten before they were read, or mid-write).
+#[derive(Debug, Default)]
+pub struct Reading {
+    pub events: Vec<Event>,
+    /// The number of the next event to ask for.
+    pub next: u64,
+    pub lost: u64,
+}
+
+impl Ring {
+    /// Records `event` (the ring's worker alone).
+    pub(crate) fn record(&self, event: &Event<&str>) {
+        let n = self.head.load(Ordering::Relaxed);
+        let slot = &self.slots[(n % RING as u64) as usize];
+        slot.seq.store(2 * n + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        slot.start_ns.store(event.start_ns, Ordering::Relaxed);
+        slot.dur_ns.store(event.dur_ns, Ordering::Relaxed);
+        slot.call.store(event.call, Ordering::Relaxed);
+        slot.bytes.store(event.bytes, Ordering::Relaxed);
+        slot.wait_ns.store(event.wait_ns, Ordering::Relaxed);
+        slot.kind.store(event.kind.code(), Ordering::Relaxed);
+        slot.detail.store(event.detail, Ordering::Relaxed);
+        slot.name.store(event.name);
+        slot.seq.store(2 * n + 2, Ordering::Release);
+        self.head.store(n + 1, Ordering::Release);
+    }
+
+    /// How many events the ring's worker has recorded (the number of its next).
+    pub fn written(&self) -> u64 {
+        self.head.load(Ordering::Acquire)
+    }
+
+    /// The events from number `from` on that the ring still holds; never waits.
+    pub fn read_from(&self, from: u64) -> Reading {
+        let head = self.head.load(Ordering::Acquire);
+        let first = from.max(head.saturating_sub(RING as u64));
+        let mut reading = Reading {
+            events: Vec::with_capacity((head - first.min(head)) as usize),
+            next: head.max(from),
+            lost: first.saturating_sub(from),
+        };
+        for n in first..head {
+            let slot = &self.slots[(n % RING as u64) as usize];
+            let seq = slot.seq.load(Ordering::Acquire);
+            let event = Kind::from_code(slot.kind.load(Ordering::Relaxed)).map(|kind| Event {
+                kind,
+                start_ns: slot.start_ns.load(Ordering::Relaxed),
+                dur_ns: slot.dur_ns.load(Ordering::Relaxed),
+                call: slot.call.load(Ordering::Relaxed),
+                bytes: slot.bytes.load(Ordering::Relaxed),
+                wait_ns: slot.wait_ns.load(Ordering::Relaxed),
+                detail: slot.detail.load(Ordering::Relaxed),
+                name: slot.name.load(),
+            });
+            fence(Ordering::Acquire);
+            let again = slot.seq.load(Ordering::Relaxed);
+            match event {
+                Some(event) if seq == 2 * n + 2 && again == seq => reading.events.push(event),
+                _ => reading.lost += 1,
+            }
+        }
+        reading
+    }
+
+    /// The last events the ring holds (the flight recorder's).
+    pub fn last(&self) -> Reading {
+        self.read_from(0)
+    }
+}
+
+/// Nanoseconds on the machine's monotonic clock, which every process of the machine shares.
+pub fn now_ns() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid timespec to write; the clock id is one Linux always has.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    (now.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec as u64)
+}
+
+/// Records an event of `kind` named `name` that began at `start_ns` and ends now, in the
+/// calling worker's ring, if it is a worker.
+pub(crate) fn record_own(kind: Kind, name: &str, start_ns: u64, detail: u32, bytes: u64) {
+    super::with_own_events(|ring, call| {
+        ring.record(&Event {
+            kind,
+            start_ns,
+            dur_ns: now_ns().saturating_sub(start_ns),
+            call,
+            bytes,
+            wait_ns: 0,
+            detail,
+            name,
+        });
+    });
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn event(n: u64) -> Event {
+        Event {
+            kind: Kind::Call,
+            start_ns: 1000 + n,
+            dur_ns: 5,
+            call: n,
+            bytes: 0,
+            wait_ns: 0,
+            detail: 0,
+            name: format!("f{n}"),
+        }
+    }
+
+    fn record(ring: &Ring, n: u64) {
+        let Event {
+            kind,
+            start_ns,
+            dur_ns,
+            call,
+            bytes,
+            wait_ns,
+            detail,
+            name,
+        } = event(n);
+        let name = name.as_str();
+        ring.record(&Event {
+            kind,
+            start_ns,
+            dur_ns,
+            call,
+            bytes,
+            wait_ns,
+            detail,
+            name,
+        });
+    }
+
+    #[test]
+    fn a_ring_gives_back_what_was_recorded_from_any_number_on() {
+        let ring = Box::<Ring>::default();
+        assert_eq!(ring.last().events, []);
+        for n in 0..5 {
+            record(&ring, n);
+        }
+        let reading = ring.read_from(2);
+        assert_eq!(reading.events, [event(2), event(3), event(4)]);
+        assert_eq!((reading.next, reading.lost), (5, 0));
+        assert_eq!(ring.read_from(5).events, []);
+    }
+
+    #[test]
+    fn events_overwritten_before_they_were_read_are_counted_lost() {
+        let ring = Box::<Ring>::default();
+        for n in 0..RING as u64 + 10 {
+            record(&ring, n);
+        }
+        let reading = ring.read_from(3);
+        assert_eq!(reading.lost, 7, "events 3 to 9 were overwritten");
+        assert_eq!(reading.events.len(), RING);
+        assert_eq!(reading.events[0], event(10));
+        assert_eq!(
+            ring.last().events.len(),
+            RING,
+            "the flight recorder's last 1024"
+        );
+    }
+
+    #[test]
+    fn a_slot_mid_write_is_lost_not_torn() {
+        let ring = Box::<Ring>::default();
+        record(&ring, 0);
+        ring.slots[0].seq.store(1, Ordering::Relaxed);
+        let reading = ring.last();
+        assert_eq!((reading.events.len(), reading.lost), (0, 1));
+    }
+}

@@ -1,0 +1,269 @@
+//! A session's timeline and its flight recorder, on worker threads and worker processes: a trace
+//! of calls, a collective and syncs is a Chrome Trace Event Format file whose events have the
+//! format's fields, name their worker and call, nest on their tracks, overlap where workers
+//! meet in a collective and are joined to the controller's sends by flows; the flight recorder
+//! writes the workers' last events with no trace running, a killed worker's included; and bad
+//! uses fail with errors that say what to do.
+
+#[path = "support/built_library.rs"]
+mod built_library;
+#[path = "support/c_build.rs"]
+mod c_build;
+#[path = "support/errors.rs"]
+mod errors;
+#[path = "support/ports.rs"]
+mod ports;
+#[path = "support/session_calls.rs"]
+mod session_calls;
+#[macro_use]
+#[path = "support/session_kinds.rs"]
+mod session_kinds;
+#[path = "support/worker_processes.rs"]
+mod worker_processes;
+#[path = "support/worker_programs.rs"]
+mod worker_programs;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use discovm::object::Shape;
+use discovm::session::{CopyDirection, DRef, Session};
+use discovm::{Any, ErrorKind};
+use errors::assert_error;
+use serde_json::Value;
+use session_calls::{F32, call, host_tensor};
+
+/// A fresh path for a trace file of this test binary.
+fn trace_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("trace-{}-{name}.json", std::process::id()))
+}
+
+fn read(path: &PathBuf) -> Value {
+    let text = std::fs::read_to_string(path).expect("the trace was written");
+    serde_json::from_str(&text).expect("the trace is JSON")
+}
+
+/// The trace's events of phase `ph`.
+fn phase<'a>(trace: &'a Value, ph: &str) -> Vec<&'a Value> {
+    trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents is an array")
+        .iter()
+        .filter(|event| event["ph"] == ph)
+        .collect()
+}
+
+/// A float32 tensor of 4 elements on every worker, ones on worker 0.
+fn tensor(s: &Arc<Session>) -> DRef {
+    let empty = s.get_global_func("runtime.disco.empty").unwrap();
+    let tensor = call(s, &empty, &[Shape::new(&[4]).into(), Any::DataType(F32)]);
+    let (mut data, mut shape) = (vec![1.0f32; 4], [4]);
+    let host = host_tensor(&mut data, &mut shape);
+    s.copy_worker0(host, &tensor, "dref", CopyDirection::ToWorker)
+        .unwrap();
+    tensor
+}
+
+fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds::Kind) {
+    let s = session_kinds::session(kind, 2);
+    s.init_ccl("cpu", &[]).unwrap();
+    let (send, recv) = (tensor(&s), tensor(&s));
+    let add = s.get_global_func("proc.add").unwrap();
+    let but = s.get_global_func("proc.allreduce_but").unwrap();
+    s.sync_all().unwrap();
+    s.trace_start().unwrap();
+    for i in 0..3 {
+        let _sum = call(&s, &add, &[Any::Int(i), Any::Int(1)]);
+    }
+    let reduce = [Any::Int(-1), Any::Bool(false), send.into(), recv.into()];
+    let _reduced = call(&s, &but, &reduce);
+    s.sync_all().unwrap();
+    let path = trace_path(&format!("{kind:?}"));
+    s.trace_stop(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+
+    // Every event has the format's fields; complete events their duration and category.
+    for event in trace["traceEvents"].as_array().unwrap() {
+        for field in ["ph", "name", "pid", "tid"] {
+            assert!(!event[field].is_null(), "{field} missing in {event}");
+        }
+    }
+    let complete = phase(&trace, "X");
+    for event in &complete {
+        assert!(event["ts"].as_f64().unwrap() >= 0.0, "{event}");
+        assert!(event["dur"].as_f64().unwrap() >= 0.0, "{event}");
+        let category = event["cat"].as_str().unwrap();
+        assert!(["call", "sync", "copy", "collective", "module"].contains(&category));
+    }
+    // The tracks are named: the controller, and each worker.
+    let names: Vec<&str> = phase(&trace, "M")
+        .iter()
+        .filter(|m| m["name"] == "thread_name")
+        .map(|m| m["args"]["name"].as_str().unwrap())
+        .collect();
+    for track in ["controller", "worker 0", "worker 1"] {
+        assert!(names.contains(&track), "no track {track} in {names:?}");
+    }
+    // Each worker ran the four calls, each event naming its worker and call.
+    let runs = |worker: i64, name: &str| -> Vec<&Value> {
+        complete
+            .iter()
+            .copied()
+            .filter(|e| e["args"]["worker"] == worker && e["name"] == name)
+            .collect()
+    };
+    for worker in 0..2 {
+        let adds = runs(worker, "proc.add");
+        assert_eq!(adds.len(), 3, "worker {worker}: {adds:?}");
+        assert!(adds.iter().all(|e| e["args"]["call"].as_u64().unwrap() > 0));
+        let calls = runs(worker, "proc.allreduce_but");
+        let reduces = runs(worker, "allreduce");
+        assert_eq!((calls.len(), reduces.len()), (1, 1), "worker {worker}");
+        // The collective nests in its call.
+        let (outer, inner) = (calls[0], reduces[0]);
+        let end = |e: &Value| e["ts"].as_f64().unwrap() + e["dur"].as_f64().unwrap();
+        assert!(
+            inner["ts"].as_f64() >= outer["ts"].as_f64(),
+            "{outer} {inner}"
+        );
+        assert!(end(inner) <= end(outer) + 1e-3, "{outer} {inner}");
+        assert_eq!(inner["args"]["call"], outer["args"]["call"]);
+        assert_eq!(inner["args"]["bytes"], 16);
+    }
+    // Both workers' allreduce events overlap: they met.
+    let (first, second) = (runs(0, "allreduce")[0], runs(1, "allreduce")[0]);
+    let span = |e: &Value| {
+        let ts = e["ts"].as_f64().unwrap();
+        (ts, ts + e["dur"].as_f64().unwrap())
+    };
+    let ((a0, a1), (b0, b1)) = (span(first), span(second));
+    assert!(a0 <= b1 && b0 <= a1, "no overlap: {first} {second}");
+    // Flows join the controller's sends to each worker's runs: one per call and worker.
+    let starts = phase(&trace, "s");
+    let finishes = phase(&trace, "f");
+    assert_eq!(starts.len(), 8, "{starts:?}");
+    for start in &starts {
+        assert_eq!(start["tid"], 0, "a flow starts on the controller's track");
+        let id = &start["id"];
+        let finish = finishes
+            .iter()
+            .find(|f| &f["id"] == id)
+            .expect("its finish");
+        assert!(
+            finish["ts"].as_f64() >= start["ts"].as_f64(),
+            "{start} {finish}"
+        );
+    }
+    // The controller's sends and syncs are on its track.
+    let controller: Vec<&str> = complete
+        .iter()
+        .filter(|e| e["tid"] == 0 && e["pid"] == 0)
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(controller.contains(&"sync all"), "{controller:?}");
+    assert_eq!(
+        controller
+            .iter()
+            .filter(|n| n.starts_with("send call"))
+            .count(),
+        4
+    );
+    assert_eq!(trace["otherData"]["workers"], 2);
+    assert_eq!(trace["otherData"]["events_lost"], 0);
+    let _ = std::fs::remove_file(path);
+}
+each_kind!(a_trace_shows_calls_collectives_and_syncs_on_one_timeline);
+
+fn the_flight_recorder_keeps_the_last_events_with_no_trace(kind: session_kinds::Kind) {
+    let s = session_kinds::session(kind, 2);
+    let add = s.get_global_func("proc.add").unwrap();
+    for i in 0..1100 {
+        let _sum = call(&s, &add, &[Any::Int(i), Any::Int(1)]);
+    }
+    s.sync_all().unwrap();
+    let path = trace_path(&format!("dump-{kind:?}"));
+    s.trace_dump(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+    let complete = phase(&trace, "X");
+    for worker in 0..2 {
+        let calls = complete
+            .iter()
+            .filter(|e| e["args"]["worker"] == worker && e["cat"] == "call")
+            .count();
+        assert_eq!(
+            calls, 1024,
+            "worker {worker}: the last 1024 of its 1100 calls"
+        );
+    }
+    let _ = std::fs::remove_file(path);
+}
+each_kind!(the_flight_recorder_keeps_the_last_events_with_no_trace);
+
+#[test]
+fn a_killed_worker_process_leaves_its_events_to_the_flight_recorder() {
+    let s = session_kinds::session(session_kinds::Kind::Processes, 2);
+    let add = s.get_global_func("proc.add").unwrap();
+    let _sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    s.sync_all().unwrap();
+    let pid = worker_processes::pids(&s)[1];
+    // SAFETY: kill only sends a signal to the test's own worker process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert!(worker_processes::gone_within(
+        pid,
+        std::time::Duration::from_secs(5)
+    ));
+    let path = trace_path("killed");
+    // The session is broken by the death; the recorder is read from the arena all the same.
+    let _ = s.sync_all();
+    let dumped = s.trace_dump(path.to_str().unwrap());
+    match dumped {
+        Ok(()) => {
+            let trace = read(&path);
+            let worker_1 = phase(&trace, "X")
+                .into_iter()
+                .filter(|e| e["args"]["worker"] == 1 && e["name"] == "proc.add")
+                .count();
+            assert_eq!(worker_1, 1, "the dead worker's call is in the dump");
+            let _ = std::fs::remove_file(path);
+        }
+        Err(error) => panic!("the dump of a session with a dead worker failed: {error:?}"),
+    }
+}
+
+#[test]
+fn bad_uses_of_traces_say_what_to_do() {
+    let s = session_kinds::session(session_kinds::Kind::Threads, 1);
+    let path = trace_path("bad");
+    let path = path.to_str().unwrap();
+    let stopped = s.trace_stop(path).unwrap_err();
+    assert_error(
+        &stopped,
+        ErrorKind::Value,
+        "no trace of this session runs: start one",
+    );
+    s.trace_start().unwrap();
+    let twice = s.trace_start().unwrap_err();
+    assert_error(
+        &twice,
+        ErrorKind::Value,
+        "a trace of this session runs already",
+    );
+    let unwritable = "/nonexistent-folder/trace.json";
+    let error = s.trace_stop(unwritable).unwrap_err();
+    assert_error(
+        &error,
+        ErrorKind::Value,
+        "cannot write a trace to the path `/nonexistent-folder/trace.json`",
+    );
+    let error = s.trace_dump(unwritable).unwrap_err();
+    assert_error(&error, ErrorKind::Value, "cannot write a trace to");
+    s.shutdown().unwrap();
+    for error in [
+        s.trace_start().unwrap_err(),
+        s.trace_stop(path).unwrap_err(),
+        s.trace_dump(path).unwrap_err(),
+    ] {
+        assert_eq!(error.kind, ErrorKind::SessionClosed, "{error:?}");
+    }
+}
