@@ -705,48 +705,6 @@ void dvm_session_free(dvm_session *session);
 dvm_status dvm_session_status(dvm_session *session, DVMAny *out);
 
 /**
- * Begins a trace of the session: from now on every worker's calls, syncs, collectives and
- * module loads, and the controller's sends, syncs and copies, are kept (up to 1 GiB of
- * events; those past it are counted in the file), until `dvm_session_trace_stop`.
- *
- * Ownership: `session` is borrowed.
- * Errors: `ValueError` for NULL, or when a trace of the session runs already;
- * `SessionClosed` after shutdown.
- * Undefined: `session` after its last release.
- * Thread safety: any thread.
- */
-dvm_status dvm_session_trace_start(dvm_session *session);
-
-/**
- * Ends the session's trace and writes it to the file `path` in the Chrome Trace Event Format
- * (JSON that ui.perfetto.dev and chrome://tracing open): a process per node, a track per
- * worker and one for the controller, complete events for each call, sync, collective, copy
- * and module load, and flows from the controller's send of a call to each worker's run of it
- * (docs/observability.md).
- *
- * Ownership: `session` is borrowed; `path` is read during the call.
- * Errors: `ValueError` for NULL, when no trace runs, or when `path` cannot be written (the
- * trace is lost then); `SessionClosed` after shutdown. A session a worker's death broke still
- * writes its trace.
- * Undefined: `session` after its last release.
- * Thread safety: any thread.
- */
-dvm_status dvm_session_trace_stop(dvm_session *session, const char *path);
-
-/**
- * Writes the flight recorder to the file `path`, in the format of a trace, with no trace
- * running: the last 1024 events of every worker (a worker process's after its death too; the
- * workers of other nodes are not in it yet).
- *
- * Ownership: `session` is borrowed; `path` is read during the call.
- * Errors: `ValueError` for NULL or when `path` cannot be written; `SessionClosed` after
- * shutdown. A session a worker's death broke still writes it.
- * Undefined: `session` after its last release.
- * Thread safety: any thread.
- */
-dvm_status dvm_session_trace_dump(dvm_session *session, const char *path);
-
-/**
  * Creates a stream on `device`. All streams of a device are run by one executor thread of
  * the library, in the order work was submitted. On `kDLCUDA` each stream is a non-blocking
  * CUDA stream: copies are queued on the GPU and ordered across streams with CUDA events
@@ -929,6 +887,48 @@ dvm_status dvm_tensor_write(dvm_tensor *t, const void *src, size_t nbytes);
 dvm_status dvm_tensor_copy(dvm_tensor *dst,
                            dvm_tensor *src,
                            dvm_stream *s);
+
+/**
+ * Begins a trace of the session: from now on every worker's calls, syncs, collectives and
+ * module loads, and the controller's sends, syncs and copies, are kept (up to 1 GiB of
+ * events; those past it are counted in the file), until `dvm_session_trace_stop`.
+ *
+ * Ownership: `session` is borrowed.
+ * Errors: `ValueError` for NULL, or when a trace of the session runs already;
+ * `SessionClosed` after shutdown.
+ * Undefined: `session` after its last release.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_trace_start(dvm_session *session);
+
+/**
+ * Ends the session's trace and writes it to the file `path` in the Chrome Trace Event Format
+ * (JSON that ui.perfetto.dev and chrome://tracing open): a process per node, a track per
+ * worker and one for the controller, complete events for each call, sync, collective, copy
+ * and module load, and flows from the controller's send of a call to each worker's run of it
+ * (docs/observability.md).
+ *
+ * Ownership: `session` is borrowed; `path` is read during the call.
+ * Errors: `ValueError` for NULL, when no trace runs, or when `path` cannot be written (the
+ * trace is lost then); `SessionClosed` after shutdown. A session a worker's death broke still
+ * writes its trace.
+ * Undefined: `session` after its last release.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_trace_stop(dvm_session *session, const char *path);
+
+/**
+ * Writes the flight recorder to the file `path`, in the format of a trace, with no trace
+ * running: the last 1024 events of every worker (a worker process's after its death too; the
+ * workers of other nodes are not in it yet).
+ *
+ * Ownership: `session` is borrowed; `path` is read during the call.
+ * Errors: `ValueError` for NULL or when `path` cannot be written; `SessionClosed` after
+ * shutdown. A session a worker's death broke still writes it.
+ * Undefined: `session` after its last release.
+ * Thread safety: any thread.
+ */
+dvm_status dvm_session_trace_dump(dvm_session *session, const char *path);
 
 /**
  * Adds a reference to any object (every handle of this library is one).

@@ -70,25 +70,44 @@ fn read_worker0(s: &Arc<Session>, tensor: &DRef, len: usize) -> Vec<f32> {
     data
 }
 
+/// The arguments of `proc.allreduce_but`: worker `worker` fails (`fail`) or returns before the
+/// allreduce of `send` into `recv` that the others run (-1: every worker runs it).
+fn but(worker: i64, fail: bool, send: &DRef, recv: &DRef) -> [Any; 4] {
+    [
+        Any::Int(worker),
+        Any::Bool(fail),
+        send.clone().into(),
+        recv.clone().into(),
+    ]
+}
+
+/// Calls `proc.allreduce_but` with `args` on every worker and syncs: the sync's error, which
+/// came within [`FAILS_WITHIN`], and the call's number.
+fn failed_sync(s: &Arc<Session>, args: &[Any; 4]) -> (discovm::Error, u64) {
+    let func = s.get_global_func("proc.allreduce_but").unwrap();
+    let started = Instant::now();
+    let _reduced = call(s, &func, args);
+    let number = calls_sent(s);
+    let err = s.sync_all().unwrap_err();
+    let took = started.elapsed();
+    assert!(took < FAILS_WITHIN, "the sync took {took:?}: {err:?}");
+    assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+    (err, number)
+}
+
+/// Runs `proc.allreduce_but` on every worker with none failing, and syncs.
+fn every_worker_reduces(s: &Arc<Session>, send: &DRef, recv: &DRef) {
+    let func = s.get_global_func("proc.allreduce_but").unwrap();
+    let _reduced = call(s, &func, &but(-1, false, send, recv));
+    s.sync_all().unwrap();
+}
+
 fn a_peer_that_passed_the_allreduce_fails_it_at_once(kind: session_kinds::Kind) {
     for fail in [true, false] {
         let s = session_kinds::session(kind, 3);
         s.init_ccl("cpu", &[]).unwrap();
         let (send, recv) = (filled(&s, 4), filled(&s, 4));
-        let but = s.get_global_func("proc.allreduce_but").unwrap();
-        let args = [
-            Any::Int(1),
-            Any::Bool(fail),
-            send.clone().into(),
-            recv.clone().into(),
-        ];
-        let started = Instant::now();
-        let _reduced = call(&s, &but, &args);
-        let number = calls_sent(&s);
-        let err = s.sync_all().unwrap_err();
-        let took = started.elapsed();
-        assert!(took < FAILS_WITHIN, "the sync took {took:?}: {err:?}");
-        assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+        let (err, number) = failed_sync(&s, &but(1, fail, &send, &recv));
         let how = if fail {
             "`proc.allreduce_but` failed: ValueError: failed before the allreduce on purpose"
         } else {
@@ -105,14 +124,7 @@ fn a_peer_that_passed_the_allreduce_fails_it_at_once(kind: session_kinds::Kind) 
             );
         }
         // The session and its communicator work on: the next allreduce sums every worker's.
-        let ones = [
-            Any::Int(-1),
-            Any::Bool(false),
-            send.clone().into(),
-            recv.clone().into(),
-        ];
-        let _next = call(&s, &but, &ones);
-        s.sync_all().unwrap();
+        every_worker_reduces(&s, &send, &recv);
         assert_eq!(read_worker0(&s, &recv, 4), vec![1.0; 4]);
     }
 }
@@ -124,20 +136,13 @@ fn a_peer_that_fails_and_moves_on_to_the_next_call_fails_only_the_first(kind: se
     let s = session_kinds::session(kind, 3);
     s.init_ccl("cpu", &[]).unwrap();
     let (send, first, second, third) = (filled(&s, 4), filled(&s, 4), filled(&s, 4), filled(&s, 4));
-    let but = s.get_global_func("proc.allreduce_but").unwrap();
-    let args = |worker: i64, fail: bool, recv: &DRef| {
-        [
-            Any::Int(worker),
-            Any::Bool(fail),
-            send.clone().into(),
-            recv.clone().into(),
-        ]
-    };
+    let func = s.get_global_func("proc.allreduce_but").unwrap();
+    let args = |worker: i64, fail: bool, recv: &DRef| but(worker, fail, &send, recv);
     let started = Instant::now();
-    let _failed = call(&s, &but, &args(1, true, &first));
+    let _failed = call(&s, &func, &args(1, true, &first));
     let number = calls_sent(&s);
-    let _next = call(&s, &but, &args(-1, false, &second));
-    let _after = call(&s, &but, &args(-1, false, &third));
+    let _next = call(&s, &func, &args(-1, false, &second));
+    let _after = call(&s, &func, &args(-1, false, &third));
     let err = s.sync_all().unwrap_err();
     let took = started.elapsed();
     assert!(took < FAILS_WITHIN, "the sync took {took:?}: {err:?}");
@@ -172,25 +177,9 @@ fn a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once(workers: i6
     let s = session_kinds::session(session_kinds::Kind::Nodes, workers);
     s.init_ccl("cpu", &[]).unwrap();
     let (send, recv) = (filled(&s, 4), filled(&s, 4));
-    let but = s.get_global_func("proc.allreduce_but").unwrap();
     let last = workers - 1;
     for round in 0..2 {
-        let args = [
-            Any::Int(last),
-            Any::Bool(true),
-            send.clone().into(),
-            recv.clone().into(),
-        ];
-        let started = Instant::now();
-        let _reduced = call(&s, &but, &args);
-        let number = calls_sent(&s);
-        let err = s.sync_all().unwrap_err();
-        let took = started.elapsed();
-        assert!(
-            took < FAILS_WITHIN,
-            "round {round}: the sync took {took:?}: {err:?}"
-        );
-        assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+        let (err, number) = failed_sync(&s, &but(last, true, &send, &recv));
         // Worker 0 waits across nodes for node 1's first worker: with one worker per node the
         // failing one, whose wait the controller rules on; with two, node 1's first worker,
         // which its node's meeting failed at once, and which says so to the other leader.
@@ -211,14 +200,7 @@ fn a_peer_on_another_node_that_passed_the_allreduce_fails_it_at_once(workers: i6
             "`proc.allreduce_but` failed: ValueError: failed before the allreduce on purpose",
         );
         // The next call makes the communicators again: an allreduce of every worker works.
-        let ones = [
-            Any::Int(-1),
-            Any::Bool(false),
-            send.clone().into(),
-            recv.clone().into(),
-        ];
-        let _next = call(&s, &but, &ones);
-        s.sync_all().unwrap();
+        every_worker_reduces(&s, &send, &recv);
         assert_eq!(read_worker0(&s, &recv, 4), vec![1.0; 4], "round {round}");
     }
 }

@@ -28,7 +28,9 @@ mod rendezvous;
 
 pub(crate) use collective::Collective;
 pub use communicator::CpuCcl;
-pub(crate) use communicator::{CurrentCcl, passed_error};
+pub(crate) use communicator::CurrentCcl;
+#[cfg(not(loom))]
+pub(crate) use communicator::passed_error;
 pub use cpu::{stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 

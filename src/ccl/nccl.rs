@@ -731,6 +731,7 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
 mod tests {
     use super::*;
     use crate::sync::atomic::AtomicU64;
+    use crate::worker::events::Ring;
     use crate::worker::{Exited, Placed, Signals};
 
     /// Records of `n` workers that ran nothing yet, as a wait reads them.
@@ -841,12 +842,12 @@ mod tests {
     fn a_workers_nccl_waits_end_at_shutdown_or_a_later_init_ccl() {
         let shared = Arc::new(WorkerShared {
             exited: Exited::default(),
-            signals: Placed::Own(Signals {
+            signals: Placed::Own(Box::new(Signals {
                 ccl_generation: AtomicU64::new(3),
                 ..Signals::default()
-            }),
+            })),
             activity: Placed::Own(Default::default()),
-            events: Placed::Own(Default::default()),
+            events: Placed::Own(Ring::boxed()),
             timeout: None,
             session: std::sync::OnceLock::new(),
         });

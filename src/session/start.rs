@@ -27,12 +27,11 @@ use crate::object::{Error, Result};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use crate::sync::thread;
-use crate::worker::activity::Activity;
 use crate::worker::completion::Completion;
 use crate::worker::events::Ring;
 use crate::worker::message::Reply;
 use crate::worker::registers::RegisterIds;
-use crate::worker::{self, Exited, Placed, Signals, WorkerInfo, WorkerShared};
+use crate::worker::{self, Exited, Placed, WorkerInfo, WorkerShared};
 
 impl Session {
     /// What every kind of session checks before it starts a worker: the counts and the
@@ -81,9 +80,9 @@ impl Session {
         for (id, &device) in devices.iter().enumerate() {
             let shared = Arc::new(WorkerShared {
                 exited: Exited::default(),
-                signals: Placed::Own(Signals::default()),
-                activity: Placed::Own(Activity::default()),
-                events: Placed::Own(Ring::default()),
+                signals: Placed::Own(Box::default()),
+                activity: Placed::Own(Box::default()),
+                events: Placed::Own(Ring::boxed()),
                 timeout: options.timeout,
                 session: OnceLock::new(),
             });

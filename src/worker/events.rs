@@ -79,7 +79,6 @@ pub struct Event<N = String> {
 }
 
 #[repr(C)]
-#[derive(Default)]
 struct Slot {
     /// `2n + 2` while it holds event `n`; odd while the worker writes it.
     seq: AtomicU64,
@@ -101,12 +100,11 @@ pub struct Ring {
     slots: [Slot; RING],
 }
 
-impl Default for Ring {
-    fn default() -> Self {
-        Ring {
-            head: AtomicU64::new(0),
-            slots: std::array::from_fn(|_| Slot::default()),
-        }
+impl Ring {
+    /// An empty ring on the heap, made there in place (it is too large for a small stack).
+    pub fn boxed() -> Box<Ring> {
+        // SAFETY: a ring is atomics only, and all zeroes is an empty ring.
+        unsafe { Box::<Ring>::new_zeroed().assume_init() }
     }
 }
 
@@ -216,7 +214,8 @@ pub(crate) fn record_own(kind: Kind, name: &str, start_ns: u64, detail: u32, byt
 mod tests {
     use super::*;
 
-    fn event(n: u64) -> Event {
+    /// Event `n` of the tests, named `name`.
+    fn event<N>(n: u64, name: N) -> Event<N> {
         Event {
             kind: Kind::Call,
             start_ns: 1000 + n,
@@ -225,57 +224,42 @@ mod tests {
             bytes: 0,
             wait_ns: 0,
             detail: 0,
-            name: format!("f{n}"),
+            name,
         }
     }
 
+    /// Event `n` as read back.
+    fn read(n: u64) -> Event {
+        event(n, format!("f{n}"))
+    }
+
     fn record(ring: &Ring, n: u64) {
-        let Event {
-            kind,
-            start_ns,
-            dur_ns,
-            call,
-            bytes,
-            wait_ns,
-            detail,
-            name,
-        } = event(n);
-        let name = name.as_str();
-        ring.record(&Event {
-            kind,
-            start_ns,
-            dur_ns,
-            call,
-            bytes,
-            wait_ns,
-            detail,
-            name,
-        });
+        ring.record(&event(n, format!("f{n}").as_str()));
     }
 
     #[test]
     fn a_ring_gives_back_what_was_recorded_from_any_number_on() {
-        let ring = Box::<Ring>::default();
+        let ring = Ring::boxed();
         assert_eq!(ring.last().events, []);
         for n in 0..5 {
             record(&ring, n);
         }
         let reading = ring.read_from(2);
-        assert_eq!(reading.events, [event(2), event(3), event(4)]);
+        assert_eq!(reading.events, [read(2), read(3), read(4)]);
         assert_eq!((reading.next, reading.lost), (5, 0));
         assert_eq!(ring.read_from(5).events, []);
     }
 
     #[test]
     fn events_overwritten_before_they_were_read_are_counted_lost() {
-        let ring = Box::<Ring>::default();
+        let ring = Ring::boxed();
         for n in 0..RING as u64 + 10 {
             record(&ring, n);
         }
         let reading = ring.read_from(3);
         assert_eq!(reading.lost, 7, "events 3 to 9 were overwritten");
         assert_eq!(reading.events.len(), RING);
-        assert_eq!(reading.events[0], event(10));
+        assert_eq!(reading.events[0], read(10));
         assert_eq!(
             ring.last().events.len(),
             RING,
@@ -285,7 +269,7 @@ mod tests {
 
     #[test]
     fn a_slot_mid_write_is_lost_not_torn() {
-        let ring = Box::<Ring>::default();
+        let ring = Ring::boxed();
         record(&ring, 0);
         ring.slots[0].seq.store(1, Ordering::Relaxed);
         let reading = ring.last();

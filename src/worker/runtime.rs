@@ -92,10 +92,11 @@ impl Ruling {
     }
 }
 
-/// Where a record a worker shares with its controller lives: with the worker thread, or in the
-/// arena of the session of this worker process (mapped for the rest of the process).
+/// Where a record a worker shares with its controller lives: on the heap with the worker
+/// thread, or in the arena of the session of this worker process (mapped for the rest of the
+/// process).
 pub enum Placed<T: 'static> {
-    Own(T),
+    Own(Box<T>),
     Shared(&'static T),
 }
 

@@ -28,6 +28,23 @@ import sharded_mlp
 
 HERE = Path(__file__).resolve().parent
 
+#: Every kind of session: threads, worker processes, and two nodes of one worker each, whose
+#: collectives meet over Gloo (where the controller also rules on a wait for a peer that
+#: passed its collective).
+each_kind = pytest.mark.parametrize(
+    "session_kind",
+    [
+        discovm.ThreadedSession,
+        session_kinds.processes,
+        pytest.param(
+            session_kinds.two_nodes,
+            marks=pytest.mark.skipif(
+                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
+            ),
+        ),
+    ],
+)
+
 #: A worker function that asks tvm-ffi's registry (as compiled code does) who the worker is.
 WHO_AM_I = "tests.tvm.who_am_i"
 
@@ -60,20 +77,7 @@ def test_the_model_runs_again_on_the_same_workers_with_new_inputs(model):
                 np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "session_kind",
-    [
-        discovm.ThreadedSession,
-        session_kinds.processes,
-        # Two nodes of one worker each: the model's allreduce meets over Gloo.
-        pytest.param(
-            session_kinds.two_nodes,
-            marks=pytest.mark.skipif(
-                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
-            ),
-        ),
-    ],
-)
+@each_kind
 def test_session_load_vm_module_runs_it_on_every_kind_of_session(model, session_kind):
     with session_kind(sharded_mlp.NUM_WORKERS) as sess:
         sess.init_ccl("cpu")
@@ -96,21 +100,7 @@ def test_disco_loader_reached_through_tvm_ffi_on_a_worker_loads_the_model(model)
             np.testing.assert_allclose(out, model.reference, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "session_kind",
-    [
-        discovm.ThreadedSession,
-        session_kinds.processes,
-        # Two nodes of one worker each: worker 0 waits for worker 1 in Gloo, and the
-        # controller rules on the wait.
-        pytest.param(
-            session_kinds.two_nodes,
-            marks=pytest.mark.skipif(
-                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
-            ),
-        ),
-    ],
-)
+@each_kind
 def test_a_worker_that_fails_before_the_models_collectives_fails_the_others_at_once(
     model, session_kind, monkeypatch
 ):
