@@ -103,8 +103,16 @@ pub struct Ring {
 impl Ring {
     /// An empty ring on the heap, made there in place (it is too large for a small stack).
     pub fn boxed() -> Box<Ring> {
-        // SAFETY: a ring is atomics only, and all zeroes is an empty ring.
-        unsafe { Box::<Ring>::new_zeroed().assume_init() }
+        let layout = std::alloc::Layout::new::<Ring>();
+        // SAFETY: the layout is a ring's, which has a size; a ring is atomics only, and all
+        // zeroes is an empty ring, owned by the box from here on.
+        unsafe {
+            let raw = std::alloc::alloc_zeroed(layout).cast::<Ring>();
+            if raw.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            Box::from_raw(raw)
+        }
     }
 }
 
