@@ -44,3 +44,53 @@ def test_the_sharded_decoder_decodes_the_tokens_of_the_whole_one(kind, capsys):
 def test_sizes_that_do_not_divide_among_the_workers_are_refused():
     with pytest.raises(SystemExit, match="must divide among --workers"):
         tp_decode.main([*SMALL, "--vocab", "255", "--workers", "2"])
+
+
+def test_a_trace_of_the_decoder_on_worker_processes_shows_its_collectives_meet(tmp_path):
+    import json
+
+    import numpy as np
+    from tvm.contrib import tvmjs
+
+    cfg = tp_decode.Config(256, 64, 2, 4, 128, 6)
+    whole, params = tp_decode.export(cfg, 1)
+    sharded, _ = tp_decode.export(cfg, 2)
+    shard_info = tp_decode.add_shard_functions(sharded, params, 2)
+    weights = tp_decode.random_weights(params, 0)
+    library = tmp_path / "decoder.so"
+    tp_decode.compile_for_cpu(sharded).export_library(str(library))
+    tvmjs.dump_tensor_cache(
+        {f"param_{i}": w for i, w in enumerate(weights)}, str(tmp_path / "cache"),
+        encode_format="raw", show_progress=False,
+    )
+    sess, _ = tp_decode.start_session("process", 2)
+    with sess:
+        with sess.trace(tmp_path / "trace.json"):
+            tp_decode.decode_sharded(sess, library, tmp_path / "cache", shard_info, cfg, 3)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    for event in events:
+        assert {"ph", "name", "pid", "tid"} <= set(event), event
+    complete = [e for e in events if e["ph"] == "X"]
+
+    def spans(worker, name):
+        return [
+            (e["ts"], e["ts"] + e["dur"], e["args"]["call"])
+            for e in complete
+            if e["args"].get("worker") == worker and e["name"] == name
+        ]
+
+    # The model's collectives (an allreduce after each attention and MLP, an allgather of the
+    # logits), on both workers, within its calls; each pair of one call overlaps: they met.
+    first, second = spans(0, "allreduce"), spans(1, "allreduce")
+    assert len(first) == len(second) == 3 * 2 * cfg.layers, (first, second)
+    for (a0, a1, call_a), (b0, b1, call_b) in zip(first, second):
+        assert call_a == call_b
+        assert a0 <= b1 and b0 <= a1, "the workers' allreduces of one step overlap"
+    assert len(spans(0, "allgather")) == 3
+    # The model was loaded on each worker, and every send has its runs.
+    assert len([e for e in complete if e["cat"] == "module"]) == 2
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    finishes = {e["id"] for e in events if e["ph"] == "f"}
+    assert starts and starts == finishes
+    assert np.isfinite([e["dur"] for e in complete]).all()
