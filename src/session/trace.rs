@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::link::WorkerLink;
+use super::state::SessionState;
 use crate::object::{Error, Result};
 use crate::worker::events::{Event, now_ns};
 
@@ -128,8 +129,9 @@ impl Tracer {
         }
     }
 
-    /// Begins a trace of `workers`' events from now on.
-    pub fn start(&self, workers: Arc<[WorkerLink]>) -> Result<()> {
+    /// Begins a trace of `workers`' events from now on; its collector ends with the trace, or
+    /// when the session (`state`) stops.
+    pub fn start(&self, workers: Arc<[WorkerLink]>, state: Arc<SessionState>) -> Result<()> {
         let mut running = lock(&self.running);
         if running.is_some() {
             return Err(Error::value(
@@ -154,7 +156,7 @@ impl Tracer {
         let collector = std::thread::Builder::new()
             .name("discovm-trace".into())
             .spawn(move || {
-                while !stopped.load(Ordering::Acquire) {
+                while !stopped.load(Ordering::Acquire) && !state.is_stopping() {
                     std::thread::sleep(DRAIN_EVERY);
                     lock(&into).drain(&workers);
                 }
@@ -260,7 +262,7 @@ impl super::controller::Session {
     /// Errors: `ValueError` when a trace runs already; `SessionClosed` after shutdown.
     pub fn trace_start(&self) -> Result<()> {
         self.check_open()?;
-        self.tracer.start(self.workers.clone())
+        self.tracer.start(self.workers.clone(), self.state.clone())
     }
 
     /// Ends the trace and writes it to `path` in the Chrome Trace Event Format (JSON that
@@ -282,5 +284,30 @@ impl super::controller::Session {
     pub fn trace_dump(&self, path: &str) -> Result<()> {
         self.check_not_closed()?;
         Tracer::dump(&self.workers, path, &self.about())
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trace_left_running_ends_its_collector_when_the_session_stops() {
+        let (tracer, state) = (Tracer::default(), Arc::new(SessionState::new()));
+        tracer.start(Arc::from(Vec::new()), state.clone()).unwrap();
+        state.begin_stopping();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let finished = || {
+            lock(&tracer.running)
+                .as_ref()
+                .is_some_and(|running| running.collector.is_finished())
+        };
+        while !finished() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the collector runs on"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 }
