@@ -26,6 +26,7 @@ mod signal;
 mod start;
 mod state;
 mod status;
+mod syncs;
 mod trace;
 mod worker_env;
 

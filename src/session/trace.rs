@@ -146,10 +146,7 @@ impl Tracer {
         let collected = Arc::new(Mutex::new(Collected {
             workers: vec![Vec::new(); workers.len()],
             next,
-            lost: 0,
-            dropped: 0,
-            controller: Vec::new(),
-            bytes: 0,
+            ..Collected::empty()
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (into, stopped) = (collected.clone(), stop.clone());
@@ -188,8 +185,10 @@ impl Tracer {
 
     /// Writes the flight recorder's last events of every worker to `path`.
     pub fn dump(workers: &[WorkerLink], path: &str, about: &timeline::About) -> Result<()> {
-        let mut collected = Collected::empty();
-        collected.workers = vec![Vec::new(); workers.len()];
+        let mut collected = Collected {
+            workers: vec![Vec::new(); workers.len()],
+            ..Collected::empty()
+        };
         for (worker, link) in workers.iter().enumerate() {
             if let Some(ring) = link.events() {
                 let reading = ring.last();

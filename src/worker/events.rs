@@ -145,6 +145,29 @@ impl Ring {
         self.head.store(n + 1, Ordering::Release);
     }
 
+    /// Records an event of `kind` named `name`, of call `call`, that began at `start_ns` and
+    /// ends now (the ring's worker alone).
+    pub(crate) fn record_ended(
+        &self,
+        kind: Kind,
+        name: &str,
+        start_ns: u64,
+        call: u64,
+        detail: u32,
+        bytes: u64,
+    ) {
+        self.record(&Event {
+            kind,
+            start_ns,
+            dur_ns: now_ns().saturating_sub(start_ns),
+            call,
+            bytes,
+            wait_ns: 0,
+            detail,
+            name,
+        });
+    }
+
     /// How many events the ring's worker has recorded (the number of its next).
     pub fn written(&self) -> u64 {
         self.head.load(Ordering::Acquire)
@@ -205,16 +228,7 @@ pub fn now_ns() -> u64 {
 /// calling worker's ring, if it is a worker.
 pub(crate) fn record_own(kind: Kind, name: &str, start_ns: u64, detail: u32, bytes: u64) {
     super::with_own_events(|ring, call| {
-        ring.record(&Event {
-            kind,
-            start_ns,
-            dur_ns: now_ns().saturating_sub(start_ns),
-            call,
-            bytes,
-            wait_ns: 0,
-            detail,
-            name,
-        });
+        ring.record_ended(kind, name, start_ns, call, detail, bytes);
     });
 }
 

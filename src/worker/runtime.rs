@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use super::activity::{Activity, Seq, State, Text, widen_call};
-use super::events::{self, Event, Ring};
+use super::events::{self, Ring};
 use super::message::{
     Arg, CopyDirection, GlobalLookup, HostCopy, Message, ModuleLookup, Store, worker_error,
 };
@@ -443,16 +443,9 @@ impl Worker {
                 Slot::Failed(error)
             }
         };
-        self._exit.0.events.record(&Event {
-            kind: events::Kind::Call,
-            start_ns: started,
-            dur_ns: events::now_ns().saturating_sub(started),
-            call: number,
-            bytes: 0,
-            wait_ns: 0,
-            detail: u32::from(to_all),
-            name: self.named.as_deref().unwrap_or(""),
-        });
+        let name = self.named.as_deref().unwrap_or("");
+        let ring = &self._exit.0.events;
+        ring.record_ended(events::Kind::Call, name, started, number, to_all.into(), 0);
         self.registers.set(out, slot, None);
     }
 
@@ -536,16 +529,8 @@ impl Worker {
         if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
-        self._exit.0.events.record(&Event {
-            kind: events::Kind::Sync,
-            start_ns: started,
-            dur_ns: events::now_ns().saturating_sub(started),
-            call: self.last_call,
-            bytes: 0,
-            wait_ns: 0,
-            detail: 0,
-            name: "sync",
-        });
+        let ring = &self._exit.0.events;
+        ring.record_ended(events::Kind::Sync, "sync", started, self.last_call, 0, 0);
         self.note_idle();
     }
 
