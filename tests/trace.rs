@@ -1,4 +1,5 @@
-//! A session's timeline and its flight recorder, on worker threads and worker processes: a trace
+//! A session's timeline and its flight recorder, on worker threads, worker processes and two
+//! nodes (whose events cross at the trace's stop, moved onto the controller's clock): a trace
 //! of calls, a collective and syncs is a Chrome Trace Event Format file whose events have the
 //! format's fields, name their worker and call, nest on their tracks, overlap where workers
 //! meet in a collective and are joined to the controller's sends by flows; the flight recorder
@@ -11,6 +12,8 @@ mod built_library;
 mod c_build;
 #[path = "support/errors.rs"]
 mod errors;
+#[path = "support/gloo.rs"]
+mod gloo;
 #[path = "support/ports.rs"]
 mod ports;
 #[path = "support/session_calls.rs"]
@@ -171,9 +174,41 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
     );
     assert_eq!(trace["otherData"]["workers"], 2);
     assert_eq!(trace["otherData"]["events_lost"], 0);
+    check_nodes(&trace, kind);
     let _ = std::fs::remove_file(path);
 }
-each_kind!(a_trace_shows_calls_collectives_and_syncs_on_one_timeline);
+each_kind_and_nodes!(a_trace_shows_calls_collectives_and_syncs_on_one_timeline);
+
+/// A trace of two nodes names node 1's process, and gives its clock's offset and error bound
+/// (small on one machine); a trace of one node has no other nodes.
+fn check_nodes(trace: &Value, kind: session_kinds::Kind) {
+    let nodes = trace["otherData"]["nodes"]
+        .as_array()
+        .expect("a list of nodes");
+    if kind != session_kinds::Kind::Nodes {
+        assert!(nodes.is_empty(), "{nodes:?}");
+        return;
+    }
+    assert_eq!(nodes.len(), 1, "{nodes:?}");
+    let node = &nodes[0];
+    assert_eq!(node["node"], 1);
+    assert!(node["events_missing"].is_null(), "{node}");
+    let (offset, error) = (
+        node["clock_offset_us"].as_f64().unwrap(),
+        node["clock_error_us"].as_f64().unwrap(),
+    );
+    assert!(error < 100_000.0, "a loopback round trip: {node}");
+    assert!(offset.abs() <= error + 1.0, "one machine's clock: {node}");
+    let process = phase(trace, "M")
+        .into_iter()
+        .any(|m| m["name"] == "process_name" && m["pid"] == 1);
+    assert!(process, "node 1 has its process");
+    let on_node_1 = phase(trace, "X")
+        .into_iter()
+        .filter(|e| e["pid"] == 1)
+        .all(|e| e["args"]["worker"] == 1);
+    assert!(on_node_1, "only worker 1 runs on node 1");
+}
 
 fn the_flight_recorder_keeps_the_last_events_with_no_trace(kind: session_kinds::Kind) {
     let s = session_kinds::session(kind, 2);
@@ -196,9 +231,10 @@ fn the_flight_recorder_keeps_the_last_events_with_no_trace(kind: session_kinds::
             "worker {worker}: the last 1024 of its 1100 calls"
         );
     }
+    check_nodes(&trace, kind);
     let _ = std::fs::remove_file(path);
 }
-each_kind!(the_flight_recorder_keeps_the_last_events_with_no_trace);
+each_kind_and_nodes!(the_flight_recorder_keeps_the_last_events_with_no_trace);
 
 #[test]
 fn a_killed_worker_process_leaves_its_events_to_the_flight_recorder() {
@@ -229,6 +265,109 @@ fn a_killed_worker_process_leaves_its_events_to_the_flight_recorder() {
         }
         Err(error) => panic!("the dump of a session with a dead worker failed: {error:?}"),
     }
+}
+
+/// Whether a sync fails within 5 s (a death on another node is heard of a moment after it).
+fn broken_within(s: &Arc<Session>) -> bool {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < end {
+        if s.sync_all().is_err() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+/// Worker 1 is killed mid-trace: the trace still stops, and holds that worker's calls up to its
+/// death (from the session's arena on this machine; on another, sent by its node as it died).
+fn a_worker_killed_mid_trace_leaves_its_events_up_to_its_death(kind: session_kinds::Kind) {
+    let s = session_kinds::session(kind, 2);
+    let add = s.get_global_func("proc.add").unwrap();
+    let pid = worker_processes::pids(&s)[1];
+    s.trace_start().unwrap();
+    let _sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    s.sync_all().unwrap();
+    // SAFETY: kill only sends a signal to the test's own worker process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    assert!(worker_processes::gone_within(
+        pid,
+        std::time::Duration::from_secs(5)
+    ));
+    assert!(broken_within(&s), "the death breaks the session");
+    let path = trace_path(&format!("killed-mid-trace-{kind:?}"));
+    s.trace_stop(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+    let runs = phase(&trace, "X")
+        .into_iter()
+        .filter(|e| e["args"]["worker"] == 1 && e["name"] == "proc.add")
+        .count();
+    assert_eq!(
+        runs, 1,
+        "the dead worker's call is in the trace: {}",
+        trace["otherData"]
+    );
+    if kind == session_kinds::Kind::Nodes {
+        // The death ends the node's connection: the node sent that worker's last events first.
+        let node = &trace["otherData"]["nodes"][0];
+        assert!(node["events_missing"].is_string(), "{node}");
+        assert_eq!(
+            node["last_events_of_dead_workers"],
+            serde_json::json!([1]),
+            "{node}"
+        );
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+#[test]
+fn a_worker_process_killed_mid_trace_leaves_its_events_up_to_its_death() {
+    a_worker_killed_mid_trace_leaves_its_events_up_to_its_death(session_kinds::Kind::Processes);
+}
+
+#[test]
+fn a_node_s_worker_killed_mid_trace_leaves_its_events_up_to_its_death() {
+    a_worker_killed_mid_trace_leaves_its_events_up_to_its_death(session_kinds::Kind::Nodes);
+}
+
+/// A node lost mid-trace costs its events, never the trace: the file is written, and says
+/// why node 1's events are missing.
+#[test]
+fn a_node_lost_mid_trace_is_named_in_the_trace_without_its_events() {
+    let s = session_kinds::session(session_kinds::Kind::Nodes, 2);
+    let add = s.get_global_func("proc.add").unwrap();
+    let pid = worker_processes::pids(&s)[1];
+    s.trace_start().unwrap();
+    let _sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    s.sync_all().unwrap();
+    // The node is the worker's parent: killing it closes its connection.
+    let node = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.rsplit_once(") ")?
+                .1
+                .split(' ')
+                .nth(1)?
+                .parse::<i32>()
+                .ok()
+        })
+        .expect("the worker's parent");
+    // SAFETY: kill only sends a signal to the node program this test started.
+    assert_eq!(unsafe { libc::kill(node, libc::SIGKILL) }, 0);
+    assert!(broken_within(&s), "the loss breaks the session");
+    let path = trace_path("node-lost");
+    s.trace_stop(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+    let nodes = trace["otherData"]["nodes"].as_array().unwrap();
+    let missing = nodes[0]["events_missing"]
+        .as_str()
+        .expect("why they are missing");
+    assert!(missing.contains("node 1"), "{missing}");
+    let worker_0 = phase(&trace, "X")
+        .into_iter()
+        .any(|e| e["args"]["worker"] == 0 && e["name"] == "proc.add");
+    assert!(worker_0, "the controller's machine's events are kept");
+    let _ = std::fs::remove_file(path);
 }
 
 #[test]

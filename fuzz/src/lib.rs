@@ -781,6 +781,11 @@ pub fn node_stream(data: &[u8]) {
                         let most = routed::SIGNAL_FIXED + routed::MAX_SIGNAL_TEXT;
                         assert!((routed::SIGNAL_FIXED..=most).contains(&message.frame.len()));
                     }
+                    // A trace message: its fixed part, then a body within the bound.
+                    routed::What::Trace => {
+                        assert!(message.frame.len() >= routed::TRACE_FIXED);
+                        assert!(message.frame.len() <= limits.max_payload);
+                    }
                     routed::What::Frame | routed::What::Death => {
                         let header = Header::parse(&message.frame, &limits).expect("checked");
                         assert_eq!(header.frame_len(), message.frame.len());

@@ -34,6 +34,10 @@ pub enum What {
     /// From the controller, to the routed worker(s): something to note outside the workers'
     /// queues (the session stops, new communicators come, a collective was ruled hopeless).
     Signal = 5,
+    /// Either way, about the node's part in a trace: the controller asks for a clock reading,
+    /// or starts, stops or dumps the node's trace; the node answers with its clock and its
+    /// workers' events ([`trace`](crate::session::node::trace) lays it out).
+    Trace = 6,
 }
 
 /// Bytes of the hash before an uploaded module.
@@ -48,6 +52,7 @@ impl What {
             What::Upload,
             What::Board,
             What::Signal,
+            What::Trace,
         ]
         .into_iter()
         .find(|w| *w as u32 == code)
@@ -60,7 +65,7 @@ pub struct Message {
     pub route: u32,
     pub what: What,
     /// The frame's bytes, header included; empty for a heartbeat; an upload's hash and module;
-    /// a board's entries.
+    /// a board's entries; a signal; a trace message.
     pub frame: Vec<u8>,
 }
 
@@ -127,6 +132,26 @@ pub fn write_signal(
     out.write_all(text)
 }
 
+/// Bytes of a trace message before its body: what it is (`u32`), a worker's index on the node
+/// (`u32`), and a stamp (`u64`).
+pub const TRACE_FIXED: usize = 16;
+
+/// Writes a trace message `what` about the worker at `local` with `stamp` and `body`.
+pub fn write_trace(
+    out: &mut impl Write,
+    what: u32,
+    local: u32,
+    stamp: u64,
+    body: &[u8],
+) -> io::Result<()> {
+    write_head(out, ALL, What::Trace)?;
+    out.write_all(&((TRACE_FIXED + body.len()) as u64).to_le_bytes())?;
+    out.write_all(&what.to_le_bytes())?;
+    out.write_all(&local.to_le_bytes())?;
+    out.write_all(&stamp.to_le_bytes())?;
+    out.write_all(body)
+}
+
 /// Writes the route of a message to every worker and the length of what follows.
 fn write_sized(out: &mut impl Write, what: What, len: usize) -> io::Result<()> {
     write(out, ALL, what, &(len as u64).to_le_bytes())
@@ -185,13 +210,14 @@ pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<
                 rest: 0,
             })
         }
-        What::Upload | What::Board => {
+        What::Upload | What::Board | What::Trace => {
             let mut len = [0u8; 8];
             read_exact(input, &mut len)?;
             let len = u64::from_le_bytes(len);
             let (name, least, holds) = match what {
                 What::Upload => ("an upload", HASH_SIZE, "a hash"),
-                _ => ("a board", BOARD_ENTRY_FIXED, "an entry"),
+                What::Board => ("a board", BOARD_ENTRY_FIXED, "an entry"),
+                _ => ("a trace message", TRACE_FIXED, "its fixed part"),
             };
             if route != ALL || len < least as u64 || len > limits.max_payload as u64 {
                 return Err(ReadError::Bad(Error::value(format!(

@@ -16,7 +16,8 @@ use super::node::{self};
 #[cfg(not(loom))]
 use super::process;
 use super::state::SessionState;
-use super::trace::{Doing, Tracer};
+use super::trace::Tracer;
+use super::trace::collect::Doing;
 use crate::abi::DLDevice;
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;

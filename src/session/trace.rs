@@ -8,38 +8,28 @@
 //! trace runs, so one mechanism serves the flight recorder and the timeline, and a ring that
 //! overflowed between two drains shows as events counted lost, never as a wait.
 
+pub(crate) mod collect;
+#[cfg(not(loom))]
+mod nodes;
 mod timeline;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
 
 use super::link::WorkerLink;
 use super::state::SessionState;
 use crate::object::{Error, Result};
-use crate::worker::events::{Event, now_ns};
+use crate::worker::events::{Ring, now_ns};
+use collect::{Collected, Collector, Doing, Noted, Rings, lock};
 
-/// How often the collector drains the workers' rings while a trace runs.
-const DRAIN_EVERY: Duration = Duration::from_millis(5);
-/// The most memory a trace's events may take; the events past it are counted, not kept.
-pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
+impl Rings for [WorkerLink] {
+    fn count(&self) -> usize {
+        self.len()
+    }
 
-/// What the controller does, as a trace shows it.
-#[derive(Clone, Debug)]
-pub(crate) enum Doing {
-    /// It sent call `call` to `workers` (None: every worker).
-    Sent { call: u64, worker: Option<usize> },
-    /// It waited: a sync, or a copy of `bytes` to or from worker 0.
-    Waited { what: &'static str, bytes: u64 },
-}
-
-/// One event of the controller's.
-#[derive(Clone, Debug)]
-pub(crate) struct Noted {
-    pub doing: Doing,
-    pub start_ns: u64,
-    pub dur_ns: u64,
+    fn ring(&self, index: usize) -> Option<&Ring> {
+        self[index].events()
+    }
 }
 
 /// A session's tracer.
@@ -53,53 +43,11 @@ pub(crate) struct Tracer {
 /// A trace that runs.
 struct Running {
     started_ns: u64,
-    collected: Arc<Mutex<Collected>>,
-    stop: Arc<AtomicBool>,
-    collector: JoinHandle<()>,
-}
-
-/// What a trace collected so far.
-pub(crate) struct Collected {
-    /// Each worker's events, by id (empty for a worker whose ring this process cannot read).
-    pub workers: Vec<Vec<Event>>,
-    /// The number of each worker's next event to read.
-    next: Vec<u64>,
-    /// Events the rings overwrote before the collector read them.
-    pub lost: u64,
-    /// Events left out past [`MAX_TRACE_BYTES`].
-    pub dropped: u64,
-    pub controller: Vec<Noted>,
-    bytes: usize,
-}
-
-impl Collected {
-    fn keep(&mut self, worker: usize, events: Vec<Event>) {
-        for event in events {
-            let size = size_of::<Event>() + event.name.len();
-            if self.bytes + size > MAX_TRACE_BYTES {
-                self.dropped += 1;
-                continue;
-            }
-            self.bytes += size;
-            self.workers[worker].push(event);
-        }
-    }
-
-    /// Reads every worker's ring from where the last reading stopped.
-    fn drain(&mut self, workers: &[WorkerLink]) {
-        for (worker, link) in workers.iter().enumerate() {
-            if let Some(ring) = link.events() {
-                let reading = ring.read_from(self.next[worker]);
-                self.next[worker] = reading.next;
-                self.lost += reading.lost;
-                self.keep(worker, reading.events);
-            }
-        }
-    }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Drains the rings this process reads (its worker threads', its worker processes').
+    collector: Collector,
+    /// The other nodes, which collect their workers' events themselves.
+    #[cfg(not(loom))]
+    nodes: nodes::Nodes,
 }
 
 impl Tracer {
@@ -115,13 +63,7 @@ impl Tracer {
         }
         let dur_ns = now_ns().saturating_sub(start_ns);
         if let Some(running) = lock(&self.running).as_ref() {
-            let mut collected = lock(&running.collected);
-            if collected.bytes + size_of::<Noted>() > MAX_TRACE_BYTES {
-                collected.dropped += 1;
-                return;
-            }
-            collected.bytes += size_of::<Noted>();
-            collected.controller.push(Noted {
+            lock(running.collector.collected()).note(Noted {
                 doing,
                 start_ns,
                 dur_ns,
@@ -139,32 +81,15 @@ impl Tracer {
                  another",
             ));
         }
-        let next = workers
-            .iter()
-            .map(|link| link.events().map_or(0, |ring| ring.written()))
-            .collect();
-        let collected = Arc::new(Mutex::new(Collected {
-            workers: vec![Vec::new(); workers.len()],
-            next,
-            ..Collected::empty()
-        }));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (into, stopped) = (collected.clone(), stop.clone());
-        let collector = std::thread::Builder::new()
-            .name("discovm-trace".into())
-            .spawn(move || {
-                while !stopped.load(Ordering::Acquire) && !state.is_stopping() {
-                    std::thread::sleep(DRAIN_EVERY);
-                    lock(&into).drain(&workers);
-                }
-                lock(&into).drain(&workers);
-            })
-            .map_err(|e| Error::runtime(format!("cannot start the trace's collector: {e}")))?;
+        #[cfg(not(loom))]
+        let nodes = nodes::Nodes::start(&workers);
+        let started_ns = now_ns();
+        let collector = Collector::start(workers, move || state.is_stopping())?;
         *running = Some(Running {
-            started_ns: now_ns(),
-            collected,
-            stop,
+            started_ns,
             collector,
+            #[cfg(not(loom))]
+            nodes,
         });
         self.on.store(true, Ordering::SeqCst);
         Ok(())
@@ -177,24 +102,19 @@ impl Tracer {
             Error::value("no trace of this session runs: start one (trace_start) first")
         })?;
         self.on.store(false, Ordering::SeqCst);
-        running.stop.store(true, Ordering::Release);
-        let _ = running.collector.join();
-        let collected = std::mem::replace(&mut *lock(&running.collected), Collected::empty());
+        #[allow(unused_mut)]
+        let mut collected = running.collector.finish();
+        #[cfg(not(loom))]
+        running.nodes.stop(&mut collected);
         timeline::write(path, about, running.started_ns, &collected)
     }
 
     /// Writes the flight recorder's last events of every worker to `path`.
     pub fn dump(workers: &[WorkerLink], path: &str, about: &timeline::About) -> Result<()> {
-        let mut collected = Collected {
-            workers: vec![Vec::new(); workers.len()],
-            ..Collected::empty()
-        };
-        for (worker, link) in workers.iter().enumerate() {
-            if let Some(ring) = link.events() {
-                let reading = ring.last();
-                collected.keep(worker, reading.events);
-            }
-        }
+        #[allow(unused_mut)]
+        let mut collected = Collected::last(workers);
+        #[cfg(not(loom))]
+        nodes::Nodes::dump(workers, &mut collected);
         let first = collected
             .workers
             .iter()
@@ -203,19 +123,6 @@ impl Tracer {
             .min()
             .unwrap_or_else(now_ns);
         timeline::write(path, about, first, &collected)
-    }
-}
-
-impl Collected {
-    fn empty() -> Collected {
-        Collected {
-            workers: Vec::new(),
-            next: Vec::new(),
-            lost: 0,
-            dropped: 0,
-            controller: Vec::new(),
-            bytes: 0,
-        }
     }
 }
 
@@ -247,10 +154,12 @@ impl super::controller::Session {
         let nodes: Vec<usize> = (0..self.workers.len())
             .map(|worker| self.workers[worker].observe(worker).node)
             .collect();
-        let kind = match &self.workers[0] {
-            _ if nodes.iter().any(|&node| node != 0) => "socket",
-            WorkerLink::Thread(_) => "threaded",
-            _ => "process",
+        let kind = if nodes.iter().any(|&node| node != 0) {
+            "socket"
+        } else if matches!(self.workers[0], WorkerLink::Thread(_)) {
+            "threaded"
+        } else {
+            "process"
         };
         About { kind, nodes }
     }
@@ -295,7 +204,7 @@ mod tests {
         let (tracer, state) = (Tracer::default(), Arc::new(SessionState::new()));
         tracer.start(Arc::from(Vec::new()), state.clone()).unwrap();
         state.begin_stopping();
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         let finished = || {
             lock(&tracer.running)
                 .as_ref()
@@ -306,7 +215,7 @@ mod tests {
                 std::time::Instant::now() < deadline,
                 "the collector runs on"
             );
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
     }
 }

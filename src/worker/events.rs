@@ -33,7 +33,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn code(self) -> u32 {
+    pub(crate) fn code(self) -> u32 {
         match self {
             Kind::Call => 1,
             Kind::Sync => 2,
@@ -42,7 +42,7 @@ impl Kind {
         }
     }
 
-    fn from_code(code: u32) -> Option<Kind> {
+    pub(crate) fn from_code(code: u32) -> Option<Kind> {
         [Kind::Call, Kind::Sync, Kind::Collective, Kind::Module]
             .into_iter()
             .find(|kind| kind.code() == code)

@@ -15,6 +15,7 @@ use std::sync::{Arc, OnceLock, PoisonError};
 use std::time::Duration;
 
 use super::board::{self, Entry};
+use super::trace::{self as node_trace, Replies};
 use crate::channel::Deadline;
 use crate::channel::ring::MAX_GATHERED;
 use crate::channel::{Sleepers, SpinPolicy};
@@ -24,6 +25,7 @@ use crate::session::requests::{RequestBook, try_send};
 use crate::session::signal::Signal;
 use crate::session::state::SessionState;
 use crate::session::status::{Verdict, WorkerStatus, seconds};
+use crate::session::trace::collect::{Clock, Collected};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use crate::sync::clock::coarse_ns;
@@ -91,6 +93,8 @@ pub(crate) struct NodeConnection {
     flusher: Sleepers,
     /// Whether the session is broken or stopping.
     state: Arc<SessionState>,
+    /// The node's answers to the controller's trace requests.
+    traces: Replies,
 }
 
 impl NodeConnection {
@@ -130,6 +134,7 @@ impl NodeConnection {
             unsent: AtomicBool::new(false),
             flusher: Sleepers::default(),
             state,
+            traces: Replies::default(),
         });
         let read = connection.clone();
         std::thread::Builder::new()
@@ -251,6 +256,7 @@ impl NodeConnection {
         match message.what {
             What::Heartbeat => return Ok(()),
             What::Board => return self.post(&message.frame),
+            What::Trace => return self.traces.take(&message.frame, self.count),
             _ => {}
         }
         let book = self.books.get(message.route as usize).ok_or_else(|| {
@@ -398,6 +404,72 @@ impl NodeConnection {
         // Writing to memory cannot fail.
         let _ = signal.write(&mut *self.outbox.lock(), route);
         self.flush();
+    }
+
+    /// The node's rank in the session.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Fails once the node is gone: lost, or its connection closed.
+    fn connected(&self) -> Result<()> {
+        match self.death.get() {
+            Some(death) => Err(death.clone()),
+            None if self.ended() => Err(Error::new(
+                ErrorKind::Worker,
+                format!("{} closed its connection", self.describe()),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends the trace request `what` with `stamp` to the node, now.
+    fn ask_trace(&self, what: u32, stamp: u64) -> Result<()> {
+        self.connected()?;
+        // Writing to memory cannot fail.
+        let _ = routed::write_trace(&mut *self.outbox.lock(), what, 0, stamp, &[]);
+        self.flush();
+        Ok(())
+    }
+
+    /// Has the node collect its workers' events from now on.
+    pub fn trace_start(&self) -> Result<()> {
+        self.ask_trace(node_trace::START, 0)
+    }
+
+    /// Reads how the node's clock stands to this machine's, in round trips.
+    ///
+    /// Errors: the node's loss, or `TimeoutError` when a reading does not come back.
+    pub fn clock(&self) -> Result<Clock> {
+        self.traces.clock(
+            |stamp| self.ask_trace(node_trace::CLOCK, stamp),
+            || self.connected(),
+        )
+    }
+
+    /// The node's workers' events, on the node's clock: those of its running trace, which
+    /// stops, or with `dump` its workers' last ones.
+    ///
+    /// Errors: the node's loss, or `TimeoutError` when the node goes silent mid-way.
+    pub fn trace_events(&self, dump: bool) -> Result<Collected> {
+        let what = if dump {
+            node_trace::DUMP
+        } else {
+            node_trace::STOP
+        };
+        self.traces
+            .events(
+                self.count,
+                |request| self.ask_trace(what, request),
+                || self.connected(),
+            )
+            .map_err(|e| e.context(format_args!("the trace of {}", self.describe())))
+    }
+
+    /// The last events of the node's workers that died, on the node's clock, and that clock
+    /// as last read (see [`NodeConnection::clock`]).
+    pub fn last_words(&self) -> (Collected, Option<Clock>) {
+        self.traces.last_words()
     }
 
     /// Sends `module`, whose SHA-256 is `hash`, to the node, now.

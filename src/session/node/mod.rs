@@ -13,6 +13,7 @@ pub mod board;
 mod link;
 mod outbox;
 mod serve;
+pub(crate) mod trace;
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;

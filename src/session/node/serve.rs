@@ -14,6 +14,7 @@ use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use super::board::{self, Entry};
+use super::trace::{self, Keeper};
 use super::{BOARD_PERIOD, workers_devices};
 use crate::channel::Deadline;
 use crate::channel::SpinPolicy;
@@ -128,6 +129,15 @@ fn send_with(
     writer.flush()
 }
 
+/// What sends the node's trace messages on `writer`.
+fn trace_sender(writer: &Writer) -> impl Fn(u32, u32, u64, &[u8]) -> std::io::Result<()> + '_ {
+    move |what, local, stamp, body| {
+        send_with(writer, |out| {
+            routed::write_trace(out, what, local, stamp, body)
+        })
+    }
+}
+
 /// Tells the controller that the worker at `local` is gone, and why (as far as it can).
 fn send_death(writer: &Writer, local: u32, error: Error) {
     let mut frame = Vec::new();
@@ -213,13 +223,15 @@ pub(crate) fn serve(
         .spawn(move || send_boards(&reported, &beats, period))
         .map_err(|e| Error::runtime(format!("cannot start the board's thread: {e}")))?;
 
+    let keeper = Keeper::new(links.clone());
     let relayed = relay_requests(
         &mut BufReader::new(&stream),
         &links,
         &writer,
-        &uploads,
+        (&uploads, &keeper),
         heartbeat,
     );
+    drop(keeper);
     // After a shutdown the workers stop on their own; a lost controller's are killed now.
     let grace = match &relayed {
         Ok(()) => options.timeout.unwrap_or(STOP_GRACE),
@@ -236,12 +248,13 @@ pub(crate) fn serve(
 /// Copies frames from the controller into the workers' rings until the controller's `Shutdown`
 /// went to every worker, or the controller is lost. A frame for one worker goes straight from
 /// the connection into its ring, part by part as it arrives; a frame for every worker is read
-/// first, then copied into each ring.
+/// first, then copied into each ring. Uploads are stored, and trace requests answered by the
+/// node's `keeper`.
 fn relay_requests(
     stream: &mut impl Read,
     links: &[ProcessLink],
     writer: &Writer,
-    uploads: &Uploads,
+    (uploads, keeper): (&Uploads, &Keeper),
     heartbeat: Duration,
 ) -> Result<()> {
     let limits = Limits::default();
@@ -287,6 +300,17 @@ fn relay_requests(
                         }
                     },
                 }
+                buffer = message.frame;
+                continue;
+            }
+            What::Trace => {
+                let message =
+                    routed::read_rest(stream, head, std::mem::take(&mut buffer)).map_err(lost)?;
+                keeper
+                    .take(&message.frame, &trace_sender(writer))
+                    .map_err(|e| {
+                        Error::runtime(format!("the controller's trace request: {}", e.message))
+                    })?;
                 buffer = message.frame;
                 continue;
             }
@@ -458,6 +482,7 @@ fn relay_replies(link: &ProcessLink, local: u32, writer: &Writer) {
             Ok(Err(_)) => return, // the controller is gone
             Err(error) => {
                 if error.kind != ErrorKind::SessionClosed {
+                    trace::send_last_words(link, local, &trace_sender(writer));
                     send_death(writer, local, error);
                 }
                 return;

@@ -3,15 +3,16 @@
 //! ("X") for calls, syncs, collectives, module loads and the controller's waits, and flows
 //! ("s" to "f") from the controller's send of a call to each worker's run of it.
 //!
-//! The one idea: every time is the machine's monotonic clock, which the controller and its
-//! worker processes share, so an event's place on the timeline is its start less the trace's.
+//! The one idea: every time is the controller's machine's monotonic clock, which the controller
+//! and its worker processes share (another node's events were moved onto it when they came),
+//! so an event's place on the timeline is its start less the trace's.
 
 use std::collections::HashMap;
 use std::io::Write;
 
 use serde_json::{Value, json};
 
-use super::{Collected, Doing};
+use super::collect::{Collected, Doing};
 use crate::object::{Error, Result};
 use crate::worker::events::Kind;
 
@@ -145,6 +146,24 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
             }
         }
     }
+    let nodes: Vec<Value> = collected
+        .nodes
+        .iter()
+        .map(|part| {
+            let mut node = json!({"node": part.node});
+            if let Some(clock) = part.clock {
+                node["clock_offset_us"] = json!(clock.offset_ns as f64 / 1e3);
+                node["clock_error_us"] = json!(clock.bound_ns as f64 / 1e3);
+            }
+            if let Some(why) = &part.missing {
+                node["events_missing"] = json!(why);
+            }
+            if !part.last_words.is_empty() {
+                node["last_events_of_dead_workers"] = json!(part.last_words);
+            }
+            node
+        })
+        .collect();
     json!({
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -153,7 +172,10 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
             "workers": about.nodes.len(),
             "events_lost": collected.lost,
             "events_dropped": collected.dropped,
-            "clock": "CLOCK_MONOTONIC of the controller's machine, from the trace's start",
+            "clock": "CLOCK_MONOTONIC of the controller's machine, from the trace's start; \
+                      another node's events are moved onto it by the node's clock offset \
+                      (its clock less the controller's), within its error",
+            "nodes": nodes,
         },
     })
 }

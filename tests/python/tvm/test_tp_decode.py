@@ -20,19 +20,16 @@ import tp_decode  # noqa: E402
 SMALL = ["--tokens", "12", "--layers", "2", "--hidden", "64", "--heads", "4", "--ffn", "128"]
 
 
-@pytest.mark.parametrize(
-    "kind",
-    [
-        "threaded",
-        "process",
-        pytest.param(
-            "socket",
-            marks=pytest.mark.skipif(
-                not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
-            ),
-        ),
-    ],
+#: Two nodes, where the library has its Gloo plugin.
+SOCKET = pytest.param(
+    "socket",
+    marks=pytest.mark.skipif(
+        not session_kinds.has_gloo(), reason="no Gloo plugin next to the library"
+    ),
 )
+
+
+@pytest.mark.parametrize("kind", ["threaded", "process", SOCKET])
 def test_the_sharded_decoder_decodes_the_tokens_of_the_whole_one(kind, capsys):
     status = tp_decode.main([*SMALL, "--vocab", "256", "--kind", kind, "--workers", "2"])
     last = capsys.readouterr().out.strip().splitlines()[-1]
@@ -46,7 +43,8 @@ def test_sizes_that_do_not_divide_among_the_workers_are_refused():
         tp_decode.main([*SMALL, "--vocab", "255", "--workers", "2"])
 
 
-def test_a_trace_of_the_decoder_on_worker_processes_shows_its_collectives_meet(tmp_path):
+@pytest.mark.parametrize("kind", ["process", SOCKET])
+def test_a_trace_of_the_decoder_shows_its_collectives_meet(tmp_path, kind):
     import json
 
     import numpy as np
@@ -63,10 +61,12 @@ def test_a_trace_of_the_decoder_on_worker_processes_shows_its_collectives_meet(t
         {f"param_{i}": w for i, w in enumerate(weights)}, str(tmp_path / "cache"),
         encode_format="raw", show_progress=False,
     )
-    sess, _ = tp_decode.start_session("process", 2)
+    sess, node = tp_decode.start_session(kind, 2)
     with sess:
         with sess.trace(tmp_path / "trace.json"):
             tp_decode.decode_sharded(sess, library, tmp_path / "cache", shard_info, cfg, 3)
+    if node is not None:
+        node.wait(timeout=60)
     trace = json.loads((tmp_path / "trace.json").read_text())
     events = trace["traceEvents"]
     for event in events:
@@ -94,3 +94,12 @@ def test_a_trace_of_the_decoder_on_worker_processes_shows_its_collectives_meet(t
     finishes = {e["id"] for e in events if e["ph"] == "f"}
     assert starts and starts == finishes
     assert np.isfinite([e["dur"] for e in complete]).all()
+    # Worker 1's events on two nodes are node 1's, moved onto the controller's clock within
+    # the error the metadata gives.
+    nodes = trace["otherData"]["nodes"]
+    if kind == "socket":
+        assert [n["node"] for n in nodes] == [1] and "events_missing" not in nodes[0], nodes
+        assert abs(nodes[0]["clock_offset_us"]) <= nodes[0]["clock_error_us"] + 1, nodes
+        assert {e["pid"] for e in complete if e["args"].get("worker") == 1} == {1}
+    else:
+        assert nodes == []

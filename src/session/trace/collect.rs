@@ -1,0 +1,220 @@
+//! Collecting events from rings: a collector thread drains a set of workers' rings every few
+//! milliseconds into one store, capped at [`MAX_TRACE_BYTES`], until it is stopped. The
+//! controller collects its own machine's workers this way for a trace, and each node its own.
+//!
+//! The one idea: a drain reads each ring from the number where the last one stopped, so the
+//! workers never wait for the collector, and a ring that overflowed between two drains shows
+//! as events counted lost.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::object::{Error, Result};
+use crate::worker::events::{Event, Ring};
+
+/// How often a collector drains its rings.
+const DRAIN_EVERY: Duration = Duration::from_millis(5);
+/// The most memory a trace's events may take; the events past it are counted, not kept.
+pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
+
+/// What the controller does, as a trace shows it.
+#[derive(Clone, Debug)]
+pub(crate) enum Doing {
+    /// It sent call `call` to `worker` (None: every worker).
+    Sent { call: u64, worker: Option<usize> },
+    /// It waited: a sync, or a copy of `bytes` to or from worker 0.
+    Waited { what: &'static str, bytes: u64 },
+}
+
+/// One event of the controller's.
+#[derive(Clone, Debug)]
+pub(crate) struct Noted {
+    pub doing: Doing,
+    pub start_ns: u64,
+    pub dur_ns: u64,
+}
+
+/// How a node's clock stands to the controller's: a time `t` of the node's is `t - offset_ns`
+/// of the controller's, give or take `bound_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Clock {
+    pub offset_ns: i64,
+    pub bound_ns: u64,
+}
+
+impl Clock {
+    /// The controller's time of the node's `ns`.
+    pub fn to_controller(self, ns: u64) -> u64 {
+        (ns as i64).saturating_sub(self.offset_ns).max(0) as u64
+    }
+}
+
+/// A node's part in a trace, as its metadata tells it.
+#[derive(Clone, Debug)]
+pub(crate) struct NodePart {
+    pub node: usize,
+    /// Its clock, when it could be read.
+    pub clock: Option<Clock>,
+    /// Why its events are missing, when they are.
+    pub missing: Option<String>,
+    /// The workers whose last events it sent as they died (kept when its others are missing).
+    pub last_words: Vec<usize>,
+}
+
+/// Workers' rings, by index (`None`: a ring this process cannot read).
+pub(crate) trait Rings: Send + Sync + 'static {
+    fn count(&self) -> usize;
+    fn ring(&self, index: usize) -> Option<&Ring>;
+}
+
+/// What a trace collected so far.
+#[derive(Default)]
+pub(crate) struct Collected {
+    /// Each worker's events, by index.
+    pub workers: Vec<Vec<Event>>,
+    /// The number of each worker's next event to read.
+    next: Vec<u64>,
+    /// Events the rings overwrote before the collector read them.
+    pub lost: u64,
+    /// Events left out past [`MAX_TRACE_BYTES`].
+    pub dropped: u64,
+    pub controller: Vec<Noted>,
+    /// The nodes whose events were sent to the controller.
+    pub nodes: Vec<NodePart>,
+    bytes: usize,
+}
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Collected {
+    /// Nothing yet, for `count` workers.
+    pub fn for_workers(count: usize) -> Collected {
+        Collected {
+            workers: vec![Vec::new(); count],
+            ..Collected::default()
+        }
+    }
+
+    /// Whether `bytes` more fit under the cap; counts them kept if so, else one event dropped.
+    fn fits(&mut self, bytes: usize) -> bool {
+        if self.bytes + bytes > MAX_TRACE_BYTES {
+            self.dropped += 1;
+            return false;
+        }
+        self.bytes += bytes;
+        true
+    }
+
+    /// Keeps `events` of the worker at `index`, up to the cap.
+    pub fn keep(&mut self, index: usize, events: Vec<Event>) {
+        for event in events {
+            if self.fits(size_of::<Event>() + event.name.len()) {
+                self.workers[index].push(event);
+            }
+        }
+    }
+
+    /// Keeps what the controller did, up to the cap.
+    pub fn note(&mut self, noted: Noted) {
+        if self.fits(size_of::<Noted>()) {
+            self.controller.push(noted);
+        }
+    }
+
+    /// Takes the events `from` collected on a node, whose worker `i` is `first + i` here, onto
+    /// the controller's clock by `clock`.
+    pub fn take_node(&mut self, first: usize, from: Collected, clock: Clock) {
+        self.lost += from.lost;
+        self.dropped += from.dropped;
+        for (local, mut events) in from.workers.into_iter().enumerate() {
+            for event in &mut events {
+                event.start_ns = clock.to_controller(event.start_ns);
+            }
+            self.keep(first + local, events);
+        }
+    }
+
+    /// Reads every ring from where the last reading stopped.
+    fn drain<R: Rings + ?Sized>(&mut self, rings: &R) {
+        for index in 0..rings.count() {
+            if let Some(ring) = rings.ring(index) {
+                let reading = ring.read_from(self.next[index]);
+                self.next[index] = reading.next;
+                self.lost += reading.lost;
+                self.keep(index, reading.events);
+            }
+        }
+    }
+
+    /// The last events every ring holds (the flight recorder's).
+    pub fn last<R: Rings + ?Sized>(rings: &R) -> Collected {
+        let mut collected = Collected::for_workers(rings.count());
+        for index in 0..rings.count() {
+            if let Some(ring) = rings.ring(index) {
+                collected.keep(index, ring.last().events);
+            }
+        }
+        collected
+    }
+}
+
+/// A thread that drains rings until it is stopped.
+pub(crate) struct Collector {
+    collected: Arc<Mutex<Collected>>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl Collector {
+    /// Starts collecting `rings`' events from now on, until [`Collector::finish`] or until
+    /// `ended` says so.
+    pub fn start<R: Rings + ?Sized>(
+        rings: Arc<R>,
+        ended: impl Fn() -> bool + Send + 'static,
+    ) -> Result<Collector> {
+        let mut collected = Collected::for_workers(rings.count());
+        collected.next = (0..rings.count())
+            .map(|index| rings.ring(index).map_or(0, Ring::written))
+            .collect();
+        let collected = Arc::new(Mutex::new(collected));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (into, stopped) = (collected.clone(), stop.clone());
+        let thread = std::thread::Builder::new()
+            .name("discovm-trace".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Acquire) && !ended() {
+                    std::thread::sleep(DRAIN_EVERY);
+                    lock(&into).drain(&*rings);
+                }
+                lock(&into).drain(&*rings);
+            })
+            .map_err(|e| Error::runtime(format!("cannot start the trace's collector: {e}")))?;
+        Ok(Collector {
+            collected,
+            stop,
+            thread,
+        })
+    }
+
+    /// What was collected so far (the controller adds its notes there).
+    pub fn collected(&self) -> &Mutex<Collected> {
+        &self.collected
+    }
+
+    /// Whether the thread left (stopped, or `ended`).
+    #[cfg(test)]
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Stops the thread after a last drain, and gives what it collected.
+    pub fn finish(self) -> Collected {
+        self.stop.store(true, Ordering::Release);
+        let _ = self.thread.join();
+        std::mem::take(&mut *lock(&self.collected))
+    }
+}
