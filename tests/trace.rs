@@ -57,6 +57,38 @@ fn phase<'a>(trace: &'a Value, ph: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// Checks that on each track (pid, tid) any two complete events are disjoint or one holds the
+/// other, as the format's viewers need.
+fn assert_events_nest(complete: &[&Value]) {
+    let mut tracks: std::collections::BTreeMap<(i64, i64), Vec<(f64, f64)>> = Default::default();
+    for event in complete {
+        let ts = event["ts"].as_f64().unwrap();
+        let track = (
+            event["pid"].as_i64().unwrap(),
+            event["tid"].as_i64().unwrap(),
+        );
+        let span = (ts, ts + event["dur"].as_f64().unwrap());
+        tracks.entry(track).or_default().push(span);
+    }
+    for (track, mut spans) in tracks {
+        // Longer first among those that start together: the holder before what it holds.
+        spans.sort_by(|a, b| a.0.total_cmp(&b.0).then(b.1.total_cmp(&a.1)));
+        let mut open: Vec<(f64, f64)> = Vec::new();
+        for span in spans {
+            while open.last().is_some_and(|last| last.1 <= span.0 + 1e-3) {
+                open.pop();
+            }
+            if let Some(holder) = open.last() {
+                assert!(
+                    span.1 <= holder.1 + 1e-3,
+                    "on track {track:?}, {span:?} overlaps {holder:?}"
+                );
+            }
+            open.push(span);
+        }
+    }
+}
+
 /// A float32 tensor of 4 elements on every worker, ones on worker 0.
 fn tensor(s: &Arc<Session>) -> DRef {
     let empty = s.get_global_func("runtime.disco.empty").unwrap();
@@ -79,9 +111,18 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
     for i in 0..3 {
         let _sum = call(&s, &add, &[Any::Int(i), Any::Int(1)]);
     }
-    let reduce = [Any::Int(-1), Any::Bool(false), send.into(), recv.into()];
+    let reduce = [
+        Any::Int(-1),
+        Any::Bool(false),
+        send.clone().into(),
+        recv.into(),
+    ];
     let _reduced = call(&s, &but, &reduce);
     s.sync_all().unwrap();
+    let (mut back, mut shape) = (vec![0.0f32; 4], [4]);
+    let host = host_tensor(&mut back, &mut shape);
+    s.copy_worker0(host, &send, "dref", CopyDirection::FromWorker)
+        .unwrap();
     let path = trace_path(&format!("{kind:?}"));
     s.trace_stop(path.to_str().unwrap()).unwrap();
     let trace = read(&path);
@@ -97,8 +138,30 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
         assert!(event["ts"].as_f64().unwrap() >= 0.0, "{event}");
         assert!(event["dur"].as_f64().unwrap() >= 0.0, "{event}");
         let category = event["cat"].as_str().unwrap();
-        assert!(["call", "sync", "copy", "collective", "module"].contains(&category));
+        assert!(["call", "sync", "copy", "collective", "module", "stream"].contains(&category));
     }
+    // A worker thread copies through its own stream, whose instructions have a track of their
+    // own (worker processes copy through the session's shared memory instead).
+    if kind == session_kinds::Kind::Threads {
+        let copies: Vec<&Value> = complete
+            .iter()
+            .copied()
+            .filter(|e| e["cat"] == "stream")
+            .collect();
+        assert_eq!(copies.len(), 1, "{copies:?}");
+        let copy = copies[0];
+        assert_eq!(copy["name"], "copy to host");
+        assert_eq!(
+            (&copy["args"]["worker"], &copy["args"]["bytes"]),
+            (&0.into(), &16.into())
+        );
+        let track = phase(&trace, "M")
+            .into_iter()
+            .find(|m| m["name"] == "thread_name" && m["tid"] == copy["tid"])
+            .expect("the stream's track is named");
+        assert_eq!(track["args"]["name"], "worker 0 stream 1");
+    }
+    assert_events_nest(&complete);
     // The tracks are named: the controller, and each worker.
     let names: Vec<&str> = phase(&trace, "M")
         .iter()
@@ -133,6 +196,11 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
         assert!(end(inner) <= end(outer) + 1e-3, "{outer} {inner}");
         assert_eq!(inner["args"]["call"], outer["args"]["call"]);
         assert_eq!(inner["args"]["bytes"], 16);
+        // In shared memory, the time it waited for its peer is apart from the rest.
+        if kind != session_kinds::Kind::Nodes {
+            let wait = inner["args"]["wait_us"].as_f64().expect("wait_us");
+            assert!(wait <= inner["dur"].as_f64().unwrap() + 1e-3, "{inner}");
+        }
     }
     // Both workers' allreduce events overlap: they met.
     let (first, second) = (runs(0, "allreduce")[0], runs(1, "allreduce")[0]);
@@ -165,6 +233,10 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert!(controller.contains(&"sync all"), "{controller:?}");
+    assert!(
+        controller.iter().any(|n| n.starts_with("copy")),
+        "{controller:?}"
+    );
     assert_eq!(
         controller
             .iter()

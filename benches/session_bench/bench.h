@@ -97,6 +97,9 @@ int bench_disco_worker_main(int argc, char **argv);
 #ifdef HAVE_DISCOVM
 extern const bench_backend bench_discovm_backend;         /* dvm_session_new_threaded */
 extern const bench_backend bench_discovm_process_backend; /* dvm_session_new_process */
+/* The same two, with a trace running from each session's start to its close. */
+extern const bench_backend bench_discovm_traced_backend;
+extern const bench_backend bench_discovm_process_traced_backend;
 #endif
 
 /* ---- floors (floors.c): the same work without any runtime ---------------------------------- */

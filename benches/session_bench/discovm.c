@@ -1,12 +1,15 @@
 /*
  * The discovm backends of the session benchmark: the same primitives as disco.c, through
- * include/discovm.h. Two columns share every function here but open(): "discovm" starts its
+ * include/discovm.h. The columns share every function here but open(): "discovm" starts its
  * sessions with dvm_session_new_threaded, "discovm process" with dvm_session_new_process
  * (workers are processes running the worker program the library finds next to itself,
  * target/release/discovm-worker, which benches/run.sh builds; DISCOVM_WORKER names another).
+ * The "traced" columns are the same sessions with a trace running from their start
+ * (dvm_session_trace_start) to their close, which writes it to a temporary file and removes it.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "discovm.h"
@@ -15,6 +18,7 @@ struct bench_session {
     dvm_session *session;
     dvm_dref *worker_id; /* runtime.disco.worker_id: the cheap function call() runs */
     dvm_dref *empty;     /* runtime.disco.empty: allocates the worker-0 tensor */
+    int traced;          /* a trace runs from the session's start */
 };
 
 struct bench_copy {
@@ -41,6 +45,18 @@ static const char *discovm_version(void) {
     return text;
 }
 
+static const char *discovm_traced_version(void) {
+    static char text[96];
+    snprintf(text, sizeof text, "discovm %s (threaded session, a trace running)", dvm_version());
+    return text;
+}
+
+static const char *discovm_process_traced_version(void) {
+    static char text[96];
+    snprintf(text, sizeof text, "discovm %s (process session, a trace running)", dvm_version());
+    return text;
+}
+
 static const char *discovm_process_version(void) {
     static char text[96];
     snprintf(text, sizeof text, "discovm %s (process session: every worker a process)",
@@ -52,6 +68,12 @@ static void discovm_close(bench_session *s) {
     if (!s) return;
     dvm_dref_free(s->worker_id);
     dvm_dref_free(s->empty);
+    if (s->traced) {
+        char path[64];
+        snprintf(path, sizeof path, "/tmp/session_bench_trace_%ld.json", (long)getpid());
+        if (dvm_session_trace_stop(s->session, path) != DVM_OK) fail("trace stop");
+        unlink(path);
+    }
     if (s->session) dvm_session_shutdown(s->session);
     dvm_session_free(s->session);
     free(s);
@@ -61,7 +83,8 @@ static void discovm_close(bench_session *s) {
 typedef dvm_status (*session_start_fn)(int32_t num_workers, int32_t num_groups,
                                        const dvm_session_options *opts, dvm_session **out);
 
-static bench_session *discovm_open_with(session_start_fn start, int32_t num_workers) {
+static bench_session *discovm_open_with(session_start_fn start, int32_t num_workers,
+                                        int traced) {
     bench_session *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     if (start(num_workers, 1, NULL, &s->session) != DVM_OK ||
@@ -71,15 +94,31 @@ static bench_session *discovm_open_with(session_start_fn start, int32_t num_work
         discovm_close(s);
         return NULL;
     }
+    if (traced) {
+        if (dvm_session_trace_start(s->session) != DVM_OK) {
+            fail("trace start");
+            discovm_close(s);
+            return NULL;
+        }
+        s->traced = 1;
+    }
     return s;
 }
 
 static bench_session *discovm_open_threaded(int32_t num_workers) {
-    return discovm_open_with(dvm_session_new_threaded, num_workers);
+    return discovm_open_with(dvm_session_new_threaded, num_workers, 0);
 }
 
 static bench_session *discovm_open_process(int32_t num_workers) {
-    return discovm_open_with(dvm_session_new_process, num_workers);
+    return discovm_open_with(dvm_session_new_process, num_workers, 0);
+}
+
+static bench_session *discovm_open_threaded_traced(int32_t num_workers) {
+    return discovm_open_with(dvm_session_new_threaded, num_workers, 1);
+}
+
+static bench_session *discovm_open_process_traced(int32_t num_workers) {
+    return discovm_open_with(dvm_session_new_process, num_workers, 1);
 }
 
 static int discovm_sync_worker0(bench_session *s) {
@@ -180,6 +219,36 @@ const bench_backend bench_discovm_process_backend = {
     .name = "discovm process",
     .version = discovm_process_version,
     .open = discovm_open_process,
+    .sync_worker0 = discovm_sync_worker0,
+    .call = discovm_call,
+    .sync_all = discovm_sync_all,
+    .copy_prepare = discovm_copy_prepare,
+    .copy_to_worker0 = discovm_copy_to_worker0,
+    .copy_from_worker0 = discovm_copy_from_worker0,
+    .copy_release = discovm_copy_release,
+    .close = discovm_close,
+    .last_error = discovm_last_error,
+};
+
+const bench_backend bench_discovm_traced_backend = {
+    .name = "discovm traced",
+    .version = discovm_traced_version,
+    .open = discovm_open_threaded_traced,
+    .sync_worker0 = discovm_sync_worker0,
+    .call = discovm_call,
+    .sync_all = discovm_sync_all,
+    .copy_prepare = discovm_copy_prepare,
+    .copy_to_worker0 = discovm_copy_to_worker0,
+    .copy_from_worker0 = discovm_copy_from_worker0,
+    .copy_release = discovm_copy_release,
+    .close = discovm_close,
+    .last_error = discovm_last_error,
+};
+
+const bench_backend bench_discovm_process_traced_backend = {
+    .name = "discovm process traced",
+    .version = discovm_process_traced_version,
+    .open = discovm_open_process_traced,
     .sync_worker0 = discovm_sync_worker0,
     .call = discovm_call,
     .sync_all = discovm_sync_all,

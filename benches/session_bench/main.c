@@ -13,7 +13,8 @@
  * waits (briefly) for them to go quiet, and it reports how much CPU they took.
  *
  * Usage: session_bench [--rounds R] [--workers 1,2,4]
- *                      [--backends disco,disco_process,discovm,discovm_process]
+ *                      [--backends disco,disco_process,discovm,discovm_process,
+ *                                  discovm_traced,discovm_process_traced]
  *                      [--budget-s S] [--quiet-wait-s S] [--metric-ms MS] [--warm-ms MS]
  *                      [--samples K] [--pipe-calls K] [--csv PATH] [--quick]
  * (--help describes them.)
@@ -202,12 +203,24 @@ static void init_metric_info(void) {
 #ifdef HAVE_DISCOVM
 #define DISCOVM_IMPL (&bench_discovm_backend)
 #define DISCOVM_PROCESS_IMPL (&bench_discovm_process_backend)
+#define DISCOVM_TRACED_IMPL (&bench_discovm_traced_backend)
+#define DISCOVM_PROCESS_TRACED_IMPL (&bench_discovm_process_traced_backend)
 #else
 #define DISCOVM_IMPL NULL
 #define DISCOVM_PROCESS_IMPL NULL
+#define DISCOVM_TRACED_IMPL NULL
+#define DISCOVM_PROCESS_TRACED_IMPL NULL
 #endif
 
-enum { C_DISCO, C_DISCO_PROCESS, C_DISCOVM, C_DISCOVM_PROCESS, NUM_COLUMNS };
+enum {
+    C_DISCO,
+    C_DISCO_PROCESS,
+    C_DISCOVM,
+    C_DISCOVM_PROCESS,
+    C_DISCOVM_TRACED,
+    C_DISCOVM_PROCESS_TRACED,
+    NUM_COLUMNS
+};
 
 static struct column {
     const char *key;  /* for --backends and the CSV */
@@ -220,6 +233,10 @@ static struct column {
     [C_DISCO_PROCESS] = {"disco_process", "disco process", DISCO_PROCESS_IMPL, 0, ""},
     [C_DISCOVM] = {"discovm", "discovm", DISCOVM_IMPL, 0, ""},
     [C_DISCOVM_PROCESS] = {"discovm_process", "discovm process", DISCOVM_PROCESS_IMPL, 0, ""},
+    /* Measured only when --backends names them. */
+    [C_DISCOVM_TRACED] = {"discovm_traced", "dvm traced", DISCOVM_TRACED_IMPL, 0, ""},
+    [C_DISCOVM_PROCESS_TRACED] = {"discovm_process_traced", "dvm-p traced",
+                                  DISCOVM_PROCESS_TRACED_IMPL, 0, ""},
 };
 
 #define MAX_WORKER_COUNTS 8
@@ -633,6 +650,8 @@ static void print_table(double foreign_load, int disturbed_rounds, double elapse
         {"disco-p/disco", C_DISCO_PROCESS, C_DISCO},
         {"dvm-p/discovm", C_DISCOVM_PROCESS, C_DISCOVM},
         {"disco-p/dvm-p", C_DISCO_PROCESS, C_DISCOVM_PROCESS},
+        {"traced/dvm", C_DISCOVM_TRACED, C_DISCOVM},
+        {"traced/dvm-p", C_DISCOVM_PROCESS_TRACED, C_DISCOVM_PROCESS},
     };
     enum { NUM_RATIOS = sizeof ratio_cols / sizeof ratio_cols[0] };
     printf("\nRatios of medians (time per operation; below 1 means faster than the divisor;\n"
@@ -688,6 +707,31 @@ static void print_table(double foreign_load, int disturbed_rounds, double elapse
                isnan(copy_ratio) ? "no data" : copy_ratio >= 0.8 ? "met" : "NOT met");
     }
 
+    /* The targets of a running trace, against the same sessions without one. */
+    if (columns[C_DISCOVM_TRACED].impl || columns[C_DISCOVM_PROCESS_TRACED].impl)
+        printf("\nA trace running against none, same rounds, time (targets):\n");
+    for (int pair = 0; pair < 2; pair++) {
+        int traced = pair ? C_DISCOVM_PROCESS_TRACED : C_DISCOVM_TRACED;
+        int plain = pair ? C_DISCOVM_PROCESS : C_DISCOVM;
+        if (!columns[traced].impl) continue;
+        for (int wi = 0; wi < opt.num_worker_counts; wi++) {
+            int trip = M_COPY(NUM_SIZES - 1, NUM_DIRS - 1);
+            double pipe = median_of(results[traced][wi][M_PIPELINED], rounds_done) /
+                          median_of(results[plain][wi][M_PIPELINED], rounds_done);
+            double copy = median_of(results[traced][wi][trip], rounds_done) /
+                          median_of(results[plain][wi][trip], rounds_done);
+            char num[32];
+            fmt_ratio(num, sizeof num, pipe);
+            printf("  %-16s N = %-3d pipelined calls: %-8s(at most 1.25x): %s\n",
+                   columns[traced].name, opt.worker_counts[wi], num,
+                   isnan(pipe) ? "no data" : pipe <= 1.25 ? "met" : "NOT met");
+            fmt_ratio(num, sizeof num, copy);
+            printf("  %-16s N = %-3d %s round trip: %-8s(at most 1.02x): %s\n",
+                   columns[traced].name, opt.worker_counts[wi], copy_names[NUM_SIZES - 1], num,
+                   isnan(copy) ? "no data" : copy <= 1.02 ? "met" : "NOT met");
+        }
+    }
+
     int any_error = 0;
     for (int c = 0; c < NUM_COLUMNS; c++)
         if (columns[c].failed) {
@@ -730,8 +774,9 @@ static void usage(FILE *to) {
             "usage: session_bench [options]\n"
             "  --rounds R          rounds (default 11, at most %d)\n"
             "  --workers LIST      worker counts, comma-separated (default 1,2,4)\n"
-            "  --backends LIST     columns to measure, of disco, disco_process, discovm and\n"
-            "                      discovm_process (default: every one built in)\n"
+            "  --backends LIST     columns to measure, of disco, disco_process, discovm,\n"
+            "                      discovm_process (default: these four, where built in), and\n"
+            "                      discovm_traced and discovm_process_traced (a trace running)\n"
             "  --budget-s S        start no round that would end after S seconds (default 100)\n"
             "  --quiet-wait-s S    before each round, wait up to S seconds for other processes\n"
             "                      to go quiet (default 2; 0 = do not wait)\n"
@@ -814,7 +859,10 @@ static int parse_options(int argc, char **argv) {
         usage(stderr);
         return -1;
     }
-    if (backends) {
+    if (!backends) {
+        columns[C_DISCOVM_TRACED].impl = NULL;
+        columns[C_DISCOVM_PROCESS_TRACED].impl = NULL;
+    } else {
         for (int c = 0; c < NUM_COLUMNS; c++) {
             const char *p = strstr(backends, columns[c].key);
             size_t len = strlen(columns[c].key);

@@ -103,6 +103,7 @@ fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
     let name = collective.name();
     on_worker(name)?;
     let started = events::now_ns();
+    events::take_wait(); // what a collective outside a built-in left
     let _in = activity::enter_collective(collective.code());
     let ran = HELD.with(|h| match &*h.borrow() {
         Held::Ready(communicator) => communicator.run(collective, args),
@@ -115,8 +116,12 @@ fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
         .iter()
         .find_map(|arg| arg.as_tensor().ok())
         .map_or(0, |tensor| tensor.nbytes() as u64);
-    let kind = events::Kind::Collective;
-    events::record_own(kind, collective.what(), started, collective.code(), bytes);
+    let (kind, code, waited) = (
+        events::Kind::Collective,
+        collective.code(),
+        events::take_wait(),
+    );
+    events::record_own(kind, collective.what(), started, code, bytes, waited);
     ran.map(|()| Any::None)
 }
 

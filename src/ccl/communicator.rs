@@ -27,6 +27,7 @@ use crate::sync::atomic::{Ordering, fence};
 use crate::sync::thread;
 use crate::sync::time::Instant;
 use crate::worker::activity::{self, Record};
+use crate::worker::events;
 
 #[cfg(not(loom))]
 use crate::worker::arena::{self, CclArea};
@@ -622,6 +623,7 @@ impl CpuCcl {
             }
         };
         let deadline = Deadline::after(self.timeout);
+        let began = events::now_ns();
         let waited = self.wait(
             team,
             me,
@@ -643,6 +645,7 @@ impl CpuCcl {
             },
             joined,
         );
+        events::add_wait(events::now_ns().saturating_sub(began));
         match waited {
             Ok(verdict) => verdict,
             Err(_) => {

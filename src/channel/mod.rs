@@ -126,6 +126,11 @@ impl<T> Channel<T> {
 
     /// [`Channel::recv`], running `before_park` each time the wait is about to park (the
     /// consumer then has had nothing to do for a while).
+    /// The next value, if one is there; never waits (the consumer's only).
+    pub fn try_recv(&self) -> Option<T> {
+        self.queue.pop()
+    }
+
     pub fn recv_with(&self, policy: SpinPolicy, mut before_park: impl FnMut()) -> T {
         self.sleeper
             .wait(

@@ -114,6 +114,24 @@ pub(crate) fn wait_all(stream: &StreamCore, waits: &[Use]) -> Result<()> {
 }
 
 impl Op {
+    /// What the op is, and the bytes it copies, as a recorder hears of it.
+    fn about(&self) -> (&'static str, u64) {
+        match self {
+            Op::Copy { nbytes, .. } => ("copy", *nbytes as u64),
+            Op::ToHost { nbytes, .. } => ("copy to host", *nbytes as u64),
+            Op::FromHost { nbytes, .. } => ("copy from host", *nbytes as u64),
+            Op::Call {
+                body: Body::Function(_),
+                ..
+            } => ("call", 0),
+            Op::Call {
+                body: Body::Device(_),
+                ..
+            } => ("device work", 0),
+            Op::Mark => ("wait", 0),
+        }
+    }
+
     fn run(&self, stream: &StreamCore) -> Result<()> {
         let dev = stream.device_stream();
         match self {
@@ -190,7 +208,10 @@ impl Instruction {
             waits,
             op,
         } = self;
-        let result = wait_all(&stream, &waits).and_then(|()| op.run(&stream));
+        let (what, bytes) = op.about();
+        let result = super::recorded::recording(what, bytes, || {
+            wait_all(&stream, &waits).and_then(|()| op.run(&stream))
+        });
         drop(waits);
         if let Err(error) = result {
             stream.report(error);

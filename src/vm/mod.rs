@@ -15,6 +15,7 @@ mod instruction;
 #[cfg(test)]
 mod mock_device;
 mod progress;
+mod recorded;
 mod retiring;
 mod small_mem;
 mod stream;
@@ -22,5 +23,7 @@ mod stream;
 pub use dependence::{Access, settle};
 pub use executor::QUEUE_CAPACITY;
 pub use instruction::{DeviceWork, Operand};
+pub use recorded::Ran;
+pub(crate) use recorded::record_on_this_thread;
 pub use small_mem::{check_access, read, write};
 pub use stream::{Placement, Stream, StreamCell, StreamPoint, stream_handle};

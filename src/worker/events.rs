@@ -1,5 +1,5 @@
-//! The flight recorder: every worker's last [`RING`] events (its calls, syncs, collectives and
-//! module loads, with when they began and how long they took), kept at all times, for a
+//! The flight recorder: every worker's last [`RING`] events (its calls, syncs, collectives,
+//! module loads and its stream's instructions, with when they began and how long they took), kept at all times, for a
 //! timeline of the session and for a look at what a worker did before it hung or died.
 //!
 //! The one idea: a ring of fixed-size slots of atomics, valid when zeroed, that the worker
@@ -8,9 +8,11 @@
 //! knows the slot was overwritten (or is being written) and counts the event as lost. In a
 //! worker process the ring lies in the session's arena, so a dead worker's events outlive it.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use super::activity::Text;
+pub(crate) use crate::sync::clock::now_ns;
 
 /// Events a ring keeps: the last ones of its worker.
 pub const RING: usize = 1024;
@@ -30,6 +32,8 @@ pub enum Kind {
     Collective,
     /// A module loaded.
     Module,
+    /// An instruction of a stream of the worker (`detail` is the stream's number).
+    Stream,
 }
 
 impl Kind {
@@ -39,13 +43,20 @@ impl Kind {
             Kind::Sync => 2,
             Kind::Collective => 3,
             Kind::Module => 4,
+            Kind::Stream => 5,
         }
     }
 
     pub(crate) fn from_code(code: u32) -> Option<Kind> {
-        [Kind::Call, Kind::Sync, Kind::Collective, Kind::Module]
-            .into_iter()
-            .find(|kind| kind.code() == code)
+        [
+            Kind::Call,
+            Kind::Sync,
+            Kind::Collective,
+            Kind::Module,
+            Kind::Stream,
+        ]
+        .into_iter()
+        .find(|kind| kind.code() == code)
     }
 
     /// The trace's category of the kind.
@@ -55,6 +66,7 @@ impl Kind {
             Kind::Sync => "sync",
             Kind::Collective => "collective",
             Kind::Module => "module",
+            Kind::Stream => "stream",
         }
     }
 }
@@ -211,24 +223,62 @@ impl Ring {
     }
 }
 
-/// Nanoseconds on the machine's monotonic clock, which every process of the machine shares.
-pub fn now_ns() -> u64 {
-    let mut now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `now` is a valid timespec to write; the clock id is one Linux always has.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
-    (now.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(now.tv_nsec as u64)
+thread_local! {
+    /// How long the calling worker's running collective waited for its peers, so far.
+    static WAITED_NS: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Records an event of `kind` named `name` that began at `start_ns` and ends now, in the
-/// calling worker's ring, if it is a worker.
-pub(crate) fn record_own(kind: Kind, name: &str, start_ns: u64, detail: u32, bytes: u64) {
+/// Counts `ns` more of the calling worker's running collective as waiting for its peers.
+pub(crate) fn add_wait(ns: u64) {
+    let _ = WAITED_NS.try_with(|waited| waited.set(waited.get().saturating_add(ns)));
+}
+
+/// The wait counted since the last take (see [`add_wait`]), which starts again from 0.
+pub(crate) fn take_wait() -> u64 {
+    WAITED_NS.try_with(|waited| waited.replace(0)).unwrap_or(0)
+}
+
+/// The number of a worker's own stream (copies to and from worker 0, NCCL's work), which runs
+/// on the worker's thread.
+pub const WORKER_STREAM: u32 = 1;
+
+/// Records `ran`, an instruction of the calling worker's own stream, in its ring.
+pub(crate) fn record_ran(ran: &crate::vm::Ran) {
     super::with_own_events(|ring, call| {
-        ring.record_ended(kind, name, start_ns, call, detail, bytes);
+        ring.record(&Event {
+            kind: Kind::Stream,
+            start_ns: ran.start_ns,
+            dur_ns: ran.dur_ns,
+            call,
+            bytes: ran.bytes,
+            wait_ns: 0,
+            detail: WORKER_STREAM,
+            name: ran.what,
+        });
+    });
+}
+
+/// Records an event of `kind` named `name` that began at `start_ns` and ends now, of which
+/// `wait_ns` waited for peers, in the calling worker's ring, if it is a worker.
+pub(crate) fn record_own(
+    kind: Kind,
+    name: &str,
+    start_ns: u64,
+    detail: u32,
+    bytes: u64,
+    wait_ns: u64,
+) {
+    super::with_own_events(|ring, call| {
+        ring.record(&Event {
+            kind,
+            start_ns,
+            dur_ns: now_ns().saturating_sub(start_ns),
+            call,
+            bytes,
+            wait_ns,
+            detail,
+            name,
+        });
     });
 }
 

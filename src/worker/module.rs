@@ -101,7 +101,7 @@ fn recorded(load: fn(&[AnyView<'_>]) -> Result<Any>) -> impl Fn(&[AnyView<'_>]) 
         while !path.is_char_boundary(tail) {
             tail += 1;
         }
-        events::record_own(events::Kind::Module, &path[tail..], started, 0, 0);
+        events::record_own(events::Kind::Module, &path[tail..], started, 0, 0, 0);
         loaded
     }
 }

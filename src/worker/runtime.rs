@@ -1,7 +1,7 @@
 //! The worker thread: runs its queue in order, keeps its register file, reports failures as
 //! values, and exposes its identity to the functions it runs.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
@@ -203,7 +203,8 @@ pub(crate) fn with_own_activity<R>(f: impl FnOnce(&Activity) -> R) -> Option<R> 
 /// `f` of the ring of events of the worker running on this thread, if any, with the number of
 /// the call it runs (or ran last).
 pub(crate) fn with_own_events(f: impl FnOnce(&Ring, u64)) {
-    CURRENT.with(|c| {
+    // A thread's last destructors may still record (its stream's last instructions).
+    let _ = CURRENT.try_with(|c| {
         if let Some((_, shared, _)) = c.borrow().as_ref() {
             f(&shared.events, shared.activity.running_call());
         }
@@ -242,6 +243,14 @@ impl Drop for ExitGuard {
     }
 }
 
+/// A call that ran, until its event is recorded (see `Worker::unrecorded`).
+#[derive(Clone, Copy)]
+struct EndedCall {
+    started_ns: u64,
+    number: u64,
+    to_all: bool,
+}
+
 /// A worker's state on its own thread: its registers and the failures its next sync reports.
 /// A thread of this process or the main thread of a worker process drives it, one message at a
 /// time.
@@ -258,6 +267,10 @@ pub(crate) struct Worker {
     last_call: u64,
     /// The function's name its record of activity holds.
     named: Option<Arc<str>>,
+    /// Its last call, recorded once its end is read: when the next call is taken (that one
+    /// reading is the next call's start too: calls in a row cost one each) or as soon as
+    /// something else comes or nothing is waiting.
+    unrecorded: Cell<Option<EndedCall>>,
     /// Last, so that it goes after the registers.
     _exit: ExitGuard,
 }
@@ -272,7 +285,16 @@ pub fn run(
 ) {
     channel.set_consumer(crate::sync::thread::current());
     let mut worker = Worker::start(shared, info, pinned);
-    while worker.handle(channel.recv_with(policy, || worker.note_idle())) {}
+    loop {
+        // A call taken at once follows the last one without a wait; see `Worker::call`.
+        let message = channel.try_recv().unwrap_or_else(|| {
+            worker.record_last_call();
+            channel.recv_with(policy, || worker.note_idle())
+        });
+        if !worker.handle(message) {
+            break;
+        }
+    }
     worker.finish();
 }
 
@@ -283,6 +305,8 @@ impl Worker {
         let exit = ExitGuard(shared.clone());
         shared.activity.start();
         CURRENT.with(|c| *c.borrow_mut() = Some((info, shared, Any::None)));
+        // What its own stream runs (inline, on this thread) goes into its ring.
+        crate::vm::record_on_this_thread(Rc::new(events::record_ran));
         let mut worker = Worker {
             info,
             pinned,
@@ -291,6 +315,7 @@ impl Worker {
             failure: None,
             last_call: 0,
             named: None,
+            unrecorded: Cell::new(None),
             _exit: exit,
         };
         // The worker's device context becomes current on this thread before anything runs, so
@@ -318,6 +343,9 @@ impl Worker {
 
     /// Runs one message; false once it was the last (`Shutdown`).
     pub(crate) fn handle(&mut self, message: Message) -> bool {
+        if !matches!(message, Message::Call { .. } | Message::Free(_)) {
+            self.record_last_call();
+        }
         match message {
             Message::Call {
                 call,
@@ -409,7 +437,33 @@ impl Worker {
 
     /// Records that the worker waits for its next message.
     pub(crate) fn note_idle(&self) {
+        self.record_last_call();
         self.activity().enter(State::Idle);
+    }
+
+    /// Records the worker's last call, if it is not yet, as ending now: it found no message
+    /// waiting, or something other than a call or a free came.
+    pub(crate) fn record_last_call(&self) {
+        if self.unrecorded.get().is_some() {
+            self.record_call_ended(events::now_ns());
+        }
+    }
+
+    /// Records the worker's last call, if it is not yet, as ending at `ended_ns`.
+    fn record_call_ended(&self, ended_ns: u64) {
+        let Some(call) = self.unrecorded.take() else {
+            return;
+        };
+        self._exit.0.events.record(&events::Event {
+            kind: events::Kind::Call,
+            start_ns: call.started_ns,
+            dur_ns: ended_ns.saturating_sub(call.started_ns),
+            call: call.number,
+            bytes: 0,
+            wait_ns: 0,
+            detail: call.to_all.into(),
+            name: self.named.as_deref().unwrap_or(""),
+        });
     }
 
     /// Runs call `call` (its message's word: see [`widen_call`]) of the function in `func`.
@@ -423,7 +477,9 @@ impl Worker {
             (name, _) => Some(name.cloned()),
         };
         let function = renamed.as_ref().map(|name| name.as_deref().unwrap_or(""));
-        let started = events::now_ns();
+        let started_ns = events::now_ns();
+        // Under its own name, before the record takes this call's.
+        self.record_call_ended(started_ns);
         self.activity().begin_call(number, to_all, function);
         if let Some(name) = renamed {
             self.named = name;
@@ -443,10 +499,12 @@ impl Worker {
                 Slot::Failed(error)
             }
         };
-        let name = self.named.as_deref().unwrap_or("");
-        let ring = &self._exit.0.events;
-        ring.record_ended(events::Kind::Call, name, started, number, to_all.into(), 0);
         self.registers.set(out, slot, None);
+        self.unrecorded.set(Some(EndedCall {
+            started_ns,
+            number,
+            to_all,
+        }));
     }
 
     /// How messages name the function in `func`.

@@ -94,6 +94,12 @@ impl Consumer {
         }))
     }
 
+    /// Whether something was sent that is not received yet (a frame, or a pad before one);
+    /// never waits. A corrupt position counts as something, for the receive to report.
+    pub fn has_pending(&mut self) -> bool {
+        self.state.tail != self.state.head || self.state.load_head(&self.ring).unwrap_or(true)
+    }
+
     /// The next frame, waiting for it with `policy`. Its bytes stay in the ring, borrowed,
     /// until the frame is dropped, which releases them to the producer.
     ///

@@ -213,13 +213,21 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
             worker.note_idle();
             Ok(())
         };
+        // A call taken at once follows the last one without a wait; see `Worker::call`.
+        if !requests.has_pending() {
+            worker.record_last_call();
+        }
         let mut frame = requests.recv_placed(args.spin, Deadline::NEVER, idle, placement)?;
         let decoded = match frame.take_placed() {
             Some((block, range)) => Frame::decode_in_block(&Arc::new(block), range, &limits),
             None => Frame::decode(&frame, &limits),
         };
         drop(frame);
-        let (go_on, answer) = match decoded? {
+        let decoded = decoded?;
+        if !matches!(decoded, Frame::Call { .. }) {
+            worker.record_last_call();
+        }
+        let (go_on, answer) = match decoded {
             // Answered by the worker directly: nothing waits on this thread for the reply.
             Frame::Sync { request } => (
                 true,

@@ -1,6 +1,7 @@
 //! Writing a trace as the Chrome Trace Event Format, which ui.perfetto.dev and chrome://tracing
-//! open: a process per node, a track per worker and one for the controller, complete events
-//! ("X") for calls, syncs, collectives, module loads and the controller's waits, and flows
+//! open: a process per node, a track per worker, per worker's stream and one for the
+//! controller, complete events ("X") for calls, syncs, collectives, module loads, stream
+//! instructions and the controller's waits, and flows
 //! ("s" to "f") from the controller's send of a call to each worker's run of it.
 //!
 //! The one idea: every time is the controller's machine's monotonic clock, which the controller
@@ -30,6 +31,17 @@ const CONTROLLER: usize = 0;
 /// The track of worker `w`.
 fn track(worker: usize) -> usize {
     worker + 1
+}
+
+/// The track of stream `stream` of worker `w`: apart from the workers' own, as a worker's
+/// streams run beside it.
+fn stream_track(worker: usize, stream: u32) -> usize {
+    (1 << 20) + worker * 64 + stream as usize
+}
+
+/// Where a track goes among the others: each worker's streams right after it.
+fn sort_index(worker: usize, stream: Option<u32>) -> usize {
+    (worker + 1) * 64 + stream.map_or(0, |s| s as usize)
 }
 
 /// Microseconds from `origin_ns` to `ns`.
@@ -70,7 +82,35 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
                            "args": {"name": format!("worker {worker}")}}),
         );
         events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
-                           "tid": track(worker), "args": {"sort_index": track(worker)}}));
+                           "tid": track(worker), "args": {"sort_index": sort_index(worker, None)}}));
+    }
+    // A track for each stream a worker's events show.
+    let mut streams: Vec<(usize, u32)> = collected
+        .workers
+        .iter()
+        .enumerate()
+        .flat_map(|(worker, recorded)| {
+            recorded
+                .iter()
+                .filter(|event| event.kind == Kind::Stream)
+                .map(move |event| (worker, event.detail))
+        })
+        .collect();
+    streams.sort_unstable();
+    streams.dedup();
+    for (worker, stream) in streams {
+        let (node, tid) = (
+            about.nodes.get(worker).copied().unwrap_or(0),
+            stream_track(worker, stream),
+        );
+        events.push(
+            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
+                           "args": {"name": format!("worker {worker} stream {stream}")}}),
+        );
+        events.push(
+            json!({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
+                           "args": {"sort_index": sort_index(worker, Some(stream))}}),
+        );
     }
     // Where each worker ran each call: the flows end there.
     let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
@@ -89,8 +129,18 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
                     }
                 }
                 Kind::Call => args["to_every_worker"] = json!(event.detail == 1),
+                Kind::Stream => {
+                    args["stream"] = json!(event.detail);
+                    if event.bytes != 0 {
+                        args["bytes"] = json!(event.bytes);
+                    }
+                }
                 Kind::Sync | Kind::Module => {}
             }
+            let tid = match event.kind {
+                Kind::Stream => stream_track(worker, event.detail),
+                _ => track(worker),
+            };
             let name = match (event.kind, event.name.is_empty()) {
                 (Kind::Call, true) => "an unnamed function",
                 _ => event.name.as_str(),
@@ -98,7 +148,7 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
             events.push(json!({
                 "ph": "X", "name": name, "cat": event.kind.category(),
                 "ts": micros(event.start_ns, origin_ns), "dur": event.dur_ns as f64 / 1e3,
-                "pid": node, "tid": track(worker), "args": args,
+                "pid": node, "tid": tid, "args": args,
             }));
         }
     }
