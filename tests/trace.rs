@@ -442,6 +442,32 @@ fn a_node_lost_mid_trace_is_named_in_the_trace_without_its_events() {
     let _ = std::fs::remove_file(path);
 }
 
+/// A call tried without waiting (what Python's calls on one worker thread do) is in the trace
+/// as every call is: the controller's send, joined by a flow to the worker's run.
+#[test]
+fn a_call_tried_without_waiting_is_joined_to_its_run() {
+    let s = session_kinds::session(session_kinds::Kind::Threads, 1);
+    let add = s.get_global_func("proc.add").unwrap();
+    let bound = s.bind(discovm::session::Target::All, add).unwrap();
+    s.trace_start().unwrap();
+    let sum = bound
+        .try_call(&[Any::Int(1).view(), Any::Int(2).view()])
+        .unwrap();
+    assert!(sum.is_some(), "an empty queue takes the call at once");
+    s.sync_all().unwrap();
+    let path = trace_path("tried");
+    s.trace_stop(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+    let sends = phase(&trace, "X")
+        .into_iter()
+        .filter(|e| e["tid"] == 0 && e["name"].as_str().unwrap().starts_with("send call"))
+        .count();
+    assert_eq!(sends, 1);
+    assert_eq!(phase(&trace, "s").len(), 1, "a flow from the send");
+    assert_eq!(phase(&trace, "f").len(), 1, "to the run");
+    let _ = std::fs::remove_file(path);
+}
+
 #[test]
 fn bad_uses_of_traces_say_what_to_do() {
     let s = session_kinds::session(session_kinds::Kind::Threads, 1);

@@ -198,64 +198,27 @@ static int discovm_copy_from_worker0(bench_copy *c) {
 
 static const char *discovm_last_error(void) { return error_text; }
 
-const bench_backend bench_discovm_backend = {
-    .name = "discovm",
-    .version = discovm_version,
-    .open = discovm_open_threaded,
-    .sync_worker0 = discovm_sync_worker0,
-    .call = discovm_call,
-    .sync_all = discovm_sync_all,
-    .copy_prepare = discovm_copy_prepare,
-    .copy_to_worker0 = discovm_copy_to_worker0,
-    .copy_from_worker0 = discovm_copy_from_worker0,
-    .copy_release = discovm_copy_release,
-    .close = discovm_close,
-    .last_error = discovm_last_error,
-};
+/* Every column shares the primitives; only its name, version line and start differ. */
+#define DISCOVM_BACKEND(NAME, VERSION, OPEN)                                                   \
+    {                                                                                          \
+        .name = NAME, .version = VERSION, .open = OPEN, .sync_worker0 = discovm_sync_worker0,  \
+        .call = discovm_call, .sync_all = discovm_sync_all,                                    \
+        .copy_prepare = discovm_copy_prepare, .copy_to_worker0 = discovm_copy_to_worker0,      \
+        .copy_from_worker0 = discovm_copy_from_worker0,                                        \
+        .copy_release = discovm_copy_release, .close = discovm_close,                          \
+        .last_error = discovm_last_error,                                                      \
+    }
+
+const bench_backend bench_discovm_backend =
+    DISCOVM_BACKEND("discovm", discovm_version, discovm_open_threaded);
 
 /* Copies to and from worker 0 go through the session's arena (docs/processes.md):
  * every size is measured. */
-const bench_backend bench_discovm_process_backend = {
-    .name = "discovm process",
-    .version = discovm_process_version,
-    .open = discovm_open_process,
-    .sync_worker0 = discovm_sync_worker0,
-    .call = discovm_call,
-    .sync_all = discovm_sync_all,
-    .copy_prepare = discovm_copy_prepare,
-    .copy_to_worker0 = discovm_copy_to_worker0,
-    .copy_from_worker0 = discovm_copy_from_worker0,
-    .copy_release = discovm_copy_release,
-    .close = discovm_close,
-    .last_error = discovm_last_error,
-};
+const bench_backend bench_discovm_process_backend =
+    DISCOVM_BACKEND("discovm process", discovm_process_version, discovm_open_process);
 
-const bench_backend bench_discovm_traced_backend = {
-    .name = "discovm traced",
-    .version = discovm_traced_version,
-    .open = discovm_open_threaded_traced,
-    .sync_worker0 = discovm_sync_worker0,
-    .call = discovm_call,
-    .sync_all = discovm_sync_all,
-    .copy_prepare = discovm_copy_prepare,
-    .copy_to_worker0 = discovm_copy_to_worker0,
-    .copy_from_worker0 = discovm_copy_from_worker0,
-    .copy_release = discovm_copy_release,
-    .close = discovm_close,
-    .last_error = discovm_last_error,
-};
+const bench_backend bench_discovm_traced_backend =
+    DISCOVM_BACKEND("discovm traced", discovm_traced_version, discovm_open_threaded_traced);
 
-const bench_backend bench_discovm_process_traced_backend = {
-    .name = "discovm process traced",
-    .version = discovm_process_traced_version,
-    .open = discovm_open_process_traced,
-    .sync_worker0 = discovm_sync_worker0,
-    .call = discovm_call,
-    .sync_all = discovm_sync_all,
-    .copy_prepare = discovm_copy_prepare,
-    .copy_to_worker0 = discovm_copy_to_worker0,
-    .copy_from_worker0 = discovm_copy_from_worker0,
-    .copy_release = discovm_copy_release,
-    .close = discovm_close,
-    .last_error = discovm_last_error,
-};
+const bench_backend bench_discovm_process_traced_backend = DISCOVM_BACKEND(
+    "discovm process traced", discovm_process_traced_version, discovm_open_process_traced);

@@ -25,9 +25,10 @@ pub unsafe extern "C" fn dvm_session_trace_start(session: *mut dvm_session) -> d
 
 /// Ends the session's trace and writes it to the file `path` in the Chrome Trace Event Format
 /// (JSON that ui.perfetto.dev and chrome://tracing open): a process per node, a track per
-/// worker and one for the controller, complete events for each call, sync, collective, copy
-/// and module load, and flows from the controller's send of a call to each worker's run of it
-/// (docs/observability.md).
+/// worker, per worker's stream and one for the controller, complete events for each call,
+/// sync, collective, copy, stream instruction and module load, and flows from the controller's
+/// send of a call to each worker's run of it; other nodes' events are moved onto this
+/// machine's clock, and the file gives each node's offset and its error (docs/observability.md).
 ///
 /// Ownership: `session` is borrowed; `path` is read during the call.
 /// Errors: `ValueError` for NULL, when no trace runs, or when `path` cannot be written (the
@@ -48,8 +49,8 @@ pub unsafe extern "C" fn dvm_session_trace_stop(
 }
 
 /// Writes the flight recorder to the file `path`, in the format of a trace, with no trace
-/// running: the last 1024 events of every worker (a worker process's after its death too; the
-/// workers of other nodes are not in it yet).
+/// running: the last 1024 events of every worker (a worker process's after its death too; a
+/// worker of another node as its node sends them, which a lost node cannot).
 ///
 /// Ownership: `session` is borrowed; `path` is read during the call.
 /// Errors: `ValueError` for NULL or when `path` cannot be written; `SessionClosed` after

@@ -523,20 +523,21 @@ impl Session {
             Target::All => self.run_call_on_all(call)?,
             Target::One(_) => self.run(target, call)?,
         }
-        if let Some(sent) = sent {
-            let worker = match target {
-                Target::All => None,
-                Target::One(worker) => Some(worker),
-            };
-            self.tracer.note(
-                Doing::Sent {
-                    call: number,
-                    worker,
-                },
-                sent,
-            );
-        }
+        let worker = match target {
+            Target::All => None,
+            Target::One(worker) => Some(worker),
+        };
+        self.note_sent(sent, number, worker);
         Ok(out)
+    }
+
+    /// Notes, when a trace runs (`sent`: when the send began), that call `number` went to
+    /// `worker` (None: every worker).
+    fn note_sent(&self, sent: Option<u64>, number: u64, worker: Option<usize>) {
+        if let Some(sent) = sent {
+            let call = number;
+            self.tracer.note(Doing::Sent { call, worker }, sent);
+        }
     }
 
     /// [`Session::call_register`] to the thread of `worker` alone, if its queue has room now for
@@ -560,6 +561,7 @@ impl Session {
                 .all(|&reg| link.try_push(Message::Free(reg)).is_ok());
         let out = self.registers.allocate();
         let number = self.number_call();
+        let sent = self.tracer.is_on().then(now_ns);
         let call = Message::Call {
             call: call_word(number, self.workers.len() == 1),
             func,
@@ -581,6 +583,7 @@ impl Session {
             return Ok(None);
         }
         self.wake(worker..worker + 1);
+        self.note_sent(sent, number, (self.workers.len() > 1).then_some(worker));
         Ok(Some(DRef::new(self.clone(), out, None)))
     }
 

@@ -20,7 +20,7 @@ use super::link::WorkerLink;
 use super::state::SessionState;
 use crate::object::{Error, Result};
 use crate::worker::events::{Ring, now_ns};
-use collect::{Collected, Collector, Doing, Noted, Rings, lock};
+use collect::{Collected, Collector, Doing, MAX_NOTED_BYTES, Noted, Rings, lock};
 
 impl Rings for [WorkerLink] {
     fn count(&self) -> usize {
@@ -38,6 +38,17 @@ pub(crate) struct Tracer {
     /// Set while a trace runs: the controller notes what it does.
     on: AtomicBool,
     running: Mutex<Option<Running>>,
+    /// What the controller did while the trace runs: apart from the workers' events, so that
+    /// noting a call takes one lock nobody holds long.
+    noted: Mutex<NotedSoFar>,
+}
+
+/// The controller's events of the running trace.
+#[derive(Default)]
+struct NotedSoFar {
+    list: Vec<Noted>,
+    /// Left out past [`MAX_NOTED_BYTES`].
+    dropped: u64,
 }
 
 /// A trace that runs.
@@ -62,13 +73,16 @@ impl Tracer {
             return;
         }
         let dur_ns = now_ns().saturating_sub(start_ns);
-        if let Some(running) = lock(&self.running).as_ref() {
-            lock(running.collector.collected()).note(Noted {
-                doing,
-                start_ns,
-                dur_ns,
-            });
+        let mut noted = lock(&self.noted);
+        if (noted.list.len() + 1) * size_of::<Noted>() > MAX_NOTED_BYTES {
+            noted.dropped += 1;
+            return;
         }
+        noted.list.push(Noted {
+            doing,
+            start_ns,
+            dur_ns,
+        });
     }
 
     /// Begins a trace of `workers`' events from now on; its collector ends with the trace, or
@@ -85,6 +99,7 @@ impl Tracer {
         let nodes = nodes::Nodes::start(&workers);
         let started_ns = now_ns();
         let collector = Collector::start(workers, move || state.is_stopping())?;
+        *lock(&self.noted) = NotedSoFar::default();
         *running = Some(Running {
             started_ns,
             collector,
@@ -102,8 +117,10 @@ impl Tracer {
             Error::value("no trace of this session runs: start one (trace_start) first")
         })?;
         self.on.store(false, Ordering::SeqCst);
-        #[allow(unused_mut)]
         let mut collected = running.collector.finish();
+        let noted = std::mem::take(&mut *lock(&self.noted));
+        collected.controller = noted.list;
+        collected.dropped += noted.dropped;
         #[cfg(not(loom))]
         running.nodes.stop(&mut collected);
         timeline::write(path, about, running.started_ns, &collected)
@@ -184,8 +201,8 @@ impl super::controller::Session {
     }
 
     /// Writes the flight recorder to `path`, in the format of a trace: the last 1024 events of
-    /// every worker this process can read (a worker process's, after its death too), with no
-    /// trace running.
+    /// every worker (a worker process's, after its death too; another node's, as the node sends
+    /// them), with no trace running.
     ///
     /// Errors: `ValueError` when `path` cannot be written; `SessionClosed` after shutdown. A
     /// session a death broke still writes it.

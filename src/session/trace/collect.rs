@@ -18,6 +18,8 @@ use crate::worker::events::{Event, Ring};
 const DRAIN_EVERY: Duration = Duration::from_millis(5);
 /// The most memory a trace's events may take; the events past it are counted, not kept.
 pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
+/// Of it, the most the controller's own events may take.
+pub(crate) const MAX_NOTED_BYTES: usize = MAX_TRACE_BYTES / 4;
 
 /// What the controller does, as a trace shows it.
 #[derive(Clone, Debug)]
@@ -101,7 +103,7 @@ impl Collected {
 
     /// Whether `bytes` more fit under the cap; counts them kept if so, else one event dropped.
     fn fits(&mut self, bytes: usize) -> bool {
-        if self.bytes + bytes > MAX_TRACE_BYTES {
+        if self.bytes + bytes > MAX_TRACE_BYTES - MAX_NOTED_BYTES {
             self.dropped += 1;
             return false;
         }
@@ -115,13 +117,6 @@ impl Collected {
             if self.fits(size_of::<Event>() + event.name.len()) {
                 self.workers[index].push(event);
             }
-        }
-    }
-
-    /// Keeps what the controller did, up to the cap.
-    pub fn note(&mut self, noted: Noted) {
-        if self.fits(size_of::<Noted>()) {
-            self.controller.push(noted);
         }
     }
 
@@ -198,11 +193,6 @@ impl Collector {
             stop,
             thread,
         })
-    }
-
-    /// What was collected so far (the controller adds its notes there).
-    pub fn collected(&self) -> &Mutex<Collected> {
-        &self.collected
     }
 
     /// Whether the thread left (stopped, or `ended`).
