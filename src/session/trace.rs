@@ -4,9 +4,10 @@
 //! `trace_dump` writes the flight recorder's last events of every worker without a trace.
 //!
 //! The one idea: the workers only ever write their rings, at the same cost whether a trace runs
-//! or not; a collector thread of the controller drains the rings every few milliseconds while a
-//! trace runs, so one mechanism serves the flight recorder and the timeline, and a ring that
-//! overflowed between two drains shows as events counted lost, never as a wait.
+//! or not; a collector thread drains the rings every few milliseconds while a trace runs (the
+//! controller's for its machine, each other node's for its own, sent at the stop), so one
+//! mechanism serves the flight recorder and the timeline, and a ring that overflowed between
+//! two drains shows as events counted lost, never as a wait.
 
 pub(crate) mod collect;
 #[cfg(not(loom))]
