@@ -1,5 +1,5 @@
 //! Collecting events from rings: a collector thread drains a set of workers' rings every few
-//! milliseconds into one store, capped at [`MAX_TRACE_BYTES`], until it is stopped. The
+//! milliseconds (every one while a ring fills fast) into one store, capped at [`MAX_TRACE_BYTES`], until it is stopped. The
 //! controller collects its own machine's workers this way for a trace, and each node its own.
 //!
 //! The one idea: a drain reads each ring from the number where the last one stopped, so the
@@ -12,10 +12,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::object::{Error, Result};
-use crate::worker::events::{Event, Ring};
+use crate::worker::events::{Event, RING, Ring};
 
-/// How often a collector drains its rings.
+/// How often a collector drains its rings while they fill slowly.
 const DRAIN_EVERY: Duration = Duration::from_millis(5);
+/// How often while a ring filled by half or more between two drains: a worker that records
+/// faster than that loses fewer events, at the cost of more drains.
+const DRAIN_BUSY: Duration = Duration::from_millis(1);
 /// The most memory a trace's events may take; the events past it are counted, not kept.
 pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
 /// Of it, the most the controller's own events may take.
@@ -134,14 +137,22 @@ impl Collected {
     }
 
     /// Reads every ring from where the last reading stopped.
-    fn drain<R: Rings + ?Sized>(&mut self, rings: &R) {
+    /// Reads every ring from where the last reading stopped; says how long to wait before the
+    /// next drain.
+    fn drain<R: Rings + ?Sized>(&mut self, rings: &R) -> Duration {
+        let mut busiest = 0;
         for index in 0..rings.count() {
             if let Some(ring) = rings.ring(index) {
                 let reading = ring.read_from(self.next[index]);
+                busiest = busiest.max(reading.next - self.next[index]);
                 self.next[index] = reading.next;
                 self.lost += reading.lost;
                 self.keep(index, reading.events);
             }
+        }
+        match busiest >= RING as u64 / 2 {
+            true => DRAIN_BUSY,
+            false => DRAIN_EVERY,
         }
     }
 
@@ -181,9 +192,10 @@ impl Collector {
         let thread = std::thread::Builder::new()
             .name("discovm-trace".into())
             .spawn(move || {
+                let mut wait = DRAIN_EVERY;
                 while !stopped.load(Ordering::Acquire) && !ended() {
-                    std::thread::sleep(DRAIN_EVERY);
-                    lock(&into).drain(&*rings);
+                    std::thread::sleep(wait);
+                    wait = lock(&into).drain(&*rings);
                 }
                 lock(&into).drain(&*rings);
             })
@@ -206,5 +218,53 @@ impl Collector {
         self.stop.store(true, Ordering::Release);
         let _ = self.thread.join();
         std::mem::take(&mut *lock(&self.collected))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::worker::events::Kind;
+
+    struct One(Box<Ring>);
+
+    impl Rings for One {
+        fn count(&self) -> usize {
+            1
+        }
+
+        fn ring(&self, _: usize) -> Option<&Ring> {
+            Some(&self.0)
+        }
+    }
+
+    fn record(rings: &One, count: usize) {
+        for n in 0..count {
+            rings.0.record(&Event {
+                kind: Kind::Call,
+                start_ns: n as u64,
+                dur_ns: 1,
+                call: n as u64,
+                bytes: 0,
+                wait_ns: 0,
+                detail: 0,
+                name: "f",
+            });
+        }
+    }
+
+    #[test]
+    fn a_ring_that_fills_fast_is_drained_sooner_and_what_it_overwrote_is_counted() {
+        let rings = One(Ring::boxed());
+        let mut collected = Collected::for_workers(1);
+        collected.next = vec![0];
+        record(&rings, 10);
+        assert_eq!(collected.drain(&rings), DRAIN_EVERY);
+        record(&rings, RING / 2);
+        assert_eq!(collected.drain(&rings), DRAIN_BUSY);
+        record(&rings, RING + 100);
+        assert_eq!(collected.drain(&rings), DRAIN_BUSY);
+        assert_eq!(collected.lost, 100);
+        assert_eq!(collected.workers[0].len(), 10 + RING / 2 + RING);
     }
 }
