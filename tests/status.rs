@@ -63,9 +63,30 @@ fn idle_workers_report_their_last_call(kind: Kind) {
         assert!(seen["since_ms"].as_f64().unwrap() >= 0.0);
         assert_eq!(seen["waits_for"], serde_json::json!([]));
         assert!(seen["last_failure"].is_null() && seen["cause"].is_null());
+        assert_last_calls(seen);
     }
 }
 each_kind!(idle_workers_report_their_last_call);
+
+/// The worker's last events hold its two calls, oldest first, each begun before it ended.
+fn assert_last_calls(seen: &serde_json::Value) {
+    let calls: Vec<&serde_json::Value> = seen["last_events"]
+        .as_array()
+        .expect("the last events of a worker of this machine")
+        .iter()
+        .filter(|event| event["cat"] == "call")
+        .collect();
+    let numbers: Vec<&serde_json::Value> = calls.iter().map(|event| &event["call"]).collect();
+    assert_eq!(numbers, [1, 2], "{seen}");
+    for event in calls {
+        assert_eq!(event["name"], "proc.add");
+        let (ago, dur) = (event["began_ms_ago"].as_f64(), event["dur_ms"].as_f64());
+        assert!(
+            dur.unwrap() >= 0.0 && ago.unwrap() >= dur.unwrap(),
+            "{event}"
+        );
+    }
+}
 
 fn a_failed_call_is_the_workers_last_failure(kind: Kind) {
     let s = session_kinds::session(kind, 2);

@@ -86,6 +86,14 @@ fn idle_workers_of_both_nodes_report_their_last_call() {
         assert!(seen["since_ms"].as_f64().unwrap() >= 0.0);
         assert_eq!(seen["waits_for"], json!([]));
         assert!(seen["last_failure"].is_null() && seen["cause"].is_null());
+        // This machine's workers' rings are read; another node's are on its machine.
+        let calls = seen["last_events"].as_array().map(|events| {
+            events
+                .iter()
+                .filter(|e| e["cat"] == "call" && e["name"] == "proc.add")
+                .count()
+        });
+        assert_eq!(calls, (w < 2).then_some(2), "{now}");
     }
 }
 

@@ -212,6 +212,11 @@ func TestStatusOfIdleWorkers(t *testing.T) {
 		if seen.SinceMs < 0 || len(seen.WaitsFor) != 0 || seen.LastFailure != nil || seen.Cause != "" {
 			t.Errorf("worker %d: %+v", w, seen)
 		}
+		// The flight recorder's last events end with the second call.
+		last := seen.LastEvents[len(seen.LastEvents)-1]
+		if last.Cat != "call" || last.Call != 2 || last.Name != name || last.DurMs < 0 || last.BeganMsAgo < last.DurMs {
+			t.Errorf("worker %d's last event: %+v", w, last)
+		}
 	}
 	ok(t, s.Shutdown())
 	_, err := s.Status()

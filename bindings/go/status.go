@@ -39,6 +39,23 @@ type WorkerStatus struct {
 	LastFailure *CallFailure `json:"last_failure"`
 	// Cause says why a dead or lost worker is so.
 	Cause string `json:"cause"`
+	// LastEvents are the worker's last events, oldest first (nil for a worker on another
+	// machine: TraceDump asks its node for them).
+	LastEvents []Event `json:"last_events"`
+}
+
+// Event is one event of a worker's flight recorder, as the status shows it.
+type Event struct {
+	// Name is the function's, the collective's, the stream instruction's or the module's.
+	Name string `json:"name"`
+	// Cat is "call", "sync", "collective", "module" or "stream".
+	Cat string `json:"cat"`
+	// Call is the call the event belongs to (0: none).
+	Call uint64 `json:"call"`
+	// BeganMsAgo is how long ago it began, in milliseconds.
+	BeganMsAgo float64 `json:"began_ms_ago"`
+	// DurMs is how long it took, in milliseconds.
+	DurMs float64 `json:"dur_ms"`
 }
 
 // CallFailure is a call that failed on a worker, and its error.

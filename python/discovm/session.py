@@ -337,7 +337,7 @@ class Session:
         dict
             ``{"workers": [{"worker", "node", "pid", "state", "call", "function",
             "since_ms", "collective", "waits_for", "last_finished_call", "last_failure",
-            "cause"}, ...], "calls_sent": int}``; ``state`` is ``"idle"``, ``"running"``,
+            "cause", "last_events"}, ...], "calls_sent": int}``; ``state`` is ``"idle"``, ``"running"``,
             ``"collective"``, ``"syncing"``, ``"dead"``, ``"lost"`` or ``"unknown"``
             (docs/observability.md says what each field means).
         """

@@ -15,6 +15,7 @@ use crate::ccl::Collective;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::Ordering;
 use crate::worker::activity::{Snapshot, State};
+use crate::worker::events::{Ring, now_ns};
 
 /// The controller's verdict on a worker that can no longer report.
 #[derive(Clone, Debug)]
@@ -185,6 +186,29 @@ pub(crate) fn describe(workers_seen: &[WorkerStatus]) -> String {
     parts.join("; ")
 }
 
+/// Events of each worker the status shows: its last ones.
+const LAST_EVENTS: u64 = 8;
+
+/// The last [`LAST_EVENTS`] events of `ring`, oldest first, with how long ago each began (from
+/// `now_ns`) and how long it took, in milliseconds.
+fn last_events(ring: &Ring, now_ns: u64) -> Value {
+    let reading = ring.read_from(ring.written().saturating_sub(LAST_EVENTS));
+    let events: Vec<Value> = reading
+        .events
+        .iter()
+        .map(|event| {
+            json!({
+                "name": event.name,
+                "cat": event.kind.category(),
+                "call": event.call,
+                "began_ms_ago": now_ns.saturating_sub(event.start_ns) as f64 / 1e6,
+                "dur_ms": event.dur_ns as f64 / 1e6,
+            })
+        })
+        .collect();
+    Value::Array(events)
+}
+
 /// Where a hang report sends its reader for what the workers did before.
 const DUMP_HINT: &str = "each worker's last events: trace_dump(path), dvm_session_trace_dump in C";
 
@@ -205,10 +229,18 @@ impl Session {
         if self.is_closed() {
             return Err(super::controller::closed_error());
         }
+        let now_ns = now_ns();
         let workers: Vec<Value> = self
             .observe(0..self.workers.len())
             .iter()
-            .map(WorkerStatus::to_json)
+            .map(|seen| {
+                let mut status = seen.to_json();
+                // A node's workers' rings are on their machine: the dump asks for them.
+                status["last_events"] = self.workers[seen.worker]
+                    .events()
+                    .map_or(Value::Null, |ring| last_events(ring, now_ns));
+                status
+            })
             .collect();
         let status = json!({
             "workers": workers,

@@ -56,6 +56,19 @@ export interface WorkerStatus {
   last_failure: { call: number; error: string } | null;
   /** Why a dead or lost worker is so. */
   cause: string | null;
+  /** Its last events, oldest first (null for a worker on another machine: traceDump asks its
+   * node for them). */
+  last_events: WorkerEvent[] | null;
+}
+export interface WorkerEvent {
+  /** The function's, the collective's, the stream instruction's or the module's. */
+  name: string;
+  cat: 'call' | 'sync' | 'collective' | 'module' | 'stream';
+  /** The call it belongs to (0: none). */
+  call: number;
+  /** How long ago it began, in milliseconds. */
+  began_ms_ago: number;
+  dur_ms: number;
 }
 export interface SessionStatus {
   workers: WorkerStatus[];

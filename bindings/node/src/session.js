@@ -122,8 +122,8 @@ export class Session extends Handle {
 
   /** What every worker is doing now, read without asking any worker (a worker stuck in a
    * function, or dead, is reported as it is): `{workers: [{worker, node, pid, state, call,
-   * function, since_ms, collective, waits_for, last_finished_call, last_failure, cause}],
-   * calls_sent}`. It never waits, so it has no async form. */
+   * function, since_ms, collective, waits_for, last_finished_call, last_failure, cause,
+   * last_events}], calls_sent}`. It never waits, so it has no async form. */
   status() {
     const out = Buffer.alloc(ANY_SIZE);
     check(C.dvm_session_status(this.objectAddress(), out));

@@ -104,6 +104,10 @@ test('the status says what every worker does', async (t) => {
     assert.deepEqual(seen.waits_for, []);
     assert.equal(seen.last_failure, null);
     assert.equal(seen.cause, null);
+    // The flight recorder's last events end with the second call.
+    const last = seen.last_events[seen.last_events.length - 1];
+    assert.deepEqual([last.cat, last.call, last.name], ['call', 2, 'runtime.disco.worker_rank']);
+    assert.ok(last.dur_ms >= 0 && last.began_ms_ago >= last.dur_ms);
   });
   for (const h of [rank, first, second]) h.close();
   await s.shutdown();

@@ -256,6 +256,7 @@ WORKER_STATUS_KEYS = {
     "last_finished_call",
     "last_failure",
     "cause",
+    "last_events",
 }
 
 
