@@ -14,6 +14,7 @@ use std::io::{Read, Write};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+use super::{u32_at, u64_at};
 use crate::object::{Error, ErrorKind, Result};
 
 /// The variable a session's secret is read from, on the controller and on every node.
@@ -184,14 +185,6 @@ fn nonce() -> Result<[u8; NONCE]> {
 fn header(magic: &[u8; 4], out: &mut [u8]) {
     out[..4].copy_from_slice(magic);
     out[4..6].copy_from_slice(&VERSION);
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
 /// A failed handshake: a `ValueError` naming what the peer sent.

@@ -112,7 +112,7 @@ pub fn write_board(out: &mut impl Write, entries: &[u8]) -> io::Result<()> {
 }
 
 /// Bytes of a signal before its text: its kind (`u32`), a zero `u32`, and a call (`u64`).
-pub const SIGNAL_FIXED: usize = 16;
+pub const SIGNAL_FIXED: usize = TWO_WORDS;
 /// Bytes of a signal's text at most.
 pub const MAX_SIGNAL_TEXT: usize = 512;
 
@@ -124,17 +124,32 @@ pub fn write_signal(
     call: u64,
     text: &[u8],
 ) -> io::Result<()> {
-    write_head(out, route, What::Signal)?;
-    out.write_all(&((SIGNAL_FIXED + text.len()) as u64).to_le_bytes())?;
-    out.write_all(&kind.to_le_bytes())?;
-    out.write_all(&0u32.to_le_bytes())?;
-    out.write_all(&call.to_le_bytes())?;
-    out.write_all(text)
+    write_two_words(out, (route, What::Signal), [kind, 0], call, text)
+}
+
+/// Bytes of the fixed part of a message of two `u32`s and a `u64`.
+const TWO_WORDS: usize = 16;
+
+/// Writes a message of `what` on `route` whose fixed part is two `u32`s (`words`) and a `u64`
+/// (`wide`), after its length, then `rest`: the layout signals and trace messages share.
+fn write_two_words(
+    out: &mut impl Write,
+    (route, what): (u32, What),
+    words: [u32; 2],
+    wide: u64,
+    rest: &[u8],
+) -> io::Result<()> {
+    write_head(out, route, what)?;
+    out.write_all(&((TWO_WORDS + rest.len()) as u64).to_le_bytes())?;
+    out.write_all(&words[0].to_le_bytes())?;
+    out.write_all(&words[1].to_le_bytes())?;
+    out.write_all(&wide.to_le_bytes())?;
+    out.write_all(rest)
 }
 
 /// Bytes of a trace message before its body: what it is (`u32`), a worker's index on the node
 /// (`u32`), and a stamp (`u64`).
-pub const TRACE_FIXED: usize = 16;
+pub const TRACE_FIXED: usize = TWO_WORDS;
 
 /// Writes a trace message `what` about the worker at `local` with `stamp` and `body`.
 pub fn write_trace(
@@ -144,12 +159,7 @@ pub fn write_trace(
     stamp: u64,
     body: &[u8],
 ) -> io::Result<()> {
-    write_head(out, ALL, What::Trace)?;
-    out.write_all(&((TRACE_FIXED + body.len()) as u64).to_le_bytes())?;
-    out.write_all(&what.to_le_bytes())?;
-    out.write_all(&local.to_le_bytes())?;
-    out.write_all(&stamp.to_le_bytes())?;
-    out.write_all(body)
+    write_two_words(out, (ALL, What::Trace), [what, local], stamp, body)
 }
 
 /// Writes the route of a message to every worker and the length of what follows.
@@ -189,8 +199,7 @@ pub struct Head {
 pub fn read_head(input: &mut impl Read, limits: &Limits) -> std::result::Result<Head, ReadError> {
     let mut head = [0u8; ROUTE_SIZE];
     read_exact(input, &mut head)?;
-    let route = u32::from_le_bytes(head[..4].try_into().expect("4 bytes"));
-    let code = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+    let (route, code) = (super::u32_at(&head, 0), super::u32_at(&head, 4));
     let what = What::from_code(code).ok_or_else(|| {
         ReadError::Bad(Error::value(format!(
             "a routed message of unknown kind {code} (route {route:#x})"

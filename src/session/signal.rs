@@ -9,6 +9,7 @@
 use std::io::{self, Write};
 
 use crate::net::routed::{self, MAX_SIGNAL_TEXT, SIGNAL_FIXED};
+use crate::net::{u32_at, u64_at};
 use crate::object::{Error, Result};
 use crate::sync::atomic::Ordering;
 use crate::worker::Signals;
@@ -63,8 +64,7 @@ impl Signal {
                 bytes.len()
             ))
         })?;
-        let kind = u32::from_le_bytes(fixed[..4].try_into().expect("4 bytes"));
-        let call = u64::from_le_bytes(fixed[8..].try_into().expect("8 bytes"));
+        let (kind, call) = (u32_at(fixed, 0), u64_at(fixed, 8));
         let text = &bytes[SIGNAL_FIXED..];
         let plain = |signal: Signal| match call == 0 && text.is_empty() {
             true => Ok(signal),

@@ -90,6 +90,23 @@ pub struct Event<N = String> {
     pub name: N,
 }
 
+impl<'a> Event<&'a str> {
+    /// An event of `kind` named `name` that began at `start_ns` and ends now, of no call and
+    /// with nothing more to say (the caller sets what it knows).
+    pub(crate) fn ended(kind: Kind, name: &'a str, start_ns: u64) -> Self {
+        Event {
+            kind,
+            start_ns,
+            dur_ns: now_ns().saturating_sub(start_ns),
+            call: 0,
+            bytes: 0,
+            wait_ns: 0,
+            detail: 0,
+            name,
+        }
+    }
+}
+
 #[repr(C)]
 struct Slot {
     /// `2n + 2` while it holds event `n`; odd while the worker writes it.
@@ -155,29 +172,6 @@ impl Ring {
         slot.name.store(event.name);
         slot.seq.store(2 * n + 2, Ordering::Release);
         self.head.store(n + 1, Ordering::Release);
-    }
-
-    /// Records an event of `kind` named `name`, of call `call`, that began at `start_ns` and
-    /// ends now (the ring's worker alone).
-    pub(crate) fn record_ended(
-        &self,
-        kind: Kind,
-        name: &str,
-        start_ns: u64,
-        call: u64,
-        detail: u32,
-        bytes: u64,
-    ) {
-        self.record(&Event {
-            kind,
-            start_ns,
-            dur_ns: now_ns().saturating_sub(start_ns),
-            call,
-            bytes,
-            wait_ns: 0,
-            detail,
-            name,
-        });
     }
 
     /// How many events the ring's worker has recorded (the number of its next).
@@ -270,14 +264,11 @@ pub(crate) fn record_own(
 ) {
     super::with_own_events(|ring, call| {
         ring.record(&Event {
-            kind,
-            start_ns,
-            dur_ns: now_ns().saturating_sub(start_ns),
             call,
             bytes,
             wait_ns,
             detail,
-            name,
+            ..Event::ended(kind, name, start_ns)
         });
     });
 }

@@ -588,7 +588,10 @@ impl Worker {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
         let ring = &self._exit.0.events;
-        ring.record_ended(events::Kind::Sync, "sync", started, self.last_call, 0, 0);
+        ring.record(&events::Event {
+            call: self.last_call,
+            ..events::Event::ended(events::Kind::Sync, "sync", started)
+        });
         self.note_idle();
     }
 

@@ -9,6 +9,7 @@
 
 use crate::ccl::Collective;
 pub use crate::net::routed::BOARD_ENTRY_FIXED as ENTRY_FIXED;
+use crate::net::{u32_at, u64_at};
 use crate::object::{Error, Result};
 use crate::worker::activity::{
     COMMS, Comm, Joins, MAX_FAILURE_BYTES, MAX_FUNCTION_BYTES, Snapshot, State, cut, peer_ids,
@@ -88,35 +89,33 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
     let fixed = bytes
         .get(..ENTRY_FIXED)
         .ok_or_else(|| format!("{} bytes, where its fields take {ENTRY_FIXED}", bytes.len()))?;
-    let u32_at = |at: usize| u32::from_le_bytes(fixed[at..at + 4].try_into().expect("4 bytes"));
-    let u64_at = |at: usize| u64::from_le_bytes(fixed[at..at + 8].try_into().expect("8 bytes"));
-    let state =
-        State::from_code(u32_at(8)).ok_or_else(|| format!("state {} (0 to 3)", u32_at(8)))?;
-    let collective = u32_at(12);
+    let state = State::from_code(u32_at(fixed, 8))
+        .ok_or_else(|| format!("state {} (0 to 3)", u32_at(fixed, 8)))?;
+    let collective = u32_at(fixed, 12);
     if collective != 0 && Collective::from_code(collective).is_none() {
         return Err(format!(
             "collective {collective} (0, or 1 to {})",
             Collective::all().count()
         ));
     }
-    let failed_call = u64_at(40);
-    let to_all = match u32_at(JOINS_AT + 16) {
+    let failed_call = u64_at(fixed, 40);
+    let to_all = match u32_at(fixed, JOINS_AT + 16) {
         0 => false,
         1 => true,
         other => return Err(format!("a call to every worker flagged {other} (0 or 1)")),
     };
-    let on = u32_at(JOINS_AT + 20);
+    let on = u32_at(fixed, JOINS_AT + 20);
     if Comm::from_code(on).is_none() {
         return Err(format!("a communicator {on} (0 to {})", COMMS - 1));
     }
     let joins = Joins {
-        finished_all: u64_at(JOINS_AT),
-        call: u64_at(JOINS_AT + 8),
+        finished_all: u64_at(fixed, JOINS_AT),
+        call: u64_at(fixed, JOINS_AT + 8),
         to_all,
         on,
-        counts: std::array::from_fn(|i| u64_at(JOINS_AT + 24 + 8 * i)),
+        counts: std::array::from_fn(|i| u64_at(fixed, JOINS_AT + 24 + 8 * i)),
     };
-    let (function_len, failure_len) = (u32_at(80) as usize, u32_at(84) as usize);
+    let (function_len, failure_len) = (u32_at(fixed, 80) as usize, u32_at(fixed, 84) as usize);
     if function_len > MAX_FUNCTION_BYTES {
         return Err(format!(
             "a function's name of {function_len} bytes (at most {MAX_FUNCTION_BYTES})"
@@ -146,18 +145,18 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
     let failure = text(&texts[function_len..], "failure")?;
     let report = Snapshot {
         state,
-        call: u64_at(16),
+        call: u64_at(fixed, 16),
         function: Some(function).filter(|name| !name.is_empty()),
-        for_ns: u64_at(24),
+        for_ns: u64_at(fixed, 24),
         collective,
-        waits_for: peer_ids(|i| u64_at(PEERS_AT + i * 8)),
-        finished: u64_at(32),
+        waits_for: peer_ids(|i| u64_at(fixed, PEERS_AT + i * 8)),
+        finished: u64_at(fixed, 32),
         failure: (failed_call != 0).then_some((failed_call, failure)),
         joins,
     };
     let entry = Entry {
-        local: u32_at(0),
-        pid: u32_at(4),
+        local: u32_at(fixed, 0),
+        pid: u32_at(fixed, 4),
         report,
     };
     Ok((entry, len))

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::channel::{Deadline, Sleepers, SpinPolicy};
 use crate::net::routed::TRACE_FIXED;
+use crate::net::{u32_at, u64_at};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::process::ProcessLink;
 use crate::session::trace::collect::{Clock, Collected, Collector, Rings, lock};
@@ -51,14 +52,6 @@ struct Head<'a> {
     local: u32,
     stamp: u64,
     body: &'a [u8],
-}
-
-fn u32_at(bytes: &[u8], at: usize) -> u32 {
-    u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"))
-}
-
-fn u64_at(bytes: &[u8], at: usize) -> u64 {
-    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
 }
 
 fn bad(what: impl std::fmt::Display) -> Error {
@@ -314,12 +307,12 @@ impl Replies {
         let mut gathering = lock(&self.gathering);
         match what {
             CLOCK => {
-                let node_ns: [u8; 8] = body
-                    .try_into()
-                    .map_err(|_| bad(format_args!("a clock reading of {} bytes", body.len())))?;
+                if body.len() != 8 {
+                    return Err(bad(format_args!("a clock reading of {} bytes", body.len())));
+                }
                 gathering.readings.push(Reading {
                     sent_ns: stamp,
-                    node_ns: u64::from_le_bytes(node_ns),
+                    node_ns: u64_at(body, 0),
                     came_ns,
                 });
             }

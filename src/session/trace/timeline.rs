@@ -54,9 +54,14 @@ fn flow_id(call: u64, worker: usize) -> u64 {
     call.wrapping_mul(1 << 16).wrapping_add(worker as u64)
 }
 
-/// The document of `collected`, its times from `origin_ns`.
-pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> Value {
-    let mut events = Vec::new();
+/// Gives each event of `collected` to `emit`, its times from `origin_ns`: one at a time, so a
+/// trace is written without a second copy of it in memory.
+fn write_events(
+    about: &About,
+    origin_ns: u64,
+    collected: &Collected,
+    emit: &mut impl FnMut(Value) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let mut nodes: Vec<usize> = about.nodes.clone();
     nodes.push(0);
     nodes.sort_unstable();
@@ -67,22 +72,22 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
         } else {
             format!("node {node}")
         };
-        events.push(
+        emit(
             json!({"ph": "M", "name": "process_name", "pid": node, "tid": 0,
                            "args": {"name": name}}),
-        );
+        )?;
     }
-    events.push(
+    emit(
         json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": CONTROLLER,
                        "args": {"name": "controller"}}),
-    );
+    )?;
     for (worker, &node) in about.nodes.iter().enumerate() {
-        events.push(
+        emit(
             json!({"ph": "M", "name": "thread_name", "pid": node, "tid": track(worker),
                            "args": {"name": format!("worker {worker}")}}),
-        );
-        events.push(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
-                           "tid": track(worker), "args": {"sort_index": sort_index(worker, None)}}));
+        )?;
+        emit(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
+                           "tid": track(worker), "args": {"sort_index": sort_index(worker, None)}}))?;
     }
     // A track for each stream a worker's events show.
     let mut streams: Vec<(usize, u32)> = collected
@@ -103,14 +108,14 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
             about.nodes.get(worker).copied().unwrap_or(0),
             stream_track(worker, stream),
         );
-        events.push(
+        emit(
             json!({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
                            "args": {"name": format!("worker {worker} stream {stream}")}}),
-        );
-        events.push(
+        )?;
+        emit(
             json!({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
                            "args": {"sort_index": sort_index(worker, Some(stream))}}),
-        );
+        )?;
     }
     // Where each worker ran each call: the flows end there.
     let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
@@ -145,11 +150,11 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
                 (Kind::Call, true) => "an unnamed function",
                 _ => event.name.as_str(),
             };
-            events.push(json!({
+            emit(json!({
                 "ph": "X", "name": name, "cat": event.kind.category(),
                 "ts": micros(event.start_ns, origin_ns), "dur": event.dur_ns as f64 / 1e3,
                 "pid": node, "tid": tid, "args": args,
-            }));
+            }))?;
         }
     }
     for noted in &collected.controller {
@@ -157,11 +162,11 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
         match &noted.doing {
             Doing::Sent { call, worker } => {
                 let to = worker.map_or("every worker".to_string(), |w| format!("worker {w}"));
-                events.push(json!({
+                emit(json!({
                     "ph": "X", "name": format!("send call {call}"), "cat": "call", "ts": ts,
                     "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER,
                     "args": {"call": call, "to": to},
-                }));
+                }))?;
                 let targets: Vec<usize> = match worker {
                     Some(w) => vec![*w],
                     None => (0..about.nodes.len()).collect(),
@@ -172,11 +177,11 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
                     };
                     let id = flow_id(*call, w);
                     let node = about.nodes[w];
-                    events.push(json!({"ph": "s", "name": "call", "cat": "call", "id": id,
-                                       "ts": ts, "pid": 0, "tid": CONTROLLER}));
-                    events.push(json!({"ph": "f", "bp": "e", "name": "call", "cat": "call",
+                    emit(json!({"ph": "s", "name": "call", "cat": "call", "id": id,
+                                       "ts": ts, "pid": 0, "tid": CONTROLLER}))?;
+                    emit(json!({"ph": "f", "bp": "e", "name": "call", "cat": "call",
                                        "id": id, "ts": micros(ran, origin_ns), "pid": node,
-                                       "tid": track(w)}));
+                                       "tid": track(w)}))?;
                 }
             }
             Doing::Waited { what, bytes } => {
@@ -189,13 +194,18 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
                 if *bytes != 0 {
                     args["bytes"] = json!(bytes);
                 }
-                events.push(json!({
+                emit(json!({
                     "ph": "X", "name": what, "cat": category, "ts": ts,
                     "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER, "args": args,
-                }));
+                }))?;
             }
         }
     }
+    Ok(())
+}
+
+/// The file's `otherData`: the session, the events lost and dropped, the clock and the nodes.
+fn other_data(about: &About, collected: &Collected) -> Value {
     let nodes: Vec<Value> = collected
         .nodes
         .iter()
@@ -215,18 +225,14 @@ pub(crate) fn document(about: &About, origin_ns: u64, collected: &Collected) -> 
         })
         .collect();
     json!({
-        "traceEvents": events,
-        "displayTimeUnit": "ms",
-        "otherData": {
-            "session": about.kind,
-            "workers": about.nodes.len(),
-            "events_lost": collected.lost,
-            "events_dropped": collected.dropped,
-            "clock": "CLOCK_MONOTONIC of the controller's machine, from the trace's start; \
-                      another node's events are moved onto it by the node's clock offset \
-                      (its clock less the controller's), within its error",
-            "nodes": nodes,
-        },
+        "session": about.kind,
+        "workers": about.nodes.len(),
+        "events_lost": collected.lost,
+        "events_dropped": collected.dropped,
+        "clock": "CLOCK_MONOTONIC of the controller's machine, from the trace's start; \
+                  another node's events are moved onto it by the node's clock offset \
+                  (its clock less the controller's), within its error",
+        "nodes": nodes,
     })
 }
 
@@ -237,11 +243,23 @@ pub(crate) fn write(
     origin_ns: u64,
     collected: &Collected,
 ) -> Result<()> {
-    let document = document(about, origin_ns, collected);
     let cannot =
         |e: std::io::Error| Error::value(format!("cannot write a trace to the path `{path}`: {e}"));
     let file = std::fs::File::create(path).map_err(cannot)?;
     let mut out = std::io::BufWriter::new(file);
-    serde_json::to_writer(&mut out, &document).map_err(|e| cannot(e.into()))?;
-    out.flush().map_err(cannot)
+    let written = (|| {
+        out.write_all(b"{\"traceEvents\":[")?;
+        let mut first = true;
+        write_events(about, origin_ns, collected, &mut |event| {
+            if !std::mem::take(&mut first) {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)
+        })?;
+        out.write_all(b"],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
+        serde_json::to_writer(&mut out, &other_data(about, collected))?;
+        out.write_all(b"}")?;
+        out.flush()
+    })();
+    written.map_err(cannot)
 }
