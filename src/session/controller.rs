@@ -26,9 +26,9 @@ use crate::device::cpu::HostTensor;
 use crate::object::{Any, AnyView, Error, ErrorKind, Function, Result, registry};
 use crate::sync::Mutex;
 use crate::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
+use crate::sync::clock::ticks;
 use crate::worker::activity::call_word;
 use crate::worker::completion::Completion;
-use crate::worker::events::now_ns;
 use crate::worker::message::{Arg, CopyDirection, GlobalLookup, HostCopy, Message, Reply, Store};
 use crate::worker::registers::{Reg, RegisterIds};
 use crate::worker::{self};
@@ -512,7 +512,7 @@ impl Session {
         let out = DRef::new(self.clone(), self.registers.allocate(), None);
         let reg = out.reg();
         let number = self.number_call();
-        let sent = self.tracer.is_on().then(now_ns);
+        let sent = self.tracer.is_on().then(ticks);
         let call = || Message::Call {
             call: call_word(number, self.targets(target).len() == self.workers.len()),
             func,
@@ -561,7 +561,7 @@ impl Session {
                 .all(|&reg| link.try_push(Message::Free(reg)).is_ok());
         let out = self.registers.allocate();
         let number = self.number_call();
-        let sent = self.tracer.is_on().then(now_ns);
+        let sent = self.tracer.is_on().then(ticks);
         let call = Message::Call {
             call: call_word(number, self.workers.len() == 1),
             func,

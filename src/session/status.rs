@@ -15,7 +15,7 @@ use crate::ccl::Collective;
 use crate::object::{Error, ErrorKind, Result};
 use crate::sync::atomic::Ordering;
 use crate::worker::activity::{Snapshot, State};
-use crate::worker::events::{Ring, now_ns};
+use crate::worker::events::{Names, Ring, now_ns};
 
 /// The controller's verdict on a worker that can no longer report.
 #[derive(Clone, Debug)]
@@ -192,13 +192,16 @@ const LAST_EVENTS: u64 = 8;
 /// The last [`LAST_EVENTS`] events of `ring`, oldest first, with how long ago each began (from
 /// `now_ns`) and how long it took, in milliseconds.
 fn last_events(ring: &Ring, now_ns: u64) -> Value {
-    let reading = ring.read_from(ring.written().saturating_sub(LAST_EVENTS));
+    let reading = ring.read_from(
+        ring.written().saturating_sub(LAST_EVENTS),
+        &mut Names::default(),
+    );
     let events: Vec<Value> = reading
         .events
         .iter()
         .map(|event| {
             json!({
-                "name": event.name,
+                "name": &*event.name,
                 "cat": event.kind.category(),
                 "call": event.call,
                 "began_ms_ago": now_ns.saturating_sub(event.start_ns) as f64 / 1e6,

@@ -7,7 +7,9 @@
 //! or not; a collector thread drains the rings every few milliseconds while a trace runs (the
 //! controller's for its machine, each other node's for its own, sent at the stop), so one
 //! mechanism serves the flight recorder and the timeline, and a ring that overflowed between
-//! two drains shows as events counted lost, never as a wait.
+//! two drains shows as events counted lost, never as a wait. While a trace runs, the controller
+//! writes a ring of its own the same way, in ticks of the time-stamp counter (one reading a
+//! send), which the stop converts to the workers' clock.
 
 pub(crate) mod collect;
 #[cfg(not(loom))]
@@ -15,13 +17,14 @@ mod nodes;
 mod timeline;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::link::WorkerLink;
 use super::state::SessionState;
 use crate::object::{Error, Result};
+use crate::sync::clock::{Calibration, ticks};
 use crate::worker::events::{Ring, now_ns};
-use collect::{Collected, Collector, Doing, MAX_NOTED_BYTES, Noted, Rings, lock};
+use collect::{Collected, Collector, Doing, Rings, lock};
 
 impl Rings for [WorkerLink] {
     fn count(&self) -> usize {
@@ -33,28 +36,42 @@ impl Rings for [WorkerLink] {
     }
 }
 
+/// The rings a trace drains on the controller's machine: every worker's, then the controller's.
+struct Traced {
+    workers: Arc<[WorkerLink]>,
+    controller: Arc<Ring>,
+}
+
+impl Rings for Traced {
+    fn count(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    fn ring(&self, index: usize) -> Option<&Ring> {
+        match index.checked_sub(self.workers.len()) {
+            Some(_) => Some(&self.controller),
+            None => self.workers.ring(index),
+        }
+    }
+}
+
 /// A session's tracer.
 #[derive(Default)]
 pub(crate) struct Tracer {
     /// Set while a trace runs: the controller notes what it does.
     on: AtomicBool,
     running: Mutex<Option<Running>>,
-    /// What the controller did while the trace runs: apart from the workers' events, so that
-    /// noting a call takes one lock nobody holds long.
-    noted: Mutex<NotedSoFar>,
-}
-
-/// The controller's events of the running trace.
-#[derive(Default)]
-struct NotedSoFar {
-    list: Vec<Noted>,
-    /// Left out past [`MAX_NOTED_BYTES`].
-    dropped: u64,
+    /// The ring of what the controller does while a trace runs, made by the first trace, which
+    /// the collector drains with the workers': noting a call writes memory that was written
+    /// before and takes no lock (the controller's threads take their events' numbers).
+    noted: OnceLock<Arc<Ring>>,
 }
 
 /// A trace that runs.
 struct Running {
     started_ns: u64,
+    /// The clocks at the start: the controller notes its events in [`ticks`].
+    started: Calibration,
     /// Drains the rings this process reads (its worker threads', its worker processes').
     collector: Collector,
     /// The other nodes, which collect their workers' events themselves.
@@ -68,22 +85,19 @@ impl Tracer {
         self.on.load(Ordering::Relaxed)
     }
 
-    /// Notes what the controller did, from `start_ns` until now, when a trace runs.
-    pub fn note(&self, doing: Doing, start_ns: u64) {
+    /// Notes what the controller did from `start` ([`ticks`]), when a trace runs: a wait until
+    /// now, a send at `start` alone (one reading of the clock a call).
+    pub fn note(&self, doing: Doing, start: u64) {
         if !self.is_on() {
             return;
         }
-        let dur_ns = now_ns().saturating_sub(start_ns);
-        let mut noted = lock(&self.noted);
-        if (noted.list.len() + 1) * size_of::<Noted>() > MAX_NOTED_BYTES {
-            noted.dropped += 1;
-            return;
+        let end = match doing {
+            Doing::Sent { .. } => start,
+            Doing::Waited { .. } => ticks(),
+        };
+        if let Some(ring) = self.noted.get() {
+            ring.record_shared(&doing.event(start, end));
         }
-        noted.list.push(Noted {
-            doing,
-            start_ns,
-            dur_ns,
-        });
     }
 
     /// Begins a trace of `workers`' events from now on; its collector ends with the trace, or
@@ -98,11 +112,17 @@ impl Tracer {
         }
         #[cfg(not(loom))]
         let nodes = nodes::Nodes::start(&workers);
+        let started = Calibration::now();
         let started_ns = now_ns();
-        let collector = Collector::start(workers, move || state.is_stopping())?;
-        *lock(&self.noted) = NotedSoFar::default();
+        let controller = self.noted.get_or_init(|| Arc::from(Ring::boxed())).clone();
+        let rings = Arc::new(Traced {
+            workers,
+            controller,
+        });
+        let collector = Collector::start(rings, move || state.is_stopping())?;
         *running = Some(Running {
             started_ns,
+            started,
             collector,
             #[cfg(not(loom))]
             nodes,
@@ -119,9 +139,7 @@ impl Tracer {
         })?;
         self.on.store(false, Ordering::SeqCst);
         let mut collected = running.collector.finish();
-        let noted = std::mem::take(&mut *lock(&self.noted));
-        collected.controller = noted.list;
-        collected.dropped += noted.dropped;
+        collected.take_controllers(running.started, Calibration::now());
         #[cfg(not(loom))]
         running.nodes.stop(&mut collected);
         timeline::write(path, about, running.started_ns, &collected)
@@ -150,7 +168,7 @@ impl super::controller::Session {
     /// Runs `body`, a wait of the controller's (`what`, moving `bytes`), noted when a trace
     /// runs.
     pub(super) fn traced<T>(&self, what: &'static str, bytes: u64, body: impl FnOnce() -> T) -> T {
-        let started = self.tracer.is_on().then(now_ns);
+        let started = self.tracer.is_on().then(ticks);
         let done = body();
         if let Some(started) = started {
             self.tracer.note(Doing::Waited { what, bytes }, started);

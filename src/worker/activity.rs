@@ -20,7 +20,7 @@ mod joins;
 mod seq;
 
 pub use joins::{COMMS, Comm, Joins};
-pub(crate) use seq::{Seq, Text, cut};
+pub(crate) use seq::{Seq, Text, cut, text_of};
 
 /// What a worker is doing, as it says itself (`dead` and `lost` are the controller's verdicts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,9 +9,11 @@
 //! worker process the ring lies in the session's arena, so a dead worker's events outlive it.
 
 use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
-use super::activity::Text;
+use super::activity::{Text, text_of};
 pub(crate) use crate::sync::clock::now_ns;
 
 /// Events a ring keeps: the last ones of its worker.
@@ -71,9 +73,13 @@ impl Kind {
     }
 }
 
-/// One event, as read back (its name a `String`) and as recorded (a `&str`).
+/// An event's name as read back: one allocation shared by every event of that name, so that
+/// reading a ring allocates only for a name its reader has not seen (see [`Names`]).
+pub type Name = Arc<str>;
+
+/// One event, as read back (its name a [`Name`]) and as recorded (a `&str`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Event<N = String> {
+pub struct Event<N = Name> {
     pub kind: Kind,
     /// When it began, in ns on the machine's monotonic clock ([`now_ns`]).
     pub start_ns: u64,
@@ -145,6 +151,46 @@ impl Ring {
     }
 }
 
+/// The names a reader of rings has seen, by the words a slot stores them in.
+#[derive(Default)]
+pub struct Names {
+    seen: HashMap<NameKey, Name>,
+    /// The last one found: a worker's events mostly follow one of the same name.
+    last: Option<(NameKey, Name)>,
+}
+
+/// A name's length and words, as a slot stores them.
+type NameKey = (usize, [u64; NAME_WORDS]);
+
+/// Names a reader keeps at most (past it, it forgets them all and starts again): a worker's
+/// names are its functions', collectives' and modules', so few.
+const NAMES_KEPT: usize = 4096;
+
+impl Names {
+    /// The name `text` holds.
+    fn of(&mut self, text: &Text<NAME_WORDS>) -> Name {
+        let key = text.load_words();
+        if let Some((last, name)) = &self.last
+            && *last == key
+        {
+            return name.clone();
+        }
+        let name = match self.seen.get(&key) {
+            Some(name) => name.clone(),
+            None => {
+                if self.seen.len() >= NAMES_KEPT {
+                    self.seen.clear();
+                }
+                let name: Name = text_of(key.0, &key.1).into();
+                self.seen.insert(key, name.clone());
+                name
+            }
+        };
+        self.last = Some((key, name.clone()));
+        name
+    }
+}
+
 /// What a reading of a ring found: the events from the one asked for on, and how many of
 /// those it could not read (overwritten before they were read, or mid-write).
 #[derive(Debug, Default)]
@@ -159,6 +205,20 @@ impl Ring {
     /// Records `event` (the ring's worker alone).
     pub(crate) fn record(&self, event: &Event<&str>) {
         let n = self.head.load(Ordering::Relaxed);
+        self.write(n, event);
+        self.head.store(n + 1, Ordering::Release);
+    }
+
+    /// Records `event` in a ring that several threads write: each takes its event's number
+    /// first, so a reader that comes between the taking and the writing counts that event
+    /// lost.
+    pub(crate) fn record_shared(&self, event: &Event<&str>) {
+        let n = self.head.fetch_add(1, Ordering::AcqRel);
+        self.write(n, event);
+    }
+
+    /// Writes `event` as event number `n`.
+    fn write(&self, n: u64, event: &Event<&str>) {
         let slot = &self.slots[(n % RING as u64) as usize];
         slot.seq.store(2 * n + 1, Ordering::Relaxed);
         fence(Ordering::Release);
@@ -171,7 +231,6 @@ impl Ring {
         slot.detail.store(event.detail, Ordering::Relaxed);
         slot.name.store(event.name);
         slot.seq.store(2 * n + 2, Ordering::Release);
-        self.head.store(n + 1, Ordering::Release);
     }
 
     /// How many events the ring's worker has recorded (the number of its next).
@@ -179,8 +238,9 @@ impl Ring {
         self.head.load(Ordering::Acquire)
     }
 
-    /// The events from number `from` on that the ring still holds; never waits.
-    pub fn read_from(&self, from: u64) -> Reading {
+    /// The events from number `from` on that the ring still holds, their names from `names`;
+    /// never waits.
+    pub fn read_from(&self, from: u64, names: &mut Names) -> Reading {
         let head = self.head.load(Ordering::Acquire);
         let first = from.max(head.saturating_sub(RING as u64));
         let mut reading = Reading {
@@ -199,7 +259,7 @@ impl Ring {
                 bytes: slot.bytes.load(Ordering::Relaxed),
                 wait_ns: slot.wait_ns.load(Ordering::Relaxed),
                 detail: slot.detail.load(Ordering::Relaxed),
-                name: slot.name.load(),
+                name: names.of(&slot.name),
             });
             fence(Ordering::Acquire);
             let again = slot.seq.load(Ordering::Relaxed);
@@ -213,7 +273,7 @@ impl Ring {
 
     /// The last events the ring holds (the flight recorder's).
     pub fn last(&self) -> Reading {
-        self.read_from(0)
+        self.read_from(0, &mut Names::default())
     }
 }
 
@@ -293,7 +353,7 @@ mod tests {
 
     /// Event `n` as read back.
     fn read(n: u64) -> Event {
-        event(n, format!("f{n}"))
+        event(n, format!("f{n}").into())
     }
 
     fn record(ring: &Ring, n: u64) {
@@ -307,10 +367,15 @@ mod tests {
         for n in 0..5 {
             record(&ring, n);
         }
-        let reading = ring.read_from(2);
+        let mut names = Names::default();
+        let reading = ring.read_from(2, &mut names);
         assert_eq!(reading.events, [read(2), read(3), read(4)]);
         assert_eq!((reading.next, reading.lost), (5, 0));
-        assert_eq!(ring.read_from(5).events, []);
+        assert_eq!(ring.read_from(5, &mut names).events, []);
+        // Events of one name share it.
+        record(&ring, 2);
+        let again = ring.read_from(5, &mut names).events;
+        assert!(Arc::ptr_eq(&again[0].name, &reading.events[0].name));
     }
 
     #[test]
@@ -319,7 +384,7 @@ mod tests {
         for n in 0..RING as u64 + 10 {
             record(&ring, n);
         }
-        let reading = ring.read_from(3);
+        let reading = ring.read_from(3, &mut Names::default());
         assert_eq!(reading.lost, 7, "events 3 to 9 were overwritten");
         assert_eq!(reading.events.len(), RING);
         assert_eq!(reading.events[0], read(10));

@@ -130,7 +130,7 @@ pub(crate) fn decode_events(mut bytes: &[u8]) -> Result<Vec<Event>> {
             bytes: u64_at(bytes, 32),
             wait_ns: u64_at(bytes, 40),
             detail: u32_at(bytes, 4),
-            name: name.to_string(),
+            name: name.into(),
         });
         bytes = &bytes[size..];
     }
@@ -206,21 +206,24 @@ impl Drop for Keeper {
 
 /// Sends `events` of the worker at `local` for the request `stamp`, in messages of about
 /// [`EVENTS_CHUNK`] bytes.
-fn send_events(
+fn send_events<'a>(
     local: usize,
-    events: &[Event],
+    events: impl IntoIterator<Item = &'a Event>,
     stamp: u64,
     send: Sender<'_>,
 ) -> std::io::Result<()> {
     let mut body = Vec::new();
-    for (n, event) in events.iter().enumerate() {
+    for event in events {
         encode_event(event, &mut body);
-        if body.len() >= EVENTS_CHUNK || n + 1 == events.len() {
+        if body.len() >= EVENTS_CHUNK {
             send(EVENTS, local as u32, stamp, &body)?;
             body.clear();
         }
     }
-    Ok(())
+    match body.is_empty() {
+        true => Ok(()),
+        false => send(EVENTS, local as u32, stamp, &body),
+    }
 }
 
 /// Sends the last events of the worker at `local`, which died, unasked (stamp 0), before its
@@ -239,7 +242,7 @@ pub(crate) fn send_last_words(link: &ProcessLink, local: u32, send: Sender<'_>) 
 /// Sends `collected`'s events, worker by worker, then the end of the request `stamp`.
 fn send_collected(collected: &Collected, stamp: u64, send: Sender<'_>) -> std::io::Result<()> {
     for (local, events) in collected.workers.iter().enumerate() {
-        send_events(local, events, stamp, send)?;
+        send_events(local, events.iter(), stamp, send)?;
     }
     let mut counts = collected.lost.to_le_bytes().to_vec();
     counts.extend_from_slice(&collected.dropped.to_le_bytes());
@@ -454,7 +457,7 @@ mod tests {
             bytes: 4096,
             wait_ns: 3,
             detail: 2,
-            name: name.to_string(),
+            name: name.into(),
         }
     }
 
@@ -543,7 +546,12 @@ mod tests {
                 || Ok(()),
             )
             .unwrap();
-        assert_eq!(collected.workers, [vec![], vec![event(5, "allreduce")]]);
+        let kept: Vec<Vec<Event>> = collected
+            .workers
+            .iter()
+            .map(|w| w.iter().cloned().collect())
+            .collect();
+        assert_eq!(kept, [vec![], vec![event(5, "allreduce")]]);
         assert_eq!((collected.lost, collected.dropped), (3, 4));
     }
 

@@ -12,7 +12,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::object::{Error, Result};
-use crate::worker::events::{Event, RING, Ring};
+use crate::sync::clock::Calibration;
+use crate::worker::events::{Event, Kind, Name, Names, RING, Ring};
 
 /// How often a collector drains its rings while they fill slowly.
 const DRAIN_EVERY: Duration = Duration::from_millis(5);
@@ -21,24 +22,68 @@ const DRAIN_EVERY: Duration = Duration::from_millis(5);
 const DRAIN_BUSY: Duration = Duration::from_millis(1);
 /// The most memory a trace's events may take; the events past it are counted, not kept.
 pub(crate) const MAX_TRACE_BYTES: usize = 1 << 30;
-/// Of it, the most the controller's own events may take.
-pub(crate) const MAX_NOTED_BYTES: usize = MAX_TRACE_BYTES / 4;
 
-/// What the controller does, as a trace shows it.
+/// What the controller does, as a trace shows it (`W`: what it waited in, named).
 #[derive(Clone, Debug)]
-pub(crate) enum Doing {
+pub(crate) enum Doing<W = &'static str> {
     /// It sent call `call` to `worker` (None: every worker).
     Sent { call: u64, worker: Option<usize> },
     /// It waited: a sync, or a copy of `bytes` to or from worker 0.
-    Waited { what: &'static str, bytes: u64 },
+    Waited { what: W, bytes: u64 },
 }
 
-/// One event of the controller's.
+impl Doing {
+    /// The event of the controller's ring that says so, from `start` to `end` (in ticks, which
+    /// [`Noted::of`] converts): a send is a call event whose detail is its worker and one (0:
+    /// every worker).
+    pub fn event(&self, start: u64, end: u64) -> Event<&'static str> {
+        let (kind, name, call, detail, bytes) = match *self {
+            Doing::Sent { call, worker } => {
+                (Kind::Call, "", call, worker.map_or(0, |w| w as u32 + 1), 0)
+            }
+            Doing::Waited { what, bytes } => (Kind::Sync, what, 0, 0, bytes),
+        };
+        Event {
+            kind,
+            start_ns: start,
+            dur_ns: end.saturating_sub(start),
+            call,
+            bytes,
+            wait_ns: 0,
+            detail,
+            name,
+        }
+    }
+}
+
+/// One event of the controller's, as read back from its ring.
 #[derive(Clone, Debug)]
 pub(crate) struct Noted {
-    pub doing: Doing,
+    pub doing: Doing<Name>,
     pub start_ns: u64,
     pub dur_ns: u64,
+}
+
+impl Noted {
+    /// What `event`, written by [`Doing::event`] in ticks read between `first` and `last`,
+    /// says.
+    fn of(event: Event, first: Calibration, last: Calibration) -> Noted {
+        let doing = match event.kind {
+            Kind::Call => Doing::Sent {
+                call: event.call,
+                worker: (event.detail as usize).checked_sub(1),
+            },
+            _ => Doing::Waited {
+                what: event.name,
+                bytes: event.bytes,
+            },
+        };
+        Noted {
+            doing,
+            start_ns: first.to_ns(last, event.start_ns),
+            dur_ns: first.span_ns(last, event.dur_ns),
+        }
+    }
 }
 
 /// How a node's clock stands to the controller's: a time `t` of the node's is `t - offset_ns`
@@ -74,11 +119,64 @@ pub(crate) trait Rings: Send + Sync + 'static {
     fn ring(&self, index: usize) -> Option<&Ring>;
 }
 
+/// Items a chunk of [`Chunks`] holds.
+const CHUNK: usize = 16 * 1024;
+
+/// A list that grows by chunks of [`CHUNK`] items: appending never moves what it holds, so a
+/// large trace costs its collector no copy of itself, nor a CPU held for one.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Chunks<T>(Vec<Vec<T>>);
+
+impl<T> Default for Chunks<T> {
+    fn default() -> Self {
+        Chunks(Vec::new())
+    }
+}
+
+impl<T> Chunks<T> {
+    pub fn push(&mut self, item: T) {
+        match self.0.last_mut() {
+            Some(last) if last.len() < CHUNK => last.push(item),
+            _ => {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                chunk.push(item);
+                self.0.push(chunk);
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &T> {
+        self.0.iter().flatten()
+    }
+}
+
+impl<T> IntoIterator for Chunks<T> {
+    type Item = T;
+    type IntoIter = std::iter::Flatten<std::vec::IntoIter<Vec<T>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.into_iter().flatten()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Chunks<T> {
+    type Item = &'a T;
+    type IntoIter = std::iter::Flatten<std::slice::Iter<'a, Vec<T>>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter().flatten()
+    }
+}
+
 /// What a trace collected so far.
 #[derive(Default)]
 pub(crate) struct Collected {
     /// Each worker's events, by index.
-    pub workers: Vec<Vec<Event>>,
+    pub workers: Vec<Chunks<Event>>,
     /// The number of each worker's next event to read.
     next: Vec<u64>,
     /// Events the rings overwrote before the collector read them.
@@ -89,6 +187,8 @@ pub(crate) struct Collected {
     /// The nodes whose events were sent to the controller.
     pub nodes: Vec<NodePart>,
     bytes: usize,
+    /// The names of the events read so far.
+    names: Names,
 }
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -99,14 +199,14 @@ impl Collected {
     /// Nothing yet, for `count` workers.
     pub fn for_workers(count: usize) -> Collected {
         Collected {
-            workers: vec![Vec::new(); count],
+            workers: (0..count).map(|_| Chunks::default()).collect(),
             ..Collected::default()
         }
     }
 
     /// Whether `bytes` more fit under the cap; counts them kept if so, else one event dropped.
     fn fits(&mut self, bytes: usize) -> bool {
-        if self.bytes + bytes > MAX_TRACE_BYTES - MAX_NOTED_BYTES {
+        if self.bytes + bytes > MAX_TRACE_BYTES {
             self.dropped += 1;
             return false;
         }
@@ -115,9 +215,9 @@ impl Collected {
     }
 
     /// Keeps `events` of the worker at `index`, up to the cap.
-    pub fn keep(&mut self, index: usize, events: Vec<Event>) {
+    pub fn keep(&mut self, index: usize, events: impl IntoIterator<Item = Event>) {
         for event in events {
-            if self.fits(size_of::<Event>() + event.name.len()) {
+            if self.fits(size_of::<Event>()) {
                 self.workers[index].push(event);
             }
         }
@@ -128,22 +228,22 @@ impl Collected {
     pub fn take_node(&mut self, first: usize, from: Collected, clock: Clock) {
         self.lost += from.lost;
         self.dropped += from.dropped;
-        for (local, mut events) in from.workers.into_iter().enumerate() {
-            for event in &mut events {
-                event.start_ns = clock.to_controller(event.start_ns);
-            }
-            self.keep(first + local, events);
+        for (local, events) in from.workers.into_iter().enumerate() {
+            let moved = events.into_iter().map(|event| Event {
+                start_ns: clock.to_controller(event.start_ns),
+                ..event
+            });
+            self.keep(first + local, moved);
         }
     }
 
-    /// Reads every ring from where the last reading stopped.
     /// Reads every ring from where the last reading stopped; says how long to wait before the
     /// next drain.
     fn drain<R: Rings + ?Sized>(&mut self, rings: &R) -> Duration {
         let mut busiest = 0;
         for index in 0..rings.count() {
             if let Some(ring) = rings.ring(index) {
-                let reading = ring.read_from(self.next[index]);
+                let reading = ring.read_from(self.next[index], &mut self.names);
                 busiest = busiest.max(reading.next - self.next[index]);
                 self.next[index] = reading.next;
                 self.lost += reading.lost;
@@ -159,12 +259,20 @@ impl Collected {
     /// The last events every ring holds (the flight recorder's).
     pub fn last<R: Rings + ?Sized>(rings: &R) -> Collected {
         let mut collected = Collected::for_workers(rings.count());
-        for index in 0..rings.count() {
-            if let Some(ring) = rings.ring(index) {
-                collected.keep(index, ring.last().events);
-            }
-        }
+        collected.next = vec![0; rings.count()];
+        collected.drain(rings);
+        collected.lost = 0;
         collected
+    }
+
+    /// Takes the events of the last ring, which the controller wrote ([`Doing::event`]) in
+    /// ticks read between `first` and `last`, as the controller's.
+    pub fn take_controllers(&mut self, first: Calibration, last: Calibration) {
+        let events = self.workers.pop().unwrap_or_default();
+        self.controller = events
+            .into_iter()
+            .map(|event| Noted::of(event, first, last))
+            .collect();
     }
 }
 
@@ -265,6 +373,6 @@ mod tests {
         record(&rings, RING + 100);
         assert_eq!(collected.drain(&rings), DRAIN_BUSY);
         assert_eq!(collected.lost, 100);
-        assert_eq!(collected.workers[0].len(), 10 + RING / 2 + RING);
+        assert_eq!(collected.workers[0].iter().count(), 10 + RING / 2 + RING);
     }
 }

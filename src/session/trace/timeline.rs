@@ -148,7 +148,7 @@ fn write_events(
             };
             let name = match (event.kind, event.name.is_empty()) {
                 (Kind::Call, true) => "an unnamed function",
-                _ => event.name.as_str(),
+                _ => &event.name,
             };
             emit(json!({
                 "ph": "X", "name": name, "cat": event.kind.category(),
@@ -195,7 +195,7 @@ fn write_events(
                     args["bytes"] = json!(bytes);
                 }
                 emit(json!({
-                    "ph": "X", "name": what, "cat": category, "ts": ts,
+                    "ph": "X", "name": &**what, "cat": category, "ts": ts,
                     "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER, "args": args,
                 }))?;
             }

@@ -82,13 +82,26 @@ impl<const W: usize> Text<W> {
     }
 
     pub(crate) fn load(&self) -> String {
-        let len = (self.len.load(Ordering::Relaxed) as usize).min(W * 8);
-        let bytes: Vec<u8> = self
-            .words
-            .iter()
-            .flat_map(|word| word.load(Ordering::Relaxed).to_le_bytes())
-            .take(len)
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
+        let (len, words) = self.load_words();
+        text_of(len, &words)
     }
+
+    /// The text's length and words, as stored (for a reader that compares before it copies).
+    pub(crate) fn load_words(&self) -> (usize, [u64; W]) {
+        let len = (self.len.load(Ordering::Relaxed) as usize).min(W * 8);
+        (
+            len,
+            std::array::from_fn(|i| self.words[i].load(Ordering::Relaxed)),
+        )
+    }
+}
+
+/// The text of the first `len` bytes of `words` (as [`Text::load_words`] gives them).
+pub(crate) fn text_of(len: usize, words: &[u64]) -> String {
+    let bytes: Vec<u8> = words
+        .iter()
+        .flat_map(|word| word.to_le_bytes())
+        .take(len)
+        .collect();
+    String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
