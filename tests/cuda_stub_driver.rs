@@ -209,6 +209,23 @@ fn cuda_nccl_on_two_nodes_reaches_nccl_on_every_worker() {
     );
 }
 
+/// NCCL communicators aborted under a collective that failed are made again before the
+/// session's next call, without `init_ccl`, on worker threads and worker processes: the
+/// stand-in fails the second all-reduce of each process.
+#[test]
+fn cuda_nccl_communicators_aborted_are_made_again_before_the_next_call() {
+    let described = passes(
+        "tests/c/cuda_nccl_remade.c",
+        &[],
+        1,
+        &[("NCCL_STUB_FAIL_ALLREDUCE", "2")],
+    );
+    for kind in ["threads", "processes"] {
+        let remade = format!("cuda_nccl_remade: {kind}: the communicators were made again");
+        assert!(described.contains(&remade), "{described}");
+    }
+}
+
 /// The benchmark's smoke run: small sizes, both its raw driver calls and the library's.
 #[test]
 fn bench_cuda_copy_quick() {

@@ -30,6 +30,18 @@ use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
+/// How a worker's error ends when its NCCL communicators were aborted because they failed or a
+/// peer passed their collective: the session, which gets the error from every kind of worker
+/// in order with the failure, finds these words in a sync's error and makes the communicators
+/// again before its next call ([`aborted_in`]).
+const REMADE: &str = ", and are made again before the session's next call";
+
+/// Whether `error`, a sync's, says that a worker's NCCL communicators were aborted and are to
+/// be made again.
+pub(crate) fn aborted_in(error: &Error) -> bool {
+    error.message.contains(REMADE)
+}
+
 /// One worker's communicators.
 pub(super) struct Comms {
     info: WorkerInfo,
@@ -129,12 +141,14 @@ impl Comms {
         };
         // A peer that finished the call without queueing its side fails the wait as on the
         // CPU backend, in the same words.
-        let (kind, why, said) = match failed {
-            Some(why) => (ErrorKind::Runtime, gave_up(&why), why),
+        // `remade`: the session is to make them again (not so when it stops, or when a later
+        // `init_ccl` makes them).
+        let (kind, why, said, remade) = match failed {
+            Some(why) => (ErrorKind::Runtime, gave_up(&why), why, true),
             None => match interrupted(&self.shared, generation) {
-                Err(cause) => (cause.kind, gave_up(&cause.message), cause.message),
+                Err(cause) => (cause.kind, gave_up(&cause.message), cause.message, false),
                 Ok(()) => match self.passed() {
-                    Some(error) => (error.kind, error.message.clone(), error.message),
+                    Some(error) => (error.kind, error.message.clone(), error.message, true),
                     None => return Ok(()),
                 },
             },
@@ -145,7 +159,11 @@ impl Comms {
             group.abort();
         }
         self.world.abort();
-        let error = Error::new(kind, format!("{why}; its NCCL communicators were aborted"));
+        let ending = if remade { REMADE } else { "" };
+        let error = Error::new(
+            kind,
+            format!("{why}; its NCCL communicators were aborted{ending}"),
+        );
         let _ = self.aborted.set(said);
         Err(error)
     }
@@ -330,7 +348,9 @@ impl CommsCheck {
     /// function failed first, or returned: its side never comes; the error is the CPU
     /// backend's for a worker that finished the call without joining); each first aborts
     /// the worker's communicators (`ncclCommAbort`), which stops their kernels, and later
-    /// collectives fail at once until `init_ccl` makes new ones. Once they were aborted there
+    /// collectives fail at once until new ones are made: by the session before its next call
+    /// when a failure or a peer aborted them (the error says so, see [`aborted_in`]), by
+    /// `init_ccl` otherwise. Once they were aborted there
     /// is nothing left to watch: the check passes, and a wait goes on for the work that is not
     /// NCCL's (which cannot wait for another worker).
     pub(crate) fn check(&self) -> Result<()> {

@@ -91,12 +91,44 @@ impl Session {
         Ok(())
     }
 
+    /// Notes, from a sync's `error`, that a worker's NCCL communicators were aborted (they
+    /// failed, or a peer passed their collective): the session makes them again before its
+    /// next call ([`Session::remake_comms`]).
+    pub(super) fn note_aborted_comms(&self, error: &Error) {
+        let nccl = self
+            .nccl_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some();
+        if nccl && ccl::nccl::aborted_in(error) {
+            self.state.note_ruling();
+        }
+    }
+
+    /// Makes the session's communicators again after a worker's were aborted, before the
+    /// session's next call: NCCL's as the last `init_ccl` made them (with a sync: a failure of
+    /// the making is the next call's), or Gloo's after a ruling.
+    #[cfg(not(loom))]
+    pub(super) fn remake_comms(self: &Arc<Self>) -> Result<()> {
+        let nccl = self
+            .nccl_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        match nccl {
+            Some(device_ids) => self.init_ccl("nccl", &device_ids).map_err(|e| {
+                e.context("making the session's NCCL communicators again (a worker's were aborted)")
+            }),
+            None => self.remake_gloo(),
+        }
+    }
+
     /// Makes the Gloo communicators again after the referee ruled a wait hopeless, which
     /// aborted the waiting worker's: before the session's next call, in order with it, as
     /// `init_ccl` would, but without a sync (a failure of an earlier call stays for the sync
     /// that reports it).
     #[cfg(not(loom))]
-    pub(super) fn remake_gloo(self: &Arc<Self>) -> Result<()> {
+    fn remake_gloo(self: &Arc<Self>) -> Result<()> {
         let _one_at_a_time = self
             .ccl_setup
             .lock()
@@ -245,6 +277,8 @@ impl Session {
                 "the cpu backend needs every worker on the CPU; worker {w} is not"
             )));
         }
+        // The communicators made last are the session's no more, whatever comes of this.
+        *self.nccl_ids.lock().unwrap_or_else(PoisonError::into_inner) = None;
         // A worker waiting for work of its NCCL communicators (a collective a peer never
         // joined) sees the count change, aborts them and gets to the new ones: the way back
         // after a sync that timed out.
@@ -295,6 +329,8 @@ impl Session {
             }
         }
         installed?;
+        let made = (backend == "nccl").then(|| device_ids.to_vec());
+        *self.nccl_ids.lock().unwrap_or_else(PoisonError::into_inner) = made;
         self.keep_ccl(cpu.map(|(fresh, _)| fresh));
         Ok(())
     }

@@ -75,6 +75,10 @@ pub struct Session {
     /// The number of the last call sent (calls are numbered from 1, in the order they take
     /// their numbers).
     pub(super) calls_sent: AtomicU64,
+    /// The device ids the session's NCCL communicators were last made with (`init_ccl("nccl")`),
+    /// while they are the session's: it makes them again with these when a worker's were
+    /// aborted.
+    pub(super) nccl_ids: Mutex<Option<Vec<i32>>>,
     /// Set once the referee of a session across machines runs (from its first `init_ccl`).
     pub(super) referee: std::sync::OnceLock<()>,
     /// The session's timeline, while one is taken.
@@ -506,7 +510,7 @@ impl Session {
         }
         #[cfg(not(loom))]
         if self.state.take_ruling() {
-            self.remake_gloo()?;
+            self.remake_comms()?;
         }
         let args = self.encode_args(args)?;
         let out = DRef::new(self.clone(), self.registers.allocate(), None);

@@ -325,6 +325,7 @@ impl Session {
             state,
             node_ccl_inits: AtomicUsize::new(0),
             calls_sent: AtomicU64::new(0),
+            nccl_ids: Mutex::new(None),
             referee: std::sync::OnceLock::new(),
             tracer: Default::default(),
         })

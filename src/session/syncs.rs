@@ -23,6 +23,7 @@ impl Session {
     /// since the last wait.
     pub fn sync_worker(&self, worker: usize) -> Result<()> {
         self.traced("sync worker", 0, || self.sync_worker_now(worker))
+            .inspect_err(|error| self.note_aborted_comms(error))
     }
 
     fn sync_worker_now(&self, worker: usize) -> Result<()> {
@@ -50,6 +51,7 @@ impl Session {
     /// timeout. Failures of several workers are reported together, the first one's kind first.
     pub fn sync_all(&self) -> Result<()> {
         self.traced("sync all", 0, || self.sync_all_now())
+            .inspect_err(|error| self.note_aborted_comms(error))
     }
 
     fn sync_all_now(&self) -> Result<()> {

@@ -16,6 +16,7 @@ enum {
   ncclInternalError = 3,
   ncclInvalidArgument = 4,
   ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
   ncclInProgress = 7
 };
 

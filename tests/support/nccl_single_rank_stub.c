@@ -13,9 +13,13 @@
  * point-to-point call outside a group and a send without its receive abort with a message on
  * stderr, as misuse of NCCL is a bug; more than one rank is refused with ncclInvalidUsage.
  *
+ * With NCCL_STUB_FAIL_ALLREDUCE=n, the n-th ncclAllReduce of the process is queued as any other,
+ * and then its communicator fails as NCCL's do when a peer or the network does: every poll of
+ * ncclCommGetAsyncError after the one that ended the call reports ncclRemoteError.
+ *
  * It does not model: more than one rank (so no transfers between GPUs), ncclCommSplit,
- * reduction arithmetic, NCCL's own threads, or failures of the network. Built as libnccl.so.2
- * by tests/cuda_stub_driver.rs. */
+ * reduction arithmetic, or NCCL's own threads. Built as libnccl.so.2 by
+ * tests/cuda_stub_driver.rs. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,6 +34,7 @@ typedef struct {
   int blocking;
   int polls_left; /* polls of ncclCommGetAsyncError that still report ncclInProgress */
   int finalized;
+  int failing; /* 1: fails once its operation in progress ends; 2: failed */
 } Comm;
 typedef Comm* ncclComm_t;
 
@@ -135,6 +140,7 @@ const char* ncclGetErrorString(int result) {
   switch (result) {
     case ncclInvalidArgument: return "invalid argument";
     case ncclInvalidUsage: return "invalid usage";
+    case ncclRemoteError: return "remote process exited or there was a network error";
     default: return "error of the NCCL stub";
   }
 }
@@ -160,7 +166,10 @@ int ncclCommGetAsyncError(ncclComm_t comm, int* error) {
   if (comm->polls_left > 0) {
     comm->polls_left--;
     *error = ncclInProgress;
+  } else if (comm->failing == 2) {
+    *error = ncclRemoteError;
   } else {
+    comm->failing += comm->failing; /* the call ended well; from the next poll on, it failed */
     *error = ncclSuccess;
   }
   return ncclSuccess;
@@ -192,6 +201,10 @@ int ncclAllReduce(const void* send, void* recv, size_t count, int type, int op, 
                   cudaStream_t stream) {
   (void)op;
   usable(comm, "ncclAllReduce");
+  if (comm->failing == 2) return ncclRemoteError;
+  static int calls;
+  const char* fail_at = getenv("NCCL_STUB_FAIL_ALLREDUCE");
+  if (fail_at != NULL && ++calls == atoi(fail_at)) comm->failing = 1;
   copy(comm, recv, send, count * type_size(type), stream);
   return started(comm);
 }

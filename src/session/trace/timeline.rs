@@ -9,7 +9,7 @@
 //! so an event's place on the timeline is its start less the trace's.
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{self, Write};
 
 use serde_json::{Value, json};
 
@@ -54,14 +54,129 @@ fn flow_id(call: u64, worker: usize) -> u64 {
     call.wrapping_mul(1 << 16).wrapping_add(worker as u64)
 }
 
+/// One event of the file: the few metadata events as JSON values, the many complete events and
+/// flows written field by field (a JSON value of each would cost a map and strings per event).
+enum Record<'a> {
+    Meta(Value),
+    Complete(Complete<'a>),
+    /// A flow's start (`start`) or its end, which binds to the enclosing slice.
+    Flow {
+        start: bool,
+        id: u64,
+        ts: f64,
+        pid: usize,
+        tid: usize,
+    },
+}
+
+/// A complete event ("X").
+struct Complete<'a> {
+    name: &'a str,
+    cat: &'static str,
+    ts: f64,
+    dur: f64,
+    pid: usize,
+    tid: usize,
+    args: Args<'a>,
+}
+
+/// A complete event's arguments: those it has.
+#[derive(Default)]
+struct Args<'a> {
+    worker: Option<usize>,
+    call: Option<u64>,
+    to: Option<&'a str>,
+    to_every_worker: Option<bool>,
+    stream: Option<u32>,
+    bytes: Option<u64>,
+    wait_us: Option<f64>,
+}
+
+impl Record<'_> {
+    fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        match self {
+            Record::Meta(value) => serde_json::to_writer(out, value).map_err(io::Error::from),
+            Record::Complete(event) => {
+                out.write_all(b"{\"ph\":\"X\",\"name\":")?;
+                serde_json::to_writer(&mut *out, event.name)?;
+                write!(
+                    out,
+                    ",\"cat\":\"{}\",\"ts\":{},\"dur\":{},\"pid\":{},\"tid\":{},\"args\":{{",
+                    event.cat, event.ts, event.dur, event.pid, event.tid
+                )?;
+                event.args.write(out)?;
+                out.write_all(b"}}")
+            }
+            Record::Flow {
+                start,
+                id,
+                ts,
+                pid,
+                tid,
+            } => {
+                let (ph, bind) = if *start {
+                    ("s", "")
+                } else {
+                    ("f", ",\"bp\":\"e\"")
+                };
+                write!(
+                    out,
+                    "{{\"ph\":\"{ph}\"{bind},\"name\":\"call\",\"cat\":\"call\",\"id\":{id},\
+                     \"ts\":{ts},\"pid\":{pid},\"tid\":{tid}}}"
+                )
+            }
+        }
+    }
+}
+
+impl Args<'_> {
+    fn write(&self, out: &mut dyn Write) -> io::Result<()> {
+        let mut first = true;
+        let mut key = |out: &mut dyn Write, key: &str| {
+            let comma = if std::mem::take(&mut first) { "" } else { "," };
+            write!(out, "{comma}\"{key}\":")
+        };
+        if let Some(worker) = self.worker {
+            key(out, "worker")?;
+            write!(out, "{worker}")?;
+        }
+        if let Some(call) = self.call {
+            key(out, "call")?;
+            write!(out, "{call}")?;
+        }
+        if let Some(to) = self.to {
+            key(out, "to")?;
+            serde_json::to_writer(&mut *out, to)?;
+        }
+        if let Some(every) = self.to_every_worker {
+            key(out, "to_every_worker")?;
+            write!(out, "{every}")?;
+        }
+        if let Some(stream) = self.stream {
+            key(out, "stream")?;
+            write!(out, "{stream}")?;
+        }
+        if let Some(bytes) = self.bytes {
+            key(out, "bytes")?;
+            write!(out, "{bytes}")?;
+        }
+        if let Some(wait_us) = self.wait_us {
+            key(out, "wait_us")?;
+            write!(out, "{wait_us}")?;
+        }
+        Ok(())
+    }
+}
+
 /// Gives each event of `collected` to `emit`, its times from `origin_ns`: one at a time, so a
 /// trace is written without a second copy of it in memory.
 fn write_events(
     about: &About,
     origin_ns: u64,
     collected: &Collected,
-    emit: &mut impl FnMut(Value) -> std::io::Result<()>,
-) -> std::io::Result<()> {
+    emit: &mut impl FnMut(Record<'_>) -> io::Result<()>,
+) -> io::Result<()> {
+    let mut meta = |value: Value| emit(Record::Meta(value));
     let mut nodes: Vec<usize> = about.nodes.clone();
     nodes.push(0);
     nodes.sort_unstable();
@@ -72,21 +187,21 @@ fn write_events(
         } else {
             format!("node {node}")
         };
-        emit(
+        meta(
             json!({"ph": "M", "name": "process_name", "pid": node, "tid": 0,
                            "args": {"name": name}}),
         )?;
     }
-    emit(
+    meta(
         json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": CONTROLLER,
                        "args": {"name": "controller"}}),
     )?;
     for (worker, &node) in about.nodes.iter().enumerate() {
-        emit(
+        meta(
             json!({"ph": "M", "name": "thread_name", "pid": node, "tid": track(worker),
                            "args": {"name": format!("worker {worker}")}}),
         )?;
-        emit(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
+        meta(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
                            "tid": track(worker), "args": {"sort_index": sort_index(worker, None)}}))?;
     }
     // A track for each stream a worker's events show.
@@ -108,11 +223,11 @@ fn write_events(
             about.nodes.get(worker).copied().unwrap_or(0),
             stream_track(worker, stream),
         );
-        emit(
+        meta(
             json!({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
                            "args": {"name": format!("worker {worker} stream {stream}")}}),
         )?;
-        emit(
+        meta(
             json!({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
                            "args": {"sort_index": sort_index(worker, Some(stream))}}),
         )?;
@@ -125,23 +240,24 @@ fn write_events(
             if event.kind == Kind::Call {
                 runs.insert((event.call, worker), event.start_ns);
             }
-            let mut args = json!({"worker": worker, "call": event.call});
-            match event.kind {
-                Kind::Collective => {
-                    args["bytes"] = json!(event.bytes);
-                    if event.wait_ns != 0 {
-                        args["wait_us"] = json!(event.wait_ns as f64 / 1e3);
-                    }
-                }
-                Kind::Call => args["to_every_worker"] = json!(event.detail == 1),
-                Kind::Stream => {
-                    args["stream"] = json!(event.detail);
-                    if event.bytes != 0 {
-                        args["bytes"] = json!(event.bytes);
-                    }
-                }
-                Kind::Sync | Kind::Module => {}
-            }
+            let moved = (event.bytes != 0).then_some(event.bytes);
+            let args = match event.kind {
+                Kind::Collective => Args {
+                    bytes: Some(event.bytes),
+                    wait_us: (event.wait_ns != 0).then(|| event.wait_ns as f64 / 1e3),
+                    ..Args::default()
+                },
+                Kind::Call => Args {
+                    to_every_worker: Some(event.detail == 1),
+                    ..Args::default()
+                },
+                Kind::Stream => Args {
+                    stream: Some(event.detail),
+                    bytes: moved,
+                    ..Args::default()
+                },
+                Kind::Sync | Kind::Module => Args::default(),
+            };
             let tid = match event.kind {
                 Kind::Stream => stream_track(worker, event.detail),
                 _ => track(worker),
@@ -150,53 +266,82 @@ fn write_events(
                 (Kind::Call, true) => "an unnamed function",
                 _ => &event.name,
             };
-            emit(json!({
-                "ph": "X", "name": name, "cat": event.kind.category(),
-                "ts": micros(event.start_ns, origin_ns), "dur": event.dur_ns as f64 / 1e3,
-                "pid": node, "tid": tid, "args": args,
+            emit(Record::Complete(Complete {
+                name,
+                cat: event.kind.category(),
+                ts: micros(event.start_ns, origin_ns),
+                dur: event.dur_ns as f64 / 1e3,
+                pid: node,
+                tid,
+                args: Args {
+                    worker: Some(worker),
+                    call: Some(event.call),
+                    ..args
+                },
             }))?;
         }
     }
     for noted in &collected.controller {
         let ts = micros(noted.start_ns, origin_ns);
+        let dur = noted.dur_ns as f64 / 1e3;
         match &noted.doing {
             Doing::Sent { call, worker } => {
                 let to = worker.map_or("every worker".to_string(), |w| format!("worker {w}"));
-                emit(json!({
-                    "ph": "X", "name": format!("send call {call}"), "cat": "call", "ts": ts,
-                    "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER,
-                    "args": {"call": call, "to": to},
+                emit(Record::Complete(Complete {
+                    name: &format!("send call {call}"),
+                    cat: "call",
+                    ts,
+                    dur,
+                    pid: 0,
+                    tid: CONTROLLER,
+                    args: Args {
+                        call: Some(*call),
+                        to: Some(&to),
+                        ..Args::default()
+                    },
                 }))?;
-                let targets: Vec<usize> = match worker {
-                    Some(w) => vec![*w],
-                    None => (0..about.nodes.len()).collect(),
+                let targets = match worker {
+                    Some(w) => *w..*w + 1,
+                    None => 0..about.nodes.len(),
                 };
                 for w in targets {
                     let Some(&ran) = runs.get(&(*call, w)) else {
                         continue;
                     };
                     let id = flow_id(*call, w);
-                    let node = about.nodes[w];
-                    emit(json!({"ph": "s", "name": "call", "cat": "call", "id": id,
-                                       "ts": ts, "pid": 0, "tid": CONTROLLER}))?;
-                    emit(json!({"ph": "f", "bp": "e", "name": "call", "cat": "call",
-                                       "id": id, "ts": micros(ran, origin_ns), "pid": node,
-                                       "tid": track(w)}))?;
+                    emit(Record::Flow {
+                        start: true,
+                        id,
+                        ts,
+                        pid: 0,
+                        tid: CONTROLLER,
+                    })?;
+                    emit(Record::Flow {
+                        start: false,
+                        id,
+                        ts: micros(ran, origin_ns),
+                        pid: about.nodes[w],
+                        tid: track(w),
+                    })?;
                 }
             }
             Doing::Waited { what, bytes } => {
-                let category = if what.starts_with("copy") {
+                let cat = if what.starts_with("copy") {
                     "copy"
                 } else {
                     "sync"
                 };
-                let mut args = json!({});
-                if *bytes != 0 {
-                    args["bytes"] = json!(bytes);
-                }
-                emit(json!({
-                    "ph": "X", "name": &**what, "cat": category, "ts": ts,
-                    "dur": noted.dur_ns as f64 / 1e3, "pid": 0, "tid": CONTROLLER, "args": args,
+                emit(Record::Complete(Complete {
+                    name: what,
+                    cat,
+                    ts,
+                    dur,
+                    pid: 0,
+                    tid: CONTROLLER,
+                    args: Args {
+                        bytes: (*bytes != 0).then_some(*bytes),
+                        ..Args::default()
+                    },
                 }))?;
             }
         }
@@ -254,7 +399,7 @@ pub(crate) fn write(
             if !std::mem::take(&mut first) {
                 out.write_all(b",")?;
             }
-            serde_json::to_writer(&mut out, &event).map_err(std::io::Error::from)
+            event.write(&mut out)
         })?;
         out.write_all(b"],\"displayTimeUnit\":\"ms\",\"otherData\":")?;
         serde_json::to_writer(&mut out, &other_data(about, collected))?;
@@ -262,4 +407,53 @@ pub(crate) fn write(
         out.flush()
     })();
     written.map_err(cannot)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn written(record: Record<'_>) -> Value {
+        let mut out = Vec::new();
+        record.write(&mut out).unwrap();
+        serde_json::from_slice(&out).unwrap_or_else(|e| {
+            panic!("{e}: {}", String::from_utf8_lossy(&out));
+        })
+    }
+
+    #[test]
+    fn events_written_field_by_field_are_json_with_their_names_escaped() {
+        let complete = written(Record::Complete(Complete {
+            name: "a \"quoted\"\n\\name",
+            cat: "call",
+            ts: 1.5,
+            dur: 0.0,
+            pid: 1,
+            tid: 2,
+            args: Args {
+                to: Some("worker \"3\""),
+                wait_us: Some(0.25),
+                to_every_worker: Some(true),
+                ..Args::default()
+            },
+        }));
+        assert_eq!(
+            complete,
+            json!({"ph": "X", "name": "a \"quoted\"\n\\name", "cat": "call", "ts": 1.5,
+                   "dur": 0, "pid": 1, "tid": 2,
+                   "args": {"to": "worker \"3\"", "wait_us": 0.25, "to_every_worker": true}})
+        );
+        let finish = written(Record::Flow {
+            start: false,
+            id: 7,
+            ts: 2.0,
+            pid: 0,
+            tid: 1,
+        });
+        assert_eq!(
+            finish,
+            json!({"ph": "f", "bp": "e", "name": "call", "cat": "call", "id": 7, "ts": 2,
+                   "pid": 0, "tid": 1})
+        );
+    }
 }
