@@ -132,39 +132,26 @@ impl Record<'_> {
 impl Args<'_> {
     fn write(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut first = true;
-        let mut key = |out: &mut dyn Write, key: &str| {
+        let mut field = |out: &mut dyn Write, key: &str, value: Option<&dyn std::fmt::Display>| {
+            let Some(value) = value else {
+                return Ok(());
+            };
             let comma = if std::mem::take(&mut first) { "" } else { "," };
-            write!(out, "{comma}\"{key}\":")
+            write!(out, "{comma}\"{key}\":{value}")
         };
-        if let Some(worker) = self.worker {
-            key(out, "worker")?;
-            write!(out, "{worker}")?;
-        }
-        if let Some(call) = self.call {
-            key(out, "call")?;
-            write!(out, "{call}")?;
-        }
-        if let Some(to) = self.to {
-            key(out, "to")?;
-            serde_json::to_writer(&mut *out, to)?;
-        }
-        if let Some(every) = self.to_every_worker {
-            key(out, "to_every_worker")?;
-            write!(out, "{every}")?;
-        }
-        if let Some(stream) = self.stream {
-            key(out, "stream")?;
-            write!(out, "{stream}")?;
-        }
-        if let Some(bytes) = self.bytes {
-            key(out, "bytes")?;
-            write!(out, "{bytes}")?;
-        }
-        if let Some(wait_us) = self.wait_us {
-            key(out, "wait_us")?;
-            write!(out, "{wait_us}")?;
-        }
-        Ok(())
+        field(out, "worker", self.worker.as_ref().map(|v| v as _))?;
+        field(out, "call", self.call.as_ref().map(|v| v as _))?;
+        // A JSON string, escaped.
+        let to = self.to.map(serde_json::Value::from);
+        field(out, "to", to.as_ref().map(|v| v as _))?;
+        field(
+            out,
+            "to_every_worker",
+            self.to_every_worker.as_ref().map(|v| v as _),
+        )?;
+        field(out, "stream", self.stream.as_ref().map(|v| v as _))?;
+        field(out, "bytes", self.bytes.as_ref().map(|v| v as _))?;
+        field(out, "wait_us", self.wait_us.as_ref().map(|v| v as _))
     }
 }
 
