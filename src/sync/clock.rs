@@ -37,20 +37,30 @@ pub(crate) fn now_ns() -> u64 {
         .saturating_add(now.tv_nsec as u64)
 }
 
-/// The time-stamp counter where it runs at a constant rate whatever the core's state (the
-/// invariant TSC), else [`now_ns`]: a reading for [`Calibration::to_ns`] to convert.
+/// The time-stamp counter where it runs at one constant rate on every core (see [`TSC`]),
+/// else [`now_ns`]: a reading for [`Calibration::to_ns`] to convert.
 pub(crate) fn ticks() -> u64 {
     #[cfg(target_arch = "x86_64")]
-    if *INVARIANT_TSC {
+    if *TSC {
         // SAFETY: RDTSC exists on every x86-64 processor and has no preconditions.
         return unsafe { core::arch::x86_64::_rdtsc() };
     }
     now_ns()
 }
 
-/// Whether this processor's time-stamp counter is invariant (CPUID leaf 0x8000_0007, EDX bit 8).
+/// Whether the time-stamp counter can stand for the monotonic clock: the processor says it is
+/// invariant (CPUID leaf 0x8000_0007, EDX bit 8), and the kernel keeps its monotonic clock on it
+/// (its clock source is `tsc`), which it does only after finding the cores' counters in step.
 #[cfg(target_arch = "x86_64")]
-static INVARIANT_TSC: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+static TSC: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+    let source = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    let kernel_uses_it = std::fs::read_to_string(source).is_ok_and(|name| name.trim() == "tsc");
+    kernel_uses_it && invariant_tsc()
+});
+
+/// Whether this processor's time-stamp counter is invariant.
+#[cfg(target_arch = "x86_64")]
+fn invariant_tsc() -> bool {
     use core::arch::x86_64::__cpuid;
     // SAFETY: CPUID exists on every x86-64 processor, and a leaf past the highest one answers
     // zeroes; newer compilers than the crate's oldest deem it safe.
@@ -58,7 +68,7 @@ static INVARIANT_TSC: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
     unsafe {
         __cpuid(0x8000_0000).eax >= 0x8000_0007 && __cpuid(0x8000_0007).edx & (1 << 8) != 0
     }
-});
+}
 
 /// A reading of [`ticks`] and [`now_ns`] at one moment: two of them map the ticks read
 /// between them onto the monotonic clock.
