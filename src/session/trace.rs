@@ -197,7 +197,19 @@ impl super::controller::Session {
         } else {
             "process"
         };
-        About { kind, nodes }
+        // Collectives on the host of a session of one group: the k-th collective of a call on
+        // every worker is one meeting of them all.
+        let nccl = self
+            .nccl_ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_some();
+        let meetings = self.num_groups == 1 && !nccl;
+        About {
+            kind,
+            nodes,
+            meetings,
+        }
     }
 
     /// Begins a trace: from now on, every worker's events and the controller's calls, syncs and

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::collect::{Collected, Doing};
 use crate::object::{Error, Result};
-use crate::worker::events::Kind;
+use crate::worker::events::{Event, Kind};
 
 /// What a trace's file says of its session.
 pub(crate) struct About {
@@ -23,6 +23,10 @@ pub(crate) struct About {
     pub kind: &'static str,
     /// Each worker's node.
     pub nodes: Vec<usize>,
+    /// Whether the k-th collective of a call on every worker is one meeting of them all (one
+    /// group, collectives on the host), so that each one's wait for its peers can be told from
+    /// their arrivals where it was not measured ([`waits_from_arrivals`]).
+    pub meetings: bool,
 }
 
 /// The controller's track.
@@ -155,6 +159,55 @@ impl Args<'_> {
     }
 }
 
+/// The k-th collective worker `worker` joined in call `call`.
+type Joined = (usize, u64, usize);
+
+/// Numbers one worker's collectives within each call, in the order of its events.
+#[derive(Default)]
+struct Places(HashMap<u64, usize>);
+
+impl Places {
+    /// The place of `event` among its worker's collectives in its call, if it is one of them.
+    fn of(&mut self, event: &Event) -> Option<usize> {
+        (event.kind == Kind::Collective && event.call != 0).then(|| {
+            let next = self.0.entry(event.call).or_default();
+            *next += 1;
+            *next - 1
+        })
+    }
+}
+
+/// How long each collective waited for its peers, told from their arrivals: where every one of
+/// the `workers` has its k-th collective of a call under one name, those are one meeting, and
+/// each waited from its start until the last one's (on another node, within the clocks' error).
+/// Meetings some worker's events miss are left out.
+fn waits_from_arrivals(collected: &Collected, workers: usize) -> HashMap<Joined, u64> {
+    let mut meetings: HashMap<(u64, usize), Vec<(usize, &Event)>> = HashMap::new();
+    for (worker, recorded) in collected.workers.iter().enumerate() {
+        let mut places = Places::default();
+        for event in recorded {
+            if let Some(k) = places.of(event) {
+                meetings
+                    .entry((event.call, k))
+                    .or_default()
+                    .push((worker, event));
+            }
+        }
+    }
+    let mut waits = HashMap::new();
+    for ((call, k), members) in meetings {
+        let one_name = members.iter().all(|(_, e)| e.name == members[0].1.name);
+        if members.len() != workers || !one_name {
+            continue;
+        }
+        let last = members.iter().map(|(_, e)| e.start_ns).max().unwrap_or(0);
+        for (worker, event) in members {
+            waits.insert((worker, call, k), last.saturating_sub(event.start_ns));
+        }
+    }
+    waits
+}
+
 /// Gives each event of `collected` to `emit`, its times from `origin_ns`: one at a time, so a
 /// trace is written without a second copy of it in memory.
 fn write_events(
@@ -219,19 +272,34 @@ fn write_events(
                            "args": {"sort_index": sort_index(worker, Some(stream))}}),
         )?;
     }
+    // A collective's wait, where its meeting's arrivals tell it: the measured one (in shared
+    // memory) or the arrivals', whichever is longer (a hierarchy measures its node's part).
+    let waits: HashMap<Joined, u64> = match about.meetings {
+        true => waits_from_arrivals(collected, about.nodes.len()),
+        false => HashMap::new(),
+    };
     // Where each worker ran each call: the flows end there.
     let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
         let node = about.nodes.get(worker).copied().unwrap_or(0);
+        let mut places = Places::default();
         for event in recorded {
             if event.kind == Kind::Call {
                 runs.insert((event.call, worker), event.start_ns);
             }
             let moved = (event.bytes != 0).then_some(event.bytes);
+            let measured = (event.wait_ns != 0).then_some(event.wait_ns);
+            let wait_ns = match places.of(event) {
+                Some(k) => waits
+                    .get(&(worker, event.call, k))
+                    .map(|&told| told.max(event.wait_ns))
+                    .or(measured),
+                None => measured,
+            };
             let args = match event.kind {
                 Kind::Collective => Args {
                     bytes: Some(event.bytes),
-                    wait_us: (event.wait_ns != 0).then(|| event.wait_ns as f64 / 1e3),
+                    wait_us: wait_ns.map(|ns| ns as f64 / 1e3),
                     ..Args::default()
                 },
                 Kind::Call => Args {
@@ -406,6 +474,51 @@ mod tests {
         serde_json::from_slice(&out).unwrap_or_else(|e| {
             panic!("{e}: {}", String::from_utf8_lossy(&out));
         })
+    }
+
+    fn collective(worker_start: u64, call: u64, name: &str) -> Event {
+        Event {
+            kind: Kind::Collective,
+            start_ns: worker_start,
+            dur_ns: 1000,
+            call,
+            bytes: 16,
+            wait_ns: 0,
+            detail: 1,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_collective_waited_from_its_start_until_the_last_of_its_meeting_arrived() {
+        let mut collected = Collected::for_workers(2);
+        // Call 7 meets twice; call 8's allreduce on worker 0 has no peer in the events; call 9's
+        // collectives differ.
+        collected.keep(
+            0,
+            [
+                collective(100, 7, "allreduce"),
+                collective(300, 7, "allreduce"),
+                collective(500, 8, "allreduce"),
+                collective(700, 9, "allreduce"),
+            ],
+        );
+        collected.keep(
+            1,
+            [
+                collective(150, 7, "allreduce"),
+                collective(290, 7, "allreduce"),
+                collective(710, 9, "broadcast_from_worker0"),
+            ],
+        );
+        let waits = waits_from_arrivals(&collected, 2);
+        let expected = HashMap::from([
+            ((0, 7, 0), 50),
+            ((1, 7, 0), 0),
+            ((0, 7, 1), 0),
+            ((1, 7, 1), 10),
+        ]);
+        assert_eq!(waits, expected);
     }
 
     #[test]
