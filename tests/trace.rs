@@ -318,6 +318,46 @@ fn the_flight_recorder_keeps_the_last_events_with_no_trace(kind: session_kinds::
 }
 each_kind_and_nodes!(the_flight_recorder_keeps_the_last_events_with_no_trace);
 
+/// A stream that a worker's function made, which a thread of the library runs, is on a track of
+/// its own under its worker, with what it ran and the call it ran in.
+fn a_stream_a_function_made_has_a_track_of_its_own(kind: session_kinds::Kind) {
+    let s = session_kinds::session(kind, 2);
+    let copy = s.get_global_func("proc.stream_copy").unwrap();
+    s.sync_all().unwrap();
+    s.trace_start().unwrap();
+    let _copied = call(&s, &copy, &[Any::Int(4096)]);
+    s.sync_all().unwrap();
+    let path = trace_path(&format!("streams_{kind:?}"));
+    s.trace_stop(path.to_str().unwrap()).unwrap();
+    let trace = read(&path);
+    let complete = phase(&trace, "X");
+    for worker in 0..2 {
+        let copies: Vec<&Value> = complete
+            .iter()
+            .copied()
+            .filter(|e| e["cat"] == "stream" && e["args"]["worker"] == worker)
+            .collect();
+        assert_eq!(copies.len(), 1, "worker {worker}: {copies:?}");
+        let copy = copies[0];
+        assert_eq!(copy["name"], "copy");
+        assert_eq!(copy["args"]["bytes"], 4096);
+        assert_eq!(copy["args"]["stream"], 2, "the first stream it made");
+        let run = complete
+            .iter()
+            .find(|e| e["name"] == "proc.stream_copy" && e["args"]["worker"] == worker)
+            .expect("the call's run");
+        assert_eq!(copy["args"]["call"], run["args"]["call"]);
+        let track = phase(&trace, "M")
+            .into_iter()
+            .find(|m| m["name"] == "thread_name" && m["tid"] == copy["tid"])
+            .expect("the stream's track is named");
+        assert_eq!(track["args"]["name"], format!("worker {worker} stream 2"));
+    }
+    assert_events_nest(&complete);
+}
+
+each_kind!(a_stream_a_function_made_has_a_track_of_its_own);
+
 #[test]
 fn a_killed_worker_process_leaves_its_events_to_the_flight_recorder() {
     let s = session_kinds::session(session_kinds::Kind::Processes, 2);

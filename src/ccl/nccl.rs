@@ -868,6 +868,7 @@ mod tests {
             })),
             activity: Placed::Own(Default::default()),
             events: Placed::Own(Ring::boxed()),
+            stream_events: Placed::Own(Ring::boxed()),
             timeout: None,
             session: std::sync::OnceLock::new(),
         });

@@ -29,7 +29,7 @@ use crate::sync::thread::{self, JoinHandle};
 use crate::sync::time::Instant;
 use crate::worker::WorkerShared;
 use crate::worker::activity::Record;
-use crate::worker::events::Ring;
+use crate::worker::events::{LANES, Ring};
 use crate::worker::message::{CopyDirection, Message, Reply};
 use crate::worker::registers::Reg;
 
@@ -164,15 +164,23 @@ impl WorkerLink {
         }
     }
 
-    /// The worker's ring of events, where this process can read it: a worker thread's, or a
-    /// worker process's in the arena (after its death too); None for a worker on another node.
+    /// The worker's ring of events, where this process can read it (see [`WorkerLink::rings`]).
     pub fn events(&self) -> Option<&Ring> {
+        self.rings()[0]
+    }
+
+    /// The worker's rings, where this process can read them: its events', then its streams'
+    /// instructions' (a worker thread's, or a worker process's in the arena, after its death
+    /// too); none for a worker on another node.
+    pub fn rings(&self) -> [Option<&Ring>; LANES] {
         match self {
-            WorkerLink::Thread(link) => Some(&link.shared.events),
+            WorkerLink::Thread(link) => {
+                [Some(&link.shared.events), Some(&link.shared.stream_events)]
+            }
             #[cfg(not(loom))]
-            WorkerLink::Process(link) => Some(link.events()),
+            WorkerLink::Process(link) => [Some(link.events()), Some(link.stream_events())],
             #[cfg(not(loom))]
-            WorkerLink::Node(_) => None,
+            WorkerLink::Node(_) => [None, None],
         }
     }
 

@@ -83,6 +83,7 @@ impl Session {
                 signals: Placed::Own(Box::default()),
                 activity: Placed::Own(Box::default()),
                 events: Placed::Own(Ring::boxed()),
+                stream_events: Placed::Own(Ring::boxed()),
                 timeout: options.timeout,
                 session: OnceLock::new(),
             });

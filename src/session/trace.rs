@@ -23,6 +23,7 @@ use super::link::WorkerLink;
 use super::state::SessionState;
 use crate::object::{Error, Result};
 use crate::sync::clock::{Calibration, ticks};
+use crate::worker::events::LANES;
 use crate::worker::events::{Ring, now_ns};
 use collect::{Collected, Collector, Doing, Rings, lock};
 
@@ -31,8 +32,8 @@ impl Rings for [WorkerLink] {
         self.len()
     }
 
-    fn ring(&self, index: usize) -> Option<&Ring> {
-        self[index].events()
+    fn rings(&self, index: usize) -> [Option<&Ring>; LANES] {
+        self[index].rings()
     }
 }
 
@@ -47,10 +48,10 @@ impl Rings for Traced {
         self.workers.len() + 1
     }
 
-    fn ring(&self, index: usize) -> Option<&Ring> {
+    fn rings(&self, index: usize) -> [Option<&Ring>; LANES] {
         match index.checked_sub(self.workers.len()) {
-            Some(_) => Some(&self.controller),
-            None => self.workers.ring(index),
+            Some(_) => [Some(&self.controller), None],
+            None => self.workers.rings(index),
         }
     }
 }

@@ -209,7 +209,8 @@ impl Instruction {
             op,
         } = self;
         let (what, bytes) = op.about();
-        let result = super::recorded::recording(what, bytes, || {
+        let recorder = stream.recorder.as_ref();
+        let result = super::recorded::recording(recorder, what, bytes, || {
             wait_all(&stream, &waits).and_then(|()| op.run(&stream))
         });
         drop(waits);

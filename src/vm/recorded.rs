@@ -1,13 +1,16 @@
-//! What a stream's instructions tell as they run: the thread that runs them may have a recorder
-//! (a worker's thread records into its flight recorder), which hears of each instruction it ran,
-//! what it was, when it began and how long it took.
+//! What a stream's instructions tell as they run: a recorder hears of each instruction that
+//! ran, what it was, when it began and how long it took (a worker's go into its flight
+//! recorder).
 //!
-//! The one idea: the recorder is the running thread's own, so an instruction is recorded by the
-//! thread that alone writes its worker's ring (the worker's stream runs inline, on the worker's
-//! thread), and a thread without one pays a thread-local read.
+//! The one idea: a stream run inline is recorded by the recorder of the thread that runs it
+//! (the worker's own stream, on the worker's thread, which alone writes the worker's ring), and
+//! a thread without one pays a thread-local read; a stream that an executor thread runs (one
+//! that code on a worker made) carries the recorder its maker's thread gave it, as an executor
+//! thread may run several workers' streams.
 
 use std::cell::RefCell;
 use std::rc::Rc;
+use std::sync::Arc;
 
 use crate::sync::clock::now_ns;
 
@@ -25,8 +28,15 @@ pub struct Ran {
 /// Hears of each instruction the thread ran.
 type Recorder = Rc<dyn Fn(&Ran)>;
 
+/// Hears of each instruction a stream ran, on whichever thread ran it.
+pub(crate) type StreamRecorder = Arc<dyn Fn(&Ran) + Send + Sync>;
+
+/// Gives a stream that the calling thread makes its recorder, if any.
+type StreamRecorders = Rc<dyn Fn() -> Option<StreamRecorder>>;
+
 thread_local! {
     static RECORDER: RefCell<Option<Recorder>> = const { RefCell::new(None) };
+    static STREAM_RECORDERS: RefCell<Option<StreamRecorders>> = const { RefCell::new(None) };
 }
 
 /// Has the instructions the calling thread runs from now on told to `recorder`.
@@ -34,20 +44,49 @@ pub(crate) fn record_on_this_thread(recorder: Recorder) {
     RECORDER.with(|r| *r.borrow_mut() = Some(recorder));
 }
 
-/// Runs `run` (an instruction that is `what`, copying `bytes`), telling the calling thread's
-/// recorder, if it has one.
-pub(super) fn recording<T>(what: &'static str, bytes: u64, run: impl FnOnce() -> T) -> T {
+/// Gives each stream the calling thread makes from now on, other than those run inline, the
+/// recorder `make` makes for it.
+pub(crate) fn record_streams_made_on_this_thread(make: StreamRecorders) {
+    STREAM_RECORDERS.with(|r| *r.borrow_mut() = Some(make));
+}
+
+/// The recorder of a stream the calling thread makes now (run by an executor thread).
+pub(super) fn new_streams_recorder() -> Option<StreamRecorder> {
+    let make = STREAM_RECORDERS
+        .try_with(|r| r.borrow().clone())
+        .ok()
+        .flatten()?;
+    make()
+}
+
+/// Runs `run` (an instruction that is `what`, copying `bytes`, of a stream whose recorder is
+/// `stream`'s), telling that recorder, else the calling thread's, if there is one.
+pub(super) fn recording<T>(
+    stream: Option<&StreamRecorder>,
+    what: &'static str,
+    bytes: u64,
+    run: impl FnOnce() -> T,
+) -> T {
     // A thread's last destructors may still run instructions: by then there is no recorder.
-    let Some(recorder) = RECORDER.try_with(|r| r.borrow().clone()).ok().flatten() else {
-        return run();
+    let thread = match stream {
+        Some(_) => None,
+        None => RECORDER.try_with(|r| r.borrow().clone()).ok().flatten(),
     };
+    if stream.is_none() && thread.is_none() {
+        return run();
+    }
     let start_ns = now_ns();
     let done = run();
-    recorder(&Ran {
+    let ran = Ran {
         what,
         start_ns,
         dur_ns: now_ns().saturating_sub(start_ns),
         bytes,
-    });
+    };
+    match (stream, thread) {
+        (Some(recorder), _) => recorder(&ran),
+        (None, Some(recorder)) => recorder(&ran),
+        (None, None) => {}
+    }
     done
 }

@@ -7,6 +7,7 @@ use super::dependence::{Access, TensorDeps, Use, Waits};
 use super::executor::{Executor, Task};
 use super::instruction::{Body, DeviceWork, HostPtr, Instruction, Op, Operand};
 use super::progress::Progress;
+use super::recorded::{self, StreamRecorder};
 use super::retiring::Retiring;
 use crate::abi::DLDevice;
 use crate::device::cpu::HostTensor;
@@ -47,6 +48,8 @@ pub(crate) struct StreamCore {
     closed: AtomicBool,
     /// What its finished instructions hold until the device finished them too.
     pub(crate) retiring: Retiring,
+    /// Hears of each instruction it ran, when it is not run inline (see `vm::recorded`).
+    pub(crate) recorder: Option<StreamRecorder>,
 }
 
 impl StreamCore {
@@ -329,6 +332,10 @@ impl Stream {
         placement: Placement,
     ) -> Result<Stream> {
         let marker = dev.new_marker()?;
+        let recorder = match placement {
+            Placement::Inline => None,
+            _ => recorded::new_streams_recorder(),
+        };
         let (executor, own_executor) = match placement {
             Placement::SharedPerDevice => (shared_executor(device)?, false),
             Placement::OwnThread => (
@@ -353,6 +360,7 @@ impl Stream {
                 failed: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
                 retiring: Retiring::default(),
+                recorder,
             }),
         })
     }

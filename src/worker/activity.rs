@@ -276,7 +276,8 @@ impl Activity {
         self.read(|a| (a.failed_call.load(Ordering::Relaxed) == call).then(|| a.failure.load()))
     }
 
-    /// The number of the call the worker runs, or ran last (the worker's own thread only).
+    /// The number of the call the worker runs, or ran last (exact on the worker's own thread; on
+    /// another, as of a moment ago).
     pub(crate) fn running_call(&self) -> u64 {
         self.call.load(Ordering::Relaxed)
     }

@@ -51,6 +51,8 @@ struct WorkerLine {
     activity: Activity,
     /// Its last events: written by the worker, read by the controller (after its death too).
     events: Ring,
+    /// The last instructions of the streams its functions made, written by their threads.
+    stream_events: Ring,
 }
 
 /// A robust, process-shared mutex that the worker process locks when it attaches and holds
@@ -247,6 +249,11 @@ impl Arena {
     /// The ring of `worker`'s last events.
     pub fn events(&self, worker: usize) -> &Ring {
         &self.line(worker).events
+    }
+
+    /// The ring of the last instructions of the streams `worker`'s functions made.
+    pub fn stream_events(&self, worker: usize) -> &Ring {
+        &self.line(worker).stream_events
     }
 
     /// What `worker` has handled.
@@ -468,6 +475,12 @@ pub(crate) fn activity() -> Result<&'static Activity> {
 pub(crate) fn events() -> Result<&'static Ring> {
     let region = own_region()?;
     Ok(region.arena.events(region.worker))
+}
+
+/// This worker process's ring of its streams' instructions, in its line of the arena.
+pub(crate) fn stream_events() -> Result<&'static Ring> {
+    let region = own_region()?;
+    Ok(region.arena.stream_events(region.worker))
 }
 
 /// The records of what every worker of this worker process's arena is doing, by their place in

@@ -7,6 +7,8 @@
 //! holds, written odd before the event and even after, so a reader that finds another number
 //! knows the slot was overwritten (or is being written) and counts the event as lost. In a
 //! worker process the ring lies in the session's arena, so a dead worker's events outlive it.
+//! A second ring of the worker's takes the instructions of the streams its functions made,
+//! which their threads write, each taking its event's number first ([`Ring::record_shared`]).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -18,6 +20,8 @@ pub(crate) use crate::sync::clock::now_ns;
 
 /// Events a ring keeps: the last ones of its worker.
 pub const RING: usize = 1024;
+/// Rings each worker has: its own events', and its streams' instructions'.
+pub const LANES: usize = 2;
 /// Words of an event's name.
 const NAME_WORDS: usize = 8;
 /// Bytes of an event's name that a ring keeps.
@@ -310,6 +314,31 @@ pub(crate) fn record_ran(ran: &crate::vm::Ran) {
             name: ran.what,
         });
     });
+}
+
+/// What gives each stream that worker `shared`'s functions make (on its thread, run by an
+/// executor thread) its recorder: its instructions go to the worker's ring of streams, on a
+/// track of their own (numbered from 2, in the order the streams were made).
+pub(crate) fn streams_recorders(
+    shared: std::sync::Arc<super::WorkerShared>,
+) -> std::rc::Rc<dyn Fn() -> Option<crate::vm::StreamRecorder>> {
+    let made = Cell::new(WORKER_STREAM);
+    std::rc::Rc::new(move || {
+        made.set(made.get() + 1);
+        let (shared, stream) = (shared.clone(), made.get());
+        Some(std::sync::Arc::new(move |ran: &crate::vm::Ran| {
+            shared.stream_events.record_shared(&Event {
+                kind: Kind::Stream,
+                start_ns: ran.start_ns,
+                dur_ns: ran.dur_ns,
+                call: shared.activity.running_call(),
+                bytes: ran.bytes,
+                wait_ns: 0,
+                detail: stream,
+                name: ran.what,
+            });
+        }) as crate::vm::StreamRecorder)
+    })
 }
 
 /// Records an event of `kind` named `name` that began at `start_ns` and ends now, of which

@@ -31,6 +31,9 @@ pub struct WorkerShared {
     pub activity: Placed<Activity>,
     /// Its last events, for anyone to read (the flight recorder).
     pub events: Placed<Ring>,
+    /// The last instructions of the streams its functions made, which their executor threads
+    /// write (its own stream's go to `events`).
+    pub stream_events: Placed<Ring>,
     /// The session's bound on every wait (`None`: no bound); joining NCCL communicators gives
     /// up after it.
     pub timeout: Option<Duration>,
@@ -304,9 +307,12 @@ impl Worker {
     pub(crate) fn start(shared: Arc<WorkerShared>, info: WorkerInfo, pinned: bool) -> Worker {
         let exit = ExitGuard(shared.clone());
         shared.activity.start();
+        let streams = events::streams_recorders(shared.clone());
         CURRENT.with(|c| *c.borrow_mut() = Some((info, shared, Any::None)));
-        // What its own stream runs (inline, on this thread) goes into its ring.
+        // What its own stream runs (inline, on this thread) goes into its ring; what a stream
+        // its functions make runs, into its ring of streams.
         crate::vm::record_on_this_thread(Rc::new(events::record_ran));
+        crate::vm::record_streams_made_on_this_thread(streams);
         let mut worker = Worker {
             info,
             pinned,

@@ -234,6 +234,29 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t num_args,
   return called == DVM_OK ? 0 : -1;
 }
 
+/* proc.stream_copy(n): copies n bytes between two tensors on a CPU stream of its own, which a
+ * thread of the library runs, and waits for it. */
+static int32_t stream_copy(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
+  (void)self;
+  if (num_args != 1 || args[0].type_index != kDVMInt) {
+    dvm_error_raise("TypeError", "proc.stream_copy takes (bytes)");
+    return -1;
+  }
+  memset(result, 0, sizeof *result);
+  DLDevice cpu = {kDLCPU, 0};
+  DLDataType u8 = {kDLUInt, 8, 1};
+  int64_t n = args[0].v_int64;
+  dvm_stream* s = NULL;
+  dvm_tensor *src = NULL, *dst = NULL;
+  int ok = dvm_stream_new(cpu, &s) == DVM_OK && dvm_tensor_empty(&n, 1, u8, cpu, &src) == DVM_OK &&
+           dvm_tensor_empty(&n, 1, u8, cpu, &dst) == DVM_OK &&
+           dvm_tensor_copy(dst, src, s) == DVM_OK && dvm_stream_sync(s) == DVM_OK;
+  if (dst) dvm_tensor_free(dst);
+  if (src) dvm_tensor_free(src);
+  if (s) dvm_stream_free(s);
+  return ok ? 0 : -1;
+}
+
 static void define(const char* name, DVMSafeCall call) {
   dvm_func* f;
   if (dvm_func_new(NULL, call, NULL, &f) != DVM_OK ||
@@ -259,5 +282,6 @@ int main(int argc, char** argv) {
   define("proc.count", count);
   define("proc.wait_for", wait_for);
   define("proc.allreduce_but", allreduce_but);
+  define("proc.stream_copy", stream_copy);
   return dvm_worker_main(argc, argv);
 }

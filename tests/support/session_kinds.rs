@@ -206,6 +206,18 @@ fn register_thread_functions() {
             Function::call_view(&allreduce.view(), &views)?;
             Ok(Any::None)
         });
+        define("proc.stream_copy", |args| {
+            // A CPU stream of its own, which a thread of the library runs: one copy through it.
+            let n = args[0].as_i64()?;
+            let cpu = discovm::abi::DLDevice::cpu();
+            let u8 = discovm::abi::DLDataType::new(discovm::abi::KDL_UINT, 8, 1);
+            let stream = discovm::vm::Stream::new(cpu)?;
+            let src = discovm::object::Tensor::empty(&[n], u8, cpu)?;
+            let dst = discovm::object::Tensor::empty(&[n], u8, cpu)?;
+            stream.copy(&dst, &src)?;
+            stream.sync()?;
+            Ok(Any::None)
+        });
         define("proc.wait_for", |args| {
             let path = args[0].as_str()?;
             let mut byte = [0u8];

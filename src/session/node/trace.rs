@@ -16,7 +16,7 @@ use crate::net::{u32_at, u64_at};
 use crate::object::{Error, ErrorKind, Result};
 use crate::session::process::ProcessLink;
 use crate::session::trace::collect::{Clock, Collected, Collector, Rings, lock};
-use crate::worker::events::{Event, Kind, NAME_BYTES, Ring, now_ns};
+use crate::worker::events::{Event, Kind, LANES, NAME_BYTES, Ring, now_ns};
 
 /// Controller to node: read your clock (the stamp is the controller's clock when it sent);
 /// node to controller: the reading (the same stamp, then the node's clock).
@@ -151,8 +151,11 @@ impl Rings for Vec<ProcessLink> {
         self.len()
     }
 
-    fn ring(&self, index: usize) -> Option<&Ring> {
-        Some(self[index].events())
+    fn rings(&self, index: usize) -> [Option<&Ring>; LANES] {
+        [
+            Some(self[index].events()),
+            Some(self[index].stream_events()),
+        ]
     }
 }
 

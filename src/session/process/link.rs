@@ -115,6 +115,11 @@ impl ProcessLink {
         self.session.arena.events(self.local)
     }
 
+    /// The worker's ring of its streams' instructions, in the arena.
+    pub fn stream_events(&self) -> &Ring {
+        self.session.arena.stream_events(self.local)
+    }
+
     /// The worker's record of what it is doing, in the arena.
     pub fn activity(&self) -> &Activity {
         self.session.arena.activity(self.local)

@@ -195,6 +195,7 @@ pub(crate) fn serve(args: &[String], unready: Option<Error>) -> Result<()> {
         signals: Placed::Shared(arena::signals()?),
         activity: Placed::Shared(arena::activity()?),
         events: Placed::Shared(arena::events()?),
+        stream_events: Placed::Shared(arena::stream_events()?),
         timeout: args.timeout,
         session: OnceLock::new(),
     });

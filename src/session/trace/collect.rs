@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use crate::object::{Error, Result};
 use crate::sync::clock::Calibration;
-use crate::worker::events::{Event, Kind, Name, Names, RING, Ring};
+use crate::worker::events::{Event, Kind, LANES, Name, Names, RING, Ring};
 
 /// How often a collector drains its rings while they fill slowly.
 const DRAIN_EVERY: Duration = Duration::from_millis(5);
@@ -113,10 +113,10 @@ pub(crate) struct NodePart {
     pub last_words: Vec<usize>,
 }
 
-/// Workers' rings, by index (`None`: a ring this process cannot read).
+/// Workers' rings, by index (`None`: a ring this process cannot read, or that is not there).
 pub(crate) trait Rings: Send + Sync + 'static {
     fn count(&self) -> usize;
-    fn ring(&self, index: usize) -> Option<&Ring>;
+    fn rings(&self, index: usize) -> [Option<&Ring>; LANES];
 }
 
 /// Items a chunk of [`Chunks`] holds.
@@ -177,8 +177,8 @@ impl<'a, T> IntoIterator for &'a Chunks<T> {
 pub(crate) struct Collected {
     /// Each worker's events, by index.
     pub workers: Vec<Chunks<Event>>,
-    /// The number of each worker's next event to read.
-    next: Vec<u64>,
+    /// The number of the next event to read of each worker's rings.
+    next: Vec<[u64; LANES]>,
     /// Events the rings overwrote before the collector read them.
     pub lost: u64,
     /// Events left out past [`MAX_TRACE_BYTES`].
@@ -242,10 +242,12 @@ impl Collected {
     fn drain<R: Rings + ?Sized>(&mut self, rings: &R) -> Duration {
         let mut busiest = 0;
         for index in 0..rings.count() {
-            if let Some(ring) = rings.ring(index) {
-                let reading = ring.read_from(self.next[index], &mut self.names);
-                busiest = busiest.max(reading.next - self.next[index]);
-                self.next[index] = reading.next;
+            for (lane, ring) in rings.rings(index).into_iter().enumerate() {
+                let Some(ring) = ring else { continue };
+                let next = &mut self.next[index][lane];
+                let reading = ring.read_from(*next, &mut self.names);
+                busiest = busiest.max(reading.next - *next);
+                *next = reading.next;
                 self.lost += reading.lost;
                 self.keep(index, reading.events);
             }
@@ -259,7 +261,7 @@ impl Collected {
     /// The last events every ring holds (the flight recorder's).
     pub fn last<R: Rings + ?Sized>(rings: &R) -> Collected {
         let mut collected = Collected::for_workers(rings.count());
-        collected.next = vec![0; rings.count()];
+        collected.next = vec![[0; LANES]; rings.count()];
         collected.drain(rings);
         collected.lost = 0;
         collected
@@ -292,7 +294,7 @@ impl Collector {
     ) -> Result<Collector> {
         let mut collected = Collected::for_workers(rings.count());
         collected.next = (0..rings.count())
-            .map(|index| rings.ring(index).map_or(0, Ring::written))
+            .map(|index| rings.rings(index).map(|ring| ring.map_or(0, Ring::written)))
             .collect();
         let collected = Arc::new(Mutex::new(collected));
         let stop = Arc::new(AtomicBool::new(false));
@@ -341,8 +343,8 @@ mod tests {
             1
         }
 
-        fn ring(&self, _: usize) -> Option<&Ring> {
-            Some(&self.0)
+        fn rings(&self, _: usize) -> [Option<&Ring>; LANES] {
+            [Some(&self.0), None]
         }
     }
 
@@ -365,7 +367,7 @@ mod tests {
     fn a_ring_that_fills_fast_is_drained_sooner_and_what_it_overwrote_is_counted() {
         let rings = One(Ring::boxed());
         let mut collected = Collected::for_workers(1);
-        collected.next = vec![0];
+        collected.next = vec![[0; LANES]];
         record(&rings, 10);
         assert_eq!(collected.drain(&rings), DRAIN_EVERY);
         record(&rings, RING / 2);
