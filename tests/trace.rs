@@ -196,6 +196,7 @@ fn a_trace_shows_calls_collectives_and_syncs_on_one_timeline(kind: session_kinds
         assert!(end(inner) <= end(outer) + 1e-3, "{outer} {inner}");
         assert_eq!(inner["args"]["call"], outer["args"]["call"]);
         assert_eq!(inner["args"]["bytes"], 16);
+        assert_eq!(inner["args"]["team"], "every worker");
         // The time it waited for its peer is apart from the rest: measured in shared memory,
         // told from the arrivals between nodes (whose clocks agree within their error).
         let slack = trace["otherData"]["nodes"][0]["clock_error_us"]

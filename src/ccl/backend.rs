@@ -116,12 +116,17 @@ fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
         .iter()
         .find_map(|arg| arg.as_tensor().ok())
         .map_or(0, |tensor| tensor.nbytes() as u64);
-    let (kind, code, waited) = (
+    let team = match collective {
+        Collective::Transfer(_) => events::Team::Pair,
+        _ if collective.in_group(args).unwrap_or(false) => events::Team::Group,
+        _ => events::Team::Session,
+    };
+    let (kind, detail, waited) = (
         events::Kind::Collective,
-        collective.code(),
+        team.detail(collective.code()),
         events::take_wait(),
     );
-    events::record_own(kind, collective.what(), started, code, bytes, waited);
+    events::record_own(kind, collective.what(), started, detail, bytes, waited);
     ran.map(|()| Any::None)
 }
 

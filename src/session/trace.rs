@@ -198,18 +198,18 @@ impl super::controller::Session {
         } else {
             "process"
         };
-        // Collectives on the host of a session of one group: the k-th collective of a call on
-        // every worker is one meeting of them all.
+        // Collectives on the host: the k-th collective of a call on every member of its team
+        // is one meeting of them all.
         let nccl = self
             .nccl_ids
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .is_some();
-        let meetings = self.num_groups == 1 && !nccl;
         About {
             kind,
+            per_group: nodes.len() / self.num_groups.max(1),
             nodes,
-            meetings,
+            meetings: !nccl,
         }
     }
 

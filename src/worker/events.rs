@@ -34,7 +34,7 @@ pub enum Kind {
     Call,
     /// A wait for the worker's device work.
     Sync,
-    /// A collective (its name; `detail` is its code).
+    /// A collective (its name; `detail` is its code and its [`Team`]).
     Collective,
     /// A module loaded.
     Module,
@@ -81,6 +81,42 @@ impl Kind {
 /// reading a ring allocates only for a name its reader has not seen (see [`Names`]).
 pub type Name = Arc<str>;
 
+/// Whom a collective met: in a collective event's `detail`, above the collective's code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Team {
+    /// Every worker of the session.
+    Session,
+    /// The worker's group.
+    Group,
+    /// One other worker (a transfer).
+    Pair,
+}
+
+/// Where a collective event's detail holds its team.
+const TEAM_SHIFT: u32 = 16;
+
+impl Team {
+    /// The detail of a collective event of collective `code` with this team.
+    pub fn detail(self, code: u32) -> u32 {
+        let team = match self {
+            Team::Session => 0,
+            Team::Group => 1,
+            Team::Pair => 2,
+        };
+        code | team << TEAM_SHIFT
+    }
+
+    /// The team a collective event's `detail` holds.
+    pub fn of(detail: u32) -> Option<Team> {
+        match detail >> TEAM_SHIFT {
+            0 => Some(Team::Session),
+            1 => Some(Team::Group),
+            2 => Some(Team::Pair),
+            _ => None,
+        }
+    }
+}
+
 /// One event, as read back (its name a [`Name`]) and as recorded (a `&str`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event<N = Name> {
@@ -94,7 +130,7 @@ pub struct Event<N = Name> {
     pub bytes: u64,
     /// Of its time, how long it waited for peers (collectives; 0: not measured).
     pub wait_ns: u64,
-    /// The collective's code, for collectives.
+    /// What more its kind says: see [`Kind`].
     pub detail: u32,
     /// The function's or collective's name, or the module's path (cut to 64 bytes).
     pub name: N,

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::collect::{Collected, Doing};
 use crate::object::{Error, Result};
-use crate::worker::events::{Event, Kind};
+use crate::worker::events::{Event, Kind, Team};
 
 /// What a trace's file says of its session.
 pub(crate) struct About {
@@ -23,10 +23,31 @@ pub(crate) struct About {
     pub kind: &'static str,
     /// Each worker's node.
     pub nodes: Vec<usize>,
-    /// Whether the k-th collective of a call on every worker is one meeting of them all (one
-    /// group, collectives on the host), so that each one's wait for its peers can be told from
-    /// their arrivals where it was not measured ([`waits_from_arrivals`]).
+    /// Workers in each of its groups.
+    pub per_group: usize,
+    /// Whether the k-th collective of a call on every member of its team is one meeting of
+    /// them all (collectives on the host), so that each one's wait for its peers can be told
+    /// from their arrivals where it was not measured ([`waits_from_arrivals`]).
     pub meetings: bool,
+}
+
+impl About {
+    /// The team of collective event `event` of worker `worker`, as the trace names it, and
+    /// its workers (a transfer's other worker is not known here).
+    fn team(&self, worker: usize, event: &Event) -> (String, Option<std::ops::Range<usize>>) {
+        match Team::of(event.detail) {
+            Some(Team::Session) => ("every worker".into(), Some(0..self.nodes.len())),
+            Some(Team::Group) => {
+                let group = worker / self.per_group.max(1);
+                let first = group * self.per_group;
+                (
+                    format!("group {group}"),
+                    Some(first..first + self.per_group),
+                )
+            }
+            Some(Team::Pair) | None => ("two workers".into(), None),
+        }
+    }
 }
 
 /// The controller's track.
@@ -91,6 +112,7 @@ struct Args<'a> {
     call: Option<u64>,
     to: Option<&'a str>,
     to_every_worker: Option<bool>,
+    team: Option<&'a str>,
     stream: Option<u32>,
     bytes: Option<u64>,
     wait_us: Option<f64>,
@@ -153,6 +175,8 @@ impl Args<'_> {
             "to_every_worker",
             self.to_every_worker.as_ref().map(|v| v as _),
         )?;
+        let team = self.team.map(serde_json::Value::from);
+        field(out, "team", team.as_ref().map(|v| v as _))?;
         field(out, "stream", self.stream.as_ref().map(|v| v as _))?;
         field(out, "bytes", self.bytes.as_ref().map(|v| v as _))?;
         field(out, "wait_us", self.wait_us.as_ref().map(|v| v as _))
@@ -177,27 +201,31 @@ impl Places {
     }
 }
 
-/// How long each collective waited for its peers, told from their arrivals: where every one of
-/// the `workers` has its k-th collective of a call under one name, those are one meeting, and
-/// each waited from its start until the last one's (on another node, within the clocks' error).
-/// Meetings some worker's events miss are left out.
-fn waits_from_arrivals(collected: &Collected, workers: usize) -> HashMap<Joined, u64> {
-    let mut meetings: HashMap<(u64, usize), Vec<(usize, &Event)>> = HashMap::new();
+/// How long each collective waited for its peers, told from their arrivals: where every member
+/// of a team (`about`'s) has its k-th collective of a call with that team under one name, those
+/// are one meeting, and each waited from its start until the last one's (on another node,
+/// within the clocks' error). Meetings some member's events miss, and transfers, are left out.
+fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, u64> {
+    // By call, place and the team's first worker: the team, and the members found.
+    type Meeting<'a> = (std::ops::Range<usize>, Vec<(usize, &'a Event)>);
+    let mut meetings: HashMap<(u64, usize, usize), Meeting<'_>> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
         let mut places = Places::default();
         for event in recorded {
-            if let Some(k) = places.of(event) {
-                meetings
-                    .entry((event.call, k))
-                    .or_default()
-                    .push((worker, event));
-            }
+            let Some(k) = places.of(event) else { continue };
+            let Some(team) = about.team(worker, event).1 else {
+                continue;
+            };
+            let key = (event.call, k, team.start);
+            let meeting = meetings.entry(key).or_insert_with(|| (team, Vec::new()));
+            meeting.1.push((worker, event));
         }
     }
     let mut waits = HashMap::new();
-    for ((call, k), members) in meetings {
+    for ((call, k, _), (team, members)) in meetings {
         let one_name = members.iter().all(|(_, e)| e.name == members[0].1.name);
-        if members.len() != workers || !one_name {
+        let whole = members.iter().map(|&(w, _)| w).eq(team);
+        if !whole || !one_name {
             continue;
         }
         let last = members.iter().map(|(_, e)| e.start_ns).max().unwrap_or(0);
@@ -275,7 +303,7 @@ fn write_events(
     // A collective's wait, where its meeting's arrivals tell it: the measured one (in shared
     // memory) or the arrivals', whichever is longer (a hierarchy measures its node's part).
     let waits: HashMap<Joined, u64> = match about.meetings {
-        true => waits_from_arrivals(collected, about.nodes.len()),
+        true => waits_from_arrivals(collected, about),
         false => HashMap::new(),
     };
     // Where each worker ran each call: the flows end there.
@@ -296,8 +324,10 @@ fn write_events(
                     .or(measured),
                 None => measured,
             };
+            let team = (event.kind == Kind::Collective).then(|| about.team(worker, event).0);
             let args = match event.kind {
                 Kind::Collective => Args {
+                    team: team.as_deref(),
                     bytes: Some(event.bytes),
                     wait_us: wait_ns.map(|ns| ns as f64 / 1e3),
                     ..Args::default()
@@ -476,49 +506,78 @@ mod tests {
         })
     }
 
-    fn collective(worker_start: u64, call: u64, name: &str) -> Event {
+    fn collective(start_ns: u64, call: u64, name: &str, team: Team) -> Event {
         Event {
             kind: Kind::Collective,
-            start_ns: worker_start,
+            start_ns,
             dur_ns: 1000,
             call,
             bytes: 16,
             wait_ns: 0,
-            detail: 1,
+            detail: team.detail(1),
             name: name.into(),
         }
     }
 
     #[test]
-    fn a_collective_waited_from_its_start_until_the_last_of_its_meeting_arrived() {
-        let mut collected = Collected::for_workers(2);
-        // Call 7 meets twice; call 8's allreduce on worker 0 has no peer in the events; call 9's
-        // collectives differ.
-        collected.keep(
-            0,
-            [
-                collective(100, 7, "allreduce"),
-                collective(300, 7, "allreduce"),
-                collective(500, 8, "allreduce"),
-                collective(700, 9, "allreduce"),
-            ],
-        );
-        collected.keep(
-            1,
-            [
-                collective(150, 7, "allreduce"),
-                collective(290, 7, "allreduce"),
-                collective(710, 9, "broadcast_from_worker0"),
-            ],
-        );
-        let waits = waits_from_arrivals(&collected, 2);
+    fn a_collective_waited_from_its_start_until_the_last_of_its_team_arrived() {
+        // Four workers in two groups of two.
+        let about = About {
+            kind: "threaded",
+            nodes: vec![0; 4],
+            per_group: 2,
+            meetings: true,
+        };
+        let (all, group) = (Team::Session, Team::Group);
+        let mut collected = Collected::for_workers(4);
+        // Call 7 meets every worker twice, then each group once; in call 8 worker 3 has no
+        // collective; in call 9 the names differ; a transfer is nobody's meeting.
+        let starts: [[u64; 3]; 4] = [
+            [100, 300, 400],
+            [150, 290, 420],
+            [120, 280, 500],
+            [130, 310, 450],
+        ];
+        for (worker, [first, second, grouped]) in starts.into_iter().enumerate() {
+            let mut events = vec![
+                collective(first, 7, "allreduce", all),
+                collective(second, 7, "allreduce", all),
+                collective(grouped, 7, "allgather", group),
+            ];
+            if worker != 3 {
+                events.push(collective(600, 8, "allreduce", all));
+            }
+            let name = if worker == 0 {
+                "broadcast_from_worker0"
+            } else {
+                "allreduce"
+            };
+            events.push(collective(700, 9, name, all));
+            events.push(collective(800, 10, "send_to_worker", Team::Pair));
+            collected.keep(worker, events);
+        }
+        let waits = waits_from_arrivals(&collected, &about);
         let expected = HashMap::from([
             ((0, 7, 0), 50),
             ((1, 7, 0), 0),
-            ((0, 7, 1), 0),
-            ((1, 7, 1), 10),
+            ((2, 7, 0), 30),
+            ((3, 7, 0), 20),
+            ((0, 7, 1), 10),
+            ((1, 7, 1), 20),
+            ((2, 7, 1), 30),
+            ((3, 7, 1), 0),
+            // Each group waited for its own.
+            ((0, 7, 2), 20),
+            ((1, 7, 2), 0),
+            ((2, 7, 2), 0),
+            ((3, 7, 2), 50),
         ]);
         assert_eq!(waits, expected);
+        // The team each is named by.
+        let events: Vec<&Event> = collected.workers[3].iter().collect();
+        assert_eq!(about.team(3, events[0]).0, "every worker");
+        assert_eq!(about.team(3, events[2]).0, "group 1");
+        assert_eq!(about.team(3, events[4]).0, "two workers");
     }
 
     #[test]
