@@ -91,16 +91,23 @@ impl Session {
         Ok(())
     }
 
+    /// The device ids of the session's NCCL communicators, while they are its.
+    pub(super) fn nccl_made(&self) -> Option<Vec<i32>> {
+        self.nccl_ids
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_nccl_made(&self, device_ids: Option<Vec<i32>>) {
+        *self.nccl_ids.lock().unwrap_or_else(PoisonError::into_inner) = device_ids;
+    }
+
     /// Notes, from a sync's `error`, that a worker's NCCL communicators were aborted (they
     /// failed, or a peer passed their collective): the session makes them again before its
     /// next call ([`Session::remake_comms`]).
     pub(super) fn note_aborted_comms(&self, error: &Error) {
-        let nccl = self
-            .nccl_ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some();
-        if nccl && ccl::nccl::aborted_in(error) {
+        if self.nccl_made().is_some() && ccl::nccl::aborted_in(error) {
             self.state.note_ruling();
         }
     }
@@ -110,12 +117,7 @@ impl Session {
     /// the making is the next call's), or Gloo's after a ruling.
     #[cfg(not(loom))]
     pub(super) fn remake_comms(self: &Arc<Self>) -> Result<()> {
-        let nccl = self
-            .nccl_ids
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        match nccl {
+        match self.nccl_made() {
             Some(device_ids) => self.init_ccl("nccl", &device_ids).map_err(|e| {
                 e.context("making the session's NCCL communicators again (a worker's were aborted)")
             }),
@@ -278,7 +280,7 @@ impl Session {
             )));
         }
         // The communicators made last are the session's no more, whatever comes of this.
-        *self.nccl_ids.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        self.set_nccl_made(None);
         // A worker waiting for work of its NCCL communicators (a collective a peer never
         // joined) sees the count change, aborts them and gets to the new ones: the way back
         // after a sync that timed out.
@@ -329,8 +331,7 @@ impl Session {
             }
         }
         installed?;
-        let made = (backend == "nccl").then(|| device_ids.to_vec());
-        *self.nccl_ids.lock().unwrap_or_else(PoisonError::into_inner) = made;
+        self.set_nccl_made((backend == "nccl").then(|| device_ids.to_vec()));
         self.keep_ccl(cpu.map(|(fresh, _)| fresh));
         Ok(())
     }

@@ -200,11 +200,7 @@ impl super::controller::Session {
         };
         // Collectives on the host: the k-th collective of a call on every member of its team
         // is one meeting of them all.
-        let nccl = self
-            .nccl_ids
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_some();
+        let nccl = self.nccl_made().is_some();
         About {
             kind,
             per_group: nodes.len() / self.num_groups.max(1),

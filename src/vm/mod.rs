@@ -25,7 +25,7 @@ pub use executor::QUEUE_CAPACITY;
 pub use instruction::{DeviceWork, Operand};
 pub use recorded::Ran;
 pub(crate) use recorded::{
-    StreamRecorder, record_on_this_thread, record_streams_made_on_this_thread,
+    StreamRecorder, StreamRecorders, record_on_this_thread, record_streams_made_on_this_thread,
 };
 pub use small_mem::{check_access, read, write};
 pub use stream::{Placement, Stream, StreamCell, StreamPoint, stream_handle};

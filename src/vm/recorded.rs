@@ -32,7 +32,7 @@ type Recorder = Rc<dyn Fn(&Ran)>;
 pub(crate) type StreamRecorder = Arc<dyn Fn(&Ran) + Send + Sync>;
 
 /// Gives a stream that the calling thread makes its recorder, if any.
-type StreamRecorders = Rc<dyn Fn() -> Option<StreamRecorder>>;
+pub(crate) type StreamRecorders = Rc<dyn Fn() -> Option<StreamRecorder>>;
 
 thread_local! {
     static RECORDER: RefCell<Option<Recorder>> = const { RefCell::new(None) };
@@ -72,21 +72,18 @@ pub(super) fn recording<T>(
         Some(_) => None,
         None => RECORDER.try_with(|r| r.borrow().clone()).ok().flatten(),
     };
-    if stream.is_none() && thread.is_none() {
-        return run();
-    }
+    let recorder: &dyn Fn(&Ran) = match (stream, &thread) {
+        (Some(recorder), _) => &**recorder,
+        (None, Some(recorder)) => &**recorder,
+        (None, None) => return run(),
+    };
     let start_ns = now_ns();
     let done = run();
-    let ran = Ran {
+    recorder(&Ran {
         what,
         start_ns,
         dur_ns: now_ns().saturating_sub(start_ns),
         bytes,
-    };
-    match (stream, thread) {
-        (Some(recorder), _) => recorder(&ran),
-        (None, Some(recorder)) => recorder(&ran),
-        (None, None) => {}
-    }
+    });
     done
 }

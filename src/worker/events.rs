@@ -12,11 +12,13 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 use super::activity::{Text, text_of};
 pub(crate) use crate::sync::clock::now_ns;
+use crate::vm::{Ran, StreamRecorder, StreamRecorders};
 
 /// Events a ring keeps: the last ones of its worker.
 pub const RING: usize = 1024;
@@ -337,7 +339,7 @@ pub(crate) fn take_wait() -> u64 {
 pub const WORKER_STREAM: u32 = 1;
 
 /// Records `ran`, an instruction of the calling worker's own stream, in its ring.
-pub(crate) fn record_ran(ran: &crate::vm::Ran) {
+pub(crate) fn record_ran(ran: &Ran) {
     super::with_own_events(|ring, call| {
         ring.record(&Event {
             kind: Kind::Stream,
@@ -355,14 +357,12 @@ pub(crate) fn record_ran(ran: &crate::vm::Ran) {
 /// What gives each stream that worker `shared`'s functions make (on its thread, run by an
 /// executor thread) its recorder: its instructions go to the worker's ring of streams, on a
 /// track of their own (numbered from 2, in the order the streams were made).
-pub(crate) fn streams_recorders(
-    shared: std::sync::Arc<super::WorkerShared>,
-) -> std::rc::Rc<dyn Fn() -> Option<crate::vm::StreamRecorder>> {
+pub(crate) fn streams_recorders(shared: Arc<super::WorkerShared>) -> StreamRecorders {
     let made = Cell::new(WORKER_STREAM);
-    std::rc::Rc::new(move || {
+    Rc::new(move || {
         made.set(made.get() + 1);
         let (shared, stream) = (shared.clone(), made.get());
-        Some(std::sync::Arc::new(move |ran: &crate::vm::Ran| {
+        Some(Arc::new(move |ran: &Ran| {
             shared.stream_events.record_shared(&Event {
                 kind: Kind::Stream,
                 start_ns: ran.start_ns,
@@ -373,7 +373,7 @@ pub(crate) fn streams_recorders(
                 detail: stream,
                 name: ran.what,
             });
-        }) as crate::vm::StreamRecorder)
+        }) as StreamRecorder)
     })
 }
 

@@ -1,6 +1,7 @@
 //! Collecting events from rings: a collector thread drains a set of workers' rings every few
-//! milliseconds (every one while a ring fills fast) into one store, capped at [`MAX_TRACE_BYTES`], until it is stopped. The
-//! controller collects its own machine's workers this way for a trace, and each node its own.
+//! milliseconds (every one while a ring fills fast) into one store, capped at
+//! [`MAX_TRACE_BYTES`], until it is stopped. The controller collects its own machine's workers
+//! this way for a trace, and each node its own.
 //!
 //! The one idea: a drain reads each ring from the number where the last one stopped, so the
 //! workers never wait for the collector, and a ring that overflowed between two drains shows

@@ -32,20 +32,24 @@ pub(crate) struct About {
 }
 
 impl About {
-    /// The team of collective event `event` of worker `worker`, as the trace names it, and
-    /// its workers (a transfer's other worker is not known here).
-    fn team(&self, worker: usize, event: &Event) -> (String, Option<std::ops::Range<usize>>) {
+    /// What the trace calls the team of collective event `event` of worker `worker`.
+    fn team_name(&self, worker: usize, event: &Event) -> String {
         match Team::of(event.detail) {
-            Some(Team::Session) => ("every worker".into(), Some(0..self.nodes.len())),
-            Some(Team::Group) => {
-                let group = worker / self.per_group.max(1);
-                let first = group * self.per_group;
-                (
-                    format!("group {group}"),
-                    Some(first..first + self.per_group),
-                )
+            Some(Team::Session) => "every worker".into(),
+            Some(Team::Group) => format!("group {}", worker / self.per_group.max(1)),
+            Some(Team::Pair) | None => "two workers".into(),
+        }
+    }
+
+    /// The workers of that team (a transfer's other worker is not known here).
+    fn team_members(&self, worker: usize, event: &Event) -> Option<std::ops::Range<usize>> {
+        match Team::of(event.detail)? {
+            Team::Session => Some(0..self.nodes.len()),
+            Team::Group => {
+                let first = worker - worker % self.per_group.max(1);
+                Some(first..first + self.per_group)
             }
-            Some(Team::Pair) | None => ("two workers".into(), None),
+            Team::Pair => None,
         }
     }
 }
@@ -112,7 +116,7 @@ struct Args<'a> {
     call: Option<u64>,
     to: Option<&'a str>,
     to_every_worker: Option<bool>,
-    team: Option<&'a str>,
+    team: Option<String>,
     stream: Option<u32>,
     bytes: Option<u64>,
     wait_us: Option<f64>,
@@ -175,7 +179,7 @@ impl Args<'_> {
             "to_every_worker",
             self.to_every_worker.as_ref().map(|v| v as _),
         )?;
-        let team = self.team.map(serde_json::Value::from);
+        let team = self.team.as_deref().map(serde_json::Value::from);
         field(out, "team", team.as_ref().map(|v| v as _))?;
         field(out, "stream", self.stream.as_ref().map(|v| v as _))?;
         field(out, "bytes", self.bytes.as_ref().map(|v| v as _))?;
@@ -213,7 +217,7 @@ fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, 
         let mut places = Places::default();
         for event in recorded {
             let Some(k) = places.of(event) else { continue };
-            let Some(team) = about.team(worker, event).1 else {
+            let Some(team) = about.team_members(worker, event) else {
                 continue;
             };
             let key = (event.call, k, team.start);
@@ -315,7 +319,6 @@ fn write_events(
             if event.kind == Kind::Call {
                 runs.insert((event.call, worker), event.start_ns);
             }
-            let moved = (event.bytes != 0).then_some(event.bytes);
             let measured = (event.wait_ns != 0).then_some(event.wait_ns);
             let wait_ns = match places.of(event) {
                 Some(k) => waits
@@ -324,10 +327,9 @@ fn write_events(
                     .or(measured),
                 None => measured,
             };
-            let team = (event.kind == Kind::Collective).then(|| about.team(worker, event).0);
             let args = match event.kind {
                 Kind::Collective => Args {
-                    team: team.as_deref(),
+                    team: Some(about.team_name(worker, event)),
                     bytes: Some(event.bytes),
                     wait_us: wait_ns.map(|ns| ns as f64 / 1e3),
                     ..Args::default()
@@ -338,7 +340,7 @@ fn write_events(
                 },
                 Kind::Stream => Args {
                     stream: Some(event.detail),
-                    bytes: moved,
+                    bytes: (event.bytes != 0).then_some(event.bytes),
                     ..Args::default()
                 },
                 Kind::Sync | Kind::Module => Args::default(),
@@ -575,9 +577,9 @@ mod tests {
         assert_eq!(waits, expected);
         // The team each is named by.
         let events: Vec<&Event> = collected.workers[3].iter().collect();
-        assert_eq!(about.team(3, events[0]).0, "every worker");
-        assert_eq!(about.team(3, events[2]).0, "group 1");
-        assert_eq!(about.team(3, events[4]).0, "two workers");
+        assert_eq!(about.team_name(3, events[0]), "every worker");
+        assert_eq!(about.team_name(3, events[2]), "group 1");
+        assert_eq!(about.team_name(3, events[4]), "two workers");
     }
 
     #[test]
