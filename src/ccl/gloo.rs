@@ -329,7 +329,7 @@ pub(super) fn across<T, U>(
     };
     // The controller judges the wait by the count (see `activity::Joins`), and names the
     // peers it may wait for.
-    activity::note_joined(meshes.comm_of(mesh));
+    activity::note_joined(meshes.comm_of(mesh), what.code());
     let (base, stride) = at;
     activity::note_waiting_for(
         (0..mesh.size)

@@ -26,7 +26,7 @@ use crate::sync::atomic::Ordering;
 use crate::vm::{Operand, Stream};
 use crate::worker::activity::{Comm as Joined, Record};
 use crate::worker::builtins::on_worker;
-use crate::worker::{self, WorkerInfo, WorkerShared, with_stream};
+use crate::worker::{self, Signals, WorkerInfo, WorkerShared, with_stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
@@ -91,7 +91,7 @@ impl Comms {
     /// in a call to this worker alone leaves the last of a call to every worker watched: it
     /// cannot finish before that one).
     fn queued(&self, what: Collective, grouped: bool) {
-        let count = self.shared.activity.joined_one(on(grouped));
+        let count = self.shared.activity.joined_one(on(grouped), what.code());
         if let Some((call, function)) = worker::activity::own_broadcast_call() {
             *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Queued {
                 what,
@@ -105,14 +105,15 @@ impl Comms {
 
     /// The failure of the last collective the worker queued when a worker of its team finished
     /// that collective's call having queued fewer on the team's communicator: it will never
-    /// queue its side of it, and NCCL would wait for it for ever.
+    /// queue its side of it, and NCCL would wait for it for ever. The worker judges so from its
+    /// peers' records on one machine; across machines the controller does, and rules.
     fn passed(&self) -> Option<Error> {
         let last = self
             .last
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()?;
-        passed_peer(&last, &self.info, &self.peers)
+        passed_peer(&last, &self.info, &self.peers).or_else(|| ruled(&last, &self.shared.signals))
     }
 
     /// See [`CommsCheck::check`]; `generation` is the worker's `ccl_generation` when the wait
@@ -213,6 +214,13 @@ fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Err
                 )
             })
     })
+}
+
+/// The failure of `last`, a collective the worker queued, when the controller ruled that it
+/// will never complete (a session across machines: see `session::referee`); its words are the
+/// ruling's.
+fn ruled(last: &Queued, signals: &Signals) -> Option<Error> {
+    signals.ruling.on(last.call).map(Error::runtime)
 }
 
 /// The records of the workers of a session of worker threads, on their way to their
@@ -752,7 +760,7 @@ mod tests {
     use super::*;
     use crate::sync::atomic::AtomicU64;
     use crate::worker::events::Ring;
-    use crate::worker::{Exited, Placed, Signals};
+    use crate::worker::{Exited, Placed};
 
     /// Records of `n` workers that ran nothing yet, as a wait reads them.
     fn records(n: usize) -> Vec<Record> {
@@ -811,25 +819,45 @@ mod tests {
     }
 
     #[test]
+    fn across_machines_the_controllers_ruling_on_the_call_fails_the_wait() {
+        let signals = Signals::default();
+        let last = first_allreduce();
+        assert!(ruled(&last, &signals).is_none());
+        signals.ruling.rule(6, "an earlier call's");
+        assert!(
+            ruled(&last, &signals).is_none(),
+            "not this collective's call"
+        );
+        let why = "allreduce in call 7 (`f`) on worker 0: worker 3 finished call 7 without \
+                   joining it: `f` returned";
+        signals.ruling.rule(7, why);
+        let error = ruled(&last, &signals).expect("ruled");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (ErrorKind::Runtime, why)
+        );
+    }
+
+    #[test]
     fn a_peer_that_queued_its_side_or_queues_in_a_later_call_is_not_judged() {
         let peers = records(2);
         let last = first_allreduce();
         peers[1].begin_call(7, true, Some("f"));
-        peers[1].joined_one(Joined::Session);
+        peers[1].joined_one(Joined::Session, Collective::Allreduce.code());
         peers[1].end_call(None);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // What it queued on another communicator does not count.
         peers[1].begin_call(7, true, Some("f"));
         peers[1].comms_made();
-        peers[1].joined_one(Joined::Group);
+        peers[1].joined_one(Joined::Group, Collective::Allreduce.code());
         peers[1].end_call(None);
         let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("it passed");
         assert!(error.message.ends_with("without joining it: `f` returned"));
 
         // A later call queued one, which NCCL pairs with this one.
         peers[1].begin_call(8, true, None);
-        peers[1].joined_one(Joined::Session);
+        peers[1].joined_one(Joined::Session, Collective::Allreduce.code());
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // A later init_ccl made it new communicators: its count no longer tells of call 7.

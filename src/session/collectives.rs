@@ -78,6 +78,13 @@ impl Session {
     #[cfg(not(loom))]
     pub(super) fn init_gloo(self: &Arc<Self>) -> Result<()> {
         self.make_gloo(true)?;
+        self.start_referee()
+    }
+
+    /// Starts the referee of a session across machines (see `session::referee`), unless it
+    /// runs: a worker cannot read the records of its peers on other machines.
+    #[cfg(not(loom))]
+    fn start_referee(&self) -> Result<()> {
         if self.referee.get().is_none() {
             let per_node = self.workers.len() / (self.nodes().len() + 1);
             super::referee::start(
@@ -331,6 +338,10 @@ impl Session {
             }
         }
         installed?;
+        #[cfg(not(loom))]
+        if across_nodes {
+            self.start_referee()?;
+        }
         self.set_nccl_made((backend == "nccl").then(|| device_ids.to_vec()));
         self.keep_ccl(cpu.map(|(fresh, _)| fresh));
         Ok(())

@@ -1,8 +1,9 @@
 //! The referee of a session across machines: it finds, in every worker's record, a worker
 //! waiting in a collective for a peer that will never join it (the peer finished the call
 //! having joined fewer collectives on that communicator, or it is dead or lost), and rules so
-//! in the waiting worker's signals; the worker's watch then ends its Gloo wait at once. Gloo
-//! itself would wait for the peer until its timeout.
+//! in the waiting worker's signals; the worker's watch then ends its Gloo wait at once, and a
+//! worker waiting for its GPU after queueing an NCCL collective ends that wait at its next
+//! poll. Gloo itself would wait for the peer until its timeout, NCCL for ever.
 //!
 //! The one idea: the records say everything needed (each worker's call, its joins per
 //! communicator, the calls it finished), so judging asks no worker anything: a thread reads
@@ -18,7 +19,7 @@ use super::state::SessionState;
 use super::status::{Verdict, WorkerStatus};
 use crate::ccl::{Collective, passed_error};
 use crate::object::{Error, Result};
-use crate::worker::activity::{Comm, State};
+use crate::worker::activity::{Comm, Snapshot, State};
 
 /// How often the referee reads the records.
 const PERIOD: Duration = Duration::from_millis(10);
@@ -96,21 +97,15 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
     seen.iter()
         .filter_map(|waiter| {
             let report = waiter.report.as_ref()?;
-            let joins = &report.joins;
-            // Only a collective joined in this call, which went to every worker, is judged;
-            // a transfer is between two workers and counts for no team.
-            let what = Collective::from_code(report.collective)?;
-            let counted = report.state == State::Collective
-                && joins.to_all
-                && joins.call == report.call
-                && !matches!(what, Collective::Transfer(_));
-            if !counted || waiter.verdict.is_some() {
+            if waiter.verdict.is_some() {
                 return None;
             }
+            let (what, call, in_it) = awaited(report)?;
+            let joins = &report.joins;
             let on = Comm::from_code(joins.on)?;
             let count = joins.counts[on.code()];
-            let call = report.call;
-            let function = report.function.as_deref();
+            // The function is known for the call the worker runs, or ran last.
+            let function = report.function.as_deref().filter(|_| call == report.call);
             let why = shape
                 .team(waiter.worker, on)
                 .into_iter()
@@ -127,10 +122,12 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
                             waiter.worker
                         )
                     };
+                    // A worker waiting for its device may wait for other work than the
+                    // collective: only a peer that passed it says that it never completes.
                     match &other.verdict {
-                        Some(Verdict::Dead(cause)) => return Some(gone("is dead", cause)),
-                        Some(Verdict::Lost(cause)) => return Some(gone("is lost", cause)),
-                        None => {}
+                        Some(Verdict::Dead(cause)) if in_it => return Some(gone("is dead", cause)),
+                        Some(Verdict::Lost(cause)) if in_it => return Some(gone("is lost", cause)),
+                        _ => {}
                     }
                     let theirs = other.report.as_ref()?;
                     theirs.joins.passed(call, on, count).then(|| {
@@ -147,6 +144,24 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
             })
         })
         .collect()
+}
+
+/// The collective a worker of `report` may wait for, its call, and whether the worker waits in
+/// it: the one it is in (Gloo waits there), or, while it waits for its device, the last it
+/// joined (NCCL's work, queued, waits on the GPU for its peers). Only a collective joined in a
+/// call that went to every worker is judged; a transfer is between two workers and counts for
+/// no team.
+fn awaited(report: &Snapshot) -> Option<(Collective, u64, bool)> {
+    let joins = &report.joins;
+    let (code, call, in_it) = match report.state {
+        State::Collective if joins.to_all && joins.call == report.call => {
+            (report.collective, report.call, true)
+        }
+        State::Syncing => (joins.what, joins.call, false),
+        _ => return None,
+    };
+    let what = Collective::from_code(code)?;
+    (!matches!(what, Collective::Transfer(_))).then_some((what, call, in_it))
 }
 
 #[cfg(all(test, not(loom)))]
@@ -180,7 +195,7 @@ mod tests {
     /// Worker `w` in call 7's first allreduce on the leaders' mesh.
     fn leader_waits(records: &[Activity], w: usize) {
         records[w].begin_call(7, true, Some("mlp.step"));
-        records[w].joined_one(Comm::Leaders);
+        records[w].joined_one(Comm::Leaders, Collective::Allreduce.code());
         records[w].enter_collective(Collective::Allreduce.code());
     }
 
@@ -222,8 +237,56 @@ mod tests {
         records[1].end_call(None);
         // Worker 0 joined the collective and finished the call.
         records[0].begin_call(7, true, Some("mlp.step"));
-        records[0].joined_one(Comm::Leaders);
+        records[0].joined_one(Comm::Leaders, Collective::Allreduce.code());
         records[0].end_call(None);
+        assert!(judge(&seen(&records), &SHAPE).is_empty());
+    }
+
+    /// Worker `w` queued call 7's allreduce on the session's NCCL communicator, finished the
+    /// call, and waits for its GPU.
+    fn waits_for_its_gpu(records: &[Activity], w: usize, to_all: bool) {
+        records[w].begin_call(7, to_all, Some("mlp.step"));
+        records[w].joined_one(Comm::Session, Collective::Allreduce.code());
+        records[w].end_call(None);
+        records[w].enter(State::Syncing);
+    }
+
+    #[test]
+    fn a_worker_waiting_for_its_gpu_after_a_collective_a_peer_passed_is_ruled_on() {
+        let records = records();
+        waits_for_its_gpu(&records, 1, true);
+        for w in [0, 2] {
+            records[w].begin_call(7, true, Some("mlp.step"));
+            records[w].joined_one(Comm::Session, Collective::Allreduce.code());
+            records[w].end_call(None);
+        }
+        assert!(judge(&seen(&records), &SHAPE).is_empty(), "worker 3 runs");
+        records[3].begin_call(7, true, Some("mlp.step"));
+        records[3].end_call(Some("`mlp.step` failed: ValueError: boom"));
+        let mut seen = seen(&records);
+        assert_eq!(
+            judge(&seen, &SHAPE),
+            [Ruling {
+                worker: 1,
+                call: 7,
+                count: 1,
+                why: "allreduce in call 7 (`mlp.step`) on worker 1: worker 3 finished call 7 \
+                      without joining it: `mlp.step` failed: ValueError: boom"
+                    .into(),
+            }]
+        );
+        // Its wait may be for other work than the collective: a peer gone says nothing of it.
+        seen[3].report = Activity::default().snapshot();
+        seen[3].verdict = Some(Verdict::Dead("its process was killed".into()));
+        assert!(judge(&seen, &SHAPE).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_wait_after_a_collective_in_a_call_to_one_worker_is_not_judged() {
+        let records = records();
+        waits_for_its_gpu(&records, 1, false);
+        records[3].begin_call(8, true, Some("mlp.step"));
+        records[3].end_call(None);
         assert!(judge(&seen(&records), &SHAPE).is_empty());
     }
 

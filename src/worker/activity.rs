@@ -132,6 +132,8 @@ pub struct Activity {
     joined_call: AtomicU64,
     /// The communicator of the last it joined ([`Comm::code`]).
     joined_on: AtomicU32,
+    /// The code of the last it joined, when its call went to every worker (0 otherwise).
+    joined_what: AtomicU32,
 }
 
 /// A consistent reading of a worker's record.
@@ -398,9 +400,9 @@ pub(crate) fn own_call_stamp() -> u64 {
     super::with_own_activity(Activity::call_stamp).unwrap_or(0)
 }
 
-/// Counts a collective the calling worker, if it is one, joins on `on`.
-pub(crate) fn note_joined(on: Comm) {
-    super::with_own_activity(|activity| activity.joined_one(on));
+/// Counts collective `what` (its code), which the calling worker, if it is one, joins on `on`.
+pub(crate) fn note_joined(on: Comm, what: u32) {
+    super::with_own_activity(|activity| activity.joined_one(on, what));
 }
 
 /// Records the peers the calling worker, if it is one, waits for in its collective now.

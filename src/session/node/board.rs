@@ -60,6 +60,9 @@ pub fn encode(entries: &[Entry], out: &mut Vec<u8>) {
         for count in joins.counts {
             out.extend_from_slice(&count.to_le_bytes());
         }
+        for word in [joins.what, 0] {
+            out.extend_from_slice(&word.to_le_bytes());
+        }
         out.extend_from_slice(function.as_bytes());
         out.extend_from_slice(failure.as_bytes());
     }
@@ -92,11 +95,21 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
     let state = State::from_code(u32_at(fixed, 8))
         .ok_or_else(|| format!("state {} (0 to 3)", u32_at(fixed, 8)))?;
     let collective = u32_at(fixed, 12);
-    if collective != 0 && Collective::from_code(collective).is_none() {
-        return Err(format!(
-            "collective {collective} (0, or 1 to {})",
-            Collective::all().count()
-        ));
+    let joined_what = u32_at(fixed, JOINS_AT + 48);
+    for (code, which) in [
+        (collective, "collective"),
+        (joined_what, "last collective joined"),
+    ] {
+        if code != 0 && Collective::from_code(code).is_none() {
+            return Err(format!(
+                "{which} {code} (0, or 1 to {})",
+                Collective::all().count()
+            ));
+        }
+    }
+    let padding = u32_at(fixed, JOINS_AT + 52);
+    if padding != 0 {
+        return Err(format!("padding {padding} after its joins (0)"));
     }
     let failed_call = u64_at(fixed, 40);
     let to_all = match u32_at(fixed, JOINS_AT + 16) {
@@ -113,6 +126,7 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
         call: u64_at(fixed, JOINS_AT + 8),
         to_all,
         on,
+        what: joined_what,
         counts: std::array::from_fn(|i| u64_at(fixed, JOINS_AT + 24 + 8 * i)),
     };
     let (function_len, failure_len) = (u32_at(fixed, 80) as usize, u32_at(fixed, 84) as usize);
@@ -185,6 +199,7 @@ mod tests {
                     call: 7,
                     to_all: true,
                     on: Comm::Leaders.code() as u32,
+                    what: Collective::Barrier.code(),
                     counts: [3, 0, 9],
                 },
             },
@@ -236,7 +251,12 @@ mod tests {
             &9u64.to_le_bytes(),
             "joins on the leaders' mesh"
         );
-        assert_eq!(&second[136..144], b"mlp.step");
+        assert_eq!(
+            &second[136..144],
+            &[6, 0, 0, 0, 0, 0, 0, 0],
+            "the last joined a barrier; padding"
+        );
+        assert_eq!(&second[144..152], b"mlp.step");
     }
 
     #[test]
@@ -278,10 +298,12 @@ mod tests {
         assert!(bad(40, &0u64.to_le_bytes()).contains("but no call that failed"));
         assert!(bad(104, &2u32.to_le_bytes()).contains("flagged 2 (0 or 1)"));
         assert!(bad(108, &3u32.to_le_bytes()).contains("a communicator 3 (0 to 2)"));
-        assert!(bad(136, &[0xff]).contains("a function's name that is not UTF-8"));
+        assert!(bad(136, &12u32.to_le_bytes()).contains("last collective joined 12 (0, or 1"));
+        assert!(bad(140, &1u32.to_le_bytes()).contains("padding 1 after its joins (0)"));
+        assert!(bad(144, &[0xff]).contains("a function's name that is not UTF-8"));
         let message = decode(&good[..good.len() - 1]).unwrap_err().message;
         assert!(
-            message.contains("where its fields and texts take 148"),
+            message.contains("where its fields and texts take 156"),
             "{message}"
         );
         let mut two = good.clone();
@@ -289,7 +311,7 @@ mod tests {
         let message = decode(&two).unwrap_err().message;
         assert_eq!(
             message,
-            "a board's entry 1 (at byte 148) has 10 bytes, where its fields take 136"
+            "a board's entry 1 (at byte 156) has 10 bytes, where its fields take 144"
         );
     }
 }

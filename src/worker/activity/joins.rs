@@ -53,6 +53,9 @@ pub struct Joins {
     pub to_all: bool,
     /// The communicator of its last collective.
     pub on: u32,
+    /// That collective's code (`ccl::Collective::code`) when its call went to every worker;
+    /// 0 otherwise, and before its first.
+    pub what: u32,
     /// Its collectives on each communicator since they were made, by [`Comm::code`].
     pub counts: [u64; COMMS],
 }
@@ -76,18 +79,22 @@ impl Activity {
                 .iter()
                 .for_each(|count| count.store(0, Ordering::Relaxed));
             a.joined_call.store(call, Ordering::Relaxed);
+            a.joined_what.store(0, Ordering::Relaxed);
         });
     }
 
-    /// The worker's call joins a collective on `on`; returns how many it joined there since
-    /// the communicators were made, this one included (the worker's thread only).
-    pub(crate) fn joined_one(&self, on: Comm) -> u64 {
+    /// The worker's call joins collective `what` (its code) on `on`; returns how many it joined
+    /// there since the communicators were made, this one included (the worker's thread only).
+    pub(crate) fn joined_one(&self, on: Comm, what: u32) -> u64 {
         let count = self.joined[on.code()].load(Ordering::Relaxed) + 1;
         let call = self.call.load(Ordering::Relaxed);
+        let to_all = self.to_all.load(Ordering::Relaxed) == 1;
         self.change(|a| {
             a.joined[on.code()].store(count, Ordering::Relaxed);
             a.joined_call.store(call, Ordering::Relaxed);
             a.joined_on.store(on.code() as u32, Ordering::Relaxed);
+            a.joined_what
+                .store(if to_all { what } else { 0 }, Ordering::Relaxed);
         });
         count
     }
@@ -107,6 +114,7 @@ impl Activity {
             call: self.joined_call.load(Ordering::Relaxed),
             to_all: self.to_all.load(Ordering::Relaxed) == 1,
             on: self.joined_on.load(Ordering::Relaxed),
+            what: self.joined_what.load(Ordering::Relaxed),
             counts: std::array::from_fn(|i| self.joined[i].load(Ordering::Relaxed)),
         }
     }
@@ -116,28 +124,39 @@ impl Activity {
 mod tests {
     use super::*;
 
+    /// Collective codes, as `ccl::Collective::code` gives them.
+    const ALLREDUCE: u32 = 1;
+    const BARRIER: u32 = 6;
+
     #[test]
     fn collectives_count_per_communicator_from_their_making() {
         let activity = Activity::default();
         assert_eq!(activity.joins(), Some(Joins::default()), "zeroed");
         activity.begin_call(4, true, Some("f"));
-        assert_eq!(activity.joined_one(Comm::Session), 1);
-        assert_eq!(activity.joined_one(Comm::Group), 1);
+        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE), 1);
+        assert_eq!(activity.joined_one(Comm::Group, ALLREDUCE), 1);
         activity.begin_call(5, true, None);
-        assert_eq!(activity.joined_one(Comm::Session), 2);
+        assert_eq!(activity.joined_one(Comm::Session, BARRIER), 2);
         let joins = activity.joins().unwrap();
-        assert_eq!((joins.call, joins.on, joins.counts), (5, 0, [2, 1, 0]));
-        activity.begin_call(6, true, Some("runtime.disco.nccl.init_ccl_per_worker"));
+        assert_eq!(
+            (joins.call, joins.on, joins.what, joins.counts),
+            (5, 0, BARRIER, [2, 1, 0])
+        );
+        // A call to this worker alone: counted, but its collective is not said.
+        activity.begin_call(6, false, None);
+        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE), 3);
+        assert_eq!(activity.joins().unwrap().what, 0);
+        activity.begin_call(7, true, Some("runtime.disco.nccl.init_ccl_per_worker"));
         activity.comms_made();
         let joins = activity.joins().unwrap();
-        assert_eq!((joins.call, joins.counts), (6, [0, 0, 0]));
+        assert_eq!((joins.call, joins.what, joins.counts), (7, 0, [0, 0, 0]));
     }
 
     #[test]
     fn a_peer_passed_a_collective_once_it_finished_the_call_with_fewer_joins() {
         let peer = Activity::default();
         peer.begin_call(3, true, Some("f"));
-        peer.joined_one(Comm::Leaders);
+        peer.joined_one(Comm::Leaders, ALLREDUCE);
         // The waiter is in its second collective on the leaders' mesh in call 3.
         assert!(
             !peer.joins().unwrap().passed(3, Comm::Leaders, 2),
@@ -151,7 +170,7 @@ mod tests {
         );
         assert!(!peer.joins().unwrap().passed(3, Comm::Session, 0));
         peer.begin_call(4, true, None);
-        peer.joined_one(Comm::Leaders);
+        peer.joined_one(Comm::Leaders, ALLREDUCE);
         assert!(
             !peer.joins().unwrap().passed(3, Comm::Leaders, 2),
             "a later call's join says nothing of call 3"
