@@ -1,5 +1,5 @@
 //! Runs the CUDA C test programs and the copy benchmark against stand-ins for the CUDA driver
-//! (`support/cuda_driver_stub.c`) and NCCL (`support/nccl_single_rank_stub.c`), so the CUDA
+//! (`support/cuda_driver_stub.c`) and NCCL (`support/nccl_cuda_stub.c`), so the CUDA
 //! backend is exercised on machines without a GPU. The stand-in driver runs each stream's work
 //! only when something waits for it and aborts on misuse a GPU would punish (see its header
 //! comment), so a missing synchronization, event wait or legacy-stream ordering shows up as
@@ -52,7 +52,7 @@ fn stub_dir() -> &'static Path {
         let _ = fs::remove_file(&link);
         std::os::unix::fs::symlink("libcuda.so.1", &link).unwrap();
         nccl_stub::build_shared(
-            "tests/support/nccl_single_rank_stub.c",
+            "tests/support/nccl_cuda_stub.c",
             &dir.join("libnccl.so.2"),
             &["-ldl"],
         );
@@ -223,6 +223,27 @@ fn cuda_nccl_communicators_aborted_are_made_again_before_the_next_call() {
     for kind in ["threads", "processes"] {
         let remade = format!("cuda_nccl_remade: {kind}: the communicators were made again");
         assert!(described.contains(&remade), "{described}");
+    }
+}
+
+/// An NCCL collective whose peer passed it (failed first, or returned) fails the wait for the
+/// GPU within a second, without a session timeout, and the next one works without `init_ccl`:
+/// on two GPUs, with the stand-in's communicators of two ranks, on worker threads, worker
+/// processes (each judges from its peers' records) and two nodes (the controller's referee
+/// rules).
+#[test]
+fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_goes_on() {
+    let described = passes(
+        "tests/c/cuda_nccl_peers.c",
+        &[],
+        2,
+        &[("NCCL_STUB_SHARED_RANKS", "1")],
+    );
+    for kind in ["threads", "processes", "nodes"] {
+        for how in ["failed", "returned"] {
+            let line = format!("cuda_nccl_peers: {kind}: worker 1 {how} before the all-reduce");
+            assert!(described.contains(&line), "{described}");
+        }
     }
 }
 

@@ -16,17 +16,12 @@
  * Exits 77 (skipped) without a GPU, or when NCCL cannot be loaded (set DISCOVM_NCCL_LIBRARY to
  * the path of libnccl.so.2). */
 #define _POSIX_C_SOURCE 200809L
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "cuda_check.h"
 #include "session_check.h"
+#include "session_kinds.h"
 
 /* The workers of the session (set by run for each kind; the callbacks, which may run in worker
  * processes, are passed it). */
@@ -97,15 +92,6 @@ static void encode(int t, double x, unsigned char* out) {
     int64_t v = (int64_t)x;
     memcpy(out, &v, d.bits / 8); /* little-endian: the low bytes */
   }
-}
-
-/* Raises the library's last error again as the callback's own (its text copied first). */
-static int32_t fail_with_last_error(void) {
-  char kind[64], message[512];
-  snprintf(kind, sizeof kind, "%s", dvm_last_error_kind());
-  snprintf(message, sizeof message, "%s", dvm_last_error_message());
-  dvm_error_raise(kind, message);
-  return -1;
 }
 
 /* test.nccl.fill(tensor, type): the tensor holds value(this worker, i) at element i. */
@@ -260,82 +246,6 @@ static void ordered_with_copies(dvm_session* s) {
   dvm_dref_free(send), dvm_dref_free(recv);
 }
 
-/* The second node of a session of nodes, a child process; 0 when there is none. */
-static pid_t node_pid;
-
-/* A loopback port nothing listens on now. */
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in at;
-  memset(&at, 0, sizeof at);
-  at.sin_family = AF_INET;
-  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof at;
-  CHECK(fd >= 0 && bind(fd, (struct sockaddr*)&at, sizeof at) == 0 &&
-        getsockname(fd, (struct sockaddr*)&at, &len) == 0);
-  close(fd);
-  return ntohs(at.sin_port);
-}
-
-/* Starts this program as the second node of a session on `port`, with `per_node` workers on
- * the GPUs from `first_gpu` on. Its workers run this program too. */
-static void start_second_node(int port, int32_t per_node, int32_t first_gpu) {
-  char self[4096];
-  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
-  CHECK(len > 0);
-  self[len > 0 ? len : 0] = 0;
-  setenv("DISCOVM_WORKER", self, 1);
-  char visible[128] = "", port_text[16], workers_text[16];
-  for (int32_t g = first_gpu; g < first_gpu + per_node; g++) {
-    size_t used = strlen(visible);
-    snprintf(visible + used, sizeof visible - used, "%s%d", g == first_gpu ? "" : ",", (int)g);
-  }
-  snprintf(port_text, sizeof port_text, "%d", port);
-  snprintf(workers_text, sizeof workers_text, "%d", (int)per_node);
-  node_pid = fork();
-  CHECK(node_pid >= 0);
-  if (node_pid == 0) {
-    setenv("CUDA_VISIBLE_DEVICES", visible, 1);
-    execl(self, self, "node", "127.0.0.1", port_text, workers_text, (char*)NULL);
-    _exit(127);
-  }
-}
-
-/* A session of `n` workers of `kind` on `devices`; worker processes run this program. Of
- * "nodes", this machine runs the first half of the workers, a second node the rest. */
-static dvm_session* start(const char* kind, int32_t n, const DLDevice* devices) {
-  dvm_session_options options;
-  memset(&options, 0, sizeof options);
-  options.num_devices = n;
-  options.devices = devices;
-  options.timeout_ms = 60000;
-  options.worker_program = "/proc/self/exe";
-  dvm_session* s = NULL;
-  if (strcmp(kind, "nodes") == 0) {
-    setenv("DISCOVM_SESSION_TOKEN", "the cuda_nccl test's secret", 1);
-    int port = free_port();
-    start_second_node(port, n / 2, n / 2);
-    CHECK_OK(dvm_session_new_socket(2, n / 2, 1, "127.0.0.1", port, &options, &s));
-  } else if (strcmp(kind, "processes") == 0) {
-    CHECK_OK(dvm_session_new_process(n, 1, &options, &s));
-  } else {
-    CHECK_OK(dvm_session_new_threaded(n, 1, &options, &s));
-  }
-  return s;
-}
-
-/* Shuts `s` down and frees it, and waits for its second node, if any. */
-static void finish(dvm_session* s) {
-  CHECK_OK(dvm_session_shutdown(s));
-  dvm_session_free(s);
-  if (node_pid > 0) {
-    int status = 0;
-    CHECK(waitpid(node_pid, &status, 0) == node_pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    node_pid = 0;
-  }
-}
-
 static void misuse(dvm_session* s, const char* kind) {
   /* CPU tensors: refused on every worker, reported by the next sync. */
   int64_t four = 4;
@@ -373,10 +283,10 @@ static void misuse(dvm_session* s, const char* kind) {
   /* Two workers on one GPU (of one machine: each node's workers have GPUs of their own). */
   if (strcmp(kind, "nodes") == 0) return;
   DLDevice same[2] = {kGpu0, kGpu0};
-  dvm_session* shared = start(kind, 2, same);
+  dvm_session* shared = start_session(kind, 2, same, 60000);
   EXPECT_STATUS(dvm_session_init_ccl(shared, "nccl", NULL, 0), DVM_VALUE_ERROR,
                 "workers 0 and 1 share CUDA device 0: NCCL needs a GPU of its own");
-  finish(shared);
+  finish_session(shared);
 }
 
 /* Every test on a session of `kind`; 77 when NCCL cannot be loaded, 1 when init_ccl fails. */
@@ -394,16 +304,16 @@ static int run(const char* kind, int32_t gpus) {
   for (int32_t w = 0; w < workers; w++) {
     devices[w] = (DLDevice){kDLCUDA, nodes ? w % (workers / 2) : w};
   }
-  dvm_session* s = start(kind, workers, devices);
+  dvm_session* s = start_session(kind, workers, devices, 60000);
   dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
   if (status == DVM_DEVICE_UNAVAILABLE) {
     printf("cuda_nccl: skipped: %s\n", dvm_last_error_message());
-    finish(s);
+    finish_session(s);
     return EXIT_SKIPPED;
   }
   if (status != DVM_OK) {
     fprintf(stderr, "cuda_nccl: %s: init_ccl failed: %s\n", kind, dvm_last_error_message());
-    finish(s);
+    finish_session(s);
     return 1;
   }
 
@@ -420,7 +330,7 @@ static int run(const char* kind, int32_t gpus) {
 
   CHECK_OK(dvm_session_sync_all(s));
   expect_no_live_registers(s);
-  finish(s);
+  finish_session(s);
   printf("cuda_nccl: %d worker %s on %d GPU(s), one rank each: every collective, ten dtypes, "
          "1 to 2^20 elements, matched the reference%s\n",
          (int)workers, kind, (int)gpus,

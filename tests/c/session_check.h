@@ -4,6 +4,8 @@
  *
  *   any_dref(r)                      a DRef as an argument (its type index read from its header)
  *   register_c(name, call)           registers a C callback as a global function
+ *   fail_with_last_error()           raises the library's last error again as a callback's
+ *                                    own; returns -1, the callback's result
  *   new_session(n)                   a session of n workers in one group, default options
  *   session_func(s, name)            dvm_session_get_global_func, which must succeed
  *   broadcast(s, f, args, n)         dvm_session_call, which must succeed
@@ -39,6 +41,15 @@ static inline void register_c(const char* name, DVMSafeCall call) {
   CHECK_OK(dvm_func_new(NULL, call, NULL, &f));
   CHECK_OK(dvm_func_register_global(name, f, 1));
   dvm_func_free(f); /* the registry keeps its own reference */
+}
+
+/* Its text is copied first: raising replaces the last error. */
+static inline int32_t fail_with_last_error(void) {
+  char kind[64], message[512];
+  snprintf(kind, sizeof kind, "%s", dvm_last_error_kind());
+  snprintf(message, sizeof message, "%s", dvm_last_error_message());
+  dvm_error_raise(kind, message);
+  return -1;
 }
 
 static inline dvm_session* new_session(int32_t num_workers) {

@@ -20,6 +20,11 @@
  *   driver stages them); a copy from or to page-locked memory reads and writes it when it runs.
  *   Frees are the exception: a queued free runs as soon as the work it waits for has run, as
  *   early as a GPU may run it, so that a use after it shows.
+ * - The NCCL stand-in's collectives are work of their own on a stream (discovmStubQueueStep, not
+ *   a driver call), which runs at once with the work before it, and may not be able to run
+ *   yet, as a kernel waiting on its peers: the stream's work stops there; a query of an event
+ *   after it reports CUDA_ERROR_NOT_READY, and a synchronization waits, without the lock, until
+ *   it ran.
  * - The legacy default stream (handle 0 or CU_STREAM_LEGACY) of each context waits for the
  *   work issued before on the context's blocking streams, and each blocking stream for the
  *   work issued before on the legacy stream; non-blocking streams are ordered with nothing.
@@ -53,6 +58,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -198,13 +204,17 @@ static Allocation* device_memory(CUdeviceptr address, size_t size, int device, c
 
 /* ---- Streams and their queued work ------------------------------------------------------- */
 
-typedef enum { OP_COPY, OP_WAIT, OP_ALLOCATE, OP_FREE } OpKind;
+typedef enum { OP_COPY, OP_WAIT, OP_ALLOCATE, OP_FREE, OP_STEP } OpKind;
+
+/* What an OP_STEP runs: given its memory's bytes, it returns 1 when it ran, 0 when it cannot
+ * run yet (its stream stops there until a later forcing finds it ready). */
+typedef int (*StepFn)(void* arg, const void* src, void* dst);
 
 /* One piece of queued work. A copy's sides are either inside an allocation (device or
  * page-locked memory, checked when the copy runs) or plain host memory (`*_allocation` NULL). */
 typedef struct {
   OpKind kind;
-  /* OP_COPY */
+  /* OP_COPY, and OP_STEP's memory (`src` may be 0) */
   uintptr_t dst, src;
   size_t size;
   Allocation *dst_allocation, *src_allocation;
@@ -214,6 +224,9 @@ typedef struct {
   unsigned long long until;
   /* OP_ALLOCATE, OP_FREE */
   Allocation* allocation;
+  /* OP_STEP */
+  StepFn step;
+  void* step_arg;
 } Op;
 
 struct Stream {
@@ -258,11 +271,12 @@ static Stream* stream_of(void* handle, const char* call) {
   return s;
 }
 
-static void run_until(Stream* s, unsigned long long until);
+static int run_until(Stream* s, unsigned long long until);
 
 /* Whether op `op` (not yet run) reads or writes allocation `a`. */
 static int touches(const Op* op, const Allocation* a) {
-  return op->kind == OP_COPY && (op->dst_allocation == a || op->src_allocation == a);
+  return (op->kind == OP_COPY || op->kind == OP_STEP) &&
+         (op->dst_allocation == a || op->src_allocation == a);
 }
 
 /* Aborts when some stream still has queued work touching `a`, which is being freed. */
@@ -305,7 +319,8 @@ static char* resolve(uintptr_t address, Allocation* a, const char* side) {
   return a->bytes + (address - a->address);
 }
 
-static void run_op(Op* op) {
+/* Runs `op`; 0 when it cannot run yet (a step not ready, or a wait for one). */
+static int run_op(Op* op) {
   switch (op->kind) {
     case OP_COPY: {
       char* dst = resolve(op->dst, op->dst_allocation, "to");
@@ -315,8 +330,11 @@ static void run_op(Op* op) {
       break;
     }
     case OP_WAIT:
-      run_until(op->stream, op->until);
-      break;
+      return run_until(op->stream, op->until);
+    case OP_STEP: {
+      const char* src = op->src ? resolve(op->src, op->src_allocation, "from") : NULL;
+      return op->step(op->step_arg, src, resolve(op->dst, op->dst_allocation, "to"));
+    }
     case OP_ALLOCATE:
       op->allocation->ready = 1;
       break;
@@ -326,19 +344,35 @@ static void run_op(Op* op) {
       release_bytes(op->allocation, 0xDD);
       break;
   }
+  return 1;
 }
 
-/* Runs `s`'s queued work up to op number `until` (and the work it waits for). */
-static void run_until(Stream* s, unsigned long long until) {
+/* Runs `s`'s queued work up to op number `until` (and the work it waits for); 0 when it
+ * stopped at a step that cannot run yet. */
+static int run_until(Stream* s, unsigned long long until) {
   while (s->done < until) {
     Op op = s->queue[s->done - s->first];
     s->done++; /* before running: a wait it triggers never comes back to this op */
-    run_op(&op);
+    if (!run_op(&op)) {
+      s->done--; /* it runs again, whole, at the next forcing */
+      return 0;
+    }
   }
   if (s->done == s->issued) s->first = s->done; /* the queue is empty: start it over */
+  return 1;
 }
 
-static void run_all(Stream* s) { run_until(s, s->issued); }
+/* Runs `s`'s work up to op number `until`, waiting (without the lock) while a step cannot run:
+ * a host wait for such work lasts until another thread or process lets it run. */
+static void run_blocking(Stream* s, unsigned long long until) {
+  while (!run_until(s, until)) {
+    pthread_mutex_unlock(&lock);
+    usleep(200);
+    pthread_mutex_lock(&lock);
+  }
+}
+
+static void run_all(Stream* s) { run_blocking(s, s->issued); }
 
 /* Marks, for the current pass, the ops that op number `until` of `s` follows: those before it
  * on `s`, and (through the waits among them) on other streams. Ops already run count too. */
@@ -384,7 +418,7 @@ static void run_ready_frees(void) {
         int ready = op->kind == OP_FREE ||
                     (op->kind == OP_WAIT && op->stream->done >= op->until);
         if (!ready) break;
-        run_until(s, s->done + 1);
+        (void)run_until(s, s->done + 1);
         progress = 1;
       }
     }
@@ -630,7 +664,7 @@ CUresult cuEventQuery(void* event) {
     need_context("cuEventQuery");
     Event* e = event_of(event, "cuEventQuery");
     if (pending(e)) {
-      run_until(e->stream, e->until);
+      (void)run_until(e->stream, e->until);
       run_ready_frees();
       result = CUDA_ERROR_NOT_READY;
     }
@@ -642,7 +676,7 @@ CUresult cuEventSynchronize(void* event) {
   LOCKED({
     need_context("cuEventSynchronize");
     Event* e = event_of(event, "cuEventSynchronize");
-    if (pending(e)) run_until(e->stream, e->until);
+    if (pending(e)) run_blocking(e->stream, e->until);
     run_ready_frees();
   });
   return CUDA_SUCCESS;
@@ -835,6 +869,37 @@ CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void* dst_context, CUdeviceptr src,
         device_memory(dst, size, to_context->device, "cuMemcpyPeerAsync (destination)");
     Allocation* from = device_memory(src, size, from_context->device, "cuMemcpyPeerAsync (source)");
     queue_copy(s, dst, to, src, from, NULL, size);
+  });
+  return CUDA_SUCCESS;
+}
+
+/* ---- The NCCL stand-in's work ------------------------------------------------------------ */
+
+/* Not a driver call: how the NCCL stand-in queues a collective's work on a stream of the
+ * current context, as NCCL queues a kernel. `step` runs with the bytes of `src` (`src_size`
+ * bytes of device memory, or none when `src` is 0) and `dst` when the work before it ran, and
+ * again at later forcings for as long as it returns 0 (a rank waiting for its peers). Unlike
+ * other work, it is forced at once (with the work before it): a rank's side of a collective
+ * must not wait for its own host to wait for it, or its peers would wait for ever. */
+CUresult discovmStubQueueStep(void* stream, CUdeviceptr src, size_t src_size, CUdeviceptr dst,
+                              size_t dst_size, StepFn step, void* arg) {
+  LOCKED({
+    Stream* s = stream_for_work(stream, "discovmStubQueueStep");
+    int device = s->context->device;
+    Allocation* from =
+        src ? device_memory(src, src_size, device, "discovmStubQueueStep (source)") : NULL;
+    Allocation* to = device_memory(dst, dst_size, device, "discovmStubQueueStep (destination)");
+    append(s, (Op){.kind = OP_STEP,
+                   .dst = dst,
+                   .src = src,
+                   .size = dst_size,
+                   .dst_allocation = to,
+                   .src_allocation = from,
+                   .step = step,
+                   .step_arg = arg});
+    /* As a GPU would start it: the stream's work runs now as far as it can, the step too. */
+    (void)run_until(s, s->issued);
+    run_ready_frees();
   });
   return CUDA_SUCCESS;
 }

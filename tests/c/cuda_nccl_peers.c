@@ -1,0 +1,153 @@
+/* NCCL collectives whose peer passed them: on two workers, each on a GPU of its own (worker
+ * threads, worker processes, and two nodes of one worker), worker 1 fails before an all-reduce,
+ * or returns, while worker 0 queues its side. Worker 0 waits for its GPU, where NCCL would wait
+ * for worker 1 for ever; with no session timeout, the sync fails within a second, naming the
+ * all-reduce, the peer and the peer's cause, and saying that the communicators are made again.
+ * The next all-reduce, with no init_ccl between, sums both workers' values.
+ *
+ * It needs two GPUs and NCCL (or the NCCL stand-in with its communicators of several ranks,
+ * NCCL_STUB_SHARED_RANKS, as tests/cuda_stub_driver.rs runs it): without them it exits 77
+ * (skipped). */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cuda_check.h"
+#include "monotonic.h"
+#include "session_check.h"
+#include "session_kinds.h"
+
+enum { N = 256 };
+
+/* Failing at once: within a second, with room for a loaded machine. */
+static const double kFailsWithin = 1.0;
+
+/* peers.fill(tensor): every element of the float32 tensor is 1 + this worker's id. */
+static int32_t fill_values(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
+  (void)self, (void)n, (void)result;
+  float values[N];
+  for (int i = 0; i < N; i++) values[i] = (float)(1 + dvm_current_worker_id());
+  dvm_status status = dvm_tensor_write((dvm_tensor*)args[0].v_obj, values, sizeof values);
+  return status == DVM_OK ? 0 : fail_with_last_error();
+}
+
+/* peers.allreduce_but(worker, fail, send, recv): the all-reduce (sum) of send into recv, but on
+ * worker `worker`, which fails first (`fail`) or returns (-1: every worker runs it). */
+static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
+  (void)self, (void)n, (void)result;
+  if (dvm_current_worker_id() == args[0].v_int64) {
+    if (args[1].v_int64) {
+      dvm_error_raise("ValueError", "failed before the allreduce on purpose");
+      return -1;
+    }
+    return 0;
+  }
+  dvm_func* f = NULL;
+  if (dvm_func_get_global("runtime.disco.allreduce", &f) != DVM_OK) return fail_with_last_error();
+  int64_t sum = 0;
+  DVMAny op = any_none(), none = any_none();
+  if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
+  DVMAny call_args[4] = {args[2], op, any_bool(0), args[3]};
+  dvm_status status = dvm_func_call(f, call_args, 4, &none);
+  dvm_func_free(f);
+  CHECK_OK(dvm_any_release(&op));
+  return status == DVM_OK ? 0 : fail_with_last_error();
+}
+
+/* Calls peers.allreduce_but(worker, fail) on every worker. */
+static void reduce_but(dvm_session* s, int64_t worker, int fail, dvm_dref* send, dvm_dref* recv) {
+  DVMAny args[4] = {any_int(worker), any_bool(fail), any_dref(send), any_dref(recv)};
+  dvm_dref_free(call_builtin(s, "peers.allreduce_but", args, 4));
+}
+
+/* Every worker reduces; worker 0's recv then holds 1 + 2 in every element. */
+static void every_worker_reduces(dvm_session* s, dvm_dref* send, dvm_dref* recv) {
+  reduce_but(s, -1, 0, send, recv);
+  static float out[N];
+  int64_t n = N;
+  DLTensor host_out = {out, kHost, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
+  CHECK_OK(dvm_session_copy_from_worker0(s, &host_out, recv));
+  for (int i = 0; i < N; i++) CHECK(out[i] == 3.0f);
+}
+
+/* The test on a session of `kind`; 77 when NCCL cannot be loaded. */
+static int run(const char* kind) {
+  int nodes = strcmp(kind, "nodes") == 0;
+  /* A node's worker runs on the first GPU it sees. */
+  DLDevice devices[2] = {kGpu0, {kDLCUDA, nodes ? 0 : 1}};
+  dvm_session* s = start_session(kind, 2, devices, 0);
+  dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
+  if (status == DVM_DEVICE_UNAVAILABLE) {
+    printf("cuda_nccl_peers: skipped: %s\n", dvm_last_error_message());
+    finish_session(s);
+    return EXIT_SKIPPED;
+  }
+  if (status != DVM_OK) {
+    fprintf(stderr, "cuda_nccl_peers: %s: init_ccl failed: %s\n", kind, dvm_last_error_message());
+    finish_session(s);
+    return 1;
+  }
+  int64_t n = N;
+  dvm_dref* send = empty_tensor(s, &n, 1, (DLDataType){kDLFloat, 32, 1}, 0);
+  dvm_dref* recv = empty_tensor(s, &n, 1, (DLDataType){kDLFloat, 32, 1}, 0);
+  DVMAny fill_args[1] = {any_dref(send)};
+  dvm_dref_free(call_builtin(s, "peers.fill", fill_args, 1));
+  every_worker_reduces(s, send, recv);
+
+  for (int fail = 1; fail >= 0; fail--) {
+    double started = now_s();
+    reduce_but(s, 1, fail, send, recv);
+    EXPECT_STATUS(dvm_session_sync_all(s), DVM_WORKER_ERROR,
+                  "(`peers.allreduce_but`) on worker 0: worker 1 finished call ");
+    double took = now_s() - started;
+    const char* message = dvm_last_error_message();
+    const char* how = fail ? "without joining it: `peers.allreduce_but` failed: ValueError: "
+                             "failed before the allreduce on purpose"
+                           : "without joining it: `peers.allreduce_but` returned";
+    CHECK(strstr(message, "allreduce in call ") != NULL);
+    CHECK(strstr(message, how) != NULL);
+    CHECK(strstr(message, "its NCCL communicators were aborted, and are made again") != NULL);
+    if (took >= kFailsWithin) {
+      fprintf(stderr, "cuda_nccl_peers: %s: the sync failed after %.2f s: %s\n", kind, took,
+              message);
+      CHECK(took < kFailsWithin);
+    }
+    /* No init_ccl: the next call finds the communicators made again. */
+    every_worker_reduces(s, send, recv);
+    printf("cuda_nccl_peers: %s: worker 1 %s before the all-reduce: the sync failed in %.3f s, "
+           "and the next all-reduce summed both\n",
+           kind, fail ? "failed" : "returned", took);
+  }
+  CHECK_OK(dvm_session_sync_all(s));
+  dvm_dref_free(send), dvm_dref_free(recv);
+  finish_session(s);
+  return 0;
+}
+
+/* `cuda_nccl_peers [threads|processes|nodes]`: one kind, or (no argument) all three. Started as
+ * a worker process by its own controller, it serves it; as `cuda_nccl_peers node HOST PORT
+ * WORKERS`, it is a node. */
+int main(int argc, char** argv) {
+  /* A wait that outlived its cause would hang the test: it ends here instead. */
+  if (argc == 1 || (argc == 2 && strcmp(argv[1], "node") != 0)) alarm(60);
+  register_c("peers.fill", fill_values);
+  register_c("peers.allreduce_but", allreduce_but);
+  const char* all[3] = {"threads", "processes", "nodes"};
+  int kinds = argc == 1;
+  for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;
+  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
+  if (!kinds) return dvm_worker_main(argc, argv);
+  int32_t gpus = require_cuda("cuda_nccl_peers");
+  if (gpus < 2) {
+    printf("cuda_nccl_peers: skipped: two ranks need two GPUs; this machine has %d\n", (int)gpus);
+    return EXIT_SKIPPED;
+  }
+  for (int k = 0; k < 3; k++) {
+    if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
+    int ran = run(all[k]);
+    if (ran != 0) return ran;
+  }
+  return check_finish();
+}

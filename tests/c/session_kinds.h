@@ -1,0 +1,105 @@
+/*
+ * session_kinds.h: sessions of each kind for the C test programs that are also their own worker
+ * and node programs (their main serves `PROGRAM node HOST PORT WORKERS` with dvm_node_main, and
+ * other unknown arguments with dvm_worker_main).
+ *
+ *   start_session(kind, n, devices, timeout_ms)
+ *       a session of n workers in one group on `devices`: "threads", "processes" (running this
+ *       program), or "nodes": this machine runs the first half of the workers, a second node
+ *       (this program, as a child process that sees only the GPUs after this node's, through
+ *       CUDA_VISIBLE_DEVICES) the rest
+ *   finish_session(s)   shuts the session down, frees it, and waits for its second node
+ */
+#ifndef DISCOVM_TESTS_SESSION_KINDS_H
+#define DISCOVM_TESTS_SESSION_KINDS_H
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+/* The second node of a session of nodes, a child process; 0 when there is none. */
+static pid_t node_pid;
+
+/* A loopback port nothing listens on now. */
+static int free_port(void) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in at;
+  memset(&at, 0, sizeof at);
+  at.sin_family = AF_INET;
+  at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof at;
+  CHECK(fd >= 0 && bind(fd, (struct sockaddr*)&at, sizeof at) == 0 &&
+        getsockname(fd, (struct sockaddr*)&at, &len) == 0);
+  close(fd);
+  return ntohs(at.sin_port);
+}
+
+/* Starts this program as the second node of a session on `port`, with `per_node` workers on
+ * the GPUs from `first_gpu` on. Its workers run this program too. */
+static void start_second_node(int port, int32_t per_node, int32_t first_gpu) {
+  char self[4096];
+  ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+  CHECK(len > 0);
+  self[len > 0 ? len : 0] = 0;
+  setenv("DISCOVM_WORKER", self, 1);
+  char visible[128] = "", port_text[16], workers_text[16];
+  for (int32_t g = first_gpu; g < first_gpu + per_node; g++) {
+    size_t used = strlen(visible);
+    snprintf(visible + used, sizeof visible - used, "%s%d", g == first_gpu ? "" : ",", (int)g);
+  }
+  snprintf(port_text, sizeof port_text, "%d", port);
+  snprintf(workers_text, sizeof workers_text, "%d", (int)per_node);
+  node_pid = fork();
+  CHECK(node_pid >= 0);
+  if (node_pid == 0) {
+    setenv("CUDA_VISIBLE_DEVICES", visible, 1);
+    execl(self, self, "node", "127.0.0.1", port_text, workers_text, (char*)NULL);
+    _exit(127);
+  }
+}
+
+/* A session of `n` workers of `kind` on `devices`, with `timeout_ms` (0: none); worker processes
+ * run this program. Of "nodes", this machine runs the first half of the workers, a second node
+ * the rest. */
+static dvm_session* start_session(const char* kind, int32_t n, const DLDevice* devices,
+                                  int64_t timeout_ms) {
+  dvm_session_options options;
+  memset(&options, 0, sizeof options);
+  options.num_devices = n;
+  options.devices = devices;
+  options.timeout_ms = timeout_ms;
+  options.worker_program = "/proc/self/exe";
+  dvm_session* s = NULL;
+  if (strcmp(kind, "nodes") == 0) {
+    setenv("DISCOVM_SESSION_TOKEN", "the cuda_nccl test's secret", 1);
+    int port = free_port();
+    start_second_node(port, n / 2, n / 2);
+    CHECK_OK(dvm_session_new_socket(2, n / 2, 1, "127.0.0.1", port, &options, &s));
+  } else if (strcmp(kind, "processes") == 0) {
+    CHECK_OK(dvm_session_new_process(n, 1, &options, &s));
+  } else {
+    CHECK_OK(dvm_session_new_threaded(n, 1, &options, &s));
+  }
+  return s;
+}
+
+/* Shuts `s` down and frees it, and waits for its second node, if any. */
+static void finish_session(dvm_session* s) {
+  CHECK_OK(dvm_session_shutdown(s));
+  dvm_session_free(s);
+  if (node_pid > 0) {
+    int status = 0;
+    CHECK(waitpid(node_pid, &status, 0) == node_pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    node_pid = 0;
+  }
+}
+
+#endif
