@@ -30,7 +30,7 @@ pub(crate) use collective::Collective;
 pub use communicator::CpuCcl;
 pub(crate) use communicator::CurrentCcl;
 #[cfg(not(loom))]
-pub(crate) use communicator::passed_error;
+pub(crate) use communicator::{crossed_error, passed_error};
 pub use cpu::{stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 

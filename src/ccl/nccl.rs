@@ -104,9 +104,10 @@ impl Comms {
     }
 
     /// The failure of the last collective the worker queued when a worker of its team finished
-    /// that collective's call having queued fewer on the team's communicator: it will never
-    /// queue its side of it, and NCCL would wait for it for ever. The worker judges so from its
-    /// peers' records on one machine; across machines the controller does, and rules.
+    /// that collective's call having queued fewer on the team's communicator (it will never
+    /// queue its side of it, and NCCL would wait for it for ever), or queued another collective
+    /// in its place. The worker judges so from its peers' records on one machine; across
+    /// machines the controller does, and rules.
     fn passed(&self) -> Option<Error> {
         let last = self
             .last
@@ -182,8 +183,8 @@ fn on(grouped: bool) -> Joined {
 
 /// The failure of `last`, a collective worker `info` queued, when a worker of its team (in
 /// `peers`, the records by id) finished its call having queued fewer collectives on the team's
-/// communicator; the message is the CPU backend's for a worker that finished the call without
-/// joining.
+/// communicator (the message is the CPU backend's for a worker that finished the call without
+/// joining), or queued another collective in its place (NCCL would pair the two).
 fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Error> {
     if peers.len() != info.num_workers {
         return None;
@@ -195,24 +196,35 @@ fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Err
     } else {
         0..info.num_workers
     };
+    let function = last.function.as_deref();
+    let on = on(last.grouped);
     team.filter(|&peer| peer != info.id).find_map(|peer| {
         let record = &peers[peer];
-        let how = record.passed(last.call)?;
+        let finished = record.passed(last.call);
         // Read after the call's end: what it queued then, unless it queued more in a later
         // call (whose collectives NCCL may pair with this one: not judged here).
         let joins = record.joins()?;
-        joins
-            .passed(last.call, on(last.grouped), last.count)
-            .then(|| {
-                super::communicator::passed_error(
-                    last.what,
-                    last.call,
-                    last.function.as_deref(),
-                    info.id,
-                    peer,
-                    Some(how),
-                )
-            })
+        if let Some(how) = finished
+            && joins.passed(last.call, on, last.count)
+        {
+            return Some(super::communicator::passed_error(
+                last.what,
+                last.call,
+                function,
+                info.id,
+                peer,
+                Some(how),
+            ));
+        }
+        let theirs = joins.crossed(last.call, on, last.count, last.what.code())?;
+        Some(super::communicator::crossed_error(
+            last.what,
+            last.call,
+            function,
+            info.id,
+            peer,
+            Collective::from_code(theirs)?,
+        ))
     })
 }
 
@@ -354,7 +366,8 @@ impl CommsCheck {
     /// team of the last collective this worker queued, in a call that went to every worker,
     /// finished that call having queued fewer collectives on the team's communicator (its
     /// function failed first, or returned: its side never comes; the error is the CPU
-    /// backend's for a worker that finished the call without joining); each first aborts
+    /// backend's for a worker that finished the call without joining) or queued another
+    /// collective in its place (see [`Comms::passed`]); each first aborts
     /// the worker's communicators (`ncclCommAbort`), which stops their kernels, and later
     /// collectives fail at once until new ones are made: by the session before its next call
     /// when a failure or a peer aborted them (the error says so, see [`aborted_in`]), by
@@ -816,6 +829,31 @@ mod tests {
             passed_peer(&last, &worker(0, 2, 1), &peers[..1]).is_none(),
             "without every worker's record (across machines) nothing is judged"
         );
+    }
+
+    #[test]
+    fn a_peer_that_queued_another_collective_in_its_place_fails_the_wait() {
+        let peers = records(2);
+        let last = first_allreduce();
+        peers[1].begin_call(7, true, Some("f"));
+        peers[1].joined_one(Joined::Session, Collective::Allgather.code());
+        let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("crossed");
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (
+                ErrorKind::Value,
+                "allreduce in call 7 (`f`) on worker 0: worker 1 joined allgather in its place: \
+                 the workers disagree on which collective comes next"
+            )
+        );
+        // Finished, too.
+        peers[1].end_call(None);
+        assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_some());
+        // The same collective in its place is its side.
+        let same = records(2);
+        same[1].begin_call(7, true, Some("f"));
+        same[1].joined_one(Joined::Session, Collective::Allreduce.code());
+        assert!(passed_peer(&last, &worker(0, 2, 1), &same).is_none());
     }
 
     #[test]

@@ -29,14 +29,14 @@ pub enum What {
     /// SHA-256.
     Upload = 3,
     /// From a node, about every worker of it: the records of its workers that changed since it
-    /// last sent them ([`board`](super::board)).
+    /// last sent them (`session::node_board`).
     Board = 4,
     /// From the controller, to the routed worker(s): something to note outside the workers'
     /// queues (the session stops, new communicators come, a collective was ruled hopeless).
     Signal = 5,
     /// Either way, about the node's part in a trace: the controller asks for a clock reading,
     /// or starts, stops or dumps the node's trace; the node answers with its clock and its
-    /// workers' events ([`trace`](crate::session::node::trace) lays it out).
+    /// workers' events (`session::node::trace` lays it out).
     Trace = 6,
 }
 

@@ -1,6 +1,7 @@
 //! The referee of a session across machines: it finds, in every worker's record, a worker
 //! waiting in a collective for a peer that will never join it (the peer finished the call
-//! having joined fewer collectives on that communicator, or it is dead or lost), and rules so
+//! having joined fewer collectives on that communicator, joined another in its place, or it is
+//! dead or lost), and rules so
 //! in the waiting worker's signals; the worker's watch then ends its Gloo wait at once, and a
 //! worker waiting for its GPU after queueing an NCCL collective ends that wait at its next
 //! poll. Gloo itself would wait for the peer until its timeout, NCCL for ever.
@@ -17,7 +18,7 @@ use super::link::WorkerLink;
 use super::signal::Signal;
 use super::state::SessionState;
 use super::status::{Verdict, WorkerStatus};
-use crate::ccl::{Collective, passed_error};
+use crate::ccl::{Collective, crossed_error, passed_error};
 use crate::object::{Error, Result};
 use crate::worker::activity::{Comm, Snapshot, State};
 
@@ -130,11 +131,19 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
                         _ => {}
                     }
                     let theirs = other.report.as_ref()?;
-                    theirs.joins.passed(call, on, count).then(|| {
+                    if theirs.joins.passed(call, on, count) {
                         let failed = theirs.failure.as_ref().filter(|(c, _)| *c == call);
                         let how = failed.map(|(_, text)| text.clone());
-                        passed_error(what, call, function, waiter.worker, peer, Some(how)).message
-                    })
+                        let error =
+                            passed_error(what, call, function, waiter.worker, peer, Some(how));
+                        return Some(error.message);
+                    }
+                    // A peer in another collective: Gloo's members find that out themselves,
+                    // as they meet; NCCL's would meet the two as one.
+                    let crossed = theirs.joins.crossed(call, on, count, what.code());
+                    let crossed = crossed.filter(|_| !in_it).and_then(Collective::from_code)?;
+                    let error = crossed_error(what, call, function, waiter.worker, peer, crossed);
+                    Some(error.message)
                 })?;
             Some(Ruling {
                 worker: waiter.worker,
@@ -279,6 +288,38 @@ mod tests {
         seen[3].report = Activity::default().snapshot();
         seen[3].verdict = Some(Verdict::Dead("its process was killed".into()));
         assert!(judge(&seen, &SHAPE).is_empty());
+    }
+
+    #[test]
+    fn a_gpu_wait_whose_peer_joined_another_collective_in_its_place_is_ruled_on() {
+        let records = records();
+        waits_for_its_gpu(&records, 1, true);
+        for w in [0, 2, 3] {
+            records[w].begin_call(7, true, Some("mlp.step"));
+            let what = if w == 3 {
+                Collective::Allgather
+            } else {
+                Collective::Allreduce
+            };
+            records[w].joined_one(Comm::Session, what.code());
+        }
+        let rulings = judge(&seen(&records), &SHAPE);
+        assert_eq!(rulings.len(), 1, "{rulings:?}");
+        assert_eq!(
+            (rulings[0].worker, rulings[0].why.as_str()),
+            (
+                1,
+                "allreduce in call 7 (`mlp.step`) on worker 1: worker 3 joined allgather in \
+                 its place: the workers disagree on which collective comes next"
+            )
+        );
+        // Gloo's members, in the collective, find that out as they meet.
+        records[1].begin_call(8, true, Some("mlp.step"));
+        records[1].joined_one(Comm::Session, Collective::Allreduce.code());
+        records[1].enter_collective(Collective::Allreduce.code());
+        records[3].begin_call(8, true, Some("mlp.step"));
+        records[3].joined_one(Comm::Session, Collective::Allgather.code());
+        assert!(judge(&seen(&records), &SHAPE).is_empty());
     }
 
     #[test]

@@ -210,7 +210,7 @@ impl super::controller::Session {
     }
 
     /// Begins a trace: from now on, every worker's events and the controller's calls, syncs and
-    /// copies are kept (up to 1 GiB of them), until [`Session::trace_stop`].
+    /// copies are kept (up to 1 GiB of them), until `trace_stop`.
     ///
     /// Errors: `ValueError` when a trace runs already; `SessionClosed` after shutdown.
     pub fn trace_start(&self) -> Result<()> {

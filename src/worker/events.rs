@@ -8,7 +8,7 @@
 //! knows the slot was overwritten (or is being written) and counts the event as lost. In a
 //! worker process the ring lies in the session's arena, so a dead worker's events outlive it.
 //! A second ring of the worker's takes the instructions of the streams its functions made,
-//! which their threads write, each taking its event's number first ([`Ring::record_shared`]).
+//! which their threads write, each taking its event's number first (`Ring::record_shared`).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -123,7 +123,7 @@ impl Team {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Event<N = Name> {
     pub kind: Kind,
-    /// When it began, in ns on the machine's monotonic clock ([`now_ns`]).
+    /// When it began, in ns on the machine's monotonic clock (`now_ns`).
     pub start_ns: u64,
     pub dur_ns: u64,
     /// The call it belongs to (0: none known).

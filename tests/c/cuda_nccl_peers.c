@@ -1,9 +1,10 @@
 /* NCCL collectives whose peer passed them: on two workers, each on a GPU of its own (worker
  * threads, worker processes, and two nodes of one worker), worker 1 fails before an all-reduce,
- * or returns, while worker 0 queues its side. Worker 0 waits for its GPU, where NCCL would wait
- * for worker 1 for ever; with no session timeout, the sync fails within a second, naming the
- * all-reduce, the peer and the peer's cause, and saying that the communicators are made again.
- * The next all-reduce, with no init_ccl between, sums both workers' values.
+ * or returns, or queues an all-gather in its place, while worker 0 queues the all-reduce. Worker
+ * 0 waits for its GPU, where NCCL would wait for worker 1 for ever; with no session timeout, the
+ * sync fails within a second, naming the all-reduce, the peer and the peer's cause (or its
+ * all-gather), and saying that the communicators are made again. The next all-reduce, with no
+ * init_ccl between, sums both workers' values.
  *
  * It needs two GPUs and NCCL (or the NCCL stand-in with its communicators of several ranks,
  * NCCL_STUB_SHARED_RANKS, as tests/cuda_stub_driver.rs runs it): without them it exits 77
@@ -33,42 +34,65 @@ static int32_t fill_values(void* self, const DVMAny* args, int32_t n, DVMAny* re
   return status == DVM_OK ? 0 : fail_with_last_error();
 }
 
-/* peers.allreduce_but(worker, fail, send, recv): the all-reduce (sum) of send into recv, but on
- * worker `worker`, which fails first (`fail`) or returns (-1: every worker runs it). */
-static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
-  (void)self, (void)n, (void)result;
-  if (dvm_current_worker_id() == args[0].v_int64) {
-    if (args[1].v_int64) {
-      dvm_error_raise("ValueError", "failed before the allreduce on purpose");
-      return -1;
-    }
-    return 0;
-  }
+/* What worker 1 does in place of the all-reduce. */
+enum { RETURNS, FAILS, GATHERS };
+
+/* Calls built-in `name` with `args` (`n` of them), on this worker. */
+static int32_t call_here(const char* name, DVMAny* args, int32_t n) {
   dvm_func* f = NULL;
-  if (dvm_func_get_global("runtime.disco.allreduce", &f) != DVM_OK) return fail_with_last_error();
-  int64_t sum = 0;
-  DVMAny op = any_none(), none = any_none();
-  if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
-  DVMAny call_args[4] = {args[2], op, any_bool(0), args[3]};
-  dvm_status status = dvm_func_call(f, call_args, 4, &none);
+  if (dvm_func_get_global(name, &f) != DVM_OK) return fail_with_last_error();
+  DVMAny none = any_none();
+  dvm_status status = dvm_func_call(f, args, n, &none);
   dvm_func_free(f);
-  CHECK_OK(dvm_any_release(&op));
   return status == DVM_OK ? 0 : fail_with_last_error();
 }
 
-/* Calls peers.allreduce_but(worker, fail) on every worker. */
-static void reduce_but(dvm_session* s, int64_t worker, int fail, dvm_dref* send, dvm_dref* recv) {
-  DVMAny args[4] = {any_int(worker), any_bool(fail), any_dref(send), any_dref(recv)};
-  dvm_dref_free(call_builtin(s, "peers.allreduce_but", args, 4));
+/* peers.allreduce_but(worker, how, send, recv, half): the all-reduce (sum) of send into recv,
+ * but on worker `worker` (-1: none), which returns, fails or all-gathers `half` into recv in its
+ * place, as `how` says. */
+static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
+  (void)self, (void)n, (void)result;
+  if (dvm_current_worker_id() == args[0].v_int64) {
+    switch (args[1].v_int64) {
+      case FAILS:
+        dvm_error_raise("ValueError", "failed before the allreduce on purpose");
+        return -1;
+      case GATHERS: {
+        DVMAny gather[3] = {args[4], any_bool(0), args[3]};
+        return call_here("runtime.disco.allgather", gather, 3);
+      }
+      default:
+        return 0;
+    }
+  }
+  int64_t sum = 0;
+  DVMAny op = any_none();
+  if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
+  DVMAny reduce[4] = {args[2], op, any_bool(0), args[3]};
+  int32_t called = call_here("runtime.disco.allreduce", reduce, 4);
+  CHECK_OK(dvm_any_release(&op));
+  return called;
+}
+
+/* The tensors of the test, on every worker. */
+typedef struct {
+  dvm_dref *send, *recv, *half;
+} Tensors;
+
+/* Calls peers.allreduce_but(worker, how) on every worker. */
+static void reduce_but(dvm_session* s, int64_t worker, int64_t how, const Tensors* t) {
+  DVMAny args[5] = {any_int(worker), any_int(how), any_dref(t->send), any_dref(t->recv),
+                    any_dref(t->half)};
+  dvm_dref_free(call_builtin(s, "peers.allreduce_but", args, 5));
 }
 
 /* Every worker reduces; worker 0's recv then holds 1 + 2 in every element. */
-static void every_worker_reduces(dvm_session* s, dvm_dref* send, dvm_dref* recv) {
-  reduce_but(s, -1, 0, send, recv);
+static void every_worker_reduces(dvm_session* s, const Tensors* t) {
+  reduce_but(s, -1, RETURNS, t);
   static float out[N];
   int64_t n = N;
   DLTensor host_out = {out, kHost, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
-  CHECK_OK(dvm_session_copy_from_worker0(s, &host_out, recv));
+  CHECK_OK(dvm_session_copy_from_worker0(s, &host_out, t->recv));
   for (int i = 0; i < N; i++) CHECK(out[i] == 3.0f);
 }
 
@@ -89,39 +113,54 @@ static int run(const char* kind) {
     finish_session(s);
     return 1;
   }
-  int64_t n = N;
-  dvm_dref* send = empty_tensor(s, &n, 1, (DLDataType){kDLFloat, 32, 1}, 0);
-  dvm_dref* recv = empty_tensor(s, &n, 1, (DLDataType){kDLFloat, 32, 1}, 0);
-  DVMAny fill_args[1] = {any_dref(send)};
+  int64_t n = N, half_n = N / 2;
+  DLDataType f32 = {kDLFloat, 32, 1};
+  Tensors t = {empty_tensor(s, &n, 1, f32, 0), empty_tensor(s, &n, 1, f32, 0),
+               empty_tensor(s, &half_n, 1, f32, 0)};
+  DVMAny fill_args[1] = {any_dref(t.send)};
   dvm_dref_free(call_builtin(s, "peers.fill", fill_args, 1));
-  every_worker_reduces(s, send, recv);
+  every_worker_reduces(s, &t);
 
-  for (int fail = 1; fail >= 0; fail--) {
+  static const struct {
+    int64_t how;
+    const char* said; /* by worker 0's error, after "on worker 0: worker 1 " */
+    const char* done; /* what worker 1 did, in the line printed */
+  } cases[] = {
+      {FAILS,
+       "without joining it: `peers.allreduce_but` failed: ValueError: failed before the "
+       "allreduce on purpose",
+       "failed before the all-reduce"},
+      {RETURNS, "without joining it: `peers.allreduce_but` returned", "returned before the all-reduce"},
+      {GATHERS, "joined allgather in its place: the workers disagree on which collective comes next",
+       "all-gathered in place of the all-reduce"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     double started = now_s();
-    reduce_but(s, 1, fail, send, recv);
+    reduce_but(s, 1, cases[c].how, &t);
     EXPECT_STATUS(dvm_session_sync_all(s), DVM_WORKER_ERROR,
-                  "(`peers.allreduce_but`) on worker 0: worker 1 finished call ");
+                  "(`peers.allreduce_but`) on worker 0: worker 1 ");
     double took = now_s() - started;
     const char* message = dvm_last_error_message();
-    const char* how = fail ? "without joining it: `peers.allreduce_but` failed: ValueError: "
-                             "failed before the allreduce on purpose"
-                           : "without joining it: `peers.allreduce_but` returned";
     CHECK(strstr(message, "allreduce in call ") != NULL);
-    CHECK(strstr(message, how) != NULL);
+    CHECK(strstr(message, cases[c].said) != NULL);
     CHECK(strstr(message, "its NCCL communicators were aborted, and are made again") != NULL);
+    if (cases[c].how == GATHERS) {
+      /* Worker 1 waits for worker 0 too, and says so. */
+      CHECK(strstr(message, "on worker 1: worker 0 joined allreduce in its place") != NULL);
+    }
     if (took >= kFailsWithin) {
       fprintf(stderr, "cuda_nccl_peers: %s: the sync failed after %.2f s: %s\n", kind, took,
               message);
       CHECK(took < kFailsWithin);
     }
     /* No init_ccl: the next call finds the communicators made again. */
-    every_worker_reduces(s, send, recv);
-    printf("cuda_nccl_peers: %s: worker 1 %s before the all-reduce: the sync failed in %.3f s, "
-           "and the next all-reduce summed both\n",
-           kind, fail ? "failed" : "returned", took);
+    every_worker_reduces(s, &t);
+    printf("cuda_nccl_peers: %s: worker 1 %s: the sync failed in %.3f s, and the next all-reduce "
+           "summed both\n",
+           kind, cases[c].done, took);
   }
   CHECK_OK(dvm_session_sync_all(s));
-  dvm_dref_free(send), dvm_dref_free(recv);
+  dvm_dref_free(t.send), dvm_dref_free(t.recv), dvm_dref_free(t.half);
   finish_session(s);
   return 0;
 }

@@ -11,7 +11,8 @@
  * collective is a step queued on the stream (discovmStubQueueStep of the driver stand-in, which
  * runs the stream's work at once as far as it can): when the work before it ran, it leaves its
  * send bytes (at most 64 KiB) in its rank's cell, then cannot run, and holds its stream, until
- * every rank left its own; then it computes its receive buffer. So a rank whose peer never queues its side waits on its GPU for ever, as with
+ * every rank left its own; then it computes its receive buffer (unless the ranks disagree on
+ * the collective or its size: then it waits for ever, as NCCL may). So a rank whose peer never queues its side waits on its GPU for ever, as with
  * NCCL, until ncclCommAbort, after which its queued collectives end without writing. Modelled:
  * the all-reduce (sum, product, max, min, average of int32, uint32, int64, uint64, float32 and
  * float64), the all-gather and the broadcast; such communicators are never freed, so that work
@@ -53,6 +54,8 @@ enum { MAX_RANKS = 8, SLOTS = 16, SLOT_BYTES = 1 << 16 };
 typedef struct {
   _Atomic unsigned long long seq; /* 1 + the number of the collective it holds; 0: none yet */
   atomic_int taken; /* ranks that computed that collective's result from it */
+  int kind; /* that collective's, and the bytes each rank sends in it */
+  size_t size;
   char bytes[SLOT_BYTES]; /* its send bytes */
 } Cell;
 
@@ -347,12 +350,18 @@ static int collective_step(void* arg, const void* send, void* recv) {
     if (!c->left) {
       if (atomic_load(&mine->seq) != 0 && atomic_load(&mine->taken) < comm->nranks) return 0;
       if (send != NULL) memcpy(mine->bytes, send, c->bytes);
+      mine->kind = c->kind;
+      mine->size = c->bytes;
       atomic_store(&mine->taken, 0);
       atomic_store(&mine->seq, c->seq + 1);
       c->left = 1;
     }
     for (int r = 0; r < comm->nranks; r++) {
       if (atomic_load(&row[r].seq) != c->seq + 1) return 0;
+    }
+    /* Ranks that disagree on the collective, or on its size, wait for ever, as NCCL may. */
+    for (int r = 0; r < comm->nranks; r++) {
+      if (row[r].kind != c->kind || row[r].size != c->bytes) return 0;
     }
     combine(c, row, recv);
     for (int r = 0; r < comm->nranks; r++) atomic_fetch_add(&row[r].taken, 1);

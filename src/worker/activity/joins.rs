@@ -67,6 +67,15 @@ impl Joins {
     pub fn passed(&self, call: u64, on: Comm, count: u64) -> bool {
         self.finished_all >= call && self.call <= call && self.counts[on.code()] < count
     }
+
+    /// The collective (its code) a worker of these joins joined as its `count`-th on `on` in
+    /// call `call`, when that is its last and not `what`: where NCCL pairs collectives by their
+    /// order alone, the two would meet as one (and never complete, or mix their bytes).
+    pub fn crossed(&self, call: u64, on: Comm, count: u64, what: u32) -> Option<u32> {
+        let same_place =
+            self.call == call && self.on == on.code() as u32 && self.counts[on.code()] == count;
+        (same_place && self.what != 0 && self.what != what).then_some(self.what)
+    }
 }
 
 impl Activity {
@@ -141,6 +150,27 @@ mod tests {
         assert_eq!(
             (joins.call, joins.on, joins.what, joins.counts),
             (5, 0, BARRIER, [2, 1, 0])
+        );
+        assert_eq!(joins.crossed(5, Comm::Session, 2, ALLREDUCE), Some(BARRIER));
+        assert_eq!(
+            joins.crossed(5, Comm::Session, 2, BARRIER),
+            None,
+            "the same"
+        );
+        assert_eq!(
+            joins.crossed(5, Comm::Session, 1, ALLREDUCE),
+            None,
+            "its first"
+        );
+        assert_eq!(
+            joins.crossed(5, Comm::Group, 2, ALLREDUCE),
+            None,
+            "elsewhere"
+        );
+        assert_eq!(
+            joins.crossed(4, Comm::Session, 2, ALLREDUCE),
+            None,
+            "another call"
         );
         // A call to this worker alone: counted, but its collective is not said.
         activity.begin_call(6, false, None);
