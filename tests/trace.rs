@@ -402,14 +402,17 @@ fn broken_within(s: &Arc<Session>) -> bool {
     false
 }
 
-/// Worker 1 is killed mid-trace: the trace still stops, and holds that worker's calls up to its
-/// death (from the session's arena on this machine; on another, sent by its node as it died).
+/// Worker 1 is killed mid-trace: the trace still stops, and holds that worker's calls and its
+/// streams' instructions up to its death (from the session's arena on this machine; on
+/// another, sent by its node as it died).
 fn a_worker_killed_mid_trace_leaves_its_events_up_to_its_death(kind: session_kinds::Kind) {
     let s = session_kinds::session(kind, 2);
     let add = s.get_global_func("proc.add").unwrap();
+    let copy = s.get_global_func("proc.stream_copy").unwrap();
     let pid = worker_processes::pids(&s)[1];
     s.trace_start().unwrap();
     let _sum = call(&s, &add, &[Any::Int(1), Any::Int(2)]);
+    let _copied = call(&s, &copy, &[Any::Int(64)]);
     s.sync_all().unwrap();
     // SAFETY: kill only sends a signal to the test's own worker process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
@@ -430,6 +433,11 @@ fn a_worker_killed_mid_trace_leaves_its_events_up_to_its_death(kind: session_kin
         "the dead worker's call is in the trace: {}",
         trace["otherData"]
     );
+    let copies = phase(&trace, "X")
+        .into_iter()
+        .filter(|e| e["args"]["worker"] == 1 && e["cat"] == "stream")
+        .count();
+    assert_eq!(copies, 1, "its stream's copy is in the trace");
     if kind == session_kinds::Kind::Nodes {
         // The death ends the node's connection: the node sent that worker's last events first.
         let node = &trace["otherData"]["nodes"][0];

@@ -231,12 +231,13 @@ fn send_events<'a>(
 
 /// Sends the last events of the worker at `local`, which died, unasked (stamp 0), before its
 /// death notice: the node's connection ends with the notice, and they are that worker's last
-/// words in the session's trace or dump.
+/// words in the session's trace or dump: its own and its streams'.
 pub(crate) fn send_last_words(link: &ProcessLink, local: u32, send: Sender<'_>) {
+    let (own, streams) = (link.events().last(), link.stream_events().last());
     // A controller that is gone hears nothing more anyway.
     let _ = send_events(
         local as usize,
-        &link.events().last().events,
+        own.events.iter().chain(&streams.events),
         LAST_WORDS,
         send,
     );
