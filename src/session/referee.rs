@@ -124,9 +124,10 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
                         )
                     };
                     // A worker waiting for its device may wait for other work than the
-                    // collective: only a peer that passed it says that it never completes.
+                    // collective: a peer whose node is lost for a while says nothing of it. A
+                    // dead one broke the session, whatever the wait was for.
                     match &other.verdict {
-                        Some(Verdict::Dead(cause)) if in_it => return Some(gone("is dead", cause)),
+                        Some(Verdict::Dead(cause)) => return Some(gone("is dead", cause)),
                         Some(Verdict::Lost(cause)) if in_it => return Some(gone("is lost", cause)),
                         _ => {}
                     }
@@ -284,10 +285,17 @@ mod tests {
                     .into(),
             }]
         );
-        // Its wait may be for other work than the collective: a peer gone says nothing of it.
+        // Its wait may be for other work than the collective: a peer whose node is lost for a
+        // while says nothing of it; a dead one broke the session anyway.
         seen[3].report = Activity::default().snapshot();
-        seen[3].verdict = Some(Verdict::Dead("its process was killed".into()));
+        seen[3].verdict = Some(Verdict::Lost("nothing heard from node 1 for 1.0 s".into()));
         assert!(judge(&seen, &SHAPE).is_empty());
+        seen[3].verdict = Some(Verdict::Dead("its process was killed".into()));
+        assert_eq!(
+            judge(&seen, &SHAPE)[0].why,
+            "allreduce in call 7 (`mlp.step`) on worker 1: worker 3 is dead: its process was \
+             killed"
+        );
     }
 
     #[test]
