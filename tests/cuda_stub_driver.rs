@@ -226,8 +226,8 @@ fn cuda_nccl_communicators_aborted_are_made_again_before_the_next_call() {
     }
 }
 
-/// An NCCL collective whose peer passed it (failed first, returned, or queued another collective
-/// in its place) fails the wait for the GPU within a second, without a session timeout, and the next one works without `init_ccl`:
+/// An NCCL collective whose peer passed it (failed first, returned, or queued another collective,
+/// or another size, in its place) fails the wait for the GPU within a second, without a session timeout, and the next one works without `init_ccl`:
 /// on two GPUs, with the stand-in's communicators of two ranks, on worker threads, worker
 /// processes (each judges from its peers' records) and two nodes (the controller's referee
 /// rules).
@@ -243,6 +243,7 @@ fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_go
         "failed before the all-reduce",
         "returned before the all-reduce",
         "all-gathered in place of the all-reduce",
+        "all-reduced half as many elements",
     ];
     for kind in ["threads", "processes", "nodes"] {
         for how in done {

@@ -74,6 +74,8 @@ struct Queued {
     grouped: bool,
     /// How many the worker queued on that communicator since it was made, this one included.
     count: u64,
+    /// The bytes its members must agree on (see `Joins::size`).
+    size: u64,
 }
 
 impl Comms {
@@ -90,8 +92,11 @@ impl Comms {
     /// call went to every worker (transfers, between two workers, are not counted; one queued
     /// in a call to this worker alone leaves the last of a call to every worker watched: it
     /// cannot finish before that one).
-    fn queued(&self, what: Collective, grouped: bool) {
-        let count = self.shared.activity.joined_one(on(grouped), what.code());
+    fn queued(&self, what: Collective, grouped: bool, size: u64) {
+        let count = self
+            .shared
+            .activity
+            .joined_one(on(grouped), what.code(), size);
         if let Some((call, function)) = worker::activity::own_broadcast_call() {
             *self.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(Queued {
                 what,
@@ -99,6 +104,7 @@ impl Comms {
                 function,
                 grouped,
                 count,
+                size,
             });
         }
     }
@@ -216,14 +222,15 @@ fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Err
                 Some(how),
             ));
         }
-        let theirs = joins.crossed(last.call, on, last.count, last.what.code())?;
+        let (theirs, size) =
+            joins.crossed(last.call, on, last.count, last.what.code(), last.size)?;
         Some(super::communicator::crossed_error(
-            last.what,
+            (last.what, last.size),
             last.call,
             function,
             info.id,
             peer,
-            Collective::from_code(theirs)?,
+            (Collective::from_code(theirs)?, size),
         ))
     })
 }
@@ -561,7 +568,7 @@ impl Backend for Arc<Comms> {
         let comms = self.clone();
         // A barrier then waits for its flag, watching from before it was queued.
         let watch = (collective == Collective::Barrier).then(|| CommsCheck::new(self.clone()));
-        match collective {
+        let size = match collective {
             Collective::Allreduce => allreduce(comms, args),
             Collective::Allgather => allgather(comms, args),
             Collective::Broadcast => broadcast(comms, args),
@@ -572,7 +579,7 @@ impl Backend for Arc<Comms> {
                 return transfer_built_in(comms, transfer, args);
             }
         }?;
-        self.queued(collective, collective.in_group(args)?);
+        self.queued(collective, collective.in_group(args)?, size);
         match watch {
             Some(watch) => with_stream(|stream| watch.sync(stream)),
             None => Ok(()),
@@ -645,31 +652,37 @@ fn red_op(kind: ReduceOp) -> RedOp {
     }
 }
 
-fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+// Each collective below returns the bytes its members must agree on (see `Joins::size`).
+
+fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     const WHAT: Collective = Collective::Allreduce;
     let grouped = WHAT.in_group(args)?;
     let send = required(args, WHAT, Arg::Send)?;
     let op = red_op(WHAT.kind(args)?);
     let recv = required(args, WHAT, Arg::Recv)?;
     sized(WHAT, &recv, Arg::Recv, &send, 1)?;
+    let size = send.bytes();
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
-    })
+    })?;
+    Ok(size)
 }
 
-fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     const WHAT: Collective = Collective::Allgather;
     let grouped = WHAT.in_group(args)?;
     let send = required(args, WHAT, Arg::Send)?;
     let recv = required(args, WHAT, Arg::Recv)?;
     let size = comms.team(grouped).0.size();
     sized(WHAT, &recv, Arg::Recv, &send, size)?;
+    let size = send.bytes();
     enqueue(uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_gather(&send, &recv, stream)
-    })
+    })?;
+    Ok(size)
 }
 
-fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     const WHAT: Collective = Collective::Broadcast;
     let grouped = WHAT.in_group(args)?;
     let root = comms.team(grouped).1 == 0;
@@ -678,15 +691,17 @@ fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     if let Some(send) = &send {
         sized(WHAT, &recv, Arg::Recv, send, 1)?;
     }
+    let size = recv.bytes();
     enqueue(uses(&send, [&recv]), move |stream| {
         comms
             .team(grouped)
             .0
             .broadcast(send.as_ref(), &recv, 0, stream)
-    })
+    })?;
+    Ok(size)
 }
 
-fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     const WHAT: Collective = Collective::Scatter;
     let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
@@ -696,6 +711,7 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     if let Some(send) = &send {
         sized(WHAT, send, Arg::Send, &recv, size)?;
     }
+    let bytes = recv.bytes();
     enqueue(uses(&send, [&recv]), move |stream| {
         let comm = comms.team(grouped).0;
         comm.group(|| {
@@ -706,10 +722,11 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
             }
             comm.recv(&recv, 0, stream)
         })
-    })
+    })?;
+    Ok(bytes)
 }
 
-fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     const WHAT: Collective = Collective::Gather;
     let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
@@ -719,6 +736,7 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
     if let Some(recv) = &recv {
         sized(WHAT, recv, Arg::Recv, &send, size)?;
     }
+    let bytes = send.bytes();
     enqueue(uses([&send], &recv), move |stream| {
         let comm = comms.team(grouped).0;
         comm.group(|| {
@@ -730,7 +748,8 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
             }
             Ok(())
         })
-    })
+    })?;
+    Ok(bytes)
 }
 
 /// One side of a transfer with worker `peer` (a global id) over the session's communicator.
@@ -757,15 +776,17 @@ fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]
 /// Reduces the worker's flag across the team (the caller then waits for it: no worker of the
 /// team passes before every one has queued its barrier and the work queued before it
 /// finished).
-fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<()> {
+fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
+    let size = flag.bytes();
     enqueue(uses([], [&flag]), move |stream| {
         comms
             .team(grouped)
             .0
             .all_reduce(&flag, &flag, RedOp::Sum, stream)
-    })
+    })?;
+    Ok(size)
 }
 
 #[cfg(test)]
@@ -802,6 +823,7 @@ mod tests {
             function: Some("f".into()),
             grouped: false,
             count: 1,
+            size: 1024,
         }
     }
 
@@ -836,7 +858,7 @@ mod tests {
         let peers = records(2);
         let last = first_allreduce();
         peers[1].begin_call(7, true, Some("f"));
-        peers[1].joined_one(Joined::Session, Collective::Allgather.code());
+        peers[1].joined_one(Joined::Session, Collective::Allgather.code(), 0);
         let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("crossed");
         assert_eq!(
             (error.kind, error.message.as_str()),
@@ -849,11 +871,20 @@ mod tests {
         // Finished, too.
         peers[1].end_call(None);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_some());
-        // The same collective in its place is its side.
+        // The same collective in its place is its side, unless its size differs.
         let same = records(2);
         same[1].begin_call(7, true, Some("f"));
-        same[1].joined_one(Joined::Session, Collective::Allreduce.code());
+        same[1].joined_one(Joined::Session, Collective::Allreduce.code(), 1024);
         assert!(passed_peer(&last, &worker(0, 2, 1), &same).is_none());
+        let smaller = records(2);
+        smaller[1].begin_call(7, true, Some("f"));
+        smaller[1].joined_one(Joined::Session, Collective::Allreduce.code(), 512);
+        let error = passed_peer(&last, &worker(0, 2, 1), &smaller).expect("another size");
+        assert_eq!(
+            error.message,
+            "allreduce in call 7 (`f`) on worker 0: worker 1 joined it with 512 bytes where \
+             worker 0 has 1024: the workers disagree on its size"
+        );
     }
 
     #[test]
@@ -881,21 +912,21 @@ mod tests {
         let peers = records(2);
         let last = first_allreduce();
         peers[1].begin_call(7, true, Some("f"));
-        peers[1].joined_one(Joined::Session, Collective::Allreduce.code());
+        peers[1].joined_one(Joined::Session, Collective::Allreduce.code(), 0);
         peers[1].end_call(None);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // What it queued on another communicator does not count.
         peers[1].begin_call(7, true, Some("f"));
         peers[1].comms_made();
-        peers[1].joined_one(Joined::Group, Collective::Allreduce.code());
+        peers[1].joined_one(Joined::Group, Collective::Allreduce.code(), 0);
         peers[1].end_call(None);
         let error = passed_peer(&last, &worker(0, 2, 1), &peers).expect("it passed");
         assert!(error.message.ends_with("without joining it: `f` returned"));
 
         // A later call queued one, which NCCL pairs with this one.
         peers[1].begin_call(8, true, None);
-        peers[1].joined_one(Joined::Session, Collective::Allreduce.code());
+        peers[1].joined_one(Joined::Session, Collective::Allreduce.code(), 0);
         assert!(passed_peer(&last, &worker(0, 2, 1), &peers).is_none());
 
         // A later init_ccl made it new communicators: its count no longer tells of call 7.

@@ -103,7 +103,7 @@ pub fn write_upload(out: &mut impl Write, hash: &[u8; HASH_SIZE], module: &[u8])
 
 /// Bytes of a node's board entry before its texts (`session::node_board` lays entries out):
 /// a board shorter than one entry is refused here.
-pub const BOARD_ENTRY_FIXED: usize = 144;
+pub const BOARD_ENTRY_FIXED: usize = 152;
 
 /// Writes a node's board: `entries`, encoded by `session::node_board::encode`.
 pub fn write_board(out: &mut impl Write, entries: &[u8]) -> io::Result<()> {
@@ -385,11 +385,11 @@ mod tests {
         assert!(bad(&sized(What::Upload, ALL, 31)).contains("an upload of 31 bytes"));
         assert!(bad(&sized(What::Upload, ALL, 65)).contains("at most 64 bytes"));
         assert_eq!(
-            bad(&sized(What::Board, 1, 144)),
-            "a board of 144 bytes routed to 0x1 (it is about every worker, holds an entry of \
-             144 bytes at least, and at most 64 bytes)"
+            bad(&sized(What::Board, 1, 152)),
+            "a board of 152 bytes routed to 0x1 (it is about every worker, holds an entry of \
+             152 bytes at least, and at most 64 bytes)"
         );
-        assert!(bad(&sized(What::Board, ALL, 143)).contains("a board of 143 bytes"));
+        assert!(bad(&sized(What::Board, ALL, 151)).contains("a board of 151 bytes"));
         // Signals: a fixed part at least, and a text no longer than a ruling's.
         assert!(bad(&sized(What::Signal, 0, 15)).contains("a signal of 15 bytes (from 16 to 528)"));
         assert!(bad(&sized(What::Signal, ALL, 529)).contains("a signal of 529 bytes"));

@@ -141,9 +141,14 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
                     }
                     // A peer in another collective: Gloo's members find that out themselves,
                     // as they meet; NCCL's would meet the two as one.
-                    let crossed = theirs.joins.crossed(call, on, count, what.code());
-                    let crossed = crossed.filter(|_| !in_it).and_then(Collective::from_code)?;
-                    let error = crossed_error(what, call, function, waiter.worker, peer, crossed);
+                    let size = joins.size;
+                    let (theirs, their_size) = theirs
+                        .joins
+                        .crossed(call, on, count, what.code(), size)
+                        .filter(|_| !in_it)?;
+                    let theirs = (Collective::from_code(theirs)?, their_size);
+                    let error =
+                        crossed_error((what, size), call, function, waiter.worker, peer, theirs);
                     Some(error.message)
                 })?;
             Some(Ruling {
@@ -205,7 +210,7 @@ mod tests {
     /// Worker `w` in call 7's first allreduce on the leaders' mesh.
     fn leader_waits(records: &[Activity], w: usize) {
         records[w].begin_call(7, true, Some("mlp.step"));
-        records[w].joined_one(Comm::Leaders, Collective::Allreduce.code());
+        records[w].joined_one(Comm::Leaders, Collective::Allreduce.code(), 0);
         records[w].enter_collective(Collective::Allreduce.code());
     }
 
@@ -247,7 +252,7 @@ mod tests {
         records[1].end_call(None);
         // Worker 0 joined the collective and finished the call.
         records[0].begin_call(7, true, Some("mlp.step"));
-        records[0].joined_one(Comm::Leaders, Collective::Allreduce.code());
+        records[0].joined_one(Comm::Leaders, Collective::Allreduce.code(), 0);
         records[0].end_call(None);
         assert!(judge(&seen(&records), &SHAPE).is_empty());
     }
@@ -256,7 +261,7 @@ mod tests {
     /// call, and waits for its GPU.
     fn waits_for_its_gpu(records: &[Activity], w: usize, to_all: bool) {
         records[w].begin_call(7, to_all, Some("mlp.step"));
-        records[w].joined_one(Comm::Session, Collective::Allreduce.code());
+        records[w].joined_one(Comm::Session, Collective::Allreduce.code(), 0);
         records[w].end_call(None);
         records[w].enter(State::Syncing);
     }
@@ -267,7 +272,7 @@ mod tests {
         waits_for_its_gpu(&records, 1, true);
         for w in [0, 2] {
             records[w].begin_call(7, true, Some("mlp.step"));
-            records[w].joined_one(Comm::Session, Collective::Allreduce.code());
+            records[w].joined_one(Comm::Session, Collective::Allreduce.code(), 0);
             records[w].end_call(None);
         }
         assert!(judge(&seen(&records), &SHAPE).is_empty(), "worker 3 runs");
@@ -299,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn a_gpu_wait_whose_peer_joined_another_collective_in_its_place_is_ruled_on() {
+    fn a_gpu_wait_whose_peer_joined_another_collective_or_size_in_its_place_is_ruled_on() {
         let records = records();
         waits_for_its_gpu(&records, 1, true);
         for w in [0, 2, 3] {
@@ -309,7 +314,7 @@ mod tests {
             } else {
                 Collective::Allreduce
             };
-            records[w].joined_one(Comm::Session, what.code());
+            records[w].joined_one(Comm::Session, what.code(), 0);
         }
         let rulings = judge(&seen(&records), &SHAPE);
         assert_eq!(rulings.len(), 1, "{rulings:?}");
@@ -321,12 +326,24 @@ mod tests {
                  its place: the workers disagree on which collective comes next"
             )
         );
+        // The same collective of another size.
+        records[3].begin_call(7, true, Some("mlp.step"));
+        records[3].joined_one(Comm::Session, Collective::Allreduce.code(), 512);
+        records[1].begin_call(7, true, Some("mlp.step"));
+        records[1].joined_one(Comm::Session, Collective::Allreduce.code(), 1024);
+        records[1].end_call(None);
+        records[1].enter(State::Syncing);
+        assert_eq!(
+            judge(&seen(&records), &SHAPE)[0].why,
+            "allreduce in call 7 (`mlp.step`) on worker 1: worker 3 joined it with 512 bytes \
+             where worker 1 has 1024: the workers disagree on its size"
+        );
         // Gloo's members, in the collective, find that out as they meet.
         records[1].begin_call(8, true, Some("mlp.step"));
-        records[1].joined_one(Comm::Session, Collective::Allreduce.code());
+        records[1].joined_one(Comm::Session, Collective::Allreduce.code(), 0);
         records[1].enter_collective(Collective::Allreduce.code());
         records[3].begin_call(8, true, Some("mlp.step"));
-        records[3].joined_one(Comm::Session, Collective::Allgather.code());
+        records[3].joined_one(Comm::Session, Collective::Allgather.code(), 0);
         assert!(judge(&seen(&records), &SHAPE).is_empty());
     }
 

@@ -134,6 +134,8 @@ pub struct Activity {
     joined_on: AtomicU32,
     /// The code of the last it joined, when its call went to every worker (0 otherwise).
     joined_what: AtomicU32,
+    /// The bytes its members agree on in that one (0: not said).
+    joined_size: AtomicU64,
 }
 
 /// A consistent reading of a worker's record.
@@ -402,7 +404,7 @@ pub(crate) fn own_call_stamp() -> u64 {
 
 /// Counts collective `what` (its code), which the calling worker, if it is one, joins on `on`.
 pub(crate) fn note_joined(on: Comm, what: u32) {
-    super::with_own_activity(|activity| activity.joined_one(on, what));
+    super::with_own_activity(|activity| activity.joined_one(on, what, 0));
 }
 
 /// Records the peers the calling worker, if it is one, waits for in its collective now.

@@ -1,10 +1,10 @@
 /* NCCL collectives whose peer passed them: on two workers, each on a GPU of its own (worker
  * threads, worker processes, and two nodes of one worker), worker 1 fails before an all-reduce,
- * or returns, or queues an all-gather in its place, while worker 0 queues the all-reduce. Worker
- * 0 waits for its GPU, where NCCL would wait for worker 1 for ever; with no session timeout, the
- * sync fails within a second, naming the all-reduce, the peer and the peer's cause (or its
- * all-gather), and saying that the communicators are made again. The next all-reduce, with no
- * init_ccl between, sums both workers' values.
+ * or returns, or queues an all-gather or a smaller all-reduce in its place, while worker 0
+ * queues the all-reduce. Worker 0 waits for its GPU, where NCCL would wait for worker 1 for
+ * ever; with no session timeout, the sync fails within a second, naming the all-reduce, the
+ * peer and the peer's cause (or what it queued), and saying that the communicators are made
+ * again. The next all-reduce, with no init_ccl between, sums both workers' values.
  *
  * It needs two GPUs and NCCL (or the NCCL stand-in with its communicators of several ranks,
  * NCCL_STUB_SHARED_RANKS, as tests/cuda_stub_driver.rs runs it): without them it exits 77
@@ -35,7 +35,7 @@ static int32_t fill_values(void* self, const DVMAny* args, int32_t n, DVMAny* re
 }
 
 /* What worker 1 does in place of the all-reduce. */
-enum { RETURNS, FAILS, GATHERS };
+enum { RETURNS, FAILS, GATHERS, SHRINKS };
 
 /* Calls built-in `name` with `args` (`n` of them), on this worker. */
 static int32_t call_here(const char* name, DVMAny* args, int32_t n) {
@@ -48,8 +48,8 @@ static int32_t call_here(const char* name, DVMAny* args, int32_t n) {
 }
 
 /* peers.allreduce_but(worker, how, send, recv, half): the all-reduce (sum) of send into recv,
- * but on worker `worker` (-1: none), which returns, fails or all-gathers `half` into recv in its
- * place, as `how` says. */
+ * but on worker `worker` (-1: none), which returns, fails, all-gathers `half` into recv, or
+ * all-reduces `half` in place, as `how` says. */
 static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
   (void)self, (void)n, (void)result;
   if (dvm_current_worker_id() == args[0].v_int64) {
@@ -61,6 +61,8 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
         DVMAny gather[3] = {args[4], any_bool(0), args[3]};
         return call_here("runtime.disco.allgather", gather, 3);
       }
+      case SHRINKS:
+        break; /* it all-reduces `half` */
       default:
         return 0;
     }
@@ -68,7 +70,8 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
   int64_t sum = 0;
   DVMAny op = any_none();
   if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
-  DVMAny reduce[4] = {args[2], op, any_bool(0), args[3]};
+  int shrinks = dvm_current_worker_id() == args[0].v_int64;
+  DVMAny reduce[4] = {args[shrinks ? 4 : 2], op, any_bool(0), args[shrinks ? 4 : 3]};
   int32_t called = call_here("runtime.disco.allreduce", reduce, 4);
   CHECK_OK(dvm_any_release(&op));
   return called;
@@ -133,6 +136,9 @@ static int run(const char* kind) {
       {RETURNS, "without joining it: `peers.allreduce_but` returned", "returned before the all-reduce"},
       {GATHERS, "joined allgather in its place: the workers disagree on which collective comes next",
        "all-gathered in place of the all-reduce"},
+      {SHRINKS,
+       "joined it with 512 bytes where worker 0 has 1024: the workers disagree on its size",
+       "all-reduced half as many elements"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     double started = now_s();
@@ -144,9 +150,13 @@ static int run(const char* kind) {
     CHECK(strstr(message, "allreduce in call ") != NULL);
     CHECK(strstr(message, cases[c].said) != NULL);
     CHECK(strstr(message, "its NCCL communicators were aborted, and are made again") != NULL);
+    /* Worker 1 waits for worker 0 too, and says so. */
     if (cases[c].how == GATHERS) {
-      /* Worker 1 waits for worker 0 too, and says so. */
       CHECK(strstr(message, "on worker 1: worker 0 joined allreduce in its place") != NULL);
+    }
+    if (cases[c].how == SHRINKS) {
+      CHECK(strstr(message, "on worker 1: worker 0 joined it with 1024 bytes where worker 1 "
+                            "has 512") != NULL);
     }
     if (took >= kFailsWithin) {
       fprintf(stderr, "cuda_nccl_peers: %s: the sync failed after %.2f s: %s\n", kind, took,

@@ -108,6 +108,11 @@ impl Region {
         self.count
     }
 
+    /// How many bytes the region holds.
+    pub fn bytes(&self) -> u64 {
+        (self.count * self.elem_bytes) as u64
+    }
+
     /// The tensor's dtype.
     pub fn dtype(&self) -> DLDataType {
         self.tensor.dl().dtype

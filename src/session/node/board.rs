@@ -63,6 +63,7 @@ pub fn encode(entries: &[Entry], out: &mut Vec<u8>) {
         for word in [joins.what, 0] {
             out.extend_from_slice(&word.to_le_bytes());
         }
+        out.extend_from_slice(&joins.size.to_le_bytes());
         out.extend_from_slice(function.as_bytes());
         out.extend_from_slice(failure.as_bytes());
     }
@@ -127,6 +128,7 @@ fn decode_entry(bytes: &[u8]) -> std::result::Result<(Entry, usize), String> {
         to_all,
         on,
         what: joined_what,
+        size: u64_at(fixed, JOINS_AT + 56),
         counts: std::array::from_fn(|i| u64_at(fixed, JOINS_AT + 24 + 8 * i)),
     };
     let (function_len, failure_len) = (u32_at(fixed, 80) as usize, u32_at(fixed, 84) as usize);
@@ -200,6 +202,7 @@ mod tests {
                     to_all: true,
                     on: Comm::Leaders.code() as u32,
                     what: Collective::Barrier.code(),
+                    size: 4096,
                     counts: [3, 0, 9],
                 },
             },
@@ -256,7 +259,8 @@ mod tests {
             &[6, 0, 0, 0, 0, 0, 0, 0],
             "the last joined a barrier; padding"
         );
-        assert_eq!(&second[144..152], b"mlp.step");
+        assert_eq!(&second[144..152], &4096u64.to_le_bytes(), "its size");
+        assert_eq!(&second[152..160], b"mlp.step");
     }
 
     #[test]
@@ -300,10 +304,10 @@ mod tests {
         assert!(bad(108, &3u32.to_le_bytes()).contains("a communicator 3 (0 to 2)"));
         assert!(bad(136, &12u32.to_le_bytes()).contains("last collective joined 12 (0, or 1"));
         assert!(bad(140, &1u32.to_le_bytes()).contains("padding 1 after its joins (0)"));
-        assert!(bad(144, &[0xff]).contains("a function's name that is not UTF-8"));
+        assert!(bad(152, &[0xff]).contains("a function's name that is not UTF-8"));
         let message = decode(&good[..good.len() - 1]).unwrap_err().message;
         assert!(
-            message.contains("where its fields and texts take 156"),
+            message.contains("where its fields and texts take 164"),
             "{message}"
         );
         let mut two = good.clone();
@@ -311,7 +315,7 @@ mod tests {
         let message = decode(&two).unwrap_err().message;
         assert_eq!(
             message,
-            "a board's entry 1 (at byte 156) has 10 bytes, where its fields take 144"
+            "a board's entry 1 (at byte 164) has 10 bytes, where its fields take 152"
         );
     }
 }

@@ -56,6 +56,9 @@ pub struct Joins {
     /// That collective's code (`ccl::Collective::code`) when its call went to every worker;
     /// 0 otherwise, and before its first.
     pub what: u32,
+    /// The bytes its members must agree on in it (the same on every member: an allreduce's
+    /// send buffer, a broadcast's receive buffer); 0 when not said.
+    pub size: u64,
     /// Its collectives on each communicator since they were made, by [`Comm::code`].
     pub counts: [u64; COMMS],
 }
@@ -68,13 +71,23 @@ impl Joins {
         self.finished_all >= call && self.call <= call && self.counts[on.code()] < count
     }
 
-    /// The collective (its code) a worker of these joins joined as its `count`-th on `on` in
-    /// call `call`, when that is its last and not `what`: where NCCL pairs collectives by their
-    /// order alone, the two would meet as one (and never complete, or mix their bytes).
-    pub fn crossed(&self, call: u64, on: Comm, count: u64, what: u32) -> Option<u32> {
+    /// The collective (its code, and its size) a worker of these joins joined as its
+    /// `count`-th on `on` in call `call`, when that is its last and is not `what` of `size`
+    /// bytes (sizes not said are not compared): where NCCL pairs collectives by their order
+    /// alone, the two would meet as one (and never complete, or mix their bytes).
+    pub fn crossed(
+        &self,
+        call: u64,
+        on: Comm,
+        count: u64,
+        what: u32,
+        size: u64,
+    ) -> Option<(u32, u64)> {
         let same_place =
             self.call == call && self.on == on.code() as u32 && self.counts[on.code()] == count;
-        (same_place && self.what != 0 && self.what != what).then_some(self.what)
+        let sizes_differ = size != 0 && self.size != 0 && self.size != size;
+        (same_place && self.what != 0 && (self.what != what || sizes_differ))
+            .then_some((self.what, self.size))
     }
 }
 
@@ -89,12 +102,14 @@ impl Activity {
                 .for_each(|count| count.store(0, Ordering::Relaxed));
             a.joined_call.store(call, Ordering::Relaxed);
             a.joined_what.store(0, Ordering::Relaxed);
+            a.joined_size.store(0, Ordering::Relaxed);
         });
     }
 
-    /// The worker's call joins collective `what` (its code) on `on`; returns how many it joined
-    /// there since the communicators were made, this one included (the worker's thread only).
-    pub(crate) fn joined_one(&self, on: Comm, what: u32) -> u64 {
+    /// The worker's call joins collective `what` (its code) on `on`, whose members agree on
+    /// `size` bytes (0: not said); returns how many it joined there since the communicators
+    /// were made, this one included (the worker's thread only).
+    pub(crate) fn joined_one(&self, on: Comm, what: u32, size: u64) -> u64 {
         let count = self.joined[on.code()].load(Ordering::Relaxed) + 1;
         let call = self.call.load(Ordering::Relaxed);
         let to_all = self.to_all.load(Ordering::Relaxed) == 1;
@@ -104,6 +119,7 @@ impl Activity {
             a.joined_on.store(on.code() as u32, Ordering::Relaxed);
             a.joined_what
                 .store(if to_all { what } else { 0 }, Ordering::Relaxed);
+            a.joined_size.store(size, Ordering::Relaxed);
         });
         count
     }
@@ -124,6 +140,7 @@ impl Activity {
             to_all: self.to_all.load(Ordering::Relaxed) == 1,
             on: self.joined_on.load(Ordering::Relaxed),
             what: self.joined_what.load(Ordering::Relaxed),
+            size: self.joined_size.load(Ordering::Relaxed),
             counts: std::array::from_fn(|i| self.joined[i].load(Ordering::Relaxed)),
         }
     }
@@ -142,51 +159,60 @@ mod tests {
         let activity = Activity::default();
         assert_eq!(activity.joins(), Some(Joins::default()), "zeroed");
         activity.begin_call(4, true, Some("f"));
-        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE), 1);
-        assert_eq!(activity.joined_one(Comm::Group, ALLREDUCE), 1);
+        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE, 64), 1);
+        assert_eq!(activity.joined_one(Comm::Group, ALLREDUCE, 64), 1);
         activity.begin_call(5, true, None);
-        assert_eq!(activity.joined_one(Comm::Session, BARRIER), 2);
+        assert_eq!(activity.joined_one(Comm::Session, BARRIER, 4), 2);
         let joins = activity.joins().unwrap();
         assert_eq!(
-            (joins.call, joins.on, joins.what, joins.counts),
-            (5, 0, BARRIER, [2, 1, 0])
+            (joins.call, joins.on, joins.what, joins.size, joins.counts),
+            (5, 0, BARRIER, 4, [2, 1, 0])
         );
-        assert_eq!(joins.crossed(5, Comm::Session, 2, ALLREDUCE), Some(BARRIER));
+        let crossed = |call, on, count, what, size| joins.crossed(call, on, count, what, size);
         assert_eq!(
-            joins.crossed(5, Comm::Session, 2, BARRIER),
+            crossed(5, Comm::Session, 2, ALLREDUCE, 4),
+            Some((BARRIER, 4))
+        );
+        assert_eq!(
+            crossed(5, Comm::Session, 2, BARRIER, 8),
+            Some((BARRIER, 4)),
+            "a size"
+        );
+        assert_eq!(crossed(5, Comm::Session, 2, BARRIER, 4), None, "the same");
+        assert_eq!(
+            crossed(5, Comm::Session, 2, BARRIER, 0),
             None,
-            "the same"
+            "no size said"
         );
         assert_eq!(
-            joins.crossed(5, Comm::Session, 1, ALLREDUCE),
+            crossed(5, Comm::Session, 1, ALLREDUCE, 4),
             None,
             "its first"
         );
+        assert_eq!(crossed(5, Comm::Group, 2, ALLREDUCE, 4), None, "elsewhere");
         assert_eq!(
-            joins.crossed(5, Comm::Group, 2, ALLREDUCE),
-            None,
-            "elsewhere"
-        );
-        assert_eq!(
-            joins.crossed(4, Comm::Session, 2, ALLREDUCE),
+            crossed(4, Comm::Session, 2, ALLREDUCE, 4),
             None,
             "another call"
         );
         // A call to this worker alone: counted, but its collective is not said.
         activity.begin_call(6, false, None);
-        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE), 3);
+        assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE, 64), 3);
         assert_eq!(activity.joins().unwrap().what, 0);
         activity.begin_call(7, true, Some("runtime.disco.nccl.init_ccl_per_worker"));
         activity.comms_made();
         let joins = activity.joins().unwrap();
-        assert_eq!((joins.call, joins.what, joins.counts), (7, 0, [0, 0, 0]));
+        assert_eq!(
+            (joins.call, joins.what, joins.size, joins.counts),
+            (7, 0, 0, [0, 0, 0])
+        );
     }
 
     #[test]
     fn a_peer_passed_a_collective_once_it_finished_the_call_with_fewer_joins() {
         let peer = Activity::default();
         peer.begin_call(3, true, Some("f"));
-        peer.joined_one(Comm::Leaders, ALLREDUCE);
+        peer.joined_one(Comm::Leaders, ALLREDUCE, 0);
         // The waiter is in its second collective on the leaders' mesh in call 3.
         assert!(
             !peer.joins().unwrap().passed(3, Comm::Leaders, 2),
@@ -200,7 +226,7 @@ mod tests {
         );
         assert!(!peer.joins().unwrap().passed(3, Comm::Session, 0));
         peer.begin_call(4, true, None);
-        peer.joined_one(Comm::Leaders, ALLREDUCE);
+        peer.joined_one(Comm::Leaders, ALLREDUCE, 0);
         assert!(
             !peer.joins().unwrap().passed(3, Comm::Leaders, 2),
             "a later call's join says nothing of call 3"
