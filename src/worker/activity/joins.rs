@@ -168,33 +168,30 @@ mod tests {
             (joins.call, joins.on, joins.what, joins.size, joins.counts),
             (5, 0, BARRIER, 4, [2, 1, 0])
         );
-        let crossed = |call, on, count, what, size| joins.crossed(call, on, count, what, size);
-        assert_eq!(
-            crossed(5, Comm::Session, 2, ALLREDUCE, 4),
-            Some((BARRIER, 4))
-        );
-        assert_eq!(
-            crossed(5, Comm::Session, 2, BARRIER, 8),
-            Some((BARRIER, 4)),
-            "a size"
-        );
-        assert_eq!(crossed(5, Comm::Session, 2, BARRIER, 4), None, "the same");
-        assert_eq!(
-            crossed(5, Comm::Session, 2, BARRIER, 0),
-            None,
-            "no size said"
-        );
-        assert_eq!(
-            crossed(5, Comm::Session, 1, ALLREDUCE, 4),
-            None,
-            "its first"
-        );
-        assert_eq!(crossed(5, Comm::Group, 2, ALLREDUCE, 4), None, "elsewhere");
-        assert_eq!(
-            crossed(4, Comm::Session, 2, ALLREDUCE, 4),
-            None,
-            "another call"
-        );
+        let cases = [
+            (
+                (5, Comm::Session, 2, ALLREDUCE, 4),
+                Some((BARRIER, 4)),
+                "another collective",
+            ),
+            (
+                (5, Comm::Session, 2, BARRIER, 8),
+                Some((BARRIER, 4)),
+                "another size",
+            ),
+            ((5, Comm::Session, 2, BARRIER, 4), None, "the same"),
+            ((5, Comm::Session, 2, BARRIER, 0), None, "no size said"),
+            ((5, Comm::Session, 1, ALLREDUCE, 4), None, "its first"),
+            ((5, Comm::Group, 2, ALLREDUCE, 4), None, "elsewhere"),
+            ((4, Comm::Session, 2, ALLREDUCE, 4), None, "another call"),
+        ];
+        for ((call, on, count, what, size), crossed, case) in cases {
+            assert_eq!(
+                joins.crossed(call, on, count, what, size),
+                crossed,
+                "{case}"
+            );
+        }
         // A call to this worker alone: counted, but its collective is not said.
         activity.begin_call(6, false, None);
         assert_eq!(activity.joined_one(Comm::Session, ALLREDUCE, 64), 3);
