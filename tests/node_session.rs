@@ -1270,7 +1270,13 @@ fn a_node_killed_during_a_collective_fails_the_wait_at_once_and_shutdown_complet
         "noticed after {:?}",
         killed.elapsed()
     );
-    assert_error(&err, ErrorKind::Worker, "node 1");
+    // The node's lost connection to the controller and its closed Gloo connection to worker 0
+    // race: either may end the wait first, and either says why.
+    assert_eq!(err.kind, ErrorKind::Worker, "{err:?}");
+    assert!(
+        err.message.contains("node 1") || err.message.contains("Connection closed by peer"),
+        "{err:?}"
+    );
     s.shutdown().unwrap();
     assert!(
         killed.elapsed() < Duration::from_secs(15),
