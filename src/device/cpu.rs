@@ -285,6 +285,18 @@ impl SharedCpuWatch {
     }
 }
 
+/// Lowers the calling thread's scheduling priority to the least (a nice value of 19), for a
+/// thread whose work may wait while others are busy: where threads outnumber the CPUs, it runs
+/// in their idle time rather than taking its share of theirs. Best effort: a failure changes
+/// nothing.
+pub fn yield_priority_of_current_thread() {
+    // SAFETY: setpriority has no memory preconditions; on Linux, PRIO_PROCESS with the
+    // thread's id applies to that thread alone.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+    }
+}
+
 /// Pins the calling thread to one CPU.
 pub fn pin_current_thread(cpu: usize) -> Result<()> {
     if cpu >= libc::CPU_SETSIZE as usize {

@@ -303,6 +303,9 @@ impl Collector {
         let thread = std::thread::Builder::new()
             .name("discovm-trace".into())
             .spawn(move || {
+                // The calls it records come first where the CPUs are all busy; what it misses
+                // then is counted as lost.
+                crate::device::cpu::yield_priority_of_current_thread();
                 let mut wait = DRAIN_EVERY;
                 while !stopped.load(Ordering::Acquire) && !ended() {
                     std::thread::sleep(wait);
