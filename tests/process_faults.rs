@@ -63,6 +63,8 @@ const TRIAL_BOUND: Duration = Duration::from_secs(60);
 /// How long the controller's resources may take to return to what they were (a finished
 /// thread leaves `/proc` a moment after it was joined).
 const SETTLE_BOUND: Duration = Duration::from_secs(2);
+/// How long what the controller holds stays the same before it counts as steady.
+const STEADY_FOR: Duration = Duration::from_millis(100);
 /// The float32 elements of the tensor the copy trials copy: 4 MiB, half a ring, so a copy
 /// takes milliseconds and a death lands in one.
 const COPY_ELEMENTS: i64 = 1 << 20;
@@ -166,7 +168,7 @@ fn soak(kind: Kind) {
     bounded(format!("{kind}: the first session"), || {
         drop(pids(&session()))
     });
-    let before = Held::now();
+    let before = Held::steady();
     let started = Instant::now();
     let mut outcomes = Vec::with_capacity(trials);
     for trial in 0..trials {
@@ -659,6 +661,24 @@ impl Held {
             descriptors,
             shared_memory,
             threads,
+        }
+    }
+
+    /// What is held once a dropped session's threads have ended: the same for [`STEADY_FOR`]
+    /// (the death watch of a session dropped by its own callback ends a moment after the drop),
+    /// or after [`SETTLE_BOUND`].
+    fn steady() -> Held {
+        let end = Instant::now() + SETTLE_BOUND;
+        let mut last = Held::now();
+        let mut since = Instant::now();
+        loop {
+            thread::sleep(Duration::from_millis(5));
+            let now = Held::now();
+            if now != last {
+                (last, since) = (now, Instant::now());
+            } else if since.elapsed() >= STEADY_FOR || Instant::now() >= end {
+                return last;
+            }
         }
     }
 
