@@ -34,7 +34,7 @@ use crate::worker::arena::{self, CclArea};
 
 mod passed;
 
-pub(crate) use passed::{crossed_error, passed_error};
+pub(crate) use passed::passed_error;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -10,6 +10,7 @@
 //! (docs/collectives.md says how the protocol works).
 
 mod args;
+mod awaited;
 mod backend;
 mod board;
 mod collective;
@@ -26,11 +27,10 @@ mod reduce;
 #[cfg(not(loom))]
 mod rendezvous;
 
+pub(crate) use awaited::Awaited;
 pub(crate) use collective::Collective;
 pub use communicator::CpuCcl;
 pub(crate) use communicator::CurrentCcl;
-#[cfg(not(loom))]
-pub(crate) use communicator::{crossed_error, passed_error};
 pub use cpu::{stage, unstage};
 pub use reduce::{ReduceOp, bf16_to_f32, f16_to_f32, f32_to_bf16, f32_to_f16};
 

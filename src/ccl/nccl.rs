@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::rc::Rc;
 use std::sync::{Arc, Mutex, Once, OnceLock, PoisonError};
 
+use super::Awaited;
 use super::ReduceOp;
 use super::args::{Extent, sized, tensor};
 use super::backend::{self, Backend};
@@ -195,43 +196,28 @@ fn passed_peer(last: &Queued, info: &WorkerInfo, peers: &[Record]) -> Option<Err
     if peers.len() != info.num_workers {
         return None;
     }
-    let team = if last.grouped {
-        let per_group = info.workers_per_group();
-        let first = info.id - info.id % per_group;
-        first..first + per_group
-    } else {
-        0..info.num_workers
+    let team = match last.grouped {
+        true => info.group_members(),
+        false => 0..info.num_workers,
     };
-    let function = last.function.as_deref();
-    let on = on(last.grouped);
+    let awaited = Awaited {
+        what: last.what,
+        call: last.call,
+        function: last.function.as_deref(),
+        worker: info.id,
+        on: on(last.grouped),
+        count: last.count,
+        size: last.size,
+        by_order: true,
+    };
     team.filter(|&peer| peer != info.id).find_map(|peer| {
         let record = &peers[peer];
-        let finished = record.passed(last.call);
-        // Read after the call's end: what it queued then, unless it queued more in a later
-        // call (whose collectives NCCL may pair with this one: not judged here).
+        // What it queued by the end of the call, unless it queued more in a later call (whose
+        // collectives NCCL may pair with this one: not judged here); then the call's failure,
+        // which its end follows.
         let joins = record.joins()?;
-        if let Some(how) = finished
-            && joins.passed(last.call, on, last.count)
-        {
-            return Some(super::communicator::passed_error(
-                last.what,
-                last.call,
-                function,
-                info.id,
-                peer,
-                Some(how),
-            ));
-        }
-        let (theirs, size) =
-            joins.crossed(last.call, on, last.count, last.what.code(), last.size)?;
-        Some(super::communicator::crossed_error(
-            (last.what, last.size),
-            last.call,
-            function,
-            info.id,
-            peer,
-            (Collective::from_code(theirs)?, size),
-        ))
+        let failure = record.passed(last.call).flatten();
+        awaited.hopeless(peer, &joins, failure.as_deref())
     })
 }
 

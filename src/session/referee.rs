@@ -18,9 +18,10 @@ use super::link::WorkerLink;
 use super::signal::Signal;
 use super::state::SessionState;
 use super::status::{Verdict, WorkerStatus};
-use crate::ccl::{Collective, crossed_error, passed_error};
+use crate::ccl::{Awaited, Collective};
 use crate::object::{Error, Result};
 use crate::worker::activity::{Comm, Snapshot, State};
+use crate::worker::group_members;
 
 /// How often the referee reads the records.
 const PERIOD: Duration = Duration::from_millis(10);
@@ -81,14 +82,11 @@ pub(crate) struct Shape {
 
 impl Shape {
     /// The workers of `worker`'s team on communicator `on`.
-    fn team(&self, worker: usize, on: Comm) -> Vec<usize> {
+    fn team(&self, worker: usize, on: Comm) -> std::iter::StepBy<std::ops::Range<usize>> {
         match on {
-            Comm::Session => (0..self.num_workers).collect(),
-            Comm::Group => {
-                let first = worker - worker % self.per_group;
-                (first..first + self.per_group).collect()
-            }
-            Comm::Leaders => (0..self.num_workers).step_by(self.per_node).collect(),
+            Comm::Session => (0..self.num_workers).step_by(1),
+            Comm::Group => group_members(worker, self.per_group).step_by(1),
+            Comm::Leaders => (0..self.num_workers).step_by(self.per_node),
         }
     }
 }
@@ -104,61 +102,62 @@ pub(crate) fn judge(seen: &[WorkerStatus], shape: &Shape) -> Vec<Ruling> {
             let (what, call, in_it) = awaited(report)?;
             let joins = &report.joins;
             let on = Comm::from_code(joins.on)?;
-            let count = joins.counts[on.code()];
-            // The function is known for the call the worker runs, or ran last.
-            let function = report.function.as_deref().filter(|_| call == report.call);
+            let awaited = Awaited {
+                what,
+                call,
+                // The function is known for the call the worker runs, or ran last.
+                function: report.function.as_deref().filter(|_| call == report.call),
+                worker: waiter.worker,
+                on,
+                count: joins.counts[on.code()],
+                size: joins.size,
+                // Gloo's members find out about another collective themselves, as they meet.
+                by_order: !in_it,
+            };
             let why = shape
-                .team(waiter.worker, on)
-                .into_iter()
+                .team(waiter.worker, awaited.on)
                 .filter(|&peer| peer != waiter.worker)
                 .find_map(|peer| {
                     let other = seen.get(peer)?;
-                    let gone = |how: &str, cause: &str| {
-                        let function =
-                            function.map_or_else(|| "its function".into(), |f| format!("`{f}`"));
-                        format!(
-                            "{} in call {call} ({function}) on worker {}: worker {peer} {how}: \
-                             {cause}",
-                            what.what(),
-                            waiter.worker
-                        )
-                    };
                     // A worker waiting for its device may wait for other work than the
                     // collective: a peer whose node is lost for a while says nothing of it. A
                     // dead one broke the session, whatever the wait was for.
                     match &other.verdict {
-                        Some(Verdict::Dead(cause)) => return Some(gone("is dead", cause)),
-                        Some(Verdict::Lost(cause)) if in_it => return Some(gone("is lost", cause)),
+                        Some(Verdict::Dead(cause)) => {
+                            return Some(gone(&awaited, peer, "is dead", cause));
+                        }
+                        Some(Verdict::Lost(cause)) if in_it => {
+                            return Some(gone(&awaited, peer, "is lost", cause));
+                        }
                         _ => {}
                     }
                     let theirs = other.report.as_ref()?;
-                    if theirs.joins.passed(call, on, count) {
-                        let failed = theirs.failure.as_ref().filter(|(c, _)| *c == call);
-                        let how = failed.map(|(_, text)| text.clone());
-                        let error =
-                            passed_error(what, call, function, waiter.worker, peer, Some(how));
-                        return Some(error.message);
-                    }
-                    // A peer in another collective: Gloo's members find that out themselves,
-                    // as they meet; NCCL's would meet the two as one.
-                    let size = joins.size;
-                    let (theirs, their_size) = theirs
-                        .joins
-                        .crossed(call, on, count, what.code(), size)
-                        .filter(|_| !in_it)?;
-                    let theirs = (Collective::from_code(theirs)?, their_size);
-                    let error =
-                        crossed_error((what, size), call, function, waiter.worker, peer, theirs);
+                    let failure = theirs.failure.as_ref().filter(|(c, _)| *c == call);
+                    let failure = failure.map(|(_, text)| text.as_str());
+                    let error = awaited.hopeless(peer, &theirs.joins, failure)?;
                     Some(error.message)
                 })?;
             Some(Ruling {
                 worker: waiter.worker,
                 call,
-                count,
+                count: awaited.count,
                 why,
             })
         })
         .collect()
+}
+
+/// Why `awaited` never completes when its worker's peer `peer` is gone (`how`), for `cause`.
+fn gone(awaited: &Awaited<'_>, peer: usize, how: &str, cause: &str) -> String {
+    let function = awaited
+        .function
+        .map_or_else(|| "its function".into(), |f| format!("`{f}`"));
+    format!(
+        "{} in call {} ({function}) on worker {}: worker {peer} {how}: {cause}",
+        awaited.what.what(),
+        awaited.call,
+        awaited.worker
+    )
 }
 
 /// The collective a worker of `report` may wait for, its call, and whether the worker waits in

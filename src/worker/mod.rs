@@ -26,4 +26,4 @@ pub(crate) use runtime::{
     Exited, Placed, Signals, WorkerShared, current_handle, run, shared, with_own_activity,
     with_own_events,
 };
-pub use runtime::{WorkerInfo, current, with_stream};
+pub use runtime::{WorkerInfo, current, group_members, with_stream};

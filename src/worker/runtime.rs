@@ -161,6 +161,19 @@ impl WorkerInfo {
     pub fn local_id(&self) -> usize {
         self.id % self.workers_per_group()
     }
+
+    /// The ids of the workers of its group, itself included.
+    pub fn group_members(&self) -> std::ops::Range<usize> {
+        group_members(self.id, self.workers_per_group())
+    }
+}
+
+/// The ids of the workers of worker `worker`'s group, in a session whose groups have
+/// `per_group` workers each (consecutive ids).
+pub fn group_members(worker: usize, per_group: usize) -> std::ops::Range<usize> {
+    let per_group = per_group.max(1);
+    let first = worker - worker % per_group;
+    first..first + per_group
 }
 
 crate::sync::thread_local! {

@@ -210,35 +210,6 @@ impl CpuCcl {
 }
 
 /// The failure of collective `what` of worker `me` in call `call` (of `function`, when it has
-/// a name), whose members agree on `size` bytes, because worker `peer` joined collective
-/// `theirs` of `their_size` bytes in its place (NCCL, which pairs collectives by their order on
-/// a communicator alone, would meet the two as one).
-pub(crate) fn crossed_error(
-    (what, size): (Collective, u64),
-    call: u64,
-    function: Option<&str>,
-    me: usize,
-    peer: usize,
-    (theirs, their_size): (Collective, u64),
-) -> Error {
-    let function = function.map_or_else(|| "its function".to_string(), |f| format!("`{f}`"));
-    let how = if theirs == what {
-        format!(
-            "joined it with {their_size} bytes where worker {me} has {size}: the workers \
-             disagree on its size"
-        )
-    } else {
-        format!(
-            "joined {} in its place: the workers disagree on which collective comes next",
-            theirs.what()
-        )
-    };
-    Error::value(format!(
-        "{what} in call {call} ({function}) on worker {me}: worker {peer} {how}"
-    ))
-}
-
-/// The failure of collective `what` of worker `me` in call `call` (of `function`, when it has
 /// a name) because worker `peer` finished that call without joining it; `how` is what its
 /// record says of the call ([`Activity::passed`](crate::worker::activity::Activity::passed):
 /// its failure, or None if it returned; None: it runs a later call).

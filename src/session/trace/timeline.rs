@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use super::collect::{Collected, Doing};
 use crate::object::{Error, Result};
 use crate::worker::events::{Event, Kind, Team};
+use crate::worker::group_members;
 
 /// What a trace's file says of its session.
 pub(crate) struct About {
@@ -31,24 +32,31 @@ pub(crate) struct About {
     pub meetings: bool,
 }
 
+/// What the trace calls a collective's team: its [`Team`], and the worker's group.
+#[derive(Clone, Copy)]
+struct TeamName(Option<Team>, usize);
+
+impl std::fmt::Display for TeamName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(Team::Session) => f.write_str("every worker"),
+            Some(Team::Group) => write!(f, "group {}", self.1),
+            Some(Team::Pair) | None => f.write_str("two workers"),
+        }
+    }
+}
+
 impl About {
     /// What the trace calls the team of collective event `event` of worker `worker`.
-    fn team_name(&self, worker: usize, event: &Event) -> String {
-        match Team::of(event.detail) {
-            Some(Team::Session) => "every worker".into(),
-            Some(Team::Group) => format!("group {}", worker / self.per_group.max(1)),
-            Some(Team::Pair) | None => "two workers".into(),
-        }
+    fn team_name(&self, worker: usize, event: &Event) -> TeamName {
+        TeamName(Team::of(event.detail), worker / self.per_group.max(1))
     }
 
     /// The workers of that team (a transfer's other worker is not known here).
     fn team_members(&self, worker: usize, event: &Event) -> Option<std::ops::Range<usize>> {
         match Team::of(event.detail)? {
             Team::Session => Some(0..self.nodes.len()),
-            Team::Group => {
-                let first = worker - worker % self.per_group.max(1);
-                Some(first..first + self.per_group)
-            }
+            Team::Group => Some(group_members(worker, self.per_group)),
             Team::Pair => None,
         }
     }
@@ -116,7 +124,7 @@ struct Args<'a> {
     call: Option<u64>,
     to: Option<&'a str>,
     to_every_worker: Option<bool>,
-    team: Option<String>,
+    team: Option<TeamName>,
     stream: Option<u32>,
     bytes: Option<u64>,
     wait_us: Option<f64>,
@@ -159,6 +167,15 @@ impl Record<'_> {
     }
 }
 
+/// A text that needs no escaping (a team's name), as a JSON string.
+struct Quoted<T>(T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Quoted<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "\"{}\"", self.0)
+    }
+}
+
 impl Args<'_> {
     fn write(&self, out: &mut dyn Write) -> io::Result<()> {
         let mut first = true;
@@ -179,7 +196,7 @@ impl Args<'_> {
             "to_every_worker",
             self.to_every_worker.as_ref().map(|v| v as _),
         )?;
-        let team = self.team.as_deref().map(serde_json::Value::from);
+        let team = self.team.map(Quoted);
         field(out, "team", team.as_ref().map(|v| v as _))?;
         field(out, "stream", self.stream.as_ref().map(|v| v as _))?;
         field(out, "bytes", self.bytes.as_ref().map(|v| v as _))?;
@@ -577,9 +594,9 @@ mod tests {
         assert_eq!(waits, expected);
         // The team each is named by.
         let events: Vec<&Event> = collected.workers[3].iter().collect();
-        assert_eq!(about.team_name(3, events[0]), "every worker");
-        assert_eq!(about.team_name(3, events[2]), "group 1");
-        assert_eq!(about.team_name(3, events[4]), "two workers");
+        assert_eq!(about.team_name(3, events[0]).to_string(), "every worker");
+        assert_eq!(about.team_name(3, events[2]).to_string(), "group 1");
+        assert_eq!(about.team_name(3, events[4]).to_string(), "two workers");
     }
 
     #[test]
