@@ -21,7 +21,7 @@ cp include/discovm.h include/discovm_abi.h "$bundle/include/"
 cflags=(-std=c11 -Wall -Wextra -Werror -O2 -Iinclude)
 link=(-L"$bundle/lib" -ldiscovm '-Wl,-rpath,$ORIGIN/../lib')
 for test in device_count cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream \
-  cuda_session cuda_nccl; do
+  cuda_session cuda_nccl cuda_nccl_trace cuda_nccl_peers; do
   gcc "${cflags[@]}" "tests/c/$test.c" -o "$bundle/bin/$test" "${link[@]}" -ldl
 done
 gcc "${cflags[@]}" benches/cuda_copy/main.c -o "$bundle/bin/cuda_copy_bench" "${link[@]}" -ldl

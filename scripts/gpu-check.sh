@@ -3,9 +3,11 @@
 # driver (no Rust, no network needed), in this order:
 #   1. the CUDA C tests (device count, round trips, soft sync, small accesses, the default
 #      stream, CUDA workers);
-#   2. the NCCL test (tests/c/cuda_nccl.c: every collective, one worker per GPU, on worker
+#   2. the NCCL tests (tests/c/cuda_nccl.c: every collective, one worker per GPU, on worker
 #      threads and then on worker processes; one GPU runs the single-rank path, since NCCL
-#      needs a GPU of its own for each worker);
+#      needs a GPU of its own for each worker; cuda_nccl_trace.c: a trace has each
+#      all-reduce's run on each worker's GPU, its files left in the results; and with two GPUs
+#      cuda_nccl_peers.c: a wait for a peer that passed its collective fails at once);
 #   3. the DLPack consumer check (torch and/or cupy read our CUDA tensors), with python3;
 #   4. the CUDA copy benchmark, whose Markdown tables go to benchmarks.md for BENCHMARKS.md.
 # NCCL: DISCOVM_NCCL_LIBRARY if set; else the libnccl.so.2 of python3's nvidia-nccl-cu* wheel
@@ -13,9 +15,9 @@
 #
 # Prints one PASS / FAIL / SKIP line per step and a summary. Exit status: 0 if every step
 # passed, 1 if one failed, 77 if none failed but some skipped (no GPU here, no NCCL, no torch
-# or cupy: each SKIP line says why). Every step has a time limit (the tests 15 s each, NCCL's
+# or cupy: each SKIP line says why). Every step has a time limit (the tests 15 s each, NCCL's three
 # 30 s, the Python check 75 s, since torch and cupy load from a cold disk, the benchmark
-# 100 s: under 5 minutes in all). A machine whose nvidia-smi lists GPUs but where the library counts none
+# 100 s: under 6 minutes in all). A machine whose nvidia-smi lists GPUs but where the library counts none
 # (another libcuda.so first on the loader's path) fails the first step.
 #
 #   gpu-bundle/gpu-check.sh [results-dir]    # results-dir: logs and benchmarks.md
@@ -89,6 +91,9 @@ for test in cuda_roundtrip cuda_soft_sync cuda_small_access cuda_default_stream 
 done
 echo "== NCCL"
 step cuda_nccl 30 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$here/bin/cuda_nccl"
+step cuda_nccl_trace 30 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" CUDA_NCCL_TRACE_DIR="$results" \
+  "$here/bin/cuda_nccl_trace"
+step cuda_nccl_peers 30 env NCCL_DEBUG="${NCCL_DEBUG:-WARN}" "$here/bin/cuda_nccl_peers"
 echo "== DLPack consumers"
 if command -v python3 >/dev/null; then
   step dlpack_cuda 75 python3 "$here/python/test_dlpack_cuda.py" "$here/lib/libdiscovm.so"

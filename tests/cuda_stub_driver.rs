@@ -253,6 +253,111 @@ fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_go
     }
 }
 
+/// The NCCL all-reduces of a trace ran on each worker's GPU after the worker queued them and
+/// before its sync ended, on a track of the worker's GPU, and the two workers' runs overlap:
+/// on worker threads, worker processes and two nodes, with the stand-in's GPUs (which stamp a
+/// timing event when their stream's work reaches it). With one GPU, the program checks that
+/// one worker's runs are there.
+#[test]
+fn cuda_nccl_a_trace_shows_each_collective_run_on_its_gpu() {
+    let alone = out_dir().join("traces_1_gpu");
+    fs::create_dir_all(&alone).unwrap();
+    let alone_text = alone.to_str().unwrap();
+    passes(
+        "tests/c/cuda_nccl_trace.c",
+        &[],
+        1,
+        &[("CUDA_NCCL_TRACE_DIR", alone_text)],
+    );
+    let dir = out_dir().join("traces");
+    fs::create_dir_all(&dir).unwrap();
+    let dir_text = dir.to_str().unwrap();
+    passes(
+        "tests/c/cuda_nccl_trace.c",
+        &[],
+        2,
+        &[
+            ("NCCL_STUB_SHARED_RANKS", "1"),
+            ("CUDA_NCCL_TRACE_DIR", dir_text),
+        ],
+    );
+    for kind in ["threads", "processes", "nodes"] {
+        let path = dir.join(format!("{kind}.json"));
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let trace: serde_json::Value = serde_json::from_str(&text).unwrap();
+        runs_on_gpus_are_in(kind, &trace);
+    }
+}
+
+/// Checks the GPU runs of a trace of `kind` (see the test above).
+fn runs_on_gpus_are_in(kind: &str, trace: &serde_json::Value) {
+    let events = trace["traceEvents"].as_array().unwrap();
+    // A node's clock is known to within its error (0 on one machine).
+    let slack_us = 50.0
+        + trace["otherData"]["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|node| node["clock_error_us"].as_f64())
+            .fold(0.0, f64::max);
+    let of = |worker: u64, cat: &str, name: &str| -> Vec<&serde_json::Value> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat && e["name"] == name)
+            .filter(|e| e["args"]["worker"] == worker)
+            .collect()
+    };
+    let span = |e: &serde_json::Value| {
+        let ts = e["ts"].as_f64().unwrap();
+        (ts, ts + e["dur"].as_f64().unwrap())
+    };
+    let mut runs = Vec::new();
+    for worker in 0..2u64 {
+        let on_gpu = of(worker, "gpu", "allreduce");
+        let queued = of(worker, "collective", "allreduce");
+        assert_eq!(on_gpu.len(), 2, "{kind}: worker {worker}: {on_gpu:?}");
+        assert_eq!(queued.len(), 2, "{kind}: worker {worker}: {queued:?}");
+        let track = events
+            .iter()
+            .find(|e| {
+                e["name"] == "thread_name" && e["args"]["name"] == format!("worker {worker} GPU")
+            })
+            .unwrap_or_else(|| panic!("{kind}: no track of worker {worker}'s GPU"));
+        let sync_end = of(worker, "sync", "sync")
+            .into_iter()
+            .map(|e| span(e).1)
+            .fold(f64::NEG_INFINITY, f64::max);
+        for (ran, queued) in on_gpu.iter().zip(&queued) {
+            let context = format!("{kind}: worker {worker}: {ran} (queued: {queued})");
+            assert_eq!(
+                (&ran["pid"], &ran["tid"]),
+                (&track["pid"], &track["tid"]),
+                "{context}"
+            );
+            assert_eq!(ran["args"]["call"], queued["args"]["call"], "{context}");
+            assert_eq!(ran["args"]["bytes"], 1024, "{context}");
+            assert_eq!(ran["args"]["team"], "every worker", "{context}");
+            assert!(ran["args"]["wait_us"].as_f64().is_some(), "{context}");
+            let ((ran_from, ran_to), (queued_from, _)) = (span(ran), span(queued));
+            assert!(
+                ran_from + slack_us >= queued_from,
+                "{context}: ran before it was queued"
+            );
+            assert!(
+                ran_to <= sync_end + slack_us,
+                "{context}: ran past the sync, {sync_end}"
+            );
+        }
+        runs.push(on_gpu.iter().map(|e| span(e)).collect::<Vec<_>>());
+    }
+    for (a, b) in runs[0].iter().zip(&runs[1]) {
+        assert!(
+            a.0.max(b.0) <= a.1.min(b.1) + slack_us,
+            "{kind}: the two workers' runs of one all-reduce do not overlap: {a:?} {b:?}"
+        );
+    }
+}
+
 /// The benchmark's smoke run: small sizes, both its raw driver calls and the library's.
 #[test]
 fn bench_cuda_copy_quick() {
@@ -293,10 +398,11 @@ fn stub_checks() -> &'static Path {
 }
 
 /// What the tests above rely on: work runs only when waited for, the legacy stream follows
-/// the blocking streams (and not the non-blocking ones), a pending event is not ready.
+/// the blocking streams (and not the non-blocking ones), a pending event is not ready, and a
+/// timing event is stamped when its stream's work reaches it.
 #[test]
 fn the_stand_in_defers_work_and_orders_the_legacy_stream() {
-    for scenario in ["deferred", "legacy_order", "event_query"] {
+    for scenario in ["deferred", "legacy_order", "event_query", "event_timing"] {
         let (code, described) = run_on_stub(stub_checks(), &[scenario], 1, &[]);
         assert_eq!(code, 0, "{scenario}: {described}");
     }

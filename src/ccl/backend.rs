@@ -111,7 +111,22 @@ fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
             "`{name}` needs a communicator: call init_ccl on the session first"
         ))),
     });
-    // The bytes of its first tensor (the one sent, or received where nothing is).
+    let about = described(collective, args);
+    let waited = events::take_wait();
+    events::record_own(
+        events::Kind::Collective,
+        about.name,
+        started,
+        about.detail,
+        about.bytes,
+        waited,
+    );
+    ran.map(|()| Any::None)
+}
+
+/// What the events of `collective`, called with `args`, say of it: the bytes of its first
+/// tensor, and its team.
+pub(super) fn described(collective: Collective, args: &[AnyView<'_>]) -> events::Collective {
     let bytes = args
         .iter()
         .find_map(|arg| arg.as_tensor().ok())
@@ -121,13 +136,11 @@ fn run(collective: Collective, args: &[AnyView<'_>]) -> Result<Any> {
         _ if collective.in_group(args).unwrap_or(false) => events::Team::Group,
         _ => events::Team::Session,
     };
-    let (kind, detail, waited) = (
-        events::Kind::Collective,
-        team.detail(collective.code()),
-        events::take_wait(),
-    );
-    events::record_own(kind, collective.what(), started, detail, bytes, waited);
-    ran.map(|()| Any::None)
+    events::Collective {
+        name: collective.what(),
+        detail: team.detail(collective.code()),
+        bytes,
+    }
 }
 
 /// Registers a built-in for each collective of the table, once per process, and has TVM's

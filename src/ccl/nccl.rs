@@ -27,7 +27,7 @@ use crate::sync::atomic::Ordering;
 use crate::vm::{Operand, Stream};
 use crate::worker::activity::{Comm as Joined, Record};
 use crate::worker::builtins::on_worker;
-use crate::worker::{self, Signals, WorkerInfo, WorkerShared, with_stream};
+use crate::worker::{self, Signals, WorkerInfo, WorkerShared, on_gpu, with_stream};
 
 const INIT: &str = "runtime.disco.nccl.init_ccl_per_worker";
 
@@ -620,12 +620,18 @@ fn uses<'a>(
         .collect()
 }
 
-/// Enqueues `work` on the worker's stream, ordered after earlier uses of its tensors (`uses`).
+/// Enqueues `work`, the GPU's work of `collective` called with `args`, on the worker's stream,
+/// ordered after earlier uses of its tensors (`uses`), and times it on the GPU for the worker's
+/// flight recorder.
 fn enqueue(
+    collective: Collective,
+    args: &[AnyView<'_>],
     uses: Vec<Operand>,
     work: impl Fn(&dyn DeviceStream) -> Result<()> + Send + 'static,
 ) -> Result<()> {
-    with_stream(|stream| stream.launch(uses, Box::new(work)))
+    let about = backend::described(collective, args);
+    let timed = move |stream: &dyn DeviceStream| on_gpu::timed(stream, about, || work(stream));
+    with_stream(|stream| stream.launch(uses, Box::new(timed)))
 }
 
 fn red_op(kind: ReduceOp) -> RedOp {
@@ -648,7 +654,7 @@ fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     let recv = required(args, WHAT, Arg::Recv)?;
     sized(WHAT, &recv, Arg::Recv, &send, 1)?;
     let size = send.bytes();
-    enqueue(uses([&send], [&recv]), move |stream| {
+    enqueue(WHAT, args, uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
     })?;
     Ok(size)
@@ -662,7 +668,7 @@ fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     let size = comms.team(grouped).0.size();
     sized(WHAT, &recv, Arg::Recv, &send, size)?;
     let size = send.bytes();
-    enqueue(uses([&send], [&recv]), move |stream| {
+    enqueue(WHAT, args, uses([&send], [&recv]), move |stream| {
         comms.team(grouped).0.all_gather(&send, &recv, stream)
     })?;
     Ok(size)
@@ -678,7 +684,7 @@ fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
         sized(WHAT, &recv, Arg::Recv, send, 1)?;
     }
     let size = recv.bytes();
-    enqueue(uses(&send, [&recv]), move |stream| {
+    enqueue(WHAT, args, uses(&send, [&recv]), move |stream| {
         comms
             .team(grouped)
             .0
@@ -698,7 +704,7 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
         sized(WHAT, send, Arg::Send, &recv, size)?;
     }
     let bytes = recv.bytes();
-    enqueue(uses(&send, [&recv]), move |stream| {
+    enqueue(WHAT, args, uses(&send, [&recv]), move |stream| {
         let comm = comms.team(grouped).0;
         comm.group(|| {
             if let Some(send) = &send {
@@ -723,7 +729,7 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
         sized(WHAT, recv, Arg::Recv, &send, size)?;
     }
     let bytes = send.bytes();
-    enqueue(uses([&send], &recv), move |stream| {
+    enqueue(WHAT, args, uses([&send], &recv), move |stream| {
         let comm = comms.team(grouped).0;
         comm.group(|| {
             comm.send(&send, 0, stream)?;
@@ -738,25 +744,21 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     Ok(bytes)
 }
 
-/// One side of a transfer with worker `peer` (a global id) over the session's communicator.
-fn transfer(comms: Arc<Comms>, buf: Region, peer: usize, sending: bool) -> Result<()> {
+/// Transfer built-in `transfer`: one side of a transfer with the worker its arguments name, over
+/// the session's communicator.
+fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]) -> Result<()> {
+    let peer = transfer.peer(args, &comms.info)?;
+    let sending = transfer.sends();
+    let what = Collective::Transfer(transfer);
+    let buf = required(args, what, if sending { Arg::Send } else { Arg::Recv })?;
     let uses = match sending {
         true => uses([&buf], []),
         false => uses([], [&buf]),
     };
-    enqueue(uses, move |stream| match sending {
+    enqueue(what, args, uses, move |stream| match sending {
         true => comms.world.send(&buf, peer, stream),
         false => comms.world.recv(&buf, peer, stream),
     })
-}
-
-/// Transfer built-in `transfer`, with the other end its arguments name.
-fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]) -> Result<()> {
-    let other = transfer.peer(args, &comms.info)?;
-    let sending = transfer.sends();
-    let role = if sending { Arg::Send } else { Arg::Recv };
-    let buf = required(args, Collective::Transfer(transfer), role)?;
-    self::transfer(comms, buf, other, sending)
 }
 
 /// Reduces the worker's flag across the team (the caller then waits for it: no worker of the
@@ -766,12 +768,17 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
     let size = flag.bytes();
-    enqueue(uses([], [&flag]), move |stream| {
-        comms
-            .team(grouped)
-            .0
-            .all_reduce(&flag, &flag, RedOp::Sum, stream)
-    })?;
+    enqueue(
+        Collective::Barrier,
+        args,
+        uses([], [&flag]),
+        move |stream| {
+            comms
+                .team(grouped)
+                .0
+                .all_reduce(&flag, &flag, RedOp::Sum, stream)
+        },
+    )?;
     Ok(size)
 }
 

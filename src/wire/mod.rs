@@ -28,7 +28,7 @@ pub const MAGIC: [u8; 4] = *b"DVMW";
 pub const VERSION_MAJOR: u8 = 1;
 /// The minor version this library writes. Frames of any minor version of [`VERSION_MAJOR`] are
 /// read; a newer minor version may use kinds and tags this reader refuses.
-pub const VERSION_MINOR: u8 = 7;
+pub const VERSION_MINOR: u8 = 8;
 /// Bytes in a frame header.
 pub const HEADER_SIZE: usize = 16;
 /// Every value, and every variable-length field, starts at a multiple of this many bytes from

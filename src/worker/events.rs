@@ -1,5 +1,5 @@
 //! The flight recorder: every worker's last [`RING`] events (its calls, syncs, collectives,
-//! module loads and its stream's instructions, with when they began and how long they took), kept at all times, for a
+//! module loads, its stream's instructions and its collectives' runs on its GPU, with when they began and how long they took), kept at all times, for a
 //! timeline of the session and for a look at what a worker did before it hung or died.
 //!
 //! The one idea: a ring of fixed-size slots of atomics, valid when zeroed, that the worker
@@ -42,6 +42,9 @@ pub enum Kind {
     Module,
     /// An instruction of a stream of the worker (`detail` is the stream's number).
     Stream,
+    /// A collective's run on the worker's GPU, from when the GPU began it to when it finished
+    /// (`detail` as a [`Kind::Collective`]'s).
+    Gpu,
 }
 
 impl Kind {
@@ -52,6 +55,7 @@ impl Kind {
             Kind::Collective => 3,
             Kind::Module => 4,
             Kind::Stream => 5,
+            Kind::Gpu => 6,
         }
     }
 
@@ -62,6 +66,7 @@ impl Kind {
             Kind::Collective,
             Kind::Module,
             Kind::Stream,
+            Kind::Gpu,
         ]
         .into_iter()
         .find(|kind| kind.code() == code)
@@ -75,6 +80,7 @@ impl Kind {
             Kind::Collective => "collective",
             Kind::Module => "module",
             Kind::Stream => "stream",
+            Kind::Gpu => "gpu",
         }
     }
 }
@@ -117,6 +123,17 @@ impl Team {
             _ => None,
         }
     }
+}
+
+/// What a collective's events say of it besides their times.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Collective {
+    /// Its name (`allreduce`, ...).
+    pub name: &'static str,
+    /// Its code and its [`Team`] (see [`Team::detail`]).
+    pub detail: u32,
+    /// The bytes of its first tensor (the one sent, or received where nothing is).
+    pub bytes: u64,
 }
 
 /// One event, as read back (its name a [`Name`]) and as recorded (a `&str`).

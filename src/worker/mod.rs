@@ -12,6 +12,7 @@ pub(crate) mod completion;
 pub mod events;
 pub(crate) mod message;
 pub(crate) mod module;
+pub(crate) mod on_gpu;
 pub(crate) mod registers;
 mod runtime;
 pub(crate) mod tvm_dispatch;

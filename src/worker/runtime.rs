@@ -606,6 +606,7 @@ impl Worker {
         if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
+        super::on_gpu::record_passed();
         let ring = &self._exit.0.events;
         ring.record(&events::Event {
             call: self.last_call,

@@ -305,17 +305,8 @@ static int run(const char* kind, int32_t gpus) {
     devices[w] = (DLDevice){kDLCUDA, nodes ? w % (workers / 2) : w};
   }
   dvm_session* s = start_session(kind, workers, devices, 60000);
-  dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
-  if (status == DVM_DEVICE_UNAVAILABLE) {
-    printf("cuda_nccl: skipped: %s\n", dvm_last_error_message());
-    finish_session(s);
-    return EXIT_SKIPPED;
-  }
-  if (status != DVM_OK) {
-    fprintf(stderr, "cuda_nccl: %s: init_ccl failed: %s\n", kind, dvm_last_error_message());
-    finish_session(s);
-    return 1;
-  }
+  int nccl = start_nccl(s, "cuda_nccl", kind);
+  if (nccl != 0) return nccl;
 
   for (int t = 0; t < TYPES; t++) {
     every_collective(s, t, 1);

@@ -25,15 +25,6 @@ enum { N = 256 };
 /* Failing at once: within a second, with room for a loaded machine. */
 static const double kFailsWithin = 1.0;
 
-/* peers.fill(tensor): every element of the float32 tensor is 1 + this worker's id. */
-static int32_t fill_values(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
-  (void)self, (void)n, (void)result;
-  float values[N];
-  for (int i = 0; i < N; i++) values[i] = (float)(1 + dvm_current_worker_id());
-  dvm_status status = dvm_tensor_write((dvm_tensor*)args[0].v_obj, values, sizeof values);
-  return status == DVM_OK ? 0 : fail_with_last_error();
-}
-
 /* What worker 1 does in place of the all-reduce. */
 enum { RETURNS, FAILS, GATHERS, SHRINKS };
 
@@ -105,17 +96,8 @@ static int run(const char* kind) {
   /* A node's worker runs on the first GPU it sees. */
   DLDevice devices[2] = {kGpu0, {kDLCUDA, nodes ? 0 : 1}};
   dvm_session* s = start_session(kind, 2, devices, 0);
-  dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
-  if (status == DVM_DEVICE_UNAVAILABLE) {
-    printf("cuda_nccl_peers: skipped: %s\n", dvm_last_error_message());
-    finish_session(s);
-    return EXIT_SKIPPED;
-  }
-  if (status != DVM_OK) {
-    fprintf(stderr, "cuda_nccl_peers: %s: init_ccl failed: %s\n", kind, dvm_last_error_message());
-    finish_session(s);
-    return 1;
-  }
+  int nccl = start_nccl(s, "cuda_nccl_peers", kind);
+  if (nccl != 0) return nccl;
   int64_t n = N, half_n = N / 2;
   DLDataType f32 = {kDLFloat, 32, 1};
   Tensors t = {empty_tensor(s, &n, 1, f32, 0), empty_tensor(s, &n, 1, f32, 0),
@@ -181,7 +163,7 @@ static int run(const char* kind) {
 int main(int argc, char** argv) {
   /* A wait that outlived its cause would hang the test: it ends here instead. */
   if (argc == 1 || (argc == 2 && strcmp(argv[1], "node") != 0)) alarm(60);
-  register_c("peers.fill", fill_values);
+  register_c("peers.fill", fill_one_plus_worker_id);
   register_c("peers.allreduce_but", allreduce_but);
   const char* all[3] = {"threads", "processes", "nodes"};
   int kinds = argc == 1;

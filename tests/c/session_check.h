@@ -6,6 +6,8 @@
  *   register_c(name, call)           registers a C callback as a global function
  *   fail_with_last_error()           raises the library's last error again as a callback's
  *                                    own; returns -1, the callback's result
+ *   fill_one_plus_worker_id          a callback: every element of its float32 tensor (at
+ *                                    most 4096) becomes 1 + the calling worker's id
  *   new_session(n)                   a session of n workers in one group, default options
  *   session_func(s, name)            dvm_session_get_global_func, which must succeed
  *   broadcast(s, f, args, n)         dvm_session_call, which must succeed
@@ -50,6 +52,23 @@ static inline int32_t fail_with_last_error(void) {
   snprintf(message, sizeof message, "%s", dvm_last_error_message());
   dvm_error_raise(kind, message);
   return -1;
+}
+
+static inline int32_t fill_one_plus_worker_id(void* self, const DVMAny* args, int32_t n,
+                                              DVMAny* result) {
+  (void)self, (void)n, (void)result;
+  dvm_tensor* t = (dvm_tensor*)args[0].v_obj;
+  const DLTensor* dl = dvm_tensor_dl(t);
+  int64_t count = 1;
+  for (int32_t d = 0; d < dl->ndim; d++) count *= dl->shape[d];
+  float values[4096];
+  if (count > 4096) {
+    dvm_error_raise("ValueError", "fill_one_plus_worker_id fills at most 4096 elements");
+    return -1;
+  }
+  for (int64_t i = 0; i < count; i++) values[i] = (float)(1 + dvm_current_worker_id());
+  dvm_status status = dvm_tensor_write(t, values, (size_t)count * sizeof(float));
+  return status == DVM_OK ? 0 : fail_with_last_error();
 }
 
 static inline dvm_session* new_session(int32_t num_workers) {

@@ -9,6 +9,10 @@
  *       (this program, as a child process that sees only the GPUs after this node's, through
  *       CUDA_VISIBLE_DEVICES) the rest
  *   finish_session(s)   shuts the session down, frees it, and waits for its second node
+ *   start_nccl(s, program, kind)
+ *                       init_ccl("nccl") on s: 0 when it worked; else the session is finished,
+ *                       and the program's exit status is returned: 77 (skipped) where NCCL
+ *                       cannot be loaded, 1 for another failure (each said)
  */
 #ifndef DISCOVM_TESTS_SESSION_KINDS_H
 #define DISCOVM_TESTS_SESSION_KINDS_H
@@ -23,6 +27,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "cuda_check.h"
 
 /* The second node of a session of nodes, a child process; 0 when there is none. */
 static pid_t node_pid;
@@ -100,6 +105,20 @@ static void finish_session(dvm_session* s) {
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     node_pid = 0;
   }
+}
+
+/* init_ccl("nccl") on `s`, a session of `kind` of `program`: 0 when it worked; else, with
+ * the session finished, 77 where NCCL cannot be loaded and 1 for another failure, said. */
+static int start_nccl(dvm_session* s, const char* program, const char* kind) {
+  dvm_status status = dvm_session_init_ccl(s, "nccl", NULL, 0);
+  if (status == DVM_OK) return 0;
+  if (status == DVM_DEVICE_UNAVAILABLE) {
+    printf("%s: skipped: %s\n", program, dvm_last_error_message());
+  } else {
+    fprintf(stderr, "%s: %s: init_ccl failed: %s\n", program, kind, dvm_last_error_message());
+  }
+  finish_session(s);
+  return status == DVM_DEVICE_UNAVAILABLE ? EXIT_SKIPPED : 1;
 }
 
 #endif

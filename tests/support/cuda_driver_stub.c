@@ -25,6 +25,11 @@
  *   yet, as a kernel waiting on its peers: the stream's work stops there; a query of an event
  *   after it reports CUDA_ERROR_NOT_READY, and a synchronization waits, without the lock, until
  *   it ran.
+ * - Timing: an event made without CU_EVENT_DISABLE_TIMING is stamped with the host's
+ *   CLOCK_MONOTONIC when its stream's work reaches it (at once on an idle stream, else when a
+ *   forcing runs the work before it), and cuEventElapsedTime gives the time between two stamps
+ *   (CUDA_ERROR_NOT_READY while one is pending), so a GPU's times are the host times at which
+ *   its stand-in ran the work.
  * - The legacy default stream (handle 0 or CU_STREAM_LEGACY) of each context waits for the
  *   work issued before on the context's blocking streams, and each blocking stream for the
  *   work issued before on the legacy stream; non-blocking streams are ordered with nothing.
@@ -44,7 +49,7 @@
  *   of page-locked host memory (cuMemFreeHost) while a queued copy still reads or writes it;
  * - a free of a pointer that is not a live allocation, and a device call it does not model.
  *
- * It does not model: kernels, timing, concurrency between streams (everything runs on the host
+ * It does not model: kernels, the duration of work, concurrency between streams (everything runs on the host
  * thread that forces it, under one global lock), errors of the driver itself (out of memory,
  * a failing context), peer access settings, non-portable page-locked memory used from another
  * context (treated as page-locked everywhere), the per-thread default stream, or memory pools
@@ -58,6 +63,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -69,11 +75,13 @@ enum {
   CUDA_ERROR_INVALID_VALUE = 1,
   CUDA_ERROR_NO_DEVICE = 100,
   CUDA_ERROR_INVALID_DEVICE = 101,
+  CUDA_ERROR_INVALID_HANDLE = 400,
   CUDA_ERROR_NOT_READY = 600,
 };
 
 enum {
   CU_STREAM_NON_BLOCKING = 1,
+  CU_EVENT_DISABLE_TIMING = 2,
   CU_MEMHOSTALLOC_PORTABLE = 1,
   CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED = 115,
   CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
@@ -241,8 +249,16 @@ struct Stream {
   size_t capacity;
   /* Scratch of ordered_before: in pass `pass`, the ops below `covered` come first. */
   unsigned long long pass, covered;
+  /* Timing events recorded on it, to stamp once op number `until` of theirs ran (in order). */
+  struct Stamp* stamps;
+  size_t n_stamps, stamps_capacity;
   Stream* next;
 };
+
+typedef struct Stamp {
+  struct Event* event;
+  unsigned long long until;
+} Stamp;
 
 static Stream* streams; /* every stream ever made; records are kept to catch use after destroy */
 
@@ -272,6 +288,7 @@ static Stream* stream_of(void* handle, const char* call) {
 }
 
 static int run_until(Stream* s, unsigned long long until);
+static void stamp_reached(Stream* s);
 
 /* Whether op `op` (not yet run) reads or writes allocation `a`. */
 static int touches(const Op* op, const Allocation* a) {
@@ -357,6 +374,7 @@ static int run_until(Stream* s, unsigned long long until) {
       s->done--; /* it runs again, whole, at the next forcing */
       return 0;
     }
+    stamp_reached(s);
   }
   if (s->done == s->issued) s->first = s->done; /* the queue is empty: start it over */
   return 1;
@@ -603,6 +621,9 @@ CUresult cuStreamDestroy_v2(void* stream) {
     free(s->queue);
     s->queue = NULL;
     s->capacity = 0;
+    free(s->stamps);
+    s->stamps = NULL;
+    s->n_stamps = s->stamps_capacity = 0;
   });
   return CUDA_SUCCESS;
 }
@@ -614,8 +635,45 @@ typedef struct Event {
   Stream* stream; /* where it was last recorded; NULL if never */
   unsigned long long until; /* the stream's op count at that recording */
   int destroyed;
+  int timing; /* made without CU_EVENT_DISABLE_TIMING */
+  int stamped; /* its latest recording was reached, at `stamp_ns` */
+  unsigned long long stamp_ns;
   struct Event* next;
 } Event;
+
+static unsigned long long monotonic_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+
+/* Has timing event `e`, just recorded on `s` behind queued work, stamped when that work ran. */
+static void stamp_later(Stream* s, Event* e) {
+  if (s->n_stamps == s->stamps_capacity) {
+    s->stamps_capacity = s->stamps_capacity ? 2 * s->stamps_capacity : 16;
+    s->stamps = realloc(s->stamps, s->stamps_capacity * sizeof(Stamp));
+    if (s->stamps == NULL) fail("out of host memory");
+  }
+  s->stamps[s->n_stamps].event = e;
+  s->stamps[s->n_stamps].until = e->until;
+  s->n_stamps++;
+}
+
+/* Stamps the timing events recorded on `s` whose work before them ran. */
+static void stamp_reached(Stream* s) {
+  size_t n = 0;
+  while (n < s->n_stamps && s->stamps[n].until <= s->done) {
+    Event* e = s->stamps[n].event;
+    /* A later recording elsewhere replaced this one. */
+    if (e->stream == s && e->until == s->stamps[n].until && !e->stamped) {
+      e->stamped = 1;
+      e->stamp_ns = monotonic_ns();
+    }
+    n++;
+  }
+  memmove(s->stamps, s->stamps + n, (s->n_stamps - n) * sizeof(Stamp));
+  s->n_stamps -= n;
+}
 
 static Event* events; /* every event ever made, kept to catch use after destroy */
 
@@ -630,10 +688,13 @@ static Event* event_of(void* handle, const char* call) {
 static int pending(const Event* e) { return e->stream != NULL && e->stream->done < e->until; }
 
 CUresult cuEventCreate(void** event, unsigned int flags) {
-  (void)flags;
+  if (flags & ~(unsigned)CU_EVENT_DISABLE_TIMING) {
+    fail("cuEventCreate: flags %u are not modelled", flags);
+  }
   LOCKED({
     Event* e = calloc(1, sizeof *e);
     if (e == NULL) fail("out of host memory");
+    e->timing = !(flags & CU_EVENT_DISABLE_TIMING);
     e->context = need_context("cuEventCreate");
     e->next = events;
     events = e;
@@ -652,8 +713,34 @@ CUresult cuEventRecord(void* event, void* stream) {
     }
     e->stream = s;
     e->until = s->issued;
+    e->stamped = 0;
+    if (e->timing && s->done == s->issued) {
+      e->stamped = 1;
+      e->stamp_ns = monotonic_ns();
+    } else if (e->timing) {
+      stamp_later(s, e);
+    }
   });
   return CUDA_SUCCESS;
+}
+
+/* The time between the two events' stamps; CUDA_ERROR_NOT_READY while the work before either
+ * is pending, CUDA_ERROR_INVALID_HANDLE for one never recorded or made without timing. */
+CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
+  CUresult result = CUDA_SUCCESS;
+  LOCKED({
+    need_context("cuEventElapsedTime");
+    Event* from = event_of(start, "cuEventElapsedTime");
+    Event* to = event_of(end, "cuEventElapsedTime");
+    if (!from->timing || !to->timing || from->stream == NULL || to->stream == NULL) {
+      result = CUDA_ERROR_INVALID_HANDLE;
+    } else if (!from->stamped || !to->stamped) {
+      result = CUDA_ERROR_NOT_READY;
+    } else {
+      *ms = (float)(((double)to->stamp_ns - (double)from->stamp_ns) / 1e6);
+    }
+  });
+  return result;
 }
 
 /* Not ready while the work before the recording is queued; that work then runs, so a later
@@ -912,6 +999,7 @@ CUresult cuGetErrorName(CUresult error, const char** name) {
     case CUDA_ERROR_INVALID_VALUE: *name = "CUDA_ERROR_INVALID_VALUE"; break;
     case CUDA_ERROR_NO_DEVICE: *name = "CUDA_ERROR_NO_DEVICE"; break;
     case CUDA_ERROR_INVALID_DEVICE: *name = "CUDA_ERROR_INVALID_DEVICE"; break;
+    case CUDA_ERROR_INVALID_HANDLE: *name = "CUDA_ERROR_INVALID_HANDLE"; break;
     case CUDA_ERROR_NOT_READY: *name = "CUDA_ERROR_NOT_READY"; break;
     default: *name = "CUDA_ERROR_UNKNOWN"; break;
   }

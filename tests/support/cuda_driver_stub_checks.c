@@ -1,14 +1,16 @@
 /* Checks of the CUDA driver stand-in itself (cuda_driver_stub.c), run by
  * tests/cuda_stub_driver.rs: that it defers work, orders blocking streams with the legacy
- * stream, reports pending events as not ready, and aborts on the misuse it is meant to catch.
+ * stream, reports pending events as not ready, times events when their stream reaches them, and aborts on the misuse it is meant to catch.
  *
  *   cuda_driver_stub_checks SCENARIO
  *
- * The scenarios "deferred", "legacy_order" and "event_query" exit 0 when the stand-in behaves;
+ * The scenarios "deferred", "legacy_order", "event_query" and "event_timing" exit 0 when the stand-in behaves;
  * the others misuse the driver and must be aborted by it (the test reads its message). */
+#define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -24,6 +26,8 @@ CUresult cuStreamSynchronize(CUstream stream);
 CUresult cuEventCreate(CUevent* event, unsigned int flags);
 CUresult cuEventRecord(CUevent event, CUstream stream);
 CUresult cuEventQuery(CUevent event);
+CUresult cuEventSynchronize(CUevent event);
+CUresult cuEventElapsedTime(float* ms, CUevent start, CUevent end);
 CUresult cuMemAlloc_v2(CUdeviceptr* address, size_t size);
 CUresult cuMemFree_v2(CUdeviceptr address);
 CUresult cuMemFreeAsync(CUdeviceptr address, CUstream stream);
@@ -124,6 +128,34 @@ static int event_query(void) {
   return 0;
 }
 
+/* A timing event is stamped when its stream's work reaches it: at once on an idle stream, when
+ * a forcing runs the work before it otherwise; the time between two stamps is not ready while
+ * one is pending, and refused for an event without timing or never recorded. */
+static int event_timing(void) {
+  enter(0);
+  CUstream s = stream(BLOCKING);
+  CUevent start, end, untimed;
+  CU(cuEventCreate(&start, 0));
+  CU(cuEventCreate(&end, 0));
+  CU(cuEventCreate(&untimed, 2));
+  float ms = -1;
+  EXPECT(cuEventElapsedTime(&ms, start, end) == 400); /* CUDA_ERROR_INVALID_HANDLE */
+  CU(cuEventRecord(start, s));
+  upload(s, pinned(3));
+  CU(cuEventRecord(end, s));
+  EXPECT(cuEventElapsedTime(&ms, start, end) == 600); /* CUDA_ERROR_NOT_READY */
+  struct timespec pause = {0, 20 * 1000 * 1000};
+  nanosleep(&pause, NULL);
+  CU(cuEventSynchronize(end));
+  CU(cuEventElapsedTime(&ms, start, end));
+  EXPECT(ms >= 20.0f && ms < 10000.0f);
+  CU(cuEventElapsedTime(&ms, end, start));
+  EXPECT(ms <= -20.0f);
+  CU(cuEventRecord(untimed, s));
+  EXPECT(cuEventElapsedTime(&ms, start, untimed) == 400);
+  return 0;
+}
+
 /* Page-locked memory freed while a copy from it is still queued. */
 static int free_pinned_in_use(void) {
   enter(0);
@@ -179,6 +211,7 @@ int main(int argc, char** argv) {
       {"deferred", deferred},
       {"legacy_order", legacy_order},
       {"event_query", event_query},
+      {"event_timing", event_timing},
       {"free_pinned_in_use", free_pinned_in_use},
       {"use_after_free", use_after_free},
       {"free_async_unordered", free_async_unordered},

@@ -14,6 +14,7 @@ use super::driver::{device_count, driver, unavailable};
 use super::lock;
 use super::pool::PoolStreams;
 use super::stream::CudaStream;
+use super::timing::Timing;
 use crate::abi::{DLDevice, KDL_CUDA};
 use crate::device::{Device, DeviceStream};
 use crate::object::{Error, ErrorKind, Result};
@@ -26,6 +27,8 @@ pub struct CudaDevice {
     /// How device memory is allocated and freed in stream order; None on a GPU without memory
     /// pools.
     pub(super) pool: Option<PoolStreams>,
+    /// When its work ran, on the host's clock (see [`GpuSpan`](super::GpuSpan)).
+    pub(super) timing: Timing,
 }
 
 /// The devices opened so far; each stays open for the life of the process.
@@ -68,6 +71,7 @@ impl CudaDevice {
             id: device_id,
             ctx,
             pool,
+            timing: Timing::default(),
         });
         devices.push(device.clone());
         Ok(device)

@@ -17,6 +17,7 @@ mod pool;
 mod stream;
 #[cfg(test)]
 mod tests;
+mod timing;
 
 use std::sync::{Mutex, PoisonError};
 
@@ -27,6 +28,7 @@ pub use driver::{device_count, unavailable};
 pub use pinned::PinnedHost;
 pub(super) use stream::raw_stream;
 pub use stream::synchronize_default_stream;
+pub use timing::GpuSpan;
 
 /// The legacy default stream of the current context (`CU_STREAM_LEGACY` in the driver's
 /// header), which synchronizes with the context's blocking streams.

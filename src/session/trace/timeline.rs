@@ -1,7 +1,7 @@
 //! Writing a trace as the Chrome Trace Event Format, which ui.perfetto.dev and chrome://tracing
-//! open: a process per node, a track per worker, per worker's stream and one for the
-//! controller, complete events ("X") for calls, syncs, collectives, module loads, stream
-//! instructions and the controller's waits, and flows
+//! open: a process per node, a track per worker, per worker's stream and GPU and one for the
+//! controller, complete events ("X") for calls, syncs, collectives (as queued, and as run on a
+//! GPU), module loads, stream instructions and the controller's waits, and flows
 //! ("s" to "f") from the controller's send of a call to each worker's run of it.
 //!
 //! The one idea: every time is the controller's machine's monotonic clock, which the controller
@@ -28,7 +28,8 @@ pub(crate) struct About {
     pub per_group: usize,
     /// Whether the k-th collective of a call on every member of its team is one meeting of
     /// them all (collectives on the host), so that each one's wait for its peers can be told
-    /// from their arrivals where it was not measured ([`waits_from_arrivals`]).
+    /// from their arrivals where it was not measured ([`waits_from_arrivals`]). Their runs on
+    /// GPUs always are.
     pub meetings: bool,
 }
 
@@ -76,9 +77,14 @@ fn stream_track(worker: usize, stream: u32) -> usize {
     (1 << 20) + worker * 64 + stream as usize
 }
 
-/// Where a track goes among the others: each worker's streams right after it.
+/// The track of worker `w`'s GPU: beside its streams (a stream is never numbered 0).
+fn gpu_track(worker: usize) -> usize {
+    stream_track(worker, 0)
+}
+
+/// Where a track goes among the others: each worker's GPU and streams right after it.
 fn sort_index(worker: usize, stream: Option<u32>) -> usize {
-    (worker + 1) * 64 + stream.map_or(0, |s| s as usize)
+    (worker + 1) * 64 + stream.map_or(0, |s| s as usize + 1)
 }
 
 /// Microseconds from `origin_ns` to `ns`.
@@ -204,18 +210,22 @@ impl Args<'_> {
     }
 }
 
-/// The k-th collective worker `worker` joined in call `call`.
-type Joined = (usize, u64, usize);
+/// The k-th collective worker `worker` joined in call `call`, as queued or as run on its GPU
+/// (the event's kind).
+type Joined = (usize, u32, u64, usize);
 
-/// Numbers one worker's collectives within each call, in the order of its events.
+/// Numbers one worker's collectives within each call, in the order of its events: those it
+/// queued, and apart from them their runs on its GPU.
 #[derive(Default)]
-struct Places(HashMap<u64, usize>);
+struct Places(HashMap<(u32, u64), usize>);
 
 impl Places {
-    /// The place of `event` among its worker's collectives in its call, if it is one of them.
+    /// The place of `event` among its worker's collectives of its kind in its call, if it is
+    /// one of them.
     fn of(&mut self, event: &Event) -> Option<usize> {
-        (event.kind == Kind::Collective && event.call != 0).then(|| {
-            let next = self.0.entry(event.call).or_default();
+        let counted = matches!(event.kind, Kind::Collective | Kind::Gpu);
+        (counted && event.call != 0).then(|| {
+            let next = self.0.entry((event.kind.code(), event.call)).or_default();
             *next += 1;
             *next - 1
         })
@@ -225,25 +235,29 @@ impl Places {
 /// How long each collective waited for its peers, told from their arrivals: where every member
 /// of a team (`about`'s) has its k-th collective of a call with that team under one name, those
 /// are one meeting, and each waited from its start until the last one's (on another node,
-/// within the clocks' error). Meetings some member's events miss, and transfers, are left out.
+/// within the clocks' error). Meetings some member's events miss, and transfers, are left out;
+/// so are the collectives as queued where they are no meetings (see [`About::meetings`]).
 fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, u64> {
-    // By call, place and the team's first worker: the team, and the members found.
+    // By kind, call, place and the team's first worker: the team, and the members found.
     type Meeting<'a> = (std::ops::Range<usize>, Vec<(usize, &'a Event)>);
-    let mut meetings: HashMap<(u64, usize, usize), Meeting<'_>> = HashMap::new();
+    let mut meetings: HashMap<(u32, u64, usize, usize), Meeting<'_>> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
         let mut places = Places::default();
         for event in recorded {
             let Some(k) = places.of(event) else { continue };
+            if event.kind == Kind::Collective && !about.meetings {
+                continue;
+            }
             let Some(team) = about.team_members(worker, event) else {
                 continue;
             };
-            let key = (event.call, k, team.start);
+            let key = (event.kind.code(), event.call, k, team.start);
             let meeting = meetings.entry(key).or_insert_with(|| (team, Vec::new()));
             meeting.1.push((worker, event));
         }
     }
     let mut waits = HashMap::new();
-    for ((call, k, _), (team, members)) in meetings {
+    for ((kind, call, k, _), (team, members)) in meetings {
         let one_name = members.iter().all(|(_, e)| e.name == members[0].1.name);
         let whole = members.iter().map(|&(w, _)| w).eq(team);
         if !whole || !one_name {
@@ -251,7 +265,7 @@ fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, 
         }
         let last = members.iter().map(|(_, e)| e.start_ns).max().unwrap_or(0);
         for (worker, event) in members {
-            waits.insert((worker, call, k), last.saturating_sub(event.start_ns));
+            waits.insert((worker, kind, call, k), last.saturating_sub(event.start_ns));
         }
     }
     waits
@@ -321,12 +335,22 @@ fn write_events(
                            "args": {"sort_index": sort_index(worker, Some(stream))}}),
         )?;
     }
+    // A track for each worker's GPU where it ran collectives.
+    let gpus = (collected.workers.iter().enumerate())
+        .filter(|(_, recorded)| recorded.iter().any(|event| event.kind == Kind::Gpu))
+        .map(|(worker, _)| worker);
+    for worker in gpus {
+        let node = about.nodes.get(worker).copied().unwrap_or(0);
+        meta(
+            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": gpu_track(worker),
+                    "args": {"name": format!("worker {worker} GPU")}}),
+        )?;
+        meta(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
+                    "tid": gpu_track(worker), "args": {"sort_index": sort_index(worker, Some(0))}}))?;
+    }
     // A collective's wait, where its meeting's arrivals tell it: the measured one (in shared
     // memory) or the arrivals', whichever is longer (a hierarchy measures its node's part).
-    let waits: HashMap<Joined, u64> = match about.meetings {
-        true => waits_from_arrivals(collected, about),
-        false => HashMap::new(),
-    };
+    let waits: HashMap<Joined, u64> = waits_from_arrivals(collected, about);
     // Where each worker ran each call: the flows end there.
     let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
@@ -339,13 +363,13 @@ fn write_events(
             let measured = (event.wait_ns != 0).then_some(event.wait_ns);
             let wait_ns = match places.of(event) {
                 Some(k) => waits
-                    .get(&(worker, event.call, k))
+                    .get(&(worker, event.kind.code(), event.call, k))
                     .map(|&told| told.max(event.wait_ns))
                     .or(measured),
                 None => measured,
             };
             let args = match event.kind {
-                Kind::Collective => Args {
+                Kind::Collective | Kind::Gpu => Args {
                     team: Some(about.team_name(worker, event)),
                     bytes: Some(event.bytes),
                     wait_us: wait_ns.map(|ns| ns as f64 / 1e3),
@@ -364,6 +388,7 @@ fn write_events(
             };
             let tid = match event.kind {
                 Kind::Stream => stream_track(worker, event.detail),
+                Kind::Gpu => gpu_track(worker),
                 _ => track(worker),
             };
             let name = match (event.kind, event.name.is_empty()) {
@@ -576,20 +601,21 @@ mod tests {
             collected.keep(worker, events);
         }
         let waits = waits_from_arrivals(&collected, &about);
+        const QUEUED: u32 = 3; // Kind::Collective's code
         let expected = HashMap::from([
-            ((0, 7, 0), 50),
-            ((1, 7, 0), 0),
-            ((2, 7, 0), 30),
-            ((3, 7, 0), 20),
-            ((0, 7, 1), 10),
-            ((1, 7, 1), 20),
-            ((2, 7, 1), 30),
-            ((3, 7, 1), 0),
+            ((0, QUEUED, 7, 0), 50),
+            ((1, QUEUED, 7, 0), 0),
+            ((2, QUEUED, 7, 0), 30),
+            ((3, QUEUED, 7, 0), 20),
+            ((0, QUEUED, 7, 1), 10),
+            ((1, QUEUED, 7, 1), 20),
+            ((2, QUEUED, 7, 1), 30),
+            ((3, QUEUED, 7, 1), 0),
             // Each group waited for its own.
-            ((0, 7, 2), 20),
-            ((1, 7, 2), 0),
-            ((2, 7, 2), 0),
-            ((3, 7, 2), 50),
+            ((0, QUEUED, 7, 2), 20),
+            ((1, QUEUED, 7, 2), 0),
+            ((2, QUEUED, 7, 2), 0),
+            ((3, QUEUED, 7, 2), 50),
         ]);
         assert_eq!(waits, expected);
         // The team each is named by.
@@ -597,6 +623,62 @@ mod tests {
         assert_eq!(about.team_name(3, events[0]).to_string(), "every worker");
         assert_eq!(about.team_name(3, events[2]).to_string(), "group 1");
         assert_eq!(about.team_name(3, events[4]).to_string(), "two workers");
+    }
+
+    #[test]
+    fn runs_on_gpus_are_meetings_on_a_track_of_their_own_where_the_queued_collectives_are_not() {
+        // NCCL's: collectives queued on GPUs are no meetings on the host.
+        let about = About {
+            kind: "threaded",
+            nodes: vec![0; 2],
+            per_group: 2,
+            meetings: false,
+        };
+        let mut collected = Collected::for_workers(2);
+        for (worker, on_gpu) in [(0, 1000), (1, 1400)] {
+            let queued = collective(100 + worker as u64, 7, "allreduce", Team::Session);
+            let ran = Event {
+                kind: Kind::Gpu,
+                ..collective(on_gpu, 7, "allreduce", Team::Session)
+            };
+            collected.keep(worker, [queued, ran]);
+        }
+        let gpu = Kind::Gpu.code();
+        let waits = waits_from_arrivals(&collected, &about);
+        assert_eq!(
+            waits,
+            HashMap::from([((0, gpu, 7, 0), 400), ((1, gpu, 7, 0), 0)])
+        );
+        let mut records = Vec::new();
+        write_events(&about, 0, &collected, &mut |record| {
+            records.push(written(record));
+            Ok(())
+        })
+        .unwrap();
+        let named = |name: &str| {
+            records
+                .iter()
+                .find(|r| r["name"] == "thread_name" && r["args"]["name"] == name)
+                .map(|r| r["tid"].clone())
+        };
+        assert_eq!(named("worker 0 GPU"), Some(json!(gpu_track(0))));
+        assert_eq!(named("worker 1 GPU"), Some(json!(gpu_track(1))));
+        let on = |worker: usize, cat: &str| {
+            records
+                .iter()
+                .find(|r| r["ph"] == "X" && r["cat"] == cat && r["args"]["worker"] == worker)
+                .unwrap_or_else(|| panic!("no {cat} event of worker {worker}: {records:?}"))
+        };
+        let ran = on(0, "gpu");
+        assert_eq!(ran["tid"], json!(gpu_track(0)));
+        assert_eq!(ran["ts"].as_f64(), Some(1.0));
+        assert_eq!(ran["args"]["team"], "every worker");
+        assert_eq!(ran["args"]["bytes"], 16);
+        assert_eq!(ran["args"]["wait_us"].as_f64(), Some(0.4));
+        assert_eq!(on(1, "gpu")["args"]["wait_us"].as_f64(), Some(0.0));
+        let queued = on(0, "collective");
+        assert_eq!(queued["tid"], json!(track(0)));
+        assert!(queued["args"].get("wait_us").is_none(), "{queued}");
     }
 
     #[test]
