@@ -286,7 +286,34 @@ fn cuda_nccl_a_trace_shows_each_collective_run_on_its_gpu() {
         let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
         let trace: serde_json::Value = serde_json::from_str(&text).unwrap();
         runs_on_gpus_are_in(kind, &trace);
+        let path = dir.join(format!("{kind}-dump.json"));
+        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+        let dump: serde_json::Value = serde_json::from_str(&text).unwrap();
+        a_waiting_worker_recorded_what_its_gpu_passed(kind, &dump);
     }
+}
+
+/// In a dump taken while worker 0 waited for its second late all-reduce, worker 0's GPU ran the
+/// first and not the second (see `tests/c/cuda_nccl_trace.c`).
+fn a_waiting_worker_recorded_what_its_gpu_passed(kind: &str, dump: &serde_json::Value) {
+    let of_worker_0 = |cat: &str| -> Vec<u64> {
+        let events = dump["traceEvents"].as_array().unwrap().iter();
+        events
+            .filter(|e| e["ph"] == "X" && e["cat"] == cat && e["name"] == "allreduce")
+            .filter(|e| e["args"]["worker"] == 0)
+            .map(|e| e["args"]["call"].as_u64().unwrap())
+            .collect()
+    };
+    let queued = of_worker_0("collective");
+    let ran = of_worker_0("gpu");
+    let [.., first, second] = queued[..] else {
+        panic!("{kind}: worker 0 queued {queued:?}");
+    };
+    assert!(
+        ran.contains(&first) && !ran.contains(&second),
+        "{kind}: worker 0 queued the late all-reduces in calls {first} and {second}; its GPU \
+         ran those of calls {ran:?}"
+    );
 }
 
 /// Checks the GPU runs of a trace of `kind` (see the test above).
@@ -348,7 +375,15 @@ fn runs_on_gpus_are_in(kind: &str, trace: &serde_json::Value) {
                 "{context}: ran past the sync, {sync_end}"
             );
         }
-        runs.push(on_gpu.iter().map(|e| span(e)).collect::<Vec<_>>());
+        let on_gpu: Vec<(f64, f64)> = on_gpu.iter().map(|e| span(e)).collect();
+        for pair in on_gpu.windows(2) {
+            assert!(
+                pair[1].0 + slack_us >= pair[0].1,
+                "{kind}: worker {worker}'s GPU began an all-reduce before the one before ended: \
+                 {pair:?}"
+            );
+        }
+        runs.push(on_gpu);
     }
     for (a, b) in runs[0].iter().zip(&runs[1]) {
         assert!(

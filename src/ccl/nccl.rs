@@ -24,6 +24,7 @@ use crate::object::args::{argument, arity};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, ErrorKind, Function, Result, Shape, registry};
 use crate::sync::atomic::Ordering;
+use crate::sync::clock::now_ns;
 use crate::vm::{Operand, Stream};
 use crate::worker::activity::{Comm as Joined, Record};
 use crate::worker::builtins::on_worker;
@@ -163,7 +164,9 @@ impl Comms {
             },
         };
         // NCCL's kernels stop, so nothing of them keeps the GPU (or the worker) waiting. The
-        // group's communicator was split from the session's: it goes first.
+        // group's communicator was split from the session's: it goes first. Those unfinished
+        // never ran, and are not recorded as run.
+        on_gpu::abandon();
         if let Some(group) = &self.group {
             group.abort();
         }
@@ -329,7 +332,13 @@ pub(crate) struct CommsCheck {
     comms: Arc<Comms>,
     /// The worker's `ccl_generation` when the wait began.
     generation: u64,
+    /// When the wait began.
+    began_ns: u64,
 }
+
+/// How long a wait lasts, in ns, before its checks also record the collectives its GPU passed
+/// (see [`CommsCheck::check`]).
+const RECORDS_AFTER_NS: u64 = 1_000_000;
 
 /// Makes every wait of the calling worker thread for its GPU (a small read, from one of its
 /// functions, of a tensor a collective last wrote, as well as its syncs) watched while the
@@ -349,7 +358,11 @@ pub(crate) fn comms_check() -> Option<CommsCheck> {
 impl CommsCheck {
     fn new(comms: Arc<Comms>) -> CommsCheck {
         let generation = comms.shared.signals.ccl_generation.load(Ordering::SeqCst);
-        CommsCheck { comms, generation }
+        CommsCheck {
+            comms,
+            generation,
+            began_ns: now_ns(),
+        }
     }
 
     /// Fails when a communicator of the worker failed asynchronously (`ncclCommGetAsyncError`;
@@ -367,7 +380,14 @@ impl CommsCheck {
     /// `init_ccl` otherwise. Once they were aborted there
     /// is nothing left to watch: the check passes, and a wait goes on for the work that is not
     /// NCCL's (which cannot wait for another worker).
+    ///
+    /// A wait longer than a millisecond also records, at each check, the collectives the GPU
+    /// passed meanwhile (`worker::on_gpu`): a dump of the flight recorder taken while the wait
+    /// hangs then shows which ones the GPU finished.
     pub(crate) fn check(&self) -> Result<()> {
+        if now_ns().saturating_sub(self.began_ns) >= RECORDS_AFTER_NS {
+            on_gpu::record_passed();
+        }
         self.comms.check(self.generation)
     }
 

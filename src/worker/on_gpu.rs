@@ -4,8 +4,9 @@
 //!
 //! The one idea: the worker's own thread queues the work on its own stream and alone writes
 //! its ring, so it keeps what it timed, in the order it queued it, and records what the GPU
-//! passed whenever it queues more and after each of its syncs. Work the GPU never finishes (a
-//! collective a peer never joined) is never recorded: the bar of its queueing tells of it.
+//! passed whenever it queues more, goes idle, or polls in a long wait for its GPU. Work the GPU
+//! never finishes (a collective a peer never joined, or one its communicator's abort ended) is
+//! never recorded: the bar of its queueing tells of it.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -45,7 +46,7 @@ pub(crate) fn timed(
         None => None,
     };
     queue()?;
-    if let (Some(span), Some(call)) = (span, call)
+    if let (Some(mut span), Some(call)) = (span, call)
         && span.end(stream).is_ok()
     {
         let _ = TIMED.try_with(|timed| {
@@ -61,11 +62,13 @@ pub(crate) fn timed(
 }
 
 /// Records, in the calling worker's ring, the timed work its GPU passed, in the order it was
-/// queued (never waits). Work whose times cannot be read (the context failed) is dropped.
+/// queued (it may poll the GPU for a moment to set its clock against the host's, never longer).
+/// Work whose times cannot be read (the context failed) is dropped.
 pub(crate) fn record_passed() {
     let _ = TIMED.try_with(|timed| {
         let mut timed = timed.borrow_mut();
         while let Some(first) = timed.front() {
+            // Until its times can be read, so can none of the later.
             match first.span.times() {
                 Ok(None) => return,
                 Ok(Some((start_ns, dur_ns))) => {
@@ -87,4 +90,11 @@ pub(crate) fn record_passed() {
             timed.pop_front();
         }
     });
+}
+
+/// Records the timed work the GPU passed, and forgets the rest: the worker's communicators
+/// were aborted, and NCCL's kernels that had not finished end without having run.
+pub(crate) fn abandon() {
+    record_passed();
+    let _ = TIMED.try_with(|timed| timed.borrow_mut().clear());
 }

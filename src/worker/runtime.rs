@@ -457,6 +457,7 @@ impl Worker {
     /// Records that the worker waits for its next message.
     pub(crate) fn note_idle(&self) {
         self.record_last_call();
+        super::on_gpu::record_passed();
         self.activity().enter(State::Idle);
     }
 
@@ -606,7 +607,6 @@ impl Worker {
         if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
         }
-        super::on_gpu::record_passed();
         let ring = &self._exit.0.events;
         ring.record(&events::Event {
             call: self.last_call,

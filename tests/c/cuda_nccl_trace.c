@@ -5,13 +5,20 @@
  * GPU. Here the sums are checked, and that the file has a run on a GPU of each all-reduce of
  * each worker. With one GPU, one worker (a thread, then a process) does the same.
  *
+ * Then, with two workers, worker 1 comes 50 ms late to an all-reduce and 1.5 s late to the next,
+ * while the controller waits in a sync; half a second in, another thread dumps the flight
+ * recorder to KIND-dump.json, where the test finds worker 0's run of the first on its GPU (its
+ * wait records what its GPU passed) and none of the second.
+ *
  * It needs a GPU and NCCL (or the NCCL stand-in; with two GPUs, with its communicators of
  * several ranks, NCCL_STUB_SHARED_RANKS): without them it exits 77 (skipped). */
 #define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cuda_check.h"
@@ -32,6 +39,64 @@ static int occurrences(const char* path, const char* text) {
   int found = 0;
   for (const char* at = strstr(content, text); at != NULL; at = strstr(at + 1, text)) found++;
   return found;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec pause = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&pause, NULL);
+}
+
+/* trace.late_allreduce(send, recv, late_ms): the all-reduce (sum) of send into recv, which
+ * worker 1 joins `late_ms` late. */
+static int32_t late_allreduce(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
+  (void)self, (void)n, (void)result;
+  if (dvm_current_worker_id() == 1) sleep_ms(args[2].v_int64);
+  int64_t sum = 0;
+  DVMAny reduce[4] = {args[0], any_none(), any_bool(0), args[1]};
+  if (dvm_shape_new(&sum, 1, &reduce[1]) != DVM_OK) return fail_with_last_error();
+  dvm_func* f = NULL;
+  dvm_status status = dvm_func_get_global("runtime.disco.allreduce", &f);
+  if (status == DVM_OK) {
+    DVMAny none = any_none();
+    status = dvm_func_call(f, reduce, 4, &none);
+    dvm_func_free(f);
+  }
+  dvm_any_release(&reduce[1]);
+  return status == DVM_OK ? 0 : fail_with_last_error();
+}
+
+/* What the dumping thread needs. */
+typedef struct {
+  dvm_session* s;
+  char path[4096];
+  dvm_status dumped;
+} Dump;
+
+static void* dump_soon(void* arg) {
+  Dump* dump = arg;
+  sleep_ms(500);
+  dump->dumped = dvm_session_trace_dump(dump->s, dump->path);
+  return NULL;
+}
+
+/* Worker 1 joins an all-reduce late, then the next far later, while the controller syncs and
+ * another thread dumps the flight recorder to DIR/KIND-dump.json. */
+static void dump_while_waiting(dvm_session* s, const char* dir, const char* kind,
+                               dvm_dref* send, dvm_dref* recv) {
+  Dump dump = {s, "", DVM_OK};
+  snprintf(dump.path, sizeof dump.path, "%s/%s-dump.json", dir, kind);
+  const int64_t late_ms[2] = {50, 1500};
+  for (int i = 0; i < 2; i++) {
+    DVMAny args[3] = {any_dref(send), any_dref(recv), any_int(late_ms[i])};
+    dvm_dref_free(call_builtin(s, "trace.late_allreduce", args, 3));
+  }
+  pthread_t dumper;
+  CHECK(pthread_create(&dumper, NULL, dump_soon, &dump) == 0);
+  CHECK_OK(dvm_session_sync_all(s));
+  CHECK(pthread_join(dumper, NULL) == 0);
+  CHECK_OK(dump.dumped);
+  printf("cuda_nccl_trace: %s: dumped the flight recorder to %s while the sync waited\n", kind,
+         dump.path);
 }
 
 /* The test on a session of `kind` of `workers` workers (1 or 2); 77 when NCCL cannot be
@@ -65,8 +130,9 @@ static int run(const char* kind, int32_t workers) {
   /* Worker w holds 1 + w everywhere. */
   for (int i = 0; i < N; i++) CHECK(out[i] == (workers == 2 ? 3.0f : 1.0f));
   const char* dir = getenv("CUDA_NCCL_TRACE_DIR");
+  dir = dir != NULL ? dir : ".";
   char path[4096];
-  snprintf(path, sizeof path, "%s/%s.json", dir != NULL ? dir : ".", kind);
+  snprintf(path, sizeof path, "%s/%s.json", dir, kind);
   CHECK_OK(dvm_session_trace_stop(s, path));
   int runs = occurrences(path, "\"cat\":\"gpu\"");
   if (runs != ROUNDS * workers) {
@@ -76,6 +142,7 @@ static int run(const char* kind, int32_t workers) {
   }
   printf("cuda_nccl_trace: %s: %d worker(s): wrote %s with %d runs on a GPU\n", kind,
          (int)workers, path, runs);
+  if (workers == 2) dump_while_waiting(s, dir, kind, send, recv);
 
   dvm_dref_free(send), dvm_dref_free(recv);
   finish_session(s);
@@ -89,6 +156,7 @@ int main(int argc, char** argv) {
   /* A wait that outlived its cause would hang the test: it ends here instead. */
   if (argc == 1 || (argc == 2 && strcmp(argv[1], "node") != 0)) alarm(60);
   register_c("trace.fill", fill_one_plus_worker_id);
+  register_c("trace.late_allreduce", late_allreduce);
   const char* all[3] = {"threads", "processes", "nodes"};
   int kinds = argc == 1;
   for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;

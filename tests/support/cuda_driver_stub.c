@@ -732,6 +732,10 @@ CUresult cuEventElapsedTime(float* ms, void* start, void* end) {
     need_context("cuEventElapsedTime");
     Event* from = event_of(start, "cuEventElapsedTime");
     Event* to = event_of(end, "cuEventElapsedTime");
+    if (from->context != to->context) {
+      fail("cuEventElapsedTime: events %p and %p are of devices %d and %d", start, end,
+           from->context->device, to->context->device);
+    }
     if (!from->timing || !to->timing || from->stream == NULL || to->stream == NULL) {
       result = CUDA_ERROR_INVALID_HANDLE;
     } else if (!from->stamped || !to->stamped) {

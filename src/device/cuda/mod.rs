@@ -28,7 +28,7 @@ pub use driver::{device_count, unavailable};
 pub use pinned::PinnedHost;
 pub(super) use stream::raw_stream;
 pub use stream::synchronize_default_stream;
-pub use timing::GpuSpan;
+pub(crate) use timing::GpuSpan;
 
 /// The legacy default stream of the current context (`CU_STREAM_LEGACY` in the driver's
 /// header), which synchronizes with the context's blocking streams.

@@ -1,13 +1,16 @@
 //! When work ran on a GPU, on the host's monotonic clock ([`GpuSpan`]): two timing events
 //! recorded on the work's stream around it, read once the GPU passed the second.
 //!
-//! The one idea: a GPU times its events only relative to each other, so each device keeps an
-//! anchor, an event recorded on an idle stream of its own and waited for at once, whose host
-//! time is known to within that wait; a span began at the anchor's host time plus the GPU's
-//! time from the anchor to the span's first event. The anchor is set again when it is a second
-//! old, so that the time from it stays short (the driver gives it in float milliseconds) and
-//! the two clocks cannot drift apart.
+//! The one idea: a GPU times its events only relative to each other, so each device keeps
+//! anchors, events recorded on an idle stream of their own and polled at once, whose host times
+//! are known to within that poll; a span began at the host time of the anchor nearest its
+//! queueing plus the GPU's time from that anchor to the span's first event. A new anchor is set
+//! once the newest is a second old, so that the time from one stays short (the driver gives it
+//! in float milliseconds) and the two clocks cannot drift apart. An anchor the GPU does not pass
+//! at once (its streams share one busy queue) is tried again later; until one is set, spans
+//! wait to be read rather than hold the host.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::result::{self, DriverError};
@@ -21,21 +24,42 @@ use crate::device::DeviceStream;
 use crate::object::Result;
 use crate::sync::clock::now_ns;
 
-/// How old an anchor may be, in ns, before a span read against it sets it again.
+/// How old the newest anchor may be, in ns, before a new one is set.
 const ANCHOR_LIFE_NS: u64 = 1_000_000_000;
 
-/// A device's timing state: its anchor, once set, and the timing events spans gave back.
+/// How soon the GPU must pass an anchor's event, in ns, for its host time to count: the host's
+/// time of the anchor is known to within half of it.
+const ANCHOR_WITHIN_NS: u64 = 200_000;
+
+/// How long after an anchor that the GPU did not pass in time the next is tried, in ns.
+const ANCHOR_RETRY_NS: u64 = 5_000_000;
+
+/// Anchors a device keeps: spans read long after they ran find one set near their queueing.
+const ANCHORS: usize = 4;
+
+/// A device's timing state: its anchors, once made, and the timing events spans gave back.
 #[derive(Default)]
 pub(super) struct Timing {
-    anchor: Mutex<Option<Anchor>>,
+    anchors: Mutex<Option<Anchors>>,
     spare: Mutex<Vec<RawEvent>>,
 }
 
-/// An event whose host time is known: recorded on an idle stream of its own and waited for.
-struct Anchor {
+/// A device's anchors, and the idle stream they are recorded on.
+struct Anchors {
     stream: sys::CUstream,
+    /// Those set, oldest first.
+    kept: VecDeque<Anchor>,
+    /// The event the next anchor is recorded with.
+    next: sys::CUevent,
+    /// No anchor is tried before this host time (after one the GPU did not pass in time).
+    not_before_ns: u64,
+}
+
+/// An event whose host time is known.
+struct Anchor {
     event: sys::CUevent,
-    /// The host's time, in ns, halfway through the recording and the wait.
+    /// The host's time, in ns, halfway through the event's recording and the poll that found
+    /// it passed.
     host_ns: u64,
 }
 
@@ -44,16 +68,20 @@ struct RawEvent(sys::CUevent);
 
 // SAFETY: CUDA streams and events may be used from any thread once their context is current
 // there (every use enters it first).
-unsafe impl Send for Anchor {}
+unsafe impl Send for Anchors {}
 // SAFETY: as above.
 unsafe impl Send for RawEvent {}
 
 /// Work on a GPU stream between two points, whose times the host reads once the GPU passed
 /// the second ([`GpuSpan::times`]). Its events go back to the device when it is dropped.
-pub struct GpuSpan {
+pub(crate) struct GpuSpan {
     device: Arc<CudaDevice>,
     start: sys::CUevent,
     end: sys::CUevent,
+    /// The host's time when it began: the GPU began it no earlier.
+    queued_ns: u64,
+    /// Whether [`GpuSpan::end`] recorded its end.
+    ended: bool,
 }
 
 // SAFETY: as above.
@@ -62,15 +90,20 @@ unsafe impl Send for GpuSpan {}
 impl GpuSpan {
     /// A span that begins after the work issued so far on `stream`; None when `stream` is not a
     /// CUDA stream.
-    pub fn begin(stream: &dyn DeviceStream) -> Result<Option<GpuSpan>> {
+    pub(crate) fn begin(stream: &dyn DeviceStream) -> Result<Option<GpuSpan>> {
         let Some((device, raw)) = raw_stream(stream) else {
             return Ok(None);
         };
         let _ctx = device.enter()?;
+        // An anchor near the span's queueing, for a span read long after it ran; failing to
+        // set one costs the span nothing yet.
+        let _ = device.timing.refresh();
         let span = GpuSpan {
             device: device.clone(),
             start: device.timing_event()?,
             end: device.timing_event()?,
+            queued_ns: now_ns(),
+            ended: false,
         };
         // SAFETY: the event is the span's, the stream the caller's, both of the context entered.
         driver("recording a timing event", || unsafe {
@@ -80,7 +113,7 @@ impl GpuSpan {
     }
 
     /// Ends the span after the work issued so far on `stream`, the stream it began on.
-    pub fn end(&self, stream: &dyn DeviceStream) -> Result<()> {
+    pub(crate) fn end(&mut self, stream: &dyn DeviceStream) -> Result<()> {
         let Some((device, raw)) = raw_stream(stream) else {
             return Ok(());
         };
@@ -88,12 +121,18 @@ impl GpuSpan {
         // SAFETY: as in `begin`.
         driver("recording a timing event", || unsafe {
             result::event::record(self.end, raw)
-        })
+        })?;
+        self.ended = true;
+        Ok(())
     }
 
     /// When the span began and how long it lasted, in ns on the host's monotonic clock, once
-    /// the GPU passed its end; None before (never waits).
-    pub fn times(&self) -> Result<Option<(u64, u64)>> {
+    /// the GPU passed its end and an anchor is set; None before (it may poll an anchor for a
+    /// moment, never longer).
+    pub(crate) fn times(&self) -> Result<Option<(u64, u64)>> {
+        if !self.ended {
+            return Ok(None);
+        }
         let _ctx = self.device.enter()?;
         let took = driver("reading a timing event", || {
             // SAFETY: both events are the span's, recorded by `begin` and `end`.
@@ -106,12 +145,12 @@ impl GpuSpan {
         let Some(took) = took else {
             return Ok(None);
         };
-        let (anchor_ns, since_ms) = self.device.timing.since_anchor(self.start)?;
-        let start_ns = anchor_ns as f64 + f64::from(since_ms) * 1e6;
-        Ok(Some((
-            start_ns.max(0.0) as u64,
-            (f64::from(took) * 1e6).max(0.0) as u64,
-        )))
+        let Some((anchor_ns, since_ms)) = self.device.timing.since_anchor(self)? else {
+            return Ok(None);
+        };
+        let start_ns = (anchor_ns as f64 + f64::from(since_ms) * 1e6).max(0.0) as u64;
+        let took_ns = (f64::from(took) * 1e6).max(0.0) as u64;
+        Ok(Some((start_ns.max(self.queued_ns), took_ns)))
     }
 }
 
@@ -130,62 +169,118 @@ impl CudaDevice {
         if let Some(RawEvent(event)) = lock(&self.timing.spare).pop() {
             return Ok(event);
         }
-        driver("creating a timing event", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-        })
+        new_timing_event()
     }
+}
+
+fn new_timing_event() -> Result<sys::CUevent> {
+    driver("creating a timing event", || {
+        result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+    })
 }
 
 impl Timing {
-    /// The anchor's host time and the GPU's time from the anchor to `event` (passed), in ms;
-    /// the anchor is set first when there is none or it is too old. The caller entered the
-    /// device's context.
-    fn since_anchor(&self, event: sys::CUevent) -> Result<(u64, f32)> {
-        let mut anchor = lock(&self.anchor);
-        let anchor = match &mut *anchor {
-            Some(set) if now_ns().saturating_sub(set.host_ns) < ANCHOR_LIFE_NS => set,
-            Some(set) => {
-                set.host_ns = set.reset()?;
-                set
-            }
-            None => anchor.insert(Anchor::new()?),
+    /// Sets a new anchor when the newest is too old (or there is none) and a try is due. The
+    /// caller entered the device's context.
+    fn refresh(&self) -> Result<()> {
+        let mut anchors = lock(&self.anchors);
+        let anchors = match &mut *anchors {
+            Some(anchors) => anchors,
+            None => anchors.insert(Anchors::new()?),
         };
-        // SAFETY: the anchor's event, recorded and passed, and the caller's, passed.
+        anchors.refresh()
+    }
+
+    /// The host time of the anchor nearest `span`'s queueing and the GPU's time from it to the
+    /// span's start (passed), in ms; None while no anchor is set. The caller entered the
+    /// device's context.
+    fn since_anchor(&self, span: &GpuSpan) -> Result<Option<(u64, f32)>> {
+        let mut anchors = lock(&self.anchors);
+        let anchors = match &mut *anchors {
+            Some(anchors) => anchors,
+            None => anchors.insert(Anchors::new()?),
+        };
+        // A span read without an anchor of its time still gets one of now.
+        let _ = anchors.refresh();
+        let nearest = anchors
+            .kept
+            .iter()
+            .min_by_key(|anchor| anchor.host_ns.abs_diff(span.queued_ns));
+        let Some(anchor) = nearest else {
+            return Ok(None);
+        };
+        // The driver times two events of one context, on any of its streams.
+        // SAFETY: the anchor's event, recorded and passed, and the span's start, passed.
         let since = driver("reading a timing event", || unsafe {
-            result::event::elapsed(anchor.event, event)
+            result::event::elapsed(anchor.event, span.start)
         })?;
-        Ok((anchor.host_ns, since))
+        Ok(Some((anchor.host_ns, since)))
     }
 }
 
-impl Anchor {
-    /// A new anchor on a stream of its own, set. The caller entered the device's context.
-    fn new() -> Result<Anchor> {
+impl Anchors {
+    /// A device's anchors, none set yet. The caller entered the device's context.
+    fn new() -> Result<Anchors> {
         let stream = driver("creating a stream for timing", || {
             result::stream::create(result::stream::StreamKind::NonBlocking)
         })?;
-        let event = driver("creating a timing event", || {
-            result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
-        })?;
-        let mut anchor = Anchor {
+        Ok(Anchors {
             stream,
-            event,
-            host_ns: 0,
-        };
-        anchor.host_ns = anchor.reset()?;
-        Ok(anchor)
+            kept: VecDeque::with_capacity(ANCHORS),
+            next: new_timing_event()?,
+            not_before_ns: 0,
+        })
     }
 
-    /// Records the anchor's event on its idle stream and waits for it; returns the host's time
-    /// halfway through (the GPU passed the event within that time).
-    fn reset(&self) -> Result<u64> {
+    /// Sets a new anchor when the newest is too old (or there is none) and a try is due: records
+    /// its event on the idle stream and polls it for [`ANCHOR_WITHIN_NS`] at most; an event
+    /// passed later (or not at all) sets nothing, and the next try waits [`ANCHOR_RETRY_NS`].
+    fn refresh(&mut self) -> Result<()> {
         let before = now_ns();
-        // SAFETY: the anchor's own stream and event, of the context the caller entered.
-        driver("setting the GPU's clock against the host's", || unsafe {
-            result::event::record(self.event, self.stream)?;
-            result::event::synchronize(self.event)
+        let fresh = self
+            .kept
+            .back()
+            .is_some_and(|newest| before.saturating_sub(newest.host_ns) < ANCHOR_LIFE_NS);
+        if fresh || before < self.not_before_ns {
+            return Ok(());
+        }
+        self.not_before_ns = before + ANCHOR_RETRY_NS;
+        let what = "setting the GPU's clock against the host's";
+        // SAFETY: the anchors' own stream and event, of the context the caller entered.
+        driver(what, || unsafe {
+            result::event::record(self.next, self.stream)
         })?;
-        let after = now_ns();
-        Ok(before + (after - before) / 2)
+        let passed_at = loop {
+            let passed = driver(what, || {
+                // SAFETY: as above.
+                match unsafe { result::event::query(self.next) } {
+                    Ok(()) => Ok(true),
+                    Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                    Err(error) => Err(error),
+                }
+            })?;
+            let now = now_ns();
+            if passed || now - before > ANCHOR_WITHIN_NS {
+                break passed.then_some(now);
+            }
+            std::hint::spin_loop();
+        };
+        let Some(after) = passed_at.filter(|&after| after - before <= ANCHOR_WITHIN_NS) else {
+            return Ok(());
+        };
+        let next = match self.kept.len() {
+            ANCHORS => self.kept.pop_front().map(|oldest| oldest.event),
+            _ => None,
+        };
+        let next = match next {
+            Some(event) => event,
+            None => new_timing_event()?,
+        };
+        let event = std::mem::replace(&mut self.next, next);
+        self.kept.push_back(Anchor {
+            event,
+            host_ns: before + (after - before) / 2,
+        });
+        Ok(())
     }
 }

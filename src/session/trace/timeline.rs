@@ -71,20 +71,25 @@ fn track(worker: usize) -> usize {
     worker + 1
 }
 
+/// Streams of a worker that have a track each; later ones share the last. Track ids and sort
+/// indices stay below 2^31 for up to 2^16 workers (viewers read them as 32-bit numbers).
+const STREAMS: usize = 1 << 14;
+
 /// The track of stream `stream` of worker `w`: apart from the workers' own, as a worker's
 /// streams run beside it.
 fn stream_track(worker: usize, stream: u32) -> usize {
-    (1 << 20) + worker * 64 + stream as usize
+    (1 << 30) + worker * STREAMS + (stream as usize).min(STREAMS - 1)
 }
 
-/// The track of worker `w`'s GPU: beside its streams (a stream is never numbered 0).
+/// The track of worker `w`'s GPU: apart from the workers' and the streams'.
 fn gpu_track(worker: usize) -> usize {
-    stream_track(worker, 0)
+    (1 << 29) + worker
 }
 
-/// Where a track goes among the others: each worker's GPU and streams right after it.
+/// Where a track goes among the others: each worker's GPU (`Some(0)`) and streams right after
+/// it.
 fn sort_index(worker: usize, stream: Option<u32>) -> usize {
-    (worker + 1) * 64 + stream.map_or(0, |s| s as usize + 1)
+    (worker + 1) * (STREAMS + 1) + stream.map_or(0, |s| (s as usize).min(STREAMS - 1) + 1)
 }
 
 /// Microseconds from `origin_ns` to `ns`.
@@ -220,6 +225,14 @@ type Joined = (usize, u32, u64, usize);
 struct Places(HashMap<(u32, u64), usize>);
 
 impl Places {
+    /// Whether every collective its worker queued in call `call` has its run on the GPU among
+    /// the events counted so far: a run missing (not timed, or not finished) would shift the
+    /// places of the later ones.
+    fn runs_complete(&self, call: u64) -> bool {
+        let count = |kind: Kind| self.0.get(&(kind.code(), call)).copied().unwrap_or(0);
+        count(Kind::Gpu) == count(Kind::Collective)
+    }
+
     /// The place of `event` among its worker's collectives of its kind in its call, if it is
     /// one of them.
     fn of(&mut self, event: &Event) -> Option<usize> {
@@ -236,16 +249,23 @@ impl Places {
 /// of a team (`about`'s) has its k-th collective of a call with that team under one name, those
 /// are one meeting, and each waited from its start until the last one's (on another node,
 /// within the clocks' error). Meetings some member's events miss, and transfers, are left out;
-/// so are the collectives as queued where they are no meetings (see [`About::meetings`]).
+/// so are the collectives as queued where they are no meetings (see [`About::meetings`]), and
+/// the runs on a GPU of a call some of whose collectives have no run there.
 fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, u64> {
     // By kind, call, place and the team's first worker: the team, and the members found.
     type Meeting<'a> = (std::ops::Range<usize>, Vec<(usize, &'a Event)>);
     let mut meetings: HashMap<(u32, u64, usize, usize), Meeting<'_>> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
         let mut places = Places::default();
-        for event in recorded {
-            let Some(k) = places.of(event) else { continue };
-            if event.kind == Kind::Collective && !about.meetings {
+        let placed: Vec<(&Event, usize)> = (recorded.iter())
+            .filter_map(|event| Some((event, places.of(event)?)))
+            .collect();
+        for (event, k) in placed {
+            let meets = match event.kind {
+                Kind::Gpu => places.runs_complete(event.call),
+                _ => about.meetings,
+            };
+            if !meets {
                 continue;
             }
             let Some(team) = about.team_members(worker, event) else {
@@ -635,13 +655,23 @@ mod tests {
             meetings: false,
         };
         let mut collected = Collected::for_workers(2);
+        let ran = |start_ns, call| Event {
+            kind: Kind::Gpu,
+            ..collective(start_ns, call, "allreduce", Team::Session)
+        };
         for (worker, on_gpu) in [(0, 1000), (1, 1400)] {
             let queued = collective(100 + worker as u64, 7, "allreduce", Team::Session);
-            let ran = Event {
-                kind: Kind::Gpu,
-                ..collective(on_gpu, 7, "allreduce", Team::Session)
+            collected.keep(worker, [queued, ran(on_gpu, 7)]);
+            // In call 8 the second collective of worker 1 has no run: its first run could be
+            // either's, and neither is matched.
+            let queued = |start_ns| collective(start_ns, 8, "allreduce", Team::Session);
+            let runs = if worker == 0 {
+                vec![3000, 4000]
+            } else {
+                vec![3500]
             };
-            collected.keep(worker, [queued, ran]);
+            collected.keep(worker, [queued(2000), queued(2100)]);
+            collected.keep(worker, runs.into_iter().map(|start_ns| ran(start_ns, 8)));
         }
         let gpu = Kind::Gpu.code();
         let waits = waits_from_arrivals(&collected, &about);
