@@ -256,41 +256,34 @@ fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_go
 /// The NCCL all-reduces of a trace ran on each worker's GPU after the worker queued them and
 /// before its sync ended, on a track of the worker's GPU, and the two workers' runs overlap:
 /// on worker threads, worker processes and two nodes, with the stand-in's GPUs (which stamp a
-/// timing event when their stream's work reaches it). With one GPU, the program checks that
-/// one worker's runs are there.
+/// timing event when their stream's work reaches it); on threads also with GPUs whose streams
+/// share one queue, where the GPU's clock is set against the host's behind the collectives.
+/// With one GPU, the program checks that one worker's runs are there.
 #[test]
 fn cuda_nccl_a_trace_shows_each_collective_run_on_its_gpu() {
-    let alone = out_dir().join("traces_1_gpu");
-    fs::create_dir_all(&alone).unwrap();
-    let alone_text = alone.to_str().unwrap();
-    passes(
-        "tests/c/cuda_nccl_trace.c",
-        &[],
-        1,
-        &[("CUDA_NCCL_TRACE_DIR", alone_text)],
-    );
-    let dir = out_dir().join("traces");
-    fs::create_dir_all(&dir).unwrap();
-    let dir_text = dir.to_str().unwrap();
-    passes(
-        "tests/c/cuda_nccl_trace.c",
-        &[],
-        2,
-        &[
-            ("NCCL_STUB_SHARED_RANKS", "1"),
-            ("CUDA_NCCL_TRACE_DIR", dir_text),
-        ],
-    );
+    let traces = |name: &str, args: &[&str], gpus: u32, env: &[(&str, &str)]| {
+        let dir = out_dir().join(name);
+        fs::create_dir_all(&dir).unwrap();
+        let mut env = env.to_vec();
+        env.push(("CUDA_NCCL_TRACE_DIR", dir.to_str().unwrap()));
+        passes("tests/c/cuda_nccl_trace.c", args, gpus, &env);
+        move |file: &str| -> serde_json::Value {
+            let path = dir.join(file);
+            let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            serde_json::from_str(&text).unwrap()
+        }
+    };
+    let _ = traces("traces_1_gpu", &[], 1, &[]);
+    let ranks = ("NCCL_STUB_SHARED_RANKS", "1");
+    let read = traces("traces", &[], 2, &[ranks]);
     for kind in ["threads", "processes", "nodes"] {
-        let path = dir.join(format!("{kind}.json"));
-        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-        let trace: serde_json::Value = serde_json::from_str(&text).unwrap();
-        runs_on_gpus_are_in(kind, &trace);
-        let path = dir.join(format!("{kind}-dump.json"));
-        let text = fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
-        let dump: serde_json::Value = serde_json::from_str(&text).unwrap();
+        runs_on_gpus_are_in(kind, &read(&format!("{kind}.json")));
+        let dump = read(&format!("{kind}-dump.json"));
         a_waiting_worker_recorded_what_its_gpu_passed(kind, &dump);
     }
+    let one_queue = ("DISCOVM_STUB_ONE_QUEUE", "1");
+    let read = traces("traces_one_queue", &["threads"], 2, &[ranks, one_queue]);
+    runs_on_gpus_are_in("threads (one queue)", &read("threads.json"));
 }
 
 /// In a dump taken while worker 0 waited for its second late all-reduce, worker 0's GPU ran the

@@ -33,6 +33,10 @@
  * - The legacy default stream (handle 0 or CU_STREAM_LEGACY) of each context waits for the
  *   work issued before on the context's blocking streams, and each blocking stream for the
  *   work issued before on the legacy stream; non-blocking streams are ordered with nothing.
+ *   With DISCOVM_STUB_ONE_QUEUE set, every stream's work also waits for the work issued before
+ *   on the other streams of its context, as on a GPU whose streams share one hardware queue
+ *   (CUDA_DEVICE_MAX_CONNECTIONS=1): an event recorded on an idle stream then waits for a
+ *   collective another stream holds.
  *
  * It aborts, with a message on stderr, on what would be a bug on a GPU:
  * - a call before cuInit, or one that needs a current context without one (or with a released
@@ -479,6 +483,20 @@ static void order_with_legacy(Stream* s) {
   }
 }
 
+/* With DISCOVM_STUB_ONE_QUEUE, queues on `s` a wait for the work issued so far on every other
+ * stream of its context, as one hardware queue orders it. */
+static void order_in_one_queue(Stream* s) {
+  static int one_queue = -1;
+  if (one_queue < 0) one_queue = getenv("DISCOVM_STUB_ONE_QUEUE") != NULL;
+  if (!one_queue) return;
+  for (Stream* other = streams; other != NULL; other = other->next) {
+    if (other != s && !other->destroyed && other->context == s->context &&
+        other->issued > other->done) {
+      append(s, (Op){.kind = OP_WAIT, .stream = other, .until = other->issued});
+    }
+  }
+}
+
 /* The stream new work goes to, checked against the current context; the implicit waits are
  * queued first. */
 static Stream* stream_for_work(void* handle, const char* call) {
@@ -489,6 +507,7 @@ static Stream* stream_for_work(void* handle, const char* call) {
          handle, s->context->device, context->device);
   }
   order_with_legacy(s);
+  order_in_one_queue(s);
   return s;
 }
 

@@ -7,8 +7,8 @@
 //! queueing plus the GPU's time from that anchor to the span's first event. A new anchor is set
 //! once the newest is a second old, so that the time from one stays short (the driver gives it
 //! in float milliseconds) and the two clocks cannot drift apart. An anchor the GPU does not pass
-//! at once (its streams share one busy queue) is tried again later; until one is set, spans
-//! wait to be read rather than hold the host.
+//! at once (its streams share one busy queue) is tried again once the GPU passed it, which one
+//! query tells; until one is set, spans wait to be read rather than hold the host.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -31,9 +31,6 @@ const ANCHOR_LIFE_NS: u64 = 1_000_000_000;
 /// time of the anchor is known to within half of it.
 const ANCHOR_WITHIN_NS: u64 = 200_000;
 
-/// How long after an anchor that the GPU did not pass in time the next is tried, in ns.
-const ANCHOR_RETRY_NS: u64 = 5_000_000;
-
 /// Anchors a device keeps: spans read long after they ran find one set near their queueing.
 const ANCHORS: usize = 4;
 
@@ -51,8 +48,9 @@ struct Anchors {
     kept: VecDeque<Anchor>,
     /// The event the next anchor is recorded with.
     next: sys::CUevent,
-    /// No anchor is tried before this host time (after one the GPU did not pass in time).
-    not_before_ns: u64,
+    /// Whether `next` was recorded for an anchor the GPU did not pass in time, and has not been
+    /// seen passed since: no other is tried before it is (the GPU is still busy).
+    outstanding: bool,
 }
 
 /// An event whose host time is known.
@@ -228,46 +226,42 @@ impl Anchors {
             stream,
             kept: VecDeque::with_capacity(ANCHORS),
             next: new_timing_event()?,
-            not_before_ns: 0,
+            outstanding: false,
         })
     }
 
-    /// Sets a new anchor when the newest is too old (or there is none) and a try is due: records
-    /// its event on the idle stream and polls it for [`ANCHOR_WITHIN_NS`] at most; an event
-    /// passed later (or not at all) sets nothing, and the next try waits [`ANCHOR_RETRY_NS`].
+    /// Sets a new anchor when the newest is too old (or there is none): records its event on
+    /// the idle stream and polls it for [`ANCHOR_WITHIN_NS`] at most. An event the GPU passed
+    /// later, or not yet, sets nothing; while it stays unpassed, no other is tried.
     fn refresh(&mut self) -> Result<()> {
-        let before = now_ns();
         let fresh = self
             .kept
             .back()
-            .is_some_and(|newest| before.saturating_sub(newest.host_ns) < ANCHOR_LIFE_NS);
-        if fresh || before < self.not_before_ns {
+            .is_some_and(|newest| now_ns().saturating_sub(newest.host_ns) < ANCHOR_LIFE_NS);
+        if fresh || (self.outstanding && !self.next_passed()?) {
             return Ok(());
         }
-        self.not_before_ns = before + ANCHOR_RETRY_NS;
-        let what = "setting the GPU's clock against the host's";
+        self.outstanding = true;
+        let before = now_ns();
         // SAFETY: the anchors' own stream and event, of the context the caller entered.
-        driver(what, || unsafe {
+        driver("setting the GPU's clock against the host's", || unsafe {
             result::event::record(self.next, self.stream)
         })?;
-        let passed_at = loop {
-            let passed = driver(what, || {
-                // SAFETY: as above.
-                match unsafe { result::event::query(self.next) } {
-                    Ok(()) => Ok(true),
-                    Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
-                    Err(error) => Err(error),
-                }
-            })?;
+        let after = loop {
+            let passed = self.next_passed()?;
             let now = now_ns();
-            if passed || now - before > ANCHOR_WITHIN_NS {
-                break passed.then_some(now);
+            if passed {
+                break now;
+            }
+            if now - before > ANCHOR_WITHIN_NS {
+                return Ok(());
             }
             std::hint::spin_loop();
         };
-        let Some(after) = passed_at.filter(|&after| after - before <= ANCHOR_WITHIN_NS) else {
+        self.outstanding = false;
+        if after - before > ANCHOR_WITHIN_NS {
             return Ok(());
-        };
+        }
         let next = match self.kept.len() {
             ANCHORS => self.kept.pop_front().map(|oldest| oldest.event),
             _ => None,
@@ -282,5 +276,17 @@ impl Anchors {
             host_ns: before + (after - before) / 2,
         });
         Ok(())
+    }
+
+    /// Whether the GPU passed the latest recording of `next` (never waits).
+    fn next_passed(&self) -> Result<bool> {
+        driver("setting the GPU's clock against the host's", || {
+            // SAFETY: the anchors' own event, of the context the caller entered.
+            match unsafe { result::event::query(self.next) } {
+                Ok(()) => Ok(true),
+                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
     }
 }
