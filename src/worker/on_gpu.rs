@@ -11,6 +11,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 
+use super::activity::Activity;
 use super::events::{Collective, Event, Kind, RING};
 use crate::device::DeviceStream;
 use crate::device::cuda::GpuSpan;
@@ -39,8 +40,7 @@ pub(crate) fn timed(
     queue: impl FnOnce() -> Result<()>,
 ) -> Result<()> {
     record_passed();
-    let mut call = None;
-    super::with_own_events(|_, running| call = Some(running));
+    let call = super::with_own_activity(Activity::running_call);
     let span = match call {
         Some(_) => GpuSpan::begin(stream).ok().flatten(),
         None => None,

@@ -207,13 +207,17 @@ pub fn shared() -> Option<Arc<WorkerShared>> {
     CURRENT.with(|c| c.borrow().as_ref().map(|(_, shared, _)| shared.clone()))
 }
 
-/// `f` of the record of activity of the worker running on this thread, if any.
+/// `f` of the record of activity of the worker running on this thread, if any (none in the
+/// thread's last destructors).
 pub(crate) fn with_own_activity<R>(f: impl FnOnce(&Activity) -> R) -> Option<R> {
-    CURRENT.with(|c| {
-        c.borrow()
-            .as_ref()
-            .map(|(_, shared, _)| f(&shared.activity))
-    })
+    CURRENT
+        .try_with(|c| {
+            c.borrow()
+                .as_ref()
+                .map(|(_, shared, _)| f(&shared.activity))
+        })
+        .ok()
+        .flatten()
 }
 
 /// `f` of the ring of events of the worker running on this thread, if any, with the number of

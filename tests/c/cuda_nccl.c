@@ -336,16 +336,13 @@ static int run(const char* kind, int32_t gpus) {
 int main(int argc, char** argv) {
   register_c("test.nccl.fill", fill_values);
   register_c("test.nccl.check", check_values);
-  const char* all[3] = {"threads", "processes", "nodes"};
-  int kinds = argc == 1;
-  for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;
-  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
-  if (!kinds) return dvm_worker_main(argc, argv);
+  int served = serve_unless_controller(argc, argv);
+  if (served >= 0) return served;
 
   int32_t gpus = require_cuda("cuda_nccl");
   for (int k = 0; k < 3; k++) {
-    if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
-    int ran = run(all[k], gpus);
+    if (!kind_asked(argc, argv, kSessionKinds[k])) continue;
+    int ran = run(kSessionKinds[k], gpus);
     if (ran != 0) return ran;
   }
   return check_finish();

@@ -28,16 +28,6 @@ static const double kFailsWithin = 1.0;
 /* What worker 1 does in place of the all-reduce. */
 enum { RETURNS, FAILS, GATHERS, SHRINKS };
 
-/* Calls built-in `name` with `args` (`n` of them), on this worker. */
-static int32_t call_here(const char* name, DVMAny* args, int32_t n) {
-  dvm_func* f = NULL;
-  if (dvm_func_get_global(name, &f) != DVM_OK) return fail_with_last_error();
-  DVMAny none = any_none();
-  dvm_status status = dvm_func_call(f, args, n, &none);
-  dvm_func_free(f);
-  return status == DVM_OK ? 0 : fail_with_last_error();
-}
-
 /* peers.allreduce_but(worker, how, send, recv, half): the all-reduce (sum) of send into recv,
  * but on worker `worker` (-1: none), which returns, fails, all-gathers `half` into recv, or
  * all-reduces `half` in place, as `how` says. */
@@ -50,7 +40,7 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
         return -1;
       case GATHERS: {
         DVMAny gather[3] = {args[4], any_bool(0), args[3]};
-        return call_here("runtime.disco.allgather", gather, 3);
+        return call_global_here("runtime.disco.allgather", gather, 3);
       }
       case SHRINKS:
         break; /* it all-reduces `half` */
@@ -63,7 +53,7 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
   if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
   int shrinks = dvm_current_worker_id() == args[0].v_int64;
   DVMAny reduce[4] = {args[shrinks ? 4 : 2], op, any_bool(0), args[shrinks ? 4 : 3]};
-  int32_t called = call_here("runtime.disco.allreduce", reduce, 4);
+  int32_t called = call_global_here("runtime.disco.allreduce", reduce, 4);
   CHECK_OK(dvm_any_release(&op));
   return called;
 }
@@ -161,23 +151,20 @@ static int run(const char* kind) {
  * a worker process by its own controller, it serves it; as `cuda_nccl_peers node HOST PORT
  * WORKERS`, it is a node. */
 int main(int argc, char** argv) {
-  /* A wait that outlived its cause would hang the test: it ends here instead. */
-  if (argc == 1 || (argc == 2 && strcmp(argv[1], "node") != 0)) alarm(60);
   register_c("peers.fill", fill_one_plus_worker_id);
   register_c("peers.allreduce_but", allreduce_but);
-  const char* all[3] = {"threads", "processes", "nodes"};
-  int kinds = argc == 1;
-  for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;
-  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
-  if (!kinds) return dvm_worker_main(argc, argv);
+  int served = serve_unless_controller(argc, argv);
+  if (served >= 0) return served;
+  /* A wait that outlived its cause would hang the test: it ends here instead. */
+  alarm(60);
   int32_t gpus = require_cuda("cuda_nccl_peers");
   if (gpus < 2) {
     printf("cuda_nccl_peers: skipped: two ranks need two GPUs; this machine has %d\n", (int)gpus);
     return EXIT_SKIPPED;
   }
   for (int k = 0; k < 3; k++) {
-    if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
-    int ran = run(all[k]);
+    if (!kind_asked(argc, argv, kSessionKinds[k])) continue;
+    int ran = run(kSessionKinds[k]);
     if (ran != 0) return ran;
   }
   return check_finish();

@@ -54,15 +54,9 @@ static int32_t late_allreduce(void* self, const DVMAny* args, int32_t n, DVMAny*
   int64_t sum = 0;
   DVMAny reduce[4] = {args[0], any_none(), any_bool(0), args[1]};
   if (dvm_shape_new(&sum, 1, &reduce[1]) != DVM_OK) return fail_with_last_error();
-  dvm_func* f = NULL;
-  dvm_status status = dvm_func_get_global("runtime.disco.allreduce", &f);
-  if (status == DVM_OK) {
-    DVMAny none = any_none();
-    status = dvm_func_call(f, reduce, 4, &none);
-    dvm_func_free(f);
-  }
+  int32_t called = call_global_here("runtime.disco.allreduce", reduce, 4);
   dvm_any_release(&reduce[1]);
-  return status == DVM_OK ? 0 : fail_with_last_error();
+  return called;
 }
 
 /* What the dumping thread needs. */
@@ -153,23 +147,21 @@ static int run(const char* kind, int32_t workers) {
  * a worker process by its own controller, it serves it; as `cuda_nccl_trace node HOST PORT
  * WORKERS`, it is a node. */
 int main(int argc, char** argv) {
-  /* A wait that outlived its cause would hang the test: it ends here instead. */
-  if (argc == 1 || (argc == 2 && strcmp(argv[1], "node") != 0)) alarm(60);
   register_c("trace.fill", fill_one_plus_worker_id);
   register_c("trace.late_allreduce", late_allreduce);
-  const char* all[3] = {"threads", "processes", "nodes"};
-  int kinds = argc == 1;
-  for (int k = 0; k < 3; k++) kinds |= argc == 2 && strcmp(argv[1], all[k]) == 0;
-  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
-  if (!kinds) return dvm_worker_main(argc, argv);
+  int served = serve_unless_controller(argc, argv);
+  if (served >= 0) return served;
+  /* A wait that outlived its cause would hang the test: it ends here instead. */
+  alarm(60);
   int32_t workers = require_cuda("cuda_nccl_trace") >= 2 ? 2 : 1;
   for (int k = 0; k < 3; k++) {
-    if (argc == 2 && strcmp(argv[1], all[k]) != 0) continue;
-    if (workers == 1 && strcmp(all[k], "nodes") == 0) {
+    const char* kind = kSessionKinds[k];
+    if (!kind_asked(argc, argv, kind)) continue;
+    if (workers == 1 && strcmp(kind, "nodes") == 0) {
       printf("cuda_nccl_trace: nodes skipped: two nodes need two GPUs\n");
       continue;
     }
-    int ran = run(all[k], workers);
+    int ran = run(kind, workers);
     if (ran != 0) return ran;
   }
   return check_finish();

@@ -6,6 +6,8 @@
  *   register_c(name, call)           registers a C callback as a global function
  *   fail_with_last_error()           raises the library's last error again as a callback's
  *                                    own; returns -1, the callback's result
+ *   call_global_here(name, args, n)  calls global function `name` here (in a callback on a
+ *                                    worker); 0, or -1 with the error raised as the callback's
  *   fill_one_plus_worker_id          a callback: every element of its float32 tensor (at
  *                                    most 4096) becomes 1 + the calling worker's id
  *   new_session(n)                   a session of n workers in one group, default options
@@ -52,6 +54,15 @@ static inline int32_t fail_with_last_error(void) {
   snprintf(message, sizeof message, "%s", dvm_last_error_message());
   dvm_error_raise(kind, message);
   return -1;
+}
+
+static inline int32_t call_global_here(const char* name, DVMAny* args, int32_t n) {
+  dvm_func* f = NULL;
+  if (dvm_func_get_global(name, &f) != DVM_OK) return fail_with_last_error();
+  DVMAny none = any_none();
+  dvm_status status = dvm_func_call(f, args, n, &none);
+  dvm_func_free(f);
+  return status == DVM_OK ? 0 : fail_with_last_error();
 }
 
 static inline int32_t fill_one_plus_worker_id(void* self, const DVMAny* args, int32_t n,

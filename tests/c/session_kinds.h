@@ -9,6 +9,10 @@
  *       (this program, as a child process that sees only the GPUs after this node's, through
  *       CUDA_VISIBLE_DEVICES) the rest
  *   finish_session(s)   shuts the session down, frees it, and waits for its second node
+ *   serve_unless_controller(argc, argv)
+ *                       serves as a node or a worker process and returns the exit status, or
+ *                       returns -1 for the controller; kind_asked(argc, argv, kind) then says
+ *                       whether it runs `kind` (kSessionKinds lists them in order)
  *   start_nccl(s, program, kind)
  *                       init_ccl("nccl") on s: 0 when it worked; else the session is finished,
  *                       and the program's exit status is returned: 77 (skipped) where NCCL
@@ -28,6 +32,25 @@
 
 #include "check.h"
 #include "cuda_check.h"
+
+/* The session kinds, in the order the programs run them. */
+static const char* const kSessionKinds[3] = {"threads", "processes", "nodes"};
+
+/* For a program that is its own worker and node program, once its functions are registered:
+ * as `PROGRAM node HOST PORT WORKERS` it serves as a node, and with arguments other than one
+ * kind as a worker process; either way it returns the program's exit status. Otherwise it
+ * returns -1: the program is the controller, of every kind (no argument) or of the one named. */
+static int serve_unless_controller(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "node") == 0) return dvm_node_main(argc - 1, argv + 1);
+  int controller = argc == 1;
+  for (int k = 0; k < 3; k++) controller |= argc == 2 && strcmp(argv[1], kSessionKinds[k]) == 0;
+  return controller ? -1 : dvm_worker_main(argc, argv);
+}
+
+/* Whether a controller's arguments ask for session kind `kind` (none: every kind). */
+static int kind_asked(int argc, char** argv, const char* kind) {
+  return argc == 1 || strcmp(argv[1], kind) == 0;
+}
 
 /* The second node of a session of nodes, a child process; 0 when there is none. */
 static pid_t node_pid;

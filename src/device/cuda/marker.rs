@@ -47,15 +47,26 @@ impl Marker for CudaMarker {
     /// while the work before it runs; a failure of that work or of the context as an error.
     fn is_passed(&self) -> Result<bool> {
         let _ctx = self.device.enter()?;
-        driver("querying an event", || {
-            // SAFETY: the event is ours and alive.
-            match unsafe { result::event::query(self.raw) } {
-                Ok(()) => Ok(true),
-                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
-                Err(error) => Err(error),
-            }
-        })
+        // SAFETY: the event is ours and alive.
+        unsafe { event_passed(self.raw) }
     }
+}
+
+/// Whether the GPU passed the latest recording of `event` (`cuEventQuery`, which never waits):
+/// `Ok(false)` while the work before it runs; a failure of that work or of the context as an
+/// error.
+///
+/// # Safety
+/// `event` is alive, of the context the caller entered.
+pub(super) unsafe fn event_passed(event: sys::CUevent) -> Result<bool> {
+    driver("querying an event", || {
+        // SAFETY: as the caller promises.
+        match unsafe { result::event::query(event) } {
+            Ok(()) => Ok(true),
+            Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+            Err(error) => Err(error),
+        }
+    })
 }
 
 impl CudaMarker {

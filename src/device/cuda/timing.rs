@@ -19,6 +19,7 @@ use cudarc::driver::sys::{self, CUresult};
 use super::device::CudaDevice;
 use super::driver::driver;
 use super::lock;
+use super::marker::event_passed;
 use super::stream::raw_stream;
 use crate::device::DeviceStream;
 use crate::object::Result;
@@ -181,26 +182,34 @@ impl Timing {
     /// Sets a new anchor when the newest is too old (or there is none) and a try is due. The
     /// caller entered the device's context.
     fn refresh(&self) -> Result<()> {
+        self.with_anchors(Anchors::refresh)
+    }
+
+    /// `f` of the device's anchors, made on first use. The caller entered the device's context.
+    fn with_anchors<R>(&self, f: impl FnOnce(&mut Anchors) -> Result<R>) -> Result<R> {
         let mut anchors = lock(&self.anchors);
-        let anchors = match &mut *anchors {
-            Some(anchors) => anchors,
-            None => anchors.insert(Anchors::new()?),
-        };
-        anchors.refresh()
+        match &mut *anchors {
+            Some(anchors) => f(anchors),
+            None => f(anchors.insert(Anchors::new()?)),
+        }
     }
 
     /// The host time of the anchor nearest `span`'s queueing and the GPU's time from it to the
     /// span's start (passed), in ms; None while no anchor is set. The caller entered the
     /// device's context.
     fn since_anchor(&self, span: &GpuSpan) -> Result<Option<(u64, f32)>> {
-        let mut anchors = lock(&self.anchors);
-        let anchors = match &mut *anchors {
-            Some(anchors) => anchors,
-            None => anchors.insert(Anchors::new()?),
-        };
+        self.with_anchors(|anchors| anchors.since(span))
+    }
+}
+
+impl Anchors {
+    /// The host time of the anchor nearest `span`'s queueing and the GPU's time from it to the
+    /// span's start (passed), in ms; None while no anchor is set. The caller entered the
+    /// device's context.
+    fn since(&mut self, span: &GpuSpan) -> Result<Option<(u64, f32)>> {
         // A span read without an anchor of its time still gets one of now.
-        let _ = anchors.refresh();
-        let nearest = anchors
+        let _ = self.refresh();
+        let nearest = self
             .kept
             .iter()
             .min_by_key(|anchor| anchor.host_ns.abs_diff(span.queued_ns));
@@ -214,9 +223,7 @@ impl Timing {
         })?;
         Ok(Some((anchor.host_ns, since)))
     }
-}
 
-impl Anchors {
     /// A device's anchors, none set yet. The caller entered the device's context.
     fn new() -> Result<Anchors> {
         let stream = driver("creating a stream for timing", || {
@@ -280,13 +287,7 @@ impl Anchors {
 
     /// Whether the GPU passed the latest recording of `next` (never waits).
     fn next_passed(&self) -> Result<bool> {
-        driver("setting the GPU's clock against the host's", || {
-            // SAFETY: the anchors' own event, of the context the caller entered.
-            match unsafe { result::event::query(self.next) } {
-                Ok(()) => Ok(true),
-                Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
-                Err(error) => Err(error),
-            }
-        })
+        // SAFETY: the anchors' own event, of the context the caller entered.
+        unsafe { event_passed(self.next) }
     }
 }

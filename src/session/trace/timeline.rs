@@ -319,13 +319,20 @@ fn write_events(
         json!({"ph": "M", "name": "thread_name", "pid": 0, "tid": CONTROLLER,
                        "args": {"name": "controller"}}),
     )?;
-    for (worker, &node) in about.nodes.iter().enumerate() {
+    // A worker's tracks: its own, its GPU's and its streams', named and placed after it.
+    let mut worker_track = |worker: usize, tid: usize, name: String, stream: Option<u32>| {
+        let node = about.nodes.get(worker).copied().unwrap_or(0);
         meta(
-            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": track(worker),
-                           "args": {"name": format!("worker {worker}")}}),
+            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
+                    "args": {"name": name}}),
         )?;
-        meta(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
-                           "tid": track(worker), "args": {"sort_index": sort_index(worker, None)}}))?;
+        meta(
+            json!({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
+                    "args": {"sort_index": sort_index(worker, stream)}}),
+        )
+    };
+    for worker in 0..about.nodes.len() {
+        worker_track(worker, track(worker), format!("worker {worker}"), None)?;
     }
     // A track for each stream a worker's events show.
     let mut streams: Vec<(usize, u32)> = collected
@@ -342,31 +349,23 @@ fn write_events(
     streams.sort_unstable();
     streams.dedup();
     for (worker, stream) in streams {
-        let (node, tid) = (
-            about.nodes.get(worker).copied().unwrap_or(0),
+        let (tid, name) = (
             stream_track(worker, stream),
+            format!("worker {worker} stream {stream}"),
         );
-        meta(
-            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": tid,
-                           "args": {"name": format!("worker {worker} stream {stream}")}}),
-        )?;
-        meta(
-            json!({"ph": "M", "name": "thread_sort_index", "pid": node, "tid": tid,
-                           "args": {"sort_index": sort_index(worker, Some(stream))}}),
-        )?;
+        worker_track(worker, tid, name, Some(stream))?;
     }
     // A track for each worker's GPU where it ran collectives.
     let gpus = (collected.workers.iter().enumerate())
         .filter(|(_, recorded)| recorded.iter().any(|event| event.kind == Kind::Gpu))
         .map(|(worker, _)| worker);
     for worker in gpus {
-        let node = about.nodes.get(worker).copied().unwrap_or(0);
-        meta(
-            json!({"ph": "M", "name": "thread_name", "pid": node, "tid": gpu_track(worker),
-                    "args": {"name": format!("worker {worker} GPU")}}),
+        worker_track(
+            worker,
+            gpu_track(worker),
+            format!("worker {worker} GPU"),
+            Some(0),
         )?;
-        meta(json!({"ph": "M", "name": "thread_sort_index", "pid": node,
-                    "tid": gpu_track(worker), "args": {"sort_index": sort_index(worker, Some(0))}}))?;
     }
     // A collective's wait, where its meeting's arrivals tell it: the measured one (in shared
     // memory) or the arrivals', whichever is longer (a hierarchy measures its node's part).
