@@ -477,7 +477,11 @@ fn missing_module_functions_fail_at_lookup(kind: Kind) {
 
     // A module whose load failed fails the lookup with the loader's reason; its load's failure
     // still goes to the next wait.
-    let text = std::env::temp_dir().join(format!("discovm-no-library-{}", std::process::id()));
+    // Named for the kind too: each kind's test runs at once in this process.
+    let text = std::env::temp_dir().join(format!(
+        "discovm-no-library-{}-{kind:?}",
+        std::process::id()
+    ));
     std::fs::write(&text, "not a shared library\n").unwrap();
     let bad = s.load_module(text.to_str().unwrap()).unwrap();
     let err = s.module_func(&bad, "version").unwrap_err();
