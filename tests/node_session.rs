@@ -480,15 +480,14 @@ fn a_wrong_secret_and_a_strangers_garbage_are_turned_away() {
         let silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
         let _ = stream.write_all(b"GET / HTTP/1.1\r\nHost: discovm\r\n\r\n");
         let _ = stream.write_all(&[0xff; 4096]);
-        std::thread::sleep(Duration::from_millis(300));
-        // The rightful node joins after them.
+        // The rightful node joins once the controller turned the wrong one away.
+        let turned_away = ended(wrong, Duration::from_secs(10));
         let good = node(port, 1, TOKEN, &[]);
-        (good, silent)
+        (good, silent, turned_away)
     });
     let s = Session::new_socket(2, 1, 1, "127.0.0.1", port.into(), options(20_000))
         .expect("the rightful node joins");
-    let (good, _silent) = stranger.join().unwrap();
-    let (status, said) = ended(wrong, Duration::from_secs(10));
+    let (good, _silent, (status, said)) = stranger.join().unwrap();
     assert_ne!(status, Some(0));
     assert!(said.contains("the controller's MAC is wrong"), "{said}");
     assert_eq!(pids_of(&s).len(), 2);

@@ -15,6 +15,8 @@ mod session_calls;
 #[macro_use]
 #[path = "support/session_kinds.rs"]
 mod session_kinds;
+#[path = "support/statuses.rs"]
+mod statuses;
 #[path = "support/worker_programs.rs"]
 mod worker_programs;
 
@@ -32,6 +34,7 @@ use discovm::{Any, Error, ErrorKind};
 use errors::assert_error;
 use session_calls::{F32, call, host_dl, host_tensor, int};
 use session_kinds::{Gate, Kind, session, start};
+use statuses::{status_when, worker};
 
 /// Registers a test function of this process (for worker threads only) under `name`.
 fn global(
@@ -593,19 +596,20 @@ fn copies_to_and_from_worker0_round_trip_and_check_shapes(kind: Kind) {
 each_kind!(a_wait_with_a_timeout_returns_instead_of_hanging);
 fn a_wait_with_a_timeout_returns_instead_of_hanging(kind: Kind) {
     let options = SessionOptions {
-        timeout: Some(Duration::from_millis(50)),
+        timeout: Some(Duration::from_millis(500)),
         ..Default::default()
     };
     let s = start(kind, 1, 1, options).unwrap();
     let gate = Gate::new();
     let block = s.get_global_func("proc.wait_for").unwrap();
     drop(call(&s, &block, &[Any::from(gate.path())]));
+    status_when(&s, |now| worker(now, 0)["state"] == "running");
     let err = s.sync_worker(0).unwrap_err();
     assert_eq!(err.kind, ErrorKind::Timeout);
     let message = err.message.as_str();
     // The report says what the worker does (docs/observability.md; tests/status.rs has more).
     assert!(
-        message.starts_with("sync on worker 0 timed out after 50 ms: worker 0")
+        message.starts_with("sync on worker 0 timed out after 500 ms: worker 0")
             && message.contains(" has run call 1 (`proc.wait_for`) for "),
         "{message}"
     );

@@ -175,6 +175,7 @@ fn a_sync_that_times_out_says_what_every_worker_does(kind: Kind) {
     };
     let held = s.call(Target::One(1), &wait_for, &[path.view()]).unwrap();
     let running = format!("{who} has run call {} (`proc.wait_for`)", calls_sent(&s));
+    status_when(&s, |now| worker(now, 1)["state"] == "running");
     let err = s.sync_all().unwrap_err();
     assert_error(
         &err,
@@ -251,6 +252,7 @@ fn a_send_to_a_full_queue_that_times_out_says_what_the_worker_does(kind: Kind) {
     let add = s.get_global_func("proc.add").unwrap();
     let path: Any = gate.path().into();
     let held = s.call(Target::All, &wait_for, &[path.view()]).unwrap();
+    status_when(&s, |now| worker(now, 0)["state"] == "running");
     let args = [Any::Int(1), Any::Int(2)];
     let views: Vec<_> = args.iter().map(Any::view).collect();
     // Calls pile up behind the held one until the queue is full.

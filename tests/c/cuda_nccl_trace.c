@@ -5,8 +5,8 @@
  * GPU. Here the sums are checked, and that the file has a run on a GPU of each all-reduce of
  * each worker. With one GPU, one worker (a thread, then a process) does the same.
  *
- * Then, with two workers, worker 1 comes 50 ms late to an all-reduce and 1.5 s late to the next,
- * while the controller waits in a sync; half a second in, another thread dumps the flight
+ * Then, with two workers, worker 1 comes 50 ms late to an all-reduce and 2.5 s late to the next,
+ * while the controller waits in a sync; a second in, another thread dumps the flight
  * recorder to KIND-dump.json, where the test finds worker 0's run of the first on its GPU (its
  * wait records what its GPU passed) and none of the second.
  *
@@ -68,7 +68,7 @@ typedef struct {
 
 static void* dump_soon(void* arg) {
   Dump* dump = arg;
-  sleep_ms(500);
+  sleep_ms(1000);
   dump->dumped = dvm_session_trace_dump(dump->s, dump->path);
   return NULL;
 }
@@ -79,7 +79,7 @@ static void dump_while_waiting(dvm_session* s, const char* dir, const char* kind
                                dvm_dref* send, dvm_dref* recv) {
   Dump dump = {s, "", DVM_OK};
   snprintf(dump.path, sizeof dump.path, "%s/%s-dump.json", dir, kind);
-  const int64_t late_ms[2] = {50, 1500};
+  const int64_t late_ms[2] = {50, 2500};
   for (int i = 0; i < 2; i++) {
     DVMAny args[3] = {any_dref(send), any_dref(recv), any_int(late_ms[i])};
     dvm_dref_free(call_builtin(s, "trace.late_allreduce", args, 3));

@@ -21,11 +21,13 @@ static int32_t fail(void* self, const DVMAny* args, int32_t num_args, DVMAny* re
   return -1;
 }
 
-/* block(): on worker 0, spins until the test sets `release` (at most 60 s). */
-static atomic_int release;
+/* block(): on worker 0, says it `entered`, then spins until the test sets `release` (at most
+ * 60 s). */
+static atomic_int entered, release;
 static int32_t block(void* self, const DVMAny* args, int32_t num_args, DVMAny* result) {
   (void)self, (void)args, (void)num_args, (void)result;
   if (dvm_current_worker_id() != 0) return 0;
+  atomic_store(&entered, 1);
   double give_up = now_s() + 60;
   while (!atomic_load(&release) && now_s() < give_up) sched_yield();
   return 0;
@@ -34,9 +36,13 @@ static int32_t block(void* self, const DVMAny* args, int32_t num_args, DVMAny* r
 /* Worker 0 fails, then blocks; `wait` times out while it is blocked. */
 static void check_failure_survives(dvm_session* s, dvm_dref* failing, dvm_dref* blocker,
                                    dvm_status (*wait)(dvm_session*), const char* wait_name) {
+  atomic_store(&entered, 0);
   atomic_store(&release, 0);
   dvm_dref* failed = broadcast(s, failing, NULL, 0);
   dvm_dref* blocked = broadcast(s, blocker, NULL, 0);
+  /* The wait must find worker 0 in the call, however slowly the failure before it ran. */
+  double give_up = now_s() + 60;
+  while (!atomic_load(&entered) && now_s() < give_up) sched_yield();
   /* The timeout says what worker 0 does: "sync ... timed out after 100 ms: worker 0 has run
    * call N (`test.c.block`) for 100 ms; worker 1 is idle". */
   EXPECT_STATUS(wait(s), DVM_TIMEOUT, "timed out after 100 ms: worker 0 has run call ");
