@@ -1,6 +1,6 @@
 //! Reading a session's status in tests: the document parsed, each read checked to answer
 //! within the bound a status promises whatever the workers do, and polled until it says what
-//! a test waits for.
+//! a test waits for (each read of a poll within a looser bound).
 
 #![allow(dead_code)] // each test binary uses its own part of this module
 
@@ -12,12 +12,21 @@ use serde_json::Value;
 /// How soon a status answers, whatever the workers (and nodes) do.
 pub const ANSWER_WITHIN: Duration = Duration::from_millis(50);
 
+/// How soon each read of a poll answers: a poll reads many times, and a busy machine may hold
+/// the polling thread past [`ANSWER_WITHIN`] once; the reads that test the bound are `status`'s.
+const POLL_ANSWER_WITHIN: Duration = Duration::from_secs(1);
+
 /// The session's status, checked to answer within [`ANSWER_WITHIN`].
 pub fn status(s: &Session) -> Value {
+    read(s, ANSWER_WITHIN)
+}
+
+/// The session's status, checked to answer within `within`.
+fn read(s: &Session, within: Duration) -> Value {
     let asked = Instant::now();
     let text = s.status().expect("a status");
     let took = asked.elapsed();
-    assert!(took < ANSWER_WITHIN, "the status took {took:?}");
+    assert!(took < within, "the status took {took:?}");
     serde_json::from_str(&text).expect("the status is JSON")
 }
 
@@ -25,7 +34,7 @@ pub fn status(s: &Session) -> Value {
 pub fn status_when(s: &Session, ready: impl Fn(&Value) -> bool) -> Value {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let now = status(s);
+        let now = read(s, POLL_ANSWER_WITHIN);
         if ready(&now) {
             return now;
         }
