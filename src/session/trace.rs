@@ -12,6 +12,7 @@
 //! send), which the stop converts to the workers' clock.
 
 pub(crate) mod collect;
+mod meetings;
 #[cfg(not(loom))]
 mod nodes;
 mod timeline;

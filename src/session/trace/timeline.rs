@@ -14,6 +14,7 @@ use std::io::{self, Write};
 use serde_json::{Value, json};
 
 use super::collect::{Collected, Doing};
+use super::meetings::Waits;
 use crate::object::{Error, Result};
 use crate::worker::events::{Event, Kind, Team};
 use crate::worker::group_members;
@@ -28,8 +29,8 @@ pub(crate) struct About {
     pub per_group: usize,
     /// Whether the k-th collective of a call on every member of its team is one meeting of
     /// them all (collectives on the host), so that each one's wait for its peers can be told
-    /// from their arrivals where it was not measured ([`waits_from_arrivals`]). Their runs on
-    /// GPUs always are.
+    /// from their arrivals where it was not measured ([`Waits`]). Their runs on GPUs always
+    /// are.
     pub meetings: bool,
 }
 
@@ -215,82 +216,6 @@ impl Args<'_> {
     }
 }
 
-/// The k-th collective worker `worker` joined in call `call`, as queued or as run on its GPU
-/// (the event's kind).
-type Joined = (usize, u32, u64, usize);
-
-/// Numbers one worker's collectives within each call, in the order of its events: those it
-/// queued, and apart from them their runs on its GPU.
-#[derive(Default)]
-struct Places(HashMap<(u32, u64), usize>);
-
-impl Places {
-    /// Whether every collective its worker queued in call `call` has its run on the GPU among
-    /// the events counted so far: a run missing (not timed, or not finished) would shift the
-    /// places of the later ones.
-    fn runs_complete(&self, call: u64) -> bool {
-        let count = |kind: Kind| self.0.get(&(kind.code(), call)).copied().unwrap_or(0);
-        count(Kind::Gpu) == count(Kind::Collective)
-    }
-
-    /// The place of `event` among its worker's collectives of its kind in its call, if it is
-    /// one of them.
-    fn of(&mut self, event: &Event) -> Option<usize> {
-        let counted = matches!(event.kind, Kind::Collective | Kind::Gpu);
-        (counted && event.call != 0).then(|| {
-            let next = self.0.entry((event.kind.code(), event.call)).or_default();
-            *next += 1;
-            *next - 1
-        })
-    }
-}
-
-/// How long each collective waited for its peers, told from their arrivals: where every member
-/// of a team (`about`'s) has its k-th collective of a call with that team under one name, those
-/// are one meeting, and each waited from its start until the last one's (on another node,
-/// within the clocks' error). Meetings some member's events miss, and transfers, are left out;
-/// so are the collectives as queued where they are no meetings (see [`About::meetings`]), and
-/// the runs on a GPU of a call some of whose collectives have no run there.
-fn waits_from_arrivals(collected: &Collected, about: &About) -> HashMap<Joined, u64> {
-    // By kind, call, place and the team's first worker: the team, and the members found.
-    type Meeting<'a> = (std::ops::Range<usize>, Vec<(usize, &'a Event)>);
-    let mut meetings: HashMap<(u32, u64, usize, usize), Meeting<'_>> = HashMap::new();
-    for (worker, recorded) in collected.workers.iter().enumerate() {
-        let mut places = Places::default();
-        let placed: Vec<(&Event, usize)> = (recorded.iter())
-            .filter_map(|event| Some((event, places.of(event)?)))
-            .collect();
-        for (event, k) in placed {
-            let meets = match event.kind {
-                Kind::Gpu => places.runs_complete(event.call),
-                _ => about.meetings,
-            };
-            if !meets {
-                continue;
-            }
-            let Some(team) = about.team_members(worker, event) else {
-                continue;
-            };
-            let key = (event.kind.code(), event.call, k, team.start);
-            let meeting = meetings.entry(key).or_insert_with(|| (team, Vec::new()));
-            meeting.1.push((worker, event));
-        }
-    }
-    let mut waits = HashMap::new();
-    for ((kind, call, k, _), (team, members)) in meetings {
-        let one_name = members.iter().all(|(_, e)| e.name == members[0].1.name);
-        let whole = members.iter().map(|&(w, _)| w).eq(team);
-        if !whole || !one_name {
-            continue;
-        }
-        let last = members.iter().map(|(_, e)| e.start_ns).max().unwrap_or(0);
-        for (worker, event) in members {
-            waits.insert((worker, kind, call, k), last.saturating_sub(event.start_ns));
-        }
-    }
-    waits
-}
-
 /// Gives each event of `collected` to `emit`, its times from `origin_ns`: one at a time, so a
 /// trace is written without a second copy of it in memory.
 fn write_events(
@@ -369,24 +294,21 @@ fn write_events(
     }
     // A collective's wait, where its meeting's arrivals tell it: the measured one (in shared
     // memory) or the arrivals', whichever is longer (a hierarchy measures its node's part).
-    let waits: HashMap<Joined, u64> = waits_from_arrivals(collected, about);
+    let waits = Waits::from_arrivals(collected, about.meetings, |worker, event| {
+        about.team_members(worker, event)
+    });
     // Where each worker ran each call: the flows end there.
     let mut runs: HashMap<(u64, usize), u64> = HashMap::new();
     for (worker, recorded) in collected.workers.iter().enumerate() {
         let node = about.nodes.get(worker).copied().unwrap_or(0);
-        let mut places = Places::default();
-        for event in recorded {
+        for (index, event) in recorded.iter().enumerate() {
             if event.kind == Kind::Call {
                 runs.insert((event.call, worker), event.start_ns);
             }
             let measured = (event.wait_ns != 0).then_some(event.wait_ns);
-            let wait_ns = match places.of(event) {
-                Some(k) => waits
-                    .get(&(worker, event.kind.code(), event.call, k))
-                    .map(|&told| told.max(event.wait_ns))
-                    .or(measured),
-                None => measured,
-            };
+            let wait_ns = (waits.of(worker, index))
+                .map(|told| told.max(event.wait_ns))
+                .or(measured);
             let args = match event.kind {
                 Kind::Collective | Kind::Gpu => Args {
                     team: Some(about.team_name(worker, event)),
@@ -559,6 +481,7 @@ pub(crate) fn write(
 
 #[cfg(all(test, not(loom)))]
 mod tests {
+    use super::super::meetings::tests::{collective, runs_on_two_gpus};
     use super::*;
 
     fn written(record: Record<'_>) -> Value {
@@ -569,79 +492,22 @@ mod tests {
         })
     }
 
-    fn collective(start_ns: u64, call: u64, name: &str, team: Team) -> Event {
-        Event {
-            kind: Kind::Collective,
-            start_ns,
-            dur_ns: 1000,
-            call,
-            bytes: 16,
-            wait_ns: 0,
-            detail: team.detail(1),
-            name: name.into(),
-        }
-    }
-
     #[test]
-    fn a_collective_waited_from_its_start_until_the_last_of_its_team_arrived() {
-        // Four workers in two groups of two.
+    fn a_collective_is_named_by_its_team() {
         let about = About {
             kind: "threaded",
             nodes: vec![0; 4],
             per_group: 2,
             meetings: true,
         };
-        let (all, group) = (Team::Session, Team::Group);
-        let mut collected = Collected::for_workers(4);
-        // Call 7 meets every worker twice, then each group once; in call 8 worker 3 has no
-        // collective; in call 9 the names differ; a transfer is nobody's meeting.
-        let starts: [[u64; 3]; 4] = [
-            [100, 300, 400],
-            [150, 290, 420],
-            [120, 280, 500],
-            [130, 310, 450],
-        ];
-        for (worker, [first, second, grouped]) in starts.into_iter().enumerate() {
-            let mut events = vec![
-                collective(first, 7, "allreduce", all),
-                collective(second, 7, "allreduce", all),
-                collective(grouped, 7, "allgather", group),
-            ];
-            if worker != 3 {
-                events.push(collective(600, 8, "allreduce", all));
-            }
-            let name = if worker == 0 {
-                "broadcast_from_worker0"
-            } else {
-                "allreduce"
-            };
-            events.push(collective(700, 9, name, all));
-            events.push(collective(800, 10, "send_to_worker", Team::Pair));
-            collected.keep(worker, events);
-        }
-        let waits = waits_from_arrivals(&collected, &about);
-        const QUEUED: u32 = 3; // Kind::Collective's code
-        let expected = HashMap::from([
-            ((0, QUEUED, 7, 0), 50),
-            ((1, QUEUED, 7, 0), 0),
-            ((2, QUEUED, 7, 0), 30),
-            ((3, QUEUED, 7, 0), 20),
-            ((0, QUEUED, 7, 1), 10),
-            ((1, QUEUED, 7, 1), 20),
-            ((2, QUEUED, 7, 1), 30),
-            ((3, QUEUED, 7, 1), 0),
-            // Each group waited for its own.
-            ((0, QUEUED, 7, 2), 20),
-            ((1, QUEUED, 7, 2), 0),
-            ((2, QUEUED, 7, 2), 0),
-            ((3, QUEUED, 7, 2), 50),
-        ]);
-        assert_eq!(waits, expected);
-        // The team each is named by.
-        let events: Vec<&Event> = collected.workers[3].iter().collect();
-        assert_eq!(about.team_name(3, events[0]).to_string(), "every worker");
-        assert_eq!(about.team_name(3, events[2]).to_string(), "group 1");
-        assert_eq!(about.team_name(3, events[4]).to_string(), "two workers");
+        let name = |worker: usize, team: Team| {
+            let event = collective(0, 7, "allreduce", team);
+            about.team_name(worker, &event).to_string()
+        };
+        assert_eq!(name(3, Team::Session), "every worker");
+        assert_eq!(name(3, Team::Group), "group 1");
+        assert_eq!(name(1, Team::Group), "group 0");
+        assert_eq!(name(3, Team::Pair), "two workers");
     }
 
     #[test]
@@ -653,31 +519,7 @@ mod tests {
             per_group: 2,
             meetings: false,
         };
-        let mut collected = Collected::for_workers(2);
-        let ran = |start_ns, call| Event {
-            kind: Kind::Gpu,
-            ..collective(start_ns, call, "allreduce", Team::Session)
-        };
-        for (worker, on_gpu) in [(0, 1000), (1, 1400)] {
-            let queued = collective(100 + worker as u64, 7, "allreduce", Team::Session);
-            collected.keep(worker, [queued, ran(on_gpu, 7)]);
-            // In call 8 the second collective of worker 1 has no run: its first run could be
-            // either's, and neither is matched.
-            let queued = |start_ns| collective(start_ns, 8, "allreduce", Team::Session);
-            let runs = if worker == 0 {
-                vec![3000, 4000]
-            } else {
-                vec![3500]
-            };
-            collected.keep(worker, [queued(2000), queued(2100)]);
-            collected.keep(worker, runs.into_iter().map(|start_ns| ran(start_ns, 8)));
-        }
-        let gpu = Kind::Gpu.code();
-        let waits = waits_from_arrivals(&collected, &about);
-        assert_eq!(
-            waits,
-            HashMap::from([((0, gpu, 7, 0), 400), ((1, gpu, 7, 0), 0)])
-        );
+        let collected = runs_on_two_gpus();
         let mut records = Vec::new();
         write_events(&about, 0, &collected, &mut |record| {
             records.push(written(record));
@@ -708,6 +550,12 @@ mod tests {
         let queued = on(0, "collective");
         assert_eq!(queued["tid"], json!(track(0)));
         assert!(queued["args"].get("wait_us").is_none(), "{queued}");
+        // The runs of call 8 are not matched: no wait is told of them.
+        let unmatched: Vec<&Value> = (records.iter())
+            .filter(|r| r["cat"] == "gpu" && r["args"]["call"] == 8)
+            .collect();
+        assert_eq!(unmatched.len(), 3, "{unmatched:?}");
+        assert!(unmatched.iter().all(|r| r["args"].get("wait_us").is_none()));
     }
 
     #[test]
