@@ -383,11 +383,14 @@ impl Worker {
             }
             Message::Free(reg) => self.registers.free(reg),
             // A request is answered only if its waiter has not given up (timed out): a reply
-            // nobody reads must not swallow a failure the next wait should report.
+            // nobody reads must not swallow a failure the next wait should report. What may
+            // wait long (for the device, whose work may wait for peers) is done before the
+            // request is claimed, so that its waiter may still give up meanwhile.
             Message::Sync(reply) => {
                 self.share_less(reply.waiter_cpu());
+                self.sync_device();
                 if reply.claim() {
-                    reply.complete(self.sync());
+                    reply.complete(self.take_failure());
                 }
             }
             Message::Get { reg, reply } => {
@@ -434,6 +437,11 @@ impl Worker {
                 direction,
                 reply,
             } => {
+                // The copy waits in the driver for the stream's earlier work: that is waited
+                // for first, which a failure of it fails.
+                if let Some(stream) = STREAM.with(|s| s.borrow().clone()) {
+                    self.settle_stream(&stream);
+                }
                 if reply.claim() {
                     let copied = self
                         .take_failure()
@@ -595,7 +603,6 @@ impl Worker {
     /// [`poll::watch_this_thread`]): a collective a peer never joins then ends in an error
     /// instead of holding the worker for good.
     fn sync_device(&mut self) {
-        let mut check = poll::this_threads_check();
         let stream = STREAM.with(|s| s.borrow().clone());
         let on_gpu = self.info.device.device_type == KDL_CUDA;
         if stream.is_none() && !on_gpu {
@@ -603,10 +610,8 @@ impl Worker {
         }
         let started = events::now_ns();
         self.activity().enter(State::Syncing);
-        if let Some(stream) = stream
-            && let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _))
-        {
-            self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
+        if let Some(stream) = stream {
+            self.settle_stream(&stream);
         }
         if on_gpu && let Err(cause) = cuda::synchronize_default_stream(self.info.device.device_id) {
             self.note_failure(&worker_error(self.info.id, "work on its GPU", &cause));
@@ -617,6 +622,16 @@ impl Worker {
             ..events::Event::ended(events::Kind::Sync, "sync", started)
         });
         self.note_idle();
+    }
+
+    /// Waits for the work queued on `stream`, the worker's, polling with the thread's check
+    /// (NCCL's work waits on the device for peers that may never come), and keeps its failure
+    /// for the next sync or copy to report.
+    fn settle_stream(&mut self, stream: &Stream) {
+        let mut check = poll::this_threads_check();
+        if let Err(cause) = stream.sync_checked(check.as_mut().map(|c| c as _)) {
+            self.note_failure(&worker_error(self.info.id, "work on its stream", &cause));
+        }
     }
 
     /// Keeps `error` for the next sync to report.
@@ -676,6 +691,7 @@ impl Worker {
         Ok(tensor)
     }
 
+    /// Copies between the tensor in `reg` and the host, once the worker's stream is settled.
     fn copy(&self, reg: Reg, copy: &HostCopy, direction: CopyDirection) -> Result<()> {
         let (host, name) = (&copy.host, copy.name);
         let what = direction.describe(name);
@@ -688,11 +704,6 @@ impl Worker {
             .as_tensor()
             .map_err(&attribute)?;
         with_stream(|stream| {
-            // The copy waits in the driver for the stream's earlier work, which NCCL work may
-            // keep from ever finishing: with NCCL, that work is waited for by polling first.
-            if let Some(mut check) = poll::this_threads_check() {
-                stream.sync_checked(Some(&mut *check))?;
-            }
             stream.copy_host_sync(host, &tensor, direction == CopyDirection::FromWorker)
         })
         .map_err(|cause| Error::new(cause.kind, format!("{what}: {}", cause.message)))

@@ -6,6 +6,10 @@
  * peer and the peer's cause (or what it queued), and saying that the communicators are made
  * again. The next all-reduce, with no init_ccl between, sums both workers' values.
  *
+ * Then, in a session with a timeout, worker 1 comes 4 s late to an all-reduce: a copy from
+ * worker 0, whose stream holds the all-reduce, and a sync each end at the timeout, though
+ * worker 0 waits for its GPU; once worker 1 came, the session goes on.
+ *
  * It needs two GPUs and NCCL (or the NCCL stand-in with its communicators of several ranks,
  * NCCL_STUB_SHARED_RANKS, as tests/cuda_stub_driver.rs runs it): without them it exits 77
  * (skipped). */
@@ -25,12 +29,15 @@ enum { N = 256 };
 /* Failing at once: within a second, with room for a loaded machine. */
 static const double kFailsWithin = 1.0;
 
-/* What worker 1 does in place of the all-reduce. */
-enum { RETURNS, FAILS, GATHERS, SHRINKS };
+/* The session timeout of the late peer's test, and how late the peer comes. */
+enum { TIMEOUT_MS = 1000, LATE_MS = 4000 };
+
+/* What worker 1 does in place of the all-reduce (LATE: the all-reduce, LATE_MS late). */
+enum { RETURNS, FAILS, GATHERS, SHRINKS, LATE };
 
 /* peers.allreduce_but(worker, how, send, recv, half): the all-reduce (sum) of send into recv,
- * but on worker `worker` (-1: none), which returns, fails, all-gathers `half` into recv, or
- * all-reduces `half` in place, as `how` says. */
+ * but on worker `worker` (-1: none), which returns, fails, all-gathers `half` into recv,
+ * all-reduces `half` in place, or comes late, as `how` says. */
 static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* result) {
   (void)self, (void)n, (void)result;
   if (dvm_current_worker_id() == args[0].v_int64) {
@@ -44,6 +51,9 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
       }
       case SHRINKS:
         break; /* it all-reduces `half` */
+      case LATE:
+        sleep_ms(LATE_MS);
+        break;
       default:
         return 0;
     }
@@ -51,7 +61,7 @@ static int32_t allreduce_but(void* self, const DVMAny* args, int32_t n, DVMAny* 
   int64_t sum = 0;
   DVMAny op = any_none();
   if (dvm_shape_new(&sum, 1, &op) != DVM_OK) return fail_with_last_error();
-  int shrinks = dvm_current_worker_id() == args[0].v_int64;
+  int shrinks = dvm_current_worker_id() == args[0].v_int64 && args[1].v_int64 == SHRINKS;
   DVMAny reduce[4] = {args[shrinks ? 4 : 2], op, any_bool(0), args[shrinks ? 4 : 3]};
   int32_t called = call_global_here("runtime.disco.allreduce", reduce, 4);
   CHECK_OK(dvm_any_release(&op));
@@ -80,6 +90,53 @@ static void every_worker_reduces(dvm_session* s, const Tensors* t) {
   for (int i = 0; i < N; i++) CHECK(out[i] == 3.0f);
 }
 
+/* The tensors of the test on every worker of `s`, filled, after one all-reduce of them all. */
+static Tensors reduced_once(dvm_session* s) {
+  int64_t n = N, half_n = N / 2;
+  DLDataType f32 = {kDLFloat, 32, 1};
+  Tensors t = {empty_tensor(s, &n, 1, f32, 0), empty_tensor(s, &n, 1, f32, 0),
+               empty_tensor(s, &half_n, 1, f32, 0)};
+  DVMAny fill_args[1] = {any_dref(t.send)};
+  dvm_dref_free(call_builtin(s, "peers.fill", fill_args, 1));
+  every_worker_reduces(s, &t);
+  return t;
+}
+
+/* In a session of `kind` with a timeout, worker 1 comes LATE_MS late to an all-reduce: a copy
+ * from worker 0 and a sync end at the timeout while worker 0 waits for its GPU; 77 when NCCL
+ * cannot be loaded. */
+static int late_peer(const char* kind, const DLDevice* devices) {
+  dvm_session* s = start_session(kind, 2, devices, TIMEOUT_MS);
+  int nccl = start_nccl(s, "cuda_nccl_peers", kind);
+  if (nccl != 0) return nccl;
+  Tensors t = reduced_once(s);
+  static float out[N];
+  int64_t n = N;
+  DLTensor host_out = {out, kHost, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
+  double started = now_s();
+  reduce_but(s, 1, LATE, &t);
+  EXPECT_STATUS(dvm_session_copy_from_worker0(s, &host_out, t.recv), DVM_TIMEOUT,
+                "timed out after 1.0 s");
+  EXPECT_STATUS(dvm_session_sync_all(s), DVM_TIMEOUT, "timed out after 1.0 s");
+  double took = now_s() - started;
+  /* Two timeouts, with room for a loaded machine, and well before worker 1 comes. */
+  if (took >= 3.5) {
+    fprintf(stderr, "cuda_nccl_peers: %s: the copy and the sync took %.2f s\n", kind, took);
+    CHECK(took < 3.5);
+  }
+  /* Once worker 1 came, nothing failed. */
+  dvm_status synced = DVM_TIMEOUT;
+  for (int tries = 0; tries < 20 && synced == DVM_TIMEOUT; tries++) synced = dvm_session_sync_all(s);
+  CHECK_OK(synced);
+  every_worker_reduces(s, &t);
+  printf("cuda_nccl_peers: %s: worker 1 came %d ms late: a copy and a sync with a %d ms timeout "
+         "ended in %.3f s, and the session went on\n",
+         kind, LATE_MS, TIMEOUT_MS, took);
+  dvm_dref_free(t.send), dvm_dref_free(t.recv), dvm_dref_free(t.half);
+  finish_session(s);
+  return 0;
+}
+
 /* The test on a session of `kind`; 77 when NCCL cannot be loaded. */
 static int run(const char* kind) {
   int nodes = strcmp(kind, "nodes") == 0;
@@ -88,13 +145,7 @@ static int run(const char* kind) {
   dvm_session* s = start_session(kind, 2, devices, 0);
   int nccl = start_nccl(s, "cuda_nccl_peers", kind);
   if (nccl != 0) return nccl;
-  int64_t n = N, half_n = N / 2;
-  DLDataType f32 = {kDLFloat, 32, 1};
-  Tensors t = {empty_tensor(s, &n, 1, f32, 0), empty_tensor(s, &n, 1, f32, 0),
-               empty_tensor(s, &half_n, 1, f32, 0)};
-  DVMAny fill_args[1] = {any_dref(t.send)};
-  dvm_dref_free(call_builtin(s, "peers.fill", fill_args, 1));
-  every_worker_reduces(s, &t);
+  Tensors t = reduced_once(s);
 
   static const struct {
     int64_t how;
@@ -144,7 +195,7 @@ static int run(const char* kind) {
   CHECK_OK(dvm_session_sync_all(s));
   dvm_dref_free(t.send), dvm_dref_free(t.recv), dvm_dref_free(t.half);
   finish_session(s);
-  return 0;
+  return late_peer(kind, devices);
 }
 
 /* `cuda_nccl_peers [threads|processes|nodes]`: one kind, or (no argument) all three. Started as
@@ -156,7 +207,7 @@ int main(int argc, char** argv) {
   int served = serve_unless_controller(argc, argv);
   if (served >= 0) return served;
   /* A wait that outlived its cause would hang the test: it ends here instead. */
-  alarm(60);
+  alarm(120);
   int32_t gpus = require_cuda("cuda_nccl_peers");
   if (gpus < 2) {
     printf("cuda_nccl_peers: skipped: two ranks need two GPUs; this machine has %d\n", (int)gpus);

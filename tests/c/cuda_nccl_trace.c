@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cuda_check.h"
+#include "monotonic.h"
 #include "session_check.h"
 #include "session_kinds.h"
 
@@ -39,11 +39,6 @@ static int occurrences(const char* path, const char* text) {
   int found = 0;
   for (const char* at = strstr(content, text); at != NULL; at = strstr(at + 1, text)) found++;
   return found;
-}
-
-static void sleep_ms(int64_t ms) {
-  struct timespec pause = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
-  nanosleep(&pause, NULL);
 }
 
 /* trace.late_allreduce(send, recv, late_ms): the all-reduce (sum) of send into recv, which
