@@ -228,17 +228,19 @@ fn cuda_nccl_communicators_aborted_are_made_again_before_the_next_call() {
 
 /// An NCCL collective whose peer passed it (failed first, returned, or queued another collective,
 /// or another size, in its place) fails the wait for the GPU within a second, without a session
-/// timeout, and the next one works without `init_ccl`; with a session timeout, a copy and a sync
-/// end at it while a peer comes late: on two GPUs, with the stand-in's communicators of two
-/// ranks, on worker threads, worker processes (each judges from its peers' records) and two
-/// nodes (the controller's referee rules).
+/// timeout, and the next one works without `init_ccl`; so does the first collective on new
+/// communicators, which the stand-in keeps queueing until every rank queued its own (NCCL's
+/// lazy connection); with a session timeout, a copy and a sync end at it while a peer comes late:
+/// on two GPUs, with the stand-in's communicators of two ranks, on worker threads, worker
+/// processes (each judges from its peers' records) and two nodes (the controller's referee
+/// rules).
 #[test]
 fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_goes_on() {
     let described = passes(
         "tests/c/cuda_nccl_peers.c",
         &[],
         2,
-        &[("NCCL_STUB_SHARED_RANKS", "1")],
+        &[("NCCL_STUB_SHARED_RANKS", "1"), ("NCCL_STUB_CONNECT", "1")],
     );
     let done = [
         "failed before the all-reduce",

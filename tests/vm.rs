@@ -49,6 +49,12 @@ fn increment() -> Function {
     })
 }
 
+/// Asserts that the next sync of `stream` reports a callback skipped for a poisoned input.
+fn assert_skipped_a_callback(stream: &Stream) {
+    let err = stream.sync().unwrap_err();
+    assert!(err.message.starts_with("skipped a callback"), "{err:?}");
+}
+
 fn failing(kind: &str, message: &'static str) -> Function {
     let kind = ErrorKind::from_name(kind);
     Function::from_closure(move |_| Err(Error::new(kind.clone(), message)))
@@ -260,18 +266,53 @@ fn a_failing_callback_poisons_only_what_depends_on_it() {
         vec![Operand::Write(out.clone()), Operand::Read(bad.clone())],
     )
     .unwrap();
-    assert!(
-        a.sync()
-            .unwrap_err()
-            .message
-            .starts_with("skipped a callback")
-    );
+    assert_skipped_a_callback(&a);
     // Overwriting the whole tensor heals it.
     write_i64s(&bad, &[9]);
     assert_eq!(read_i64(&bad), 9);
     b.copy(&from_bad, &bad).unwrap();
     assert_eq!(read_i64(&from_bad), 9);
     b.sync().unwrap();
+}
+
+/// A tensor a callback overwrites whole (`Operand::Overwrite`, as a collective's output): a
+/// failure poisons it as a write's does, but a later callback that overwrites it runs, and heals
+/// it; one that writes it (and may read it) skips.
+#[test]
+fn a_callback_that_overwrites_a_poisoned_tensor_runs_and_heals_it() {
+    let a = Stream::new(CPU).unwrap();
+    let out = tensor(&[1], I64);
+    let seven = Function::from_closure(|args| {
+        let t = args[0].as_tensor()?;
+        // SAFETY: the tensor holds one int64 and the VM orders its writers.
+        unsafe { t.data_ptr().cast::<i64>().write(7) };
+        Ok(Any::None)
+    });
+    a.call(
+        &failing("RuntimeError", "the collective was aborted"),
+        vec![Operand::Overwrite(out.clone())],
+    )
+    .unwrap();
+    assert_error(
+        &a.sync().unwrap_err(),
+        ErrorKind::Runtime,
+        "the collective was aborted",
+    );
+    let mut bytes = [0u8; 8];
+    assert_error(
+        &vm::read(&out, &mut bytes).unwrap_err(),
+        ErrorKind::Runtime,
+        "the collective was aborted",
+    );
+    // A write that may read it skips, and it stays poisoned.
+    a.call(&increment(), vec![Operand::Write(out.clone())])
+        .unwrap();
+    assert_skipped_a_callback(&a);
+    // Overwritten whole, it is read again.
+    a.call(&seven, vec![Operand::Overwrite(out.clone())])
+        .unwrap();
+    a.sync().unwrap();
+    assert_eq!(read_i64(&out), 7);
 }
 
 #[test]

@@ -21,7 +21,7 @@ use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::object::args::{argument, arity};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
-use crate::vm::Operand;
+use crate::vm::{DeviceWork, Operand};
 use crate::worker::activity::Record;
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, on_gpu, with_stream};
@@ -171,7 +171,8 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
     };
     backend::forget();
     let (device_id, timeout) = (info.device.device_id, shared.timeout);
-    let interrupts: Arc<dyn Interrupts> = Arc::new(WorkerInterrupts(shared.clone()));
+    let worker_interrupts = Arc::new(WorkerInterrupts::new(shared.clone()));
+    let interrupts: Arc<dyn Interrupts> = worker_interrupts.clone();
     let world = Comm::init_rank(
         device_id,
         info.num_workers,
@@ -209,7 +210,9 @@ fn init_per_worker(args: &[AnyView<'_>]) -> Result<Any> {
         shared,
     };
     comms.shared.activity.comms_made();
-    backend::install(Arc::new(comms));
+    let comms = Arc::new(comms);
+    worker_interrupts.made(&comms);
+    backend::install(comms);
     check_worker_thread_waits();
     flushed.map(|()| Any::None)
 }
@@ -238,7 +241,7 @@ impl Backend for Arc<Comms> {
         let comms = self.clone();
         // A barrier then waits for its flag, watching from before it was queued.
         let watch = (collective == Collective::Barrier).then(|| CommsCheck::new(self.clone()));
-        let size = match collective {
+        let ready = match collective {
             Collective::Allreduce => allreduce(comms, args),
             Collective::Allgather => allgather(comms, args),
             Collective::Broadcast => broadcast(comms, args),
@@ -249,7 +252,12 @@ impl Backend for Arc<Comms> {
                 return transfer_built_in(comms, transfer, args);
             }
         }?;
-        self.queued(collective, collective.in_group(args)?, size);
+        // Noted before it is queued, once the stream takes it: NCCL may wait in the enqueue
+        // itself (connecting the team's ranks), and that wait judges the peers of this
+        // collective, as the referee does.
+        with_stream(|stream| stream.check_operands(&ready.uses))?;
+        self.queued(collective, collective.in_group(args)?, ready.size);
+        enqueue(collective, args, ready.uses, ready.work)?;
         match watch {
             Some(watch) => with_stream(|stream| watch.sync(stream)),
             None => Ok(()),
@@ -288,7 +296,7 @@ impl Extent for Region {
     }
 }
 
-/// How work uses the tensors of its regions: `reads` are read, `writes` written.
+/// How work uses the tensors of its regions: `reads` are read, `writes` written whole.
 fn uses<'a>(
     reads: impl IntoIterator<Item = &'a Region>,
     writes: impl IntoIterator<Item = &'a Region>,
@@ -299,9 +307,18 @@ fn uses<'a>(
         .chain(
             writes
                 .into_iter()
-                .map(|r| Operand::Write(r.tensor().clone())),
+                .map(|r| Operand::Overwrite(r.tensor().clone())),
         )
         .collect()
+}
+
+/// A collective checked and ready to be queued.
+struct Ready {
+    /// The bytes its members must agree on (see `Joins::size`).
+    size: u64,
+    /// How its work uses its tensors.
+    uses: Vec<Operand>,
+    work: DeviceWork,
 }
 
 /// Enqueues `work`, the GPU's work of `collective` called with `args`, on the worker's stream,
@@ -328,37 +345,37 @@ fn red_op(kind: ReduceOp) -> RedOp {
     }
 }
 
-// Each collective below returns the bytes its members must agree on (see `Joins::size`).
+// Each collective below checks its arguments and returns its work, ready to be queued.
 
-fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn allreduce(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     const WHAT: Collective = Collective::Allreduce;
     let grouped = WHAT.in_group(args)?;
     let send = required(args, WHAT, Arg::Send)?;
     let op = red_op(WHAT.kind(args)?);
     let recv = required(args, WHAT, Arg::Recv)?;
     sized(WHAT, &recv, Arg::Recv, &send, 1)?;
-    let size = send.bytes();
-    enqueue(WHAT, args, uses([&send], [&recv]), move |stream| {
-        comms.team(grouped).0.all_reduce(&send, &recv, op, stream)
-    })?;
-    Ok(size)
+    Ok(Ready {
+        size: send.bytes(),
+        uses: uses([&send], [&recv]),
+        work: Box::new(move |stream| comms.team(grouped).0.all_reduce(&send, &recv, op, stream)),
+    })
 }
 
-fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn allgather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     const WHAT: Collective = Collective::Allgather;
     let grouped = WHAT.in_group(args)?;
     let send = required(args, WHAT, Arg::Send)?;
     let recv = required(args, WHAT, Arg::Recv)?;
     let size = comms.team(grouped).0.size();
     sized(WHAT, &recv, Arg::Recv, &send, size)?;
-    let size = send.bytes();
-    enqueue(WHAT, args, uses([&send], [&recv]), move |stream| {
-        comms.team(grouped).0.all_gather(&send, &recv, stream)
-    })?;
-    Ok(size)
+    Ok(Ready {
+        size: send.bytes(),
+        uses: uses([&send], [&recv]),
+        work: Box::new(move |stream| comms.team(grouped).0.all_gather(&send, &recv, stream)),
+    })
 }
 
-fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     const WHAT: Collective = Collective::Broadcast;
     let grouped = WHAT.in_group(args)?;
     let root = comms.team(grouped).1 == 0;
@@ -367,17 +384,17 @@ fn broadcast(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     if let Some(send) = &send {
         sized(WHAT, &recv, Arg::Recv, send, 1)?;
     }
-    let size = recv.bytes();
-    enqueue(WHAT, args, uses(&send, [&recv]), move |stream| {
-        comms
-            .team(grouped)
-            .0
-            .broadcast(send.as_ref(), &recv, 0, stream)
-    })?;
-    Ok(size)
+    Ok(Ready {
+        size: recv.bytes(),
+        uses: uses(&send, [&recv]),
+        work: Box::new(move |stream| {
+            let comm = comms.team(grouped).0;
+            comm.broadcast(send.as_ref(), &recv, 0, stream)
+        }),
+    })
 }
 
-fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     const WHAT: Collective = Collective::Scatter;
     let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
@@ -387,22 +404,24 @@ fn scatter(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     if let Some(send) = &send {
         sized(WHAT, send, Arg::Send, &recv, size)?;
     }
-    let bytes = recv.bytes();
-    enqueue(WHAT, args, uses(&send, [&recv]), move |stream| {
-        let comm = comms.team(grouped).0;
-        comm.group(|| {
-            if let Some(send) = &send {
-                for to in 0..size {
-                    comm.send(&send.part(to, size), to, stream)?;
+    Ok(Ready {
+        size: recv.bytes(),
+        uses: uses(&send, [&recv]),
+        work: Box::new(move |stream| {
+            let comm = comms.team(grouped).0;
+            comm.group(|| {
+                if let Some(send) = &send {
+                    for to in 0..size {
+                        comm.send(&send.part(to, size), to, stream)?;
+                    }
                 }
-            }
-            comm.recv(&recv, 0, stream)
-        })
-    })?;
-    Ok(bytes)
+                comm.recv(&recv, 0, stream)
+            })
+        }),
+    })
 }
 
-fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     const WHAT: Collective = Collective::Gather;
     let grouped = WHAT.in_group(args)?;
     let (comm, rank) = comms.team(grouped);
@@ -412,20 +431,22 @@ fn gather(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
     if let Some(recv) = &recv {
         sized(WHAT, recv, Arg::Recv, &send, size)?;
     }
-    let bytes = send.bytes();
-    enqueue(WHAT, args, uses([&send], &recv), move |stream| {
-        let comm = comms.team(grouped).0;
-        comm.group(|| {
-            comm.send(&send, 0, stream)?;
-            if let Some(recv) = &recv {
-                for from in 0..size {
-                    comm.recv(&recv.part(from, size), from, stream)?;
+    Ok(Ready {
+        size: send.bytes(),
+        uses: uses([&send], &recv),
+        work: Box::new(move |stream| {
+            let comm = comms.team(grouped).0;
+            comm.group(|| {
+                comm.send(&send, 0, stream)?;
+                if let Some(recv) = &recv {
+                    for from in 0..size {
+                        comm.recv(&recv.part(from, size), from, stream)?;
+                    }
                 }
-            }
-            Ok(())
-        })
-    })?;
-    Ok(bytes)
+                Ok(())
+            })
+        }),
+    })
 }
 
 /// Transfer built-in `transfer`: one side of a transfer with the worker its arguments name, over
@@ -448,20 +469,15 @@ fn transfer_built_in(comms: Arc<Comms>, transfer: Transfer, args: &[AnyView<'_>]
 /// Reduces the worker's flag across the team (the caller then waits for it: no worker of the
 /// team passes before every one has queued its barrier and the work queued before it
 /// finished).
-fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<u64> {
+fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     let grouped = Collective::Barrier.in_group(args)?;
     let flag = comms.flag.clone();
-    let size = flag.bytes();
-    enqueue(
-        Collective::Barrier,
-        args,
-        uses([], [&flag]),
-        move |stream| {
-            comms
-                .team(grouped)
-                .0
-                .all_reduce(&flag, &flag, RedOp::Sum, stream)
-        },
-    )?;
-    Ok(size)
+    Ok(Ready {
+        size: flag.bytes(),
+        uses: uses([], [&flag]),
+        work: Box::new(move |stream| {
+            let comm = comms.team(grouped).0;
+            comm.all_reduce(&flag, &flag, RedOp::Sum, stream)
+        }),
+    })
 }

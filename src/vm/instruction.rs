@@ -20,6 +20,9 @@ pub enum Operand {
     Read(Tensor),
     /// A tensor the callback writes (and may read).
     Write(Tensor),
+    /// A tensor the callback writes whole, without reading it: ordered as a write, but an
+    /// earlier failure that poisoned it does not skip the callback, whose success clears it.
+    Overwrite(Tensor),
     /// Any other value.
     Value(Any),
 }
@@ -164,7 +167,7 @@ impl Op {
             Op::Call { body, args } => {
                 let tensors = args.iter().filter_map(|a| match a {
                     Operand::Read(t) | Operand::Write(t) => Some(t),
-                    Operand::Value(_) => None,
+                    Operand::Overwrite(_) | Operand::Value(_) => None,
                 });
                 let poisoned = first_poison(tensors);
                 let result = match (&poisoned, body) {
@@ -172,11 +175,13 @@ impl Op {
                     (None, Body::Function(func)) => call(func, args),
                     (None, Body::Device(work)) => work(dev),
                 };
-                if let Err(error) = &result {
-                    for arg in args {
-                        if let Operand::Write(t) = arg {
+                for arg in args {
+                    match (arg, &result) {
+                        (Operand::Write(t) | Operand::Overwrite(t), Err(error)) => {
                             TensorDeps::of(t).set_poison(error);
                         }
+                        (Operand::Overwrite(t), Ok(())) => TensorDeps::of(t).clear_poison(),
+                        _ => {}
                     }
                 }
                 return result;
@@ -191,7 +196,7 @@ fn call(func: &Function, args: &[Operand]) -> Result<()> {
     let owned: Vec<Any> = args
         .iter()
         .map(|a| match a {
-            Operand::Read(t) | Operand::Write(t) => Any::from(t.clone()),
+            Operand::Read(t) | Operand::Write(t) | Operand::Overwrite(t) => Any::from(t.clone()),
             Operand::Value(v) => v.clone(),
         })
         .collect();

@@ -258,6 +258,15 @@ pub(crate) fn check_compact(tensor: &Tensor, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// The tensors among `args`, each with its place there and how it is used.
+fn uses(args: &[Operand]) -> impl Iterator<Item = (usize, &Tensor, Access)> {
+    args.iter().enumerate().filter_map(|(i, arg)| match arg {
+        Operand::Read(t) => Some((i, t, Access::Read)),
+        Operand::Write(t) | Operand::Overwrite(t) => Some((i, t, Access::Write)),
+        Operand::Value(_) => None,
+    })
+}
+
 /// Checks that the VM may write a tensor: compact, and not marked read-only by its producer.
 pub(crate) fn check_writable(tensor: &Tensor, name: &str) -> Result<()> {
     if tensor.is_read_only() {
@@ -466,20 +475,21 @@ impl Stream {
         self.submit_call(Body::Device(work), args)
     }
 
-    fn submit_call(&self, body: Body, args: Vec<Operand>) -> Result<()> {
-        let mut uses: Vec<(Tensor, Access)> = Vec::new();
-        for (i, arg) in args.iter().enumerate() {
-            let (tensor, access) = match arg {
-                Operand::Read(t) => (t, Access::Read),
-                Operand::Write(t) => (t, Access::Write),
-                Operand::Value(_) => continue,
-            };
+    /// Checks what [`Stream::call`] and [`Stream::launch`] check of `args` before they queue
+    /// anything: each tensor usable on this stream, and each written one writable.
+    pub fn check_operands(&self, args: &[Operand]) -> Result<()> {
+        for (i, tensor, access) in uses(args) {
             self.core.check_tensor(tensor, &format!("args[{i}]"))?;
             if access == Access::Write {
                 check_writable(tensor, &format!("args[{i}]"))?;
             }
-            uses.push((tensor.clone(), access));
         }
+        Ok(())
+    }
+
+    fn submit_call(&self, body: Body, args: Vec<Operand>) -> Result<()> {
+        self.check_operands(&args)?;
+        let uses: Vec<(Tensor, Access)> = uses(&args).map(|(_, t, a)| (t.clone(), a)).collect();
         let borrowed: Vec<(&Tensor, Access)> = uses.iter().map(|(t, a)| (t, *a)).collect();
         self.core
             .submit(&borrowed, Op::Call { body, args })

@@ -4,7 +4,9 @@
  * queues the all-reduce. Worker 0 waits for its GPU, where NCCL would wait for worker 1 for
  * ever; with no session timeout, the sync fails within a second, naming the all-reduce, the
  * peer and the peer's cause (or what it queued), and saying that the communicators are made
- * again. The next all-reduce, with no init_ccl between, sums both workers' values.
+ * again. The next all-reduce, with no init_ccl between, sums both workers' values. The first
+ * case comes first on the communicators: with NCCL_STUB_CONNECT, the stand-in's first collective
+ * connects the ranks, and worker 0 waits in its enqueue rather than on its GPU.
  *
  * Then, in a session with a timeout, worker 1 comes 4 s late to an all-reduce: a copy from
  * worker 0, whose stream holds the all-reduce, and a sync each end at the timeout, though
@@ -90,15 +92,14 @@ static void every_worker_reduces(dvm_session* s, const Tensors* t) {
   for (int i = 0; i < N; i++) CHECK(out[i] == 3.0f);
 }
 
-/* The tensors of the test on every worker of `s`, filled, after one all-reduce of them all. */
-static Tensors reduced_once(dvm_session* s) {
+/* The tensors of the test on every worker of `s`, send filled. */
+static Tensors filled(dvm_session* s) {
   int64_t n = N, half_n = N / 2;
   DLDataType f32 = {kDLFloat, 32, 1};
   Tensors t = {empty_tensor(s, &n, 1, f32, 0), empty_tensor(s, &n, 1, f32, 0),
                empty_tensor(s, &half_n, 1, f32, 0)};
   DVMAny fill_args[1] = {any_dref(t.send)};
   dvm_dref_free(call_builtin(s, "peers.fill", fill_args, 1));
-  every_worker_reduces(s, &t);
   return t;
 }
 
@@ -109,7 +110,8 @@ static int late_peer(const char* kind, const DLDevice* devices) {
   dvm_session* s = start_session(kind, 2, devices, TIMEOUT_MS);
   int nccl = start_nccl(s, "cuda_nccl_peers", kind);
   if (nccl != 0) return nccl;
-  Tensors t = reduced_once(s);
+  Tensors t = filled(s);
+  every_worker_reduces(s, &t);
   static float out[N];
   int64_t n = N;
   DLTensor host_out = {out, kHost, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
@@ -145,7 +147,7 @@ static int run(const char* kind) {
   dvm_session* s = start_session(kind, 2, devices, 0);
   int nccl = start_nccl(s, "cuda_nccl_peers", kind);
   if (nccl != 0) return nccl;
-  Tensors t = reduced_once(s);
+  Tensors t = filled(s);
 
   static const struct {
     int64_t how;

@@ -27,6 +27,10 @@
  * stderr, as misuse of NCCL is a bug; more than one rank is refused with ncclInvalidUsage
  * unless NCCL_STUB_SHARED_RANKS is set (below).
  *
+ * With NCCL_STUB_CONNECT set, the first collective of a non-blocking communicator of several
+ * ranks connects it to the others, as NCCL's lazy connection does: it stays in progress until
+ * every rank queued its first collective (for ever, for a rank whose peer never does).
+ *
  * With NCCL_STUB_FAIL_ALLREDUCE=n, the n-th ncclAllReduce of the process is queued as any other,
  * and then its communicator fails as NCCL's do when a peer or the network does: every poll of
  * ncclCommGetAsyncError after the one that ended the call reports ncclRemoteError.
@@ -62,6 +66,7 @@ typedef struct {
 /* What the ranks of a communicator share, in the file named by its unique id. */
 typedef struct {
   atomic_int joined;
+  atomic_int connected; /* ranks that queued their first collective (NCCL_STUB_CONNECT) */
   Cell cells[SLOTS][MAX_RANKS];
 } Shared;
 
@@ -74,6 +79,7 @@ typedef struct {
   int rank, nranks;
   Shared* shared; /* of several ranks only */
   unsigned long long queued; /* its collectives so far (several ranks) */
+  int connecting; /* its first collective connects it to the other ranks (NCCL_STUB_CONNECT) */
   atomic_int aborted;
 } Comm;
 typedef Comm* ncclComm_t;
@@ -137,10 +143,18 @@ static size_t type_size(int type) {
   }
 }
 
+/* Whether `comm` still connects to the other ranks: its first collective is in progress until
+ * every rank queued its own. */
+static int connecting(Comm* comm) {
+  return comm->connecting && atomic_load(&comm->shared->connected) < comm->nranks;
+}
+
 /* Checks that a call may be made on `comm` now. */
 static void usable(Comm* comm, const char* call) {
   if (comm == NULL) fail("%s: NULL communicator", call);
-  if (comm->polls_left > 0) fail("%s on a communicator whose last operation is in progress", call);
+  if (comm->polls_left > 0 || connecting(comm)) {
+    fail("%s on a communicator whose last operation is in progress", call);
+  }
   if (comm->finalized) fail("%s on a finalized communicator", call);
 }
 
@@ -235,7 +249,7 @@ int ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId id, int ra
 
 int ncclCommGetAsyncError(ncclComm_t comm, int* error) {
   if (comm == NULL) fail("ncclCommGetAsyncError: NULL communicator");
-  if (!all_joined(comm)) {
+  if (!all_joined(comm) || connecting(comm)) {
     *error = ncclInProgress;
   } else if (comm->polls_left > 0) {
     comm->polls_left--;
@@ -376,6 +390,10 @@ static int queue_collective(Comm* comm, int kind, const void* send, size_t bytes
                             cudaStream_t stream) {
   if (bytes > SLOT_BYTES) {
     fail("a collective of %zu bytes across ranks (the stand-in holds %d)", bytes, SLOT_BYTES);
+  }
+  if (comm->queued == 0 && !comm->blocking && getenv("NCCL_STUB_CONNECT") != NULL) {
+    comm->connecting = 1;
+    atomic_fetch_add(&comm->shared->connected, 1);
   }
   Collective* c = calloc(1, sizeof *c);
   if (c == NULL) fail("out of memory");

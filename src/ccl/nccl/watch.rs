@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
 use super::Comms;
 use crate::ccl::Awaited;
@@ -92,14 +92,15 @@ impl Comms {
     }
 
     /// See [`CommsCheck::check`]; `generation` is the worker's `ccl_generation` when the wait
-    /// began.
-    fn check(&self, generation: u64) -> Result<()> {
+    /// began. `ask_nccl`: whether to ask NCCL for the communicators' asynchronous errors too
+    /// (not in a wait for NCCL's own call, which asks it itself).
+    fn check(&self, generation: u64, ask_nccl: bool) -> Result<()> {
         if self.aborted.get().is_some() {
             return Ok(()); // NCCL's kernels were stopped: the rest of the work finishes
         }
         let failed = [(false, "the session's"), (true, "its group's")]
             .into_iter()
-            .filter(|&(grouped, _)| !grouped || self.group.is_some())
+            .filter(|&(grouped, _)| ask_nccl && (!grouped || self.group.is_some()))
             .find_map(|(grouped, which)| {
                 let (comm, rank) = self.team(grouped);
                 let cause = comm.async_error().err()?;
@@ -276,17 +277,41 @@ fn interrupted(shared: &WorkerShared, generation: u64) -> Result<()> {
 
 /// The interrupts of a worker's NCCL communicators: every wait on them (joining, a call NCCL
 /// is still at, finalizing) ends at the session's shutdown or when `init_ccl` is called after
-/// it began.
-pub(super) struct WorkerInterrupts(pub(super) Arc<WorkerShared>);
+/// it began. Once the worker holds them, it also ends when a peer passed the collective being
+/// queued, as a wait for its GPU does (see [`CommsCheck::check`]; the asynchronous errors are
+/// the call's own to ask): a collective NCCL is still queueing (connecting its ranks) waits for
+/// the same peers as its kernel.
+pub(super) struct WorkerInterrupts {
+    shared: Arc<WorkerShared>,
+    /// The communicators, once made.
+    comms: OnceLock<Weak<Comms>>,
+}
+
+impl WorkerInterrupts {
+    pub(super) fn new(shared: Arc<WorkerShared>) -> WorkerInterrupts {
+        WorkerInterrupts {
+            shared,
+            comms: OnceLock::new(),
+        }
+    }
+
+    /// Watches `comms`, made with these interrupts, from now on.
+    pub(super) fn made(&self, comms: &Arc<Comms>) {
+        let _ = self.comms.set(Arc::downgrade(comms));
+    }
+}
 
 impl Interrupts for WorkerInterrupts {
     /// The worker's `ccl_generation`.
     fn mark(&self) -> u64 {
-        self.0.signals.ccl_generation.load(Ordering::SeqCst)
+        self.shared.signals.ccl_generation.load(Ordering::SeqCst)
     }
 
     fn check(&self, generation: u64) -> Result<()> {
-        interrupted(&self.0, generation)
+        match self.comms.get().and_then(Weak::upgrade) {
+            Some(comms) => comms.check(generation, false),
+            None => interrupted(&self.shared, generation),
+        }
     }
 }
 
@@ -354,7 +379,7 @@ impl CommsCheck {
         if now_ns().saturating_sub(self.began_ns) >= RECORDS_AFTER_NS {
             on_gpu::record_passed();
         }
-        self.comms.check(self.generation)
+        self.comms.check(self.generation, true)
     }
 
     /// Waits for everything queued on `stream`, polling the device and checking between polls.
@@ -545,7 +570,7 @@ mod tests {
             timeout: None,
             session: std::sync::OnceLock::new(),
         });
-        let interrupts = WorkerInterrupts(shared.clone());
+        let interrupts = WorkerInterrupts::new(shared.clone());
         let earlier = interrupts.mark();
         interrupts.check(earlier).expect("nothing happened yet");
 
