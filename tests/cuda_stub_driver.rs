@@ -230,10 +230,10 @@ fn cuda_nccl_communicators_aborted_are_made_again_before_the_next_call() {
 /// or another size, in its place) fails the wait for the GPU within a second, without a session
 /// timeout, and the next one works without `init_ccl`; so does the first collective on new
 /// communicators, which the stand-in keeps queueing until every rank queued its own (NCCL's
-/// lazy connection); with a session timeout, a copy and a sync end at it while a peer comes late:
-/// on two GPUs, with the stand-in's communicators of two ranks, on worker threads, worker
-/// processes (each judges from its peers' records) and two nodes (the controller's referee
-/// rules).
+/// lazy connection), and an in-place one of what that left unwritten on one worker; with a
+/// session timeout, a copy and a sync end at it while a peer comes late: on two GPUs, with the
+/// stand-in's communicators of two ranks, on worker threads, worker processes (each judges from
+/// its peers' records) and two nodes (the controller's referee rules).
 #[test]
 fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_goes_on() {
     let described = passes(
@@ -256,6 +256,9 @@ fn cuda_nccl_a_peer_that_passed_the_collective_fails_the_wait_and_the_session_go
         let late =
             format!("cuda_nccl_peers: {kind}: worker 1 came 4000 ms late: a copy and a sync");
         assert!(described.contains(&late), "{described}");
+        let in_place =
+            format!("cuda_nccl_peers: {kind}: an in-place all-reduce of what the failed one left");
+        assert!(described.contains(&in_place), "{described}");
     }
 }
 

@@ -315,6 +315,47 @@ fn a_callback_that_overwrites_a_poisoned_tensor_runs_and_heals_it() {
     assert_eq!(read_i64(&out), 7);
 }
 
+/// Device work (a collective's, whose peers wait for it) runs even when an input was left
+/// unwritten by an earlier failure, and what it writes carries that failure.
+#[test]
+fn device_work_runs_on_an_unwritten_input_and_its_output_carries_the_failure() {
+    let a = Stream::new(CPU).unwrap();
+    let (bad, out) = (tensor(&[1], I64), tensor(&[1], I64));
+    a.call(
+        &failing("RuntimeError", "the producer failed"),
+        vec![Operand::Write(bad.clone())],
+    )
+    .unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    a.launch(
+        vec![Operand::Read(bad.clone()), Operand::Overwrite(out.clone())],
+        Box::new(move |_| {
+            flag.store(true, Ordering::Release);
+            Ok(())
+        }),
+    )
+    .unwrap();
+    let err = a.sync().unwrap_err();
+    assert_error(&err, ErrorKind::Runtime, "the producer failed");
+    assert!(ran.load(Ordering::Acquire), "the device work ran");
+    let mut bytes = [0u8; 8];
+    assert_error(
+        &vm::read(&out, &mut bytes).unwrap_err(),
+        ErrorKind::Runtime,
+        "device work read an input that was not written because an earlier instruction \
+         failed: the producer failed",
+    );
+    assert_eq!(
+        vm::poisoned_input(&[Operand::Read(bad.clone())]).map(|e| e.kind),
+        Some(ErrorKind::Runtime)
+    );
+    assert!(
+        vm::poisoned_input(&[Operand::Overwrite(bad)]).is_none(),
+        "a tensor written whole is not read"
+    );
+}
+
 #[test]
 fn several_failures_are_counted_in_one_report() {
     let a = Stream::new(CPU).unwrap();

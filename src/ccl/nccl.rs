@@ -21,7 +21,7 @@ use crate::device::nccl::{Comm, Interrupts, Nccl, RedOp, Region, UniqueId};
 use crate::object::args::{argument, arity};
 use crate::object::tensor::dtype_name;
 use crate::object::{Any, AnyView, Bytes, Error, Function, Result, Shape, registry};
-use crate::vm::{DeviceWork, Operand};
+use crate::vm::{DeviceWork, Operand, poisoned_input};
 use crate::worker::activity::Record;
 use crate::worker::builtins::on_worker;
 use crate::worker::{self, WorkerInfo, WorkerShared, on_gpu, with_stream};
@@ -254,8 +254,19 @@ impl Backend for Arc<Comms> {
         }?;
         // Noted before it is queued, once the stream takes it: NCCL may wait in the enqueue
         // itself (connecting the team's ranks), and that wait judges the peers of this
-        // collective, as the referee does.
+        // collective, as the referee does. One whose input an earlier failure left unwritten
+        // fails the call instead, before it counts: its peers then judge it passed.
         with_stream(|stream| stream.check_operands(&ready.uses))?;
+        if let Some(cause) = poisoned_input(&ready.uses) {
+            return Err(Error::new(
+                cause.kind,
+                format!(
+                    "`{}`: an input was not written because an earlier instruction failed: {}",
+                    collective.name(),
+                    cause.message
+                ),
+            ));
+        }
         self.queued(collective, collective.in_group(args)?, ready.size);
         enqueue(collective, args, ready.uses, ready.work)?;
         match watch {
@@ -474,6 +485,7 @@ fn barrier(comms: Arc<Comms>, args: &[AnyView<'_>]) -> Result<Ready> {
     let flag = comms.flag.clone();
     Ok(Ready {
         size: flag.bytes(),
+        // Reduced in place, but its value is never read: a barrier only orders.
         uses: uses([], [&flag]),
         work: Box::new(move |stream| {
             let comm = comms.team(grouped).0;

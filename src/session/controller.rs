@@ -597,6 +597,7 @@ impl Session {
             reg,
             reply,
         })
+        .inspect_err(|error| self.note_aborted_comms(error))
     }
 
     /// Sets a register's value on one worker (ordered after earlier calls; returns at once).
@@ -627,6 +628,7 @@ impl Session {
         self.traced(what, bytes, || {
             self.copy_worker0_now(host, dref, name, direction)
         })
+        .inspect_err(|error| self.note_aborted_comms(error))
     }
 
     fn copy_worker0_now(

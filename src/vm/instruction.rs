@@ -28,7 +28,8 @@ pub enum Operand {
 }
 
 /// Work a library issues on the device stream underneath a VM stream (a collective library
-/// enqueues on the CUDA stream), run in the stream's order like a callback.
+/// enqueues on the CUDA stream), run in the stream's order like a callback (see
+/// `Stream::launch` for how failures differ).
 pub type DeviceWork = Box<dyn Fn(&dyn DeviceStream) -> Result<()> + Send>;
 
 /// What a call instruction runs.
@@ -72,6 +73,27 @@ pub(crate) struct Instruction {
 /// The error of the first poisoned tensor among `tensors`.
 fn first_poison<'a>(tensors: impl IntoIterator<Item = &'a Tensor>) -> Option<Error> {
     tensors.into_iter().find_map(|t| TensorDeps::of(t).poison())
+}
+
+/// The first poison among the tensors `args` reads (those it only writes whole are not read):
+/// what device work queued with them would carry to its outputs.
+pub fn poisoned_input(args: &[Operand]) -> Option<Error> {
+    first_poison(args.iter().filter_map(|a| match a {
+        Operand::Read(t) | Operand::Write(t) => Some(t),
+        Operand::Overwrite(_) | Operand::Value(_) => None,
+    }))
+}
+
+/// The error of device work that ran on an input an earlier failure left unwritten.
+fn read_unwritten(cause: &Error) -> Error {
+    Error::new(
+        cause.kind.clone(),
+        format!(
+            "device work read an input that was not written because an earlier instruction \
+             failed: {}",
+            cause.message
+        ),
+    )
 }
 
 /// The error an instruction reports when it skipped because an input was poisoned.
@@ -165,15 +187,15 @@ impl Op {
                 }
             }
             Op::Call { body, args } => {
-                let tensors = args.iter().filter_map(|a| match a {
-                    Operand::Read(t) | Operand::Write(t) => Some(t),
-                    Operand::Overwrite(_) | Operand::Value(_) => None,
-                });
-                let poisoned = first_poison(tensors);
-                let result = match (&poisoned, body) {
-                    (Some(cause), _) => Err(skipped("a callback", cause)),
+                let poisoned = poisoned_input(args);
+                let result = match (poisoned, body) {
+                    (Some(cause), Body::Function(_)) => Err(skipped("a callback", &cause)),
                     (None, Body::Function(func)) => call(func, args),
-                    (None, Body::Device(work)) => work(dev),
+                    // Device work runs whatever its inputs hold: a collective's peers wait for
+                    // it. What it wrote then carries the poison.
+                    (poisoned, Body::Device(work)) => {
+                        work(dev).and(poisoned.map_or(Ok(()), |cause| Err(read_unwritten(&cause))))
+                    }
                 };
                 for arg in args {
                     match (arg, &result) {

@@ -22,7 +22,7 @@ mod stream;
 
 pub use dependence::{Access, settle};
 pub use executor::QUEUE_CAPACITY;
-pub use instruction::{DeviceWork, Operand};
+pub use instruction::{DeviceWork, Operand, poisoned_input};
 pub use recorded::Ran;
 pub(crate) use recorded::{
     StreamRecorder, StreamRecorders, record_on_this_thread, record_streams_made_on_this_thread,

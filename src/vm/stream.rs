@@ -470,7 +470,9 @@ impl Stream {
     }
 
     /// Queues `work` on the device stream underneath this one, ordered like [`Stream::call`]
-    /// by the tensors in `args` (read or written by the work), with the same failure rules.
+    /// by the tensors in `args` (read or written by the work), with the same failure rules but
+    /// one: it runs even when an input was left unwritten by an earlier failure (a collective's
+    /// peers wait for it), and what it writes then carries that failure.
     pub fn launch(&self, args: Vec<Operand>, work: DeviceWork) -> Result<()> {
         self.submit_call(Body::Device(work), args)
     }

@@ -438,9 +438,12 @@ impl Worker {
                 reply,
             } => {
                 // The copy waits in the driver for the stream's earlier work: that is waited
-                // for first, which a failure of it fails.
+                // for first (the worker says so: a referee judges its peers then), which a
+                // failure of it fails.
                 if let Some(stream) = STREAM.with(|s| s.borrow().clone()) {
+                    self.activity().enter(State::Syncing);
                     self.settle_stream(&stream);
+                    self.note_idle();
                 }
                 if reply.claim() {
                     let copied = self

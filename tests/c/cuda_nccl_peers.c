@@ -6,7 +6,9 @@
  * peer and the peer's cause (or what it queued), and saying that the communicators are made
  * again. The next all-reduce, with no init_ccl between, sums both workers' values. The first
  * case comes first on the communicators: with NCCL_STUB_CONNECT, the stand-in's first collective
- * connects the ranks, and worker 0 waits in its enqueue rather than on its GPU.
+ * connects the ranks, and worker 0 waits in its enqueue rather than on its GPU; the failed
+ * enqueue leaves worker 0's output unwritten, and an in-place all-reduce of it then fails on
+ * both workers at once.
  *
  * Then, in a session with a timeout, worker 1 comes 4 s late to an all-reduce: a copy from
  * worker 0, whose stream holds the all-reduce, and a sync each end at the timeout, though
@@ -18,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -90,6 +93,29 @@ static void every_worker_reduces(dvm_session* s, const Tensors* t) {
   DLTensor host_out = {out, kHost, 1, {kDLFloat, 32, 1}, &n, NULL, 0};
   CHECK_OK(dvm_session_copy_from_worker0(s, &host_out, t->recv));
   for (int i = 0; i < N; i++) CHECK(out[i] == 3.0f);
+}
+
+/* Worker 0's recv was left unwritten by the all-reduce whose enqueue failed there (worker 1
+ * failed before the first collective, which connects the ranks): an in-place all-reduce of it
+ * then fails on worker 0 before it joins, and so on worker 1, which would wait for it. */
+static void in_place_on_unwritten(dvm_session* s, const char* kind, const Tensors* t) {
+  Tensors in_place = {t->recv, t->recv, t->half};
+  double started = now_s();
+  reduce_but(s, -1, RETURNS, &in_place);
+  EXPECT_STATUS(dvm_session_sync_all(s), DVM_WORKER_ERROR,
+                "an input was not written because an earlier instruction failed");
+  double took = now_s() - started;
+  const char* message = dvm_last_error_message();
+  CHECK(strstr(message, "on worker 1: worker 0 finished call ") != NULL);
+  CHECK(strstr(message, "without joining it") != NULL);
+  if (took >= kFailsWithin) {
+    fprintf(stderr, "cuda_nccl_peers: %s: the in-place all-reduce failed after %.2f s: %s\n",
+            kind, took, message);
+    CHECK(took < kFailsWithin);
+  }
+  printf("cuda_nccl_peers: %s: an in-place all-reduce of what the failed one left unwritten "
+         "failed in %.3f s\n",
+         kind, took);
 }
 
 /* The tensors of the test on every worker of `s`, send filled. */
@@ -188,6 +214,8 @@ static int run(const char* kind) {
               message);
       CHECK(took < kFailsWithin);
     }
+    /* Where the first case failed in worker 0's enqueue (the stand-in's lazy connection). */
+    if (c == 0 && getenv("NCCL_STUB_CONNECT") != NULL) in_place_on_unwritten(s, kind, &t);
     /* No init_ccl: the next call finds the communicators made again. */
     every_worker_reduces(s, &t);
     printf("cuda_nccl_peers: %s: worker 1 %s: the sync failed in %.3f s, and the next all-reduce "
