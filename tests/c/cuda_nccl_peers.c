@@ -34,6 +34,15 @@ enum { N = 256 };
 /* Failing at once: within a second, with room for a loaded machine. */
 static const double kFailsWithin = 1.0;
 
+/* Whether `what` took less than `bound` seconds; says how long it took when not. */
+static int took_less(const char* kind, const char* what, double took, double bound) {
+  if (took >= bound) {
+    fprintf(stderr, "cuda_nccl_peers: %s: %s took %.2f s: %s\n", kind, what, took,
+            dvm_last_error_message());
+  }
+  return took < bound;
+}
+
 /* The session timeout of the late peer's test, and how late the peer comes. */
 enum { TIMEOUT_MS = 2000, LATE_MS = 6000 };
 
@@ -108,11 +117,7 @@ static void in_place_on_unwritten(dvm_session* s, const char* kind, const Tensor
   const char* message = dvm_last_error_message();
   CHECK(strstr(message, "on worker 1: worker 0 finished call ") != NULL);
   CHECK(strstr(message, "without joining it") != NULL);
-  if (took >= kFailsWithin) {
-    fprintf(stderr, "cuda_nccl_peers: %s: the in-place all-reduce failed after %.2f s: %s\n",
-            kind, took, message);
-    CHECK(took < kFailsWithin);
-  }
+  CHECK(took_less(kind, "the in-place all-reduce", took, kFailsWithin));
   printf("cuda_nccl_peers: %s: an in-place all-reduce of what the failed one left unwritten "
          "failed in %.3f s\n",
          kind, took);
@@ -148,10 +153,7 @@ static int late_peer(const char* kind, const DLDevice* devices) {
   EXPECT_STATUS(dvm_session_sync_all(s), DVM_TIMEOUT, "timed out after 2.0 s");
   double took = now_s() - started;
   /* Two timeouts, with room for a loaded machine, and well before worker 1 comes. */
-  if (took >= 5.5) {
-    fprintf(stderr, "cuda_nccl_peers: %s: the copy and the sync took %.2f s\n", kind, took);
-    CHECK(took < 5.5);
-  }
+  CHECK(took_less(kind, "the copy and the sync", took, 5.5));
   /* Once worker 1 came, nothing failed. */
   dvm_status synced = DVM_TIMEOUT;
   for (int tries = 0; tries < 20 && synced == DVM_TIMEOUT; tries++) synced = dvm_session_sync_all(s);
@@ -209,11 +211,7 @@ static int run(const char* kind) {
       CHECK(strstr(message, "on worker 1: worker 0 joined it with 1024 bytes where worker 1 "
                             "has 512") != NULL);
     }
-    if (took >= kFailsWithin) {
-      fprintf(stderr, "cuda_nccl_peers: %s: the sync failed after %.2f s: %s\n", kind, took,
-              message);
-      CHECK(took < kFailsWithin);
-    }
+    CHECK(took_less(kind, "the sync", took, kFailsWithin));
     /* Where the first case failed in worker 0's enqueue (the stand-in's lazy connection). */
     if (c == 0 && getenv("NCCL_STUB_CONNECT") != NULL) in_place_on_unwritten(s, kind, &t);
     /* No init_ccl: the next call finds the communicators made again. */
